@@ -1,0 +1,75 @@
+# The project's front door: `make demo` and `make test` work on a fresh machine with only Python.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.installed
+TORCH_VERSION := 2.13.0
+GRPC_TOOLS_VERSION := 1.81.1
+CERTS := certs
+DATA := examples/data
+
+.PHONY: help venv certs data demo test test-unit test-integration lint typecheck proto proto-check bench-overhead clean
+
+help:
+	@echo "make demo            set up, then run server + 2 clients over mTLS: training and inference"
+	@echo "make test            set up, then lint, typecheck, proto drift check and the whole suite"
+	@echo "make proto           regenerate the committed gRPC code from proto/"
+	@echo "make bench-overhead  federation overhead ratio (SplitNN over mTLS vs in-process)"
+
+venv: $(STAMP)
+
+# torch goes first, pinned to the local CPU wheel: a bare torch requirement would pull CUDA builds.
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	$(PIP) install --quiet torch==$(TORCH_VERSION)
+	$(PIP) install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+$(CERTS)/ca.pem: | $(STAMP)
+	$(VENV)/bin/vfl-certs init --out $(CERTS) --parties 2 3
+
+certs: $(CERTS)/ca.pem
+
+$(DATA)/party1.csv: examples/make_digits_data.py | $(STAMP)
+	$(PY) examples/make_digits_data.py --out $(DATA)
+
+data: $(DATA)/party1.csv
+
+demo: venv certs data
+	$(PY) examples/run_demo.py --certs $(CERTS) --data $(DATA)
+
+test: venv lint typecheck proto-check
+	$(PY) -m pytest -q
+
+test-unit: venv
+	$(PY) -m pytest -q tests/unit
+
+test-integration: venv
+	$(PY) -m pytest -q tests/integration
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: venv
+	$(VENV)/bin/mypy
+
+# One generator, pinned: the committed code must be exactly what this produces.
+proto: venv
+	$(PY) -c "import grpc_tools; from importlib.metadata import version as v; \
+	  assert v('grpcio-tools') == '$(GRPC_TOOLS_VERSION)', 'grpcio-tools must be $(GRPC_TOOLS_VERSION), found ' + v('grpcio-tools')"
+	$(PY) -m grpc_tools.protoc -I proto --python_out=. --pyi_out=. --grpc_python_out=. \
+	  proto/vflcore/proto/federation.proto
+
+proto-check: proto
+	@git diff --exit-code -- vflcore/proto || { echo "generated code in vflcore/proto is stale: run 'make proto' and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- vflcore/proto)" || { echo "untracked generated files in vflcore/proto: run 'make proto' and commit"; git status --porcelain -- vflcore/proto; exit 1; }
+
+bench-overhead: venv certs
+	$(PY) bench/overhead.py
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache .mypy_cache .ruff_cache

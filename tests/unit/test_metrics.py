@@ -1,0 +1,95 @@
+"""Tests for vflcore.metrics: classification and regression task metrics."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from vflcore.metrics import classification_metrics, predict_classes, regression_metrics, task_metrics
+
+
+class TestClassificationMetrics:
+    def test_perfect_predictions(self) -> None:
+        """Logits whose argmax matches every label score 1.0 on every metric."""
+        logits = np.eye(3)[[0, 1, 2, 1]]
+        result = classification_metrics(np.array([0, 1, 2, 1]), logits)
+        assert result == {"accuracy": 1.0, "macro_f1": 1.0, "precision": 1.0, "recall": 1.0}
+
+    def test_macro_averages(self) -> None:
+        """Macro precision/recall/F1 average classes equally, and float labels are accepted."""
+        y_true = np.array([0.0, 0.0, 1.0, 1.0])
+        logits = np.array([[1, 0], [1, 0], [1, 0], [0, 1]], dtype=np.float32)
+        result = classification_metrics(y_true, logits)
+        assert result["accuracy"] == pytest.approx(0.75)
+        assert result["precision"] == pytest.approx((2 / 3 + 1) / 2)
+        assert result["recall"] == pytest.approx((1 + 0.5) / 2)
+        assert result["macro_f1"] == pytest.approx((0.8 + 2 / 3) / 2)
+        assert all(isinstance(v, float) for v in result.values())
+
+    def test_never_predicted_class_scores_zero_without_warning(self) -> None:
+        """A class never predicted counts as zero precision instead of raising a warning."""
+        result = classification_metrics(np.array([0, 1]), np.array([[1.0, 0.0], [1.0, 0.0]]))
+        assert result["precision"] == pytest.approx(0.25)
+
+    def test_mismatched_lengths(self) -> None:
+        """Label and prediction counts must agree."""
+        with pytest.raises(ValueError, match="3 labels but 2 predictions"):
+            classification_metrics(np.array([0, 1, 1]), np.eye(2))
+
+    def test_no_rows(self) -> None:
+        """Scoring nothing is an error rather than a warning."""
+        with pytest.raises(ValueError, match="no rows to score"):
+            classification_metrics(np.zeros(0), np.zeros((0, 2)))
+
+
+class TestPredictClasses:
+    def test_single_logit_thresholds_at_zero(self) -> None:
+        """A single binary logit predicts class 1 when positive, in 1-D or (n, 1) form."""
+        np.testing.assert_array_equal(predict_classes(np.array([-1.0, 2.0])), [0, 1])
+        np.testing.assert_array_equal(predict_classes(np.array([[0.5], [-0.5]])), [1, 0])
+
+    def test_rejects_3d(self) -> None:
+        """Logits with more than two dimensions are rejected."""
+        with pytest.raises(ValueError, match="logits must be"):
+            predict_classes(np.zeros((2, 2, 2)))
+
+
+class TestRegressionMetrics:
+    def test_mse_and_r2(self) -> None:
+        """MSE and R² match their definitions, and (n, 1) predictions are flattened."""
+        y = np.array([1.0, 2.0, 3.0, 4.0])
+        pred = np.array([[1.5], [2.0], [2.5], [4.0]], dtype=np.float32)
+        result = regression_metrics(y, pred)
+        assert result["mse"] == pytest.approx(0.125)
+        assert result["r2"] == pytest.approx(1 - 0.5 / 5.0)
+
+    def test_single_sample_r2_is_nan(self) -> None:
+        """With one sample R² is undefined and reported as NaN, without a warning."""
+        result = regression_metrics(np.array([1.0]), np.array([2.0]))
+        assert result["mse"] == 1.0 and math.isnan(result["r2"])
+
+    def test_mismatched_lengths(self) -> None:
+        """Target and prediction counts must agree."""
+        with pytest.raises(ValueError, match="2 targets but 3 predictions"):
+            regression_metrics(np.zeros(2), np.zeros(3))
+
+
+class TestTaskMetrics:
+    def test_dispatches_by_task(self) -> None:
+        """Each task name returns that task's metric keys."""
+        assert set(task_metrics("classification", np.array([0, 1]), np.eye(2))) == {
+            "accuracy",
+            "macro_f1",
+            "precision",
+            "recall",
+        }
+        assert set(task_metrics("regression", np.array([0.0, 1.0]), np.array([0.0, 1.0]))) == {"mse", "r2"}
+
+    def test_unknown_task(self) -> None:
+        """An unknown task is rejected with the choices."""
+        with pytest.raises(
+            ValueError, match="unknown task 'ranking'; choose one of classification, regression"
+        ):
+            task_metrics("ranking", np.zeros(1), np.zeros(1))

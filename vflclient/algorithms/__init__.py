@@ -1,0 +1,25 @@
+"""The client halves of the training algorithms, by the name the server's job announces."""
+
+from __future__ import annotations
+
+from vflcore.errors import JoinRejected
+from vflclient.algorithms.base import ClientAlgorithm, ModelFactory, PassiveContext, ServerLink
+from vflclient.algorithms.splitnn import SplitNNClient
+
+CLIENT_ALGORITHMS: dict[str, type[ClientAlgorithm]] = {
+    SplitNNClient.name: SplitNNClient,
+}
+
+
+def client_algorithm(name: str) -> type[ClientAlgorithm]:
+    """The client half for ``name``; a server asking for an unknown one is refused clearly."""
+    try:
+        return CLIENT_ALGORITHMS[name]
+    except KeyError:
+        raise JoinRejected(
+            f"the server's job uses algorithm {name!r}, which this client does not have "
+            f"(it has {sorted(CLIENT_ALGORITHMS)}); upgrade vfl-client"
+        ) from None
+
+
+__all__ = ["CLIENT_ALGORITHMS", "ClientAlgorithm", "ModelFactory", "PassiveContext", "ServerLink", "client_algorithm"]

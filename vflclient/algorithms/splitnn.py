@@ -1,0 +1,52 @@
+"""SplitNN, a passive party's half (thesis 002 §4.1): send h^k, get ∂L/∂h^k back, step.
+
+The party never sees labels or the top model, and the server never sees this party's weights
+or raw features: only the representation of a batch and its gradient cross the wire.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from vflcore.job import model_seed
+from vflcore.models import build_seeded, make_optimizer, mlp
+from vflcore.tasks import EMBEDDING, GRADIENT
+from vflcore.tensors import TensorKey, check_shape
+from vflclient.algorithms.base import ClientAlgorithm, PassiveContext
+
+
+class SplitNNClient(ClientAlgorithm):
+    """A bottom model trained by the gradients the active party returns."""
+
+    name = "splitnn"
+
+    def __init__(self, ctx: PassiveContext) -> None:
+        super().__init__(ctx)
+        job, width = ctx.job, ctx.features.shape[1]
+        factory = ctx.model_factory or (lambda n_in, n_out: mlp(n_in, job.bottom_hidden, n_out))
+        self.bottom = build_seeded(lambda: factory(width, job.embedding_dim), model_seed(job.seed, ctx.party, "bottom"))
+        self.optimizer = make_optimizer(job.optimizer, self.bottom.parameters(), job.learning_rate)
+
+    def train_epoch(self, epoch: int) -> None:
+        ctx = self.ctx
+        self.bottom.train()
+        for b, rows in enumerate(ctx.schedule.batches(epoch)):
+            h = self.bottom(ctx.features[rows])
+            ctx.link.send(TensorKey(ctx.job.job_id, epoch, b, EMBEDDING), h.detach().numpy())
+            grad = ctx.link.receive(TensorKey(ctx.job.job_id, epoch, b, GRADIENT))
+            check_shape(grad, tuple(h.shape), what="gradient from the server")
+            self.optimizer.zero_grad()
+            h.backward(torch.from_numpy(grad.astype(np.float32, copy=True)))
+            self.optimizer.step()
+
+    @torch.no_grad()
+    def embed(self, rows: np.ndarray) -> np.ndarray:
+        self.bottom.eval()
+        out: np.ndarray = self.bottom(self.ctx.features[rows]).numpy()
+        return out
+
+    def state(self) -> dict[str, Any]:
+        return {"bottom": self.bottom.state_dict(), "optimizer": self.optimizer.state_dict()}

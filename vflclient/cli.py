@@ -1,0 +1,157 @@
+"""``vfl-client``: a passive party's daemon, a thin program over the public SDK.
+
+    vfl-client --party 2 --config party2.toml [--server host:50051] [--data party2.csv] ...
+    vfl-client --party 2 --config party2.toml --check      # preflight: explain TLS problems
+
+Flags override the config file. Exit codes are listed in ``vflcore.daemon``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from vflclient import (
+    Connection,
+    DataError,
+    JoinRejected,
+    PassiveParty,
+    PermissionDenied,
+    ServerUnavailable,
+    VflError,
+    read_party_csv,
+)
+from vflcore import daemon
+from vflcore.config import ClientConfig, client_config_from, load_toml
+from vflcore.errors import ConfigError
+from vflcore.models import load_factory
+from vflcore.preflight import diagnose
+from vflcore.tls import TlsConfigError
+
+log = structlog.get_logger(__name__)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="vfl-client", description="Passive party (feature holder) of a VFL job.")
+    p.add_argument("--party", type=int, help="this party's id (>= 2); must match its certificate")
+    p.add_argument("--config", type=Path, help="client TOML file (see examples/configs/party2.toml)")
+    p.add_argument("--server", help="the active party's address, host:port")
+    p.add_argument("--data", type=Path, help="this party's CSV (ids and features)")
+    p.add_argument("--id-column", help="name of the ID column (default: id)")
+    p.add_argument("--ca", type=Path, help="project CA certificate (default: certs/ca.pem)")
+    p.add_argument("--cert", type=Path, help="this party's certificate (default: certs/party-N.pem)")
+    p.add_argument("--key", type=Path, help="this party's private key (default: certs/party-N.key)")
+    p.add_argument("--run-dir", type=Path, help="where this party's checkpoints go (default: runs)")
+    p.add_argument("--model-factory", help="module:function building this party's own bottom model")
+    p.add_argument("--check", action="store_true", help="check certificates and the connection, then exit")
+    p.add_argument("--insecure", action="store_true", help="DEVELOPMENT ONLY: plaintext, no certificates")
+    daemon.add_logging_flags(p)
+    return p
+
+
+def _document(args: argparse.Namespace) -> dict[str, Any]:
+    doc: dict[str, Any] = load_toml(args.config) if args.config else {}
+    cwd = Path.cwd()
+
+    def put(section: str, key: str, value: Any) -> None:
+        if value is not None:
+            doc.setdefault(section, {})[key] = str(cwd / value) if isinstance(value, Path) else value
+
+    put("client", "server", args.server)
+    put("client", "run_dir", args.run_dir)
+    put("data", "path", args.data)
+    put("data", "id_column", args.id_column)
+    put("tls", "ca", args.ca)
+    put("tls", "cert", args.cert)
+    put("tls", "key", args.key)
+    put("model", "factory", args.model_factory)
+    return doc
+
+
+def _check(config: ClientConfig) -> int:
+    """Preflight: explain certificate and connection problems in plain words."""
+    assert config.tls is not None
+    findings = diagnose(config.server, config.tls, config.party)
+    for finding in findings:
+        print(f"[{'ok' if finding.ok else 'FAIL'}] {finding.check}: {finding.message}")
+    if not all(f.ok for f in findings):
+        return daemon.EXIT_UNREACHABLE
+    try:
+        with Connection(config.server, config.party, tls=config.tls, connect_timeout_s=10) as conn:
+            party, state = conn.heartbeat()
+    except VflError as exc:
+        print(f"[FAIL] heartbeat: {exc}")
+        return daemon.EXIT_REFUSED if isinstance(exc, PermissionDenied) else daemon.EXIT_UNREACHABLE
+    print(f"[ok] heartbeat: the server sees this connection as party {party}; job state: {state}")
+    return daemon.EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    daemon.setup_logging(args)
+    try:
+        config = client_config_from(_document(args), args.config, party=args.party)
+        structlog.contextvars.bind_contextvars(party=config.party)
+        if args.insecure:
+            config = ClientConfig(**{**vars(config), "tls": None})
+        if args.check:
+            if config.tls is None:
+                print("vfl-client: --check verifies certificates; it makes no sense with --insecure", file=sys.stderr)
+                return daemon.EXIT_CONFIG
+            return _check(config)
+        table = read_party_csv(config.data.path, id_column=config.data.id_column)
+        factory = load_factory(config.model_factory) if config.model_factory else None
+    except (ConfigError, DataError, TlsConfigError, ValueError) as exc:
+        print(f"vfl-client: {exc}", file=sys.stderr)
+        return daemon.EXIT_CONFIG
+
+    import torch
+
+    torch.set_num_threads(config.torch_threads)
+    party = PassiveParty(config.party, table, model_factory=factory, run_dir=config.run_dir)
+    connection: Connection | None = None
+
+    def request_stop() -> None:
+        party.stop_event.set()
+        if connection is not None:
+            connection.close()
+
+    signals = daemon.ShutdownSignals(request_stop).install()
+    try:
+        connection = Connection(
+            config.server, config.party, tls=config.tls, insecure=args.insecure, connect_timeout_s=config.connect_timeout_s
+        )
+        with connection:
+            result = party.run(connection)
+    except (PermissionDenied, JoinRejected) as exc:
+        print(f"vfl-client: the server refused party {config.party}: {exc}", file=sys.stderr)
+        return daemon.EXIT_REFUSED
+    except ServerUnavailable as exc:
+        if signals.exit_code is not None:
+            return signals.exit_code
+        print(f"vfl-client: {exc}", file=sys.stderr)
+        return daemon.EXIT_UNREACHABLE
+    except (TlsConfigError, DataError) as exc:
+        print(f"vfl-client: {exc}", file=sys.stderr)
+        return daemon.EXIT_CONFIG
+    except VflError as exc:
+        if signals.exit_code is not None:
+            return signals.exit_code
+        print(f"vfl-client: job failed: {exc}", file=sys.stderr)
+        return daemon.EXIT_JOB_FAILED
+    if signals.exit_code is not None:
+        return signals.exit_code
+    print(
+        f"vfl-client party {config.party}: job {result.job_id} {'finished' if result.success else 'ended'}: "
+        f"{result.message}; {result.epochs_trained} epochs; checkpoints in {result.run_dir}",
+        flush=True,
+    )
+    return daemon.EXIT_OK if result.success else daemon.EXIT_JOB_FAILED
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

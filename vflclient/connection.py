@@ -1,0 +1,135 @@
+"""A passive party's connection to the active party: the only module that holds a gRPC stub.
+
+It dials out (the party needs no open port), sends and receives chunked tensors, and turns
+every gRPC failure into an SDK error through ``translated``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from types import TracebackType
+
+import grpc
+import numpy as np
+import structlog
+
+from vflcore import tasks, wire
+from vflcore.data import PartyTable, ids_digest
+from vflcore.job import JobSpec
+from vflcore.proto import federation_pb2 as pb
+from vflcore.proto import federation_pb2_grpc as pb_grpc
+from vflcore.tensors import TensorKey
+from vflcore.tls import KEEPALIVE_CHANNEL_OPTIONS, TlsFiles, channel_credentials
+from vflclient._exceptions import ServerUnavailable, translated
+from vflclient.algorithms.base import ServerLink
+
+log = structlog.get_logger(__name__)
+
+CLIENT_VERSION = "0.1.0"
+
+# Must match vflserver.service.INSECURE_PARTY_HEADER; duplicated here so the SDK does not import
+# the server package.
+_INSECURE_PARTY_HEADER = "x-vfl-insecure-party"
+
+
+class Connection(ServerLink):
+    """An open, verified channel from one passive party to the server."""
+
+    def __init__(
+        self,
+        address: str,
+        party: int,
+        *,
+        tls: TlsFiles | None,
+        insecure: bool = False,
+        connect_timeout_s: float = 60.0,
+    ) -> None:
+        if tls is None and not insecure:
+            raise ValueError("TLS files are required; plaintext needs insecure=True (the --insecure flag)")
+        self.address, self.party = address, party
+        if insecure:
+            log.warning("insecure_mode", warning="plaintext channel: no encryption, no server verification")
+            self._channel = grpc.insecure_channel(address, options=KEEPALIVE_CHANNEL_OPTIONS)
+            self._metadata: tuple[tuple[str, str], ...] = ((_INSECURE_PARTY_HEADER, str(party)),)
+        else:
+            assert tls is not None
+            self._channel = grpc.secure_channel(address, channel_credentials(tls), options=KEEPALIVE_CHANNEL_OPTIONS)
+            self._metadata = ()
+        try:
+            grpc.channel_ready_future(self._channel).result(timeout=connect_timeout_s)
+        except grpc.FutureTimeoutError:
+            self._channel.close()
+            raise ServerUnavailable(
+                f"could not reach the server at {address} within {connect_timeout_s:.0f} s "
+                "(down, wrong address, or a TLS failure); run `vfl-client --check` for a diagnosis"
+            ) from None
+        self._stub = pb_grpc.FederationStub(self._channel)
+        self._subscription: grpc.Call | None = None
+
+    # ---- lifecycle --------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Cancel the task stream and close the channel; safe to call twice."""
+        if self._subscription is not None:
+            self._subscription.cancel()
+        self._channel.close()
+
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # ---- calls ------------------------------------------------------------------------------
+
+    def join(self, table: PartyTable) -> JobSpec:
+        """Join the server's job with this party's (aligned) table; returns the job settings."""
+        request = pb.JoinRequest(
+            party=self.party,
+            num_rows=table.num_rows,
+            num_features=table.features.shape[1],
+            aligned_ids_digest=ids_digest(table.ids),
+            client_version=CLIENT_VERSION,
+        )
+        with translated("Join"):
+            reply = self._stub.Join(request, metadata=self._metadata)
+        return wire.job_from_proto(reply.job)
+
+    def tasks(self, job_id: str) -> Iterator[tasks.Task]:
+        """The server's work for this party, in order, until a Finish task."""
+        call = self._stub.Subscribe(pb.SubscribeRequest(job_id=job_id), metadata=self._metadata)
+        self._subscription = call
+        with translated("Subscribe"):
+            for message in call:
+                yield wire.task_from_proto(message)
+
+    def heartbeat(self, job_id: str = "", timeout_s: float = 10.0) -> tuple[int, str]:
+        """Who the server says this party is, and the job's state."""
+        with translated("Heartbeat"):
+            reply = self._stub.Heartbeat(pb.HeartbeatRequest(job_id=job_id), metadata=self._metadata, timeout=timeout_s)
+        return reply.party, reply.state
+
+    def send(self, key: TensorKey, array: np.ndarray) -> None:
+        """Upload one tensor (chunked) for ``key``."""
+        with translated("SendEmbeddings"):
+            self._stub.SendEmbeddings(wire.tensor_to_chunks(key, array), metadata=self._metadata)
+
+    def receive(self, key: TensorKey) -> np.ndarray:
+        """Download the tensor the server holds for ``key``; waits until the server has it."""
+        with translated("ReturnGradients"):
+            chunks = self._stub.ReturnGradients(pb.TensorRequest(key=wire.key_to_proto(key)), metadata=self._metadata)
+            got, array = wire.tensor_from_chunks(chunks)
+        if got != key:
+            raise ServerUnavailable(f"ReturnGradients: asked for {key}, the server sent {got}")
+        return array
+
+    def report_failure(self, job_id: str, task_id: int, message: str) -> None:
+        """Tell the server this party's side of a task failed; best effort."""
+        try:
+            self._stub.ReportFailure(
+                pb.FailureReport(job_id=job_id, task_id=task_id, message=message), metadata=self._metadata, timeout=5
+            )
+        except grpc.RpcError as exc:
+            log.warning("report_failure_lost", reason=str(exc))

@@ -1,0 +1,112 @@
+"""A passive party taking part in a job: join, then do what the server's tasks say until Finish.
+
+This is the heart of the public SDK. ``vfl-client`` is a thin program around it, so anything the
+daemon can do, a user's own Python code can do too::
+
+    from vflclient import Connection, PassiveParty, read_party_csv
+    table = read_party_csv(Path("party2.csv"))
+    with Connection("server.example.org:50051", party=2, tls=TlsFiles(...)) as conn:
+        result = PassiveParty(2, table).run(conn)
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import structlog
+import torch
+
+from vflcore.checkpoint import party_dir, save_checkpoint
+from vflcore.data import PartyTable, align_rows
+from vflcore.job import JobSpec
+from vflcore.tasks import EVAL_EMBEDDING, Evaluate, Finish, Infer, Task, TrainEpoch, infer_embedding_name
+from vflcore.tensors import TensorKey
+from vflclient.algorithms import ClientAlgorithm, ModelFactory, PassiveContext, client_algorithm
+from vflclient.connection import Connection
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """How a job ended for this party."""
+
+    job_id: str
+    success: bool
+    message: str
+    epochs_trained: int
+    run_dir: Path
+
+
+class PassiveParty:
+    """One feature holder: its table, its own model, and its checkpoints."""
+
+    def __init__(
+        self,
+        party: int,
+        table: PartyTable,
+        *,
+        model_factory: ModelFactory | None = None,
+        run_dir: Path = Path("runs"),
+    ) -> None:
+        self.party = party
+        self.table = align_rows(table)
+        self.model_factory = model_factory
+        self.run_dir = run_dir
+        self.stop_event = threading.Event()
+        self.job: JobSpec | None = None
+        self.algorithm: ClientAlgorithm | None = None
+
+    def run(self, connection: Connection) -> RunResult:
+        """Join the job and work through its tasks; returns when the server says Finish."""
+        job = connection.join(self.table)
+        self.job = job
+        structlog.contextvars.bind_contextvars(job=job.job_id)
+        log.info("joined", algorithm=job.algorithm, rows=job.num_rows, epochs=job.epochs)
+        self.algorithm = client_algorithm(job.algorithm)(
+            PassiveContext(
+                party=self.party,
+                job=job,
+                schedule=job.schedule(),
+                features=torch.from_numpy(np.ascontiguousarray(self.table.features, dtype=np.float32)),
+                link=connection,
+                model_factory=self.model_factory,
+            )
+        )
+        epochs_trained = 0
+        for task in connection.tasks(job.job_id):
+            if self.stop_event.is_set():
+                break
+            if isinstance(task, Finish):
+                log.info("job_finished", success=task.success, message=task.message)
+                return RunResult(job.job_id, task.success, task.message, epochs_trained, self._dir(job))
+            try:
+                epochs_trained += self._perform(task, connection)
+            except Exception as exc:
+                connection.report_failure(job.job_id, task.task_id, f"{type(exc).__name__}: {exc}")
+                raise
+        return RunResult(job.job_id, False, "stopped before the job finished", epochs_trained, self._dir(job))
+
+    def _perform(self, task: Task, connection: Connection) -> int:
+        """Do one task; returns 1 for a finished training epoch, else 0."""
+        assert self.job is not None and self.algorithm is not None
+        job, algorithm = self.job, self.algorithm
+        match task:
+            case TrainEpoch(_, epoch):
+                structlog.contextvars.bind_contextvars(round=epoch)
+                algorithm.train_epoch(epoch)
+                save_checkpoint(self._dir(job), epoch, algorithm.state())
+                log.info("epoch_done")
+                return 1
+            case Evaluate(_, epoch, rows):
+                connection.send(TensorKey(job.job_id, epoch, 0, EVAL_EMBEDDING), algorithm.embed(rows))
+            case Infer(_, request_id, rows):
+                connection.send(TensorKey(job.job_id, 0, 0, infer_embedding_name(request_id)), algorithm.embed(rows))
+                log.info("inference_served", request=request_id, rows=len(rows))
+        return 0
+
+    def _dir(self, job: JobSpec) -> Path:
+        return party_dir(self.run_dir, job.job_id, self.party)

@@ -1,0 +1,277 @@
+"""Read one party's CSV table into arrays, and put its rows into the order every party shares.
+
+Each party keeps its own CSV with an ID column. This module turns that file into a `PartyTable`
+(IDs, float32 features, optional raw labels) and refuses, with a message that names the file,
+column and line, anything training would silently get wrong: missing columns, non-numeric or
+non-finite values, empty or duplicate IDs.
+
+Until PSI lands, alignment is provisional: every party holds the same ID set and sorts its rows
+by ID (`align_rows`), so row i means the same sample everywhere. `ids_digest` lets parties
+check that they hold the same ID set without sending the IDs themselves.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["DataError", "PartyTable", "align_rows", "ids_digest", "read_party_csv"]
+
+_MAX_EXAMPLES = 3
+
+
+class DataError(ValueError):
+    """A party's table cannot be used; the message names the file and says what to fix."""
+
+
+@dataclass(frozen=True, eq=False)  # eq=False: comparing numpy arrays field by field is ambiguous
+class PartyTable:
+    """One party's rows: string IDs, float32 features and, for the active party, raw labels.
+
+    `labels` stay float64 exactly as read; the caller casts them (int64 class ids or float32
+    targets) because only the caller knows the task.
+    """
+
+    ids: np.ndarray
+    features: np.ndarray
+    feature_names: tuple[str, ...]
+    labels: np.ndarray | None
+    source: Path
+
+    def __post_init__(self) -> None:
+        n = len(self.ids)
+        if self.features.ndim != 2 or self.features.shape != (n, len(self.feature_names)):
+            raise ValueError(
+                f"{self.source}: features have shape {self.features.shape}, expected "
+                f"({n}, {len(self.feature_names)}) for {n} IDs and {len(self.feature_names)} feature names"
+            )
+        if self.labels is not None and self.labels.shape != (n,):
+            raise ValueError(f"{self.source}: labels have shape {self.labels.shape}, expected ({n},)")
+
+    @property
+    def num_rows(self) -> int:
+        """Number of rows (samples) in the table."""
+        return len(self.ids)
+
+
+def read_party_csv(
+    path: Path,
+    *,
+    id_column: str = "id",
+    label_column: str | None = None,
+    feature_columns: Sequence[str] | None = None,
+) -> PartyTable:
+    """Read one party's CSV; features default to every column except the ID and label columns.
+
+    Raises `DataError` for anything that would make training silently wrong, so a party
+    finds out at startup rather than after the federation has begun.
+    """
+    path = Path(path)
+    header, rows, line_numbers = _read_rows(path)
+    id_index = _column_index(path, header, id_column, role="ID")
+    label_index = None if label_column is None else _column_index(path, header, label_column, role="label")
+    feature_names = _feature_names(path, header, id_column, label_column, feature_columns)
+    feature_indices = [header.index(name) for name in feature_names]
+
+    ids = _parse_ids(path, id_column, [row[id_index] for row in rows], line_numbers)
+    features = _parse_numbers(
+        path, feature_names, [[row[i] for i in feature_indices] for row in rows], line_numbers
+    )
+    labels = None
+    if label_column is not None and label_index is not None:
+        label_cells = [[row[label_index]] for row in rows]
+        labels = _parse_numbers(path, [label_column], label_cells, line_numbers, dtype=np.float64)[:, 0]
+    return PartyTable(
+        ids=ids,
+        features=features,
+        feature_names=tuple(feature_names),
+        labels=labels,
+        source=path,
+    )
+
+
+def align_rows(table: PartyTable) -> PartyTable:
+    """Return the table with rows sorted by ID (string order).
+
+    This is the provisional alignment before PSI: parties holding the same ID set all end up
+    with the same row order, so batch indices mean the same samples on every side.
+    """
+    order = np.argsort(table.ids, kind="stable")
+    return PartyTable(
+        ids=table.ids[order],
+        features=table.features[order],
+        feature_names=table.feature_names,
+        labels=None if table.labels is None else table.labels[order],
+        source=table.source,
+    )
+
+
+def ids_digest(ids: np.ndarray) -> bytes:
+    """SHA-256 over the sorted IDs, each UTF-8 encoded and followed by a newline.
+
+    Parties compare digests to confirm they hold the same ID set without revealing the IDs.
+    `read_party_csv` rejects IDs containing line breaks, so the newline framing is unambiguous.
+    """
+    digest = hashlib.sha256()
+    for value in sorted(str(v) for v in ids):
+        digest.update(value.encode("utf-8"))
+        digest.update(b"\n")
+    return digest.digest()
+
+
+def _read_rows(path: Path) -> tuple[list[str], list[list[str]], list[int]]:
+    """Read header and data rows, skipping blank lines; keep each row's line number for errors."""
+    if not path.is_file():
+        raise DataError(f"{path}: file not found; check the path in the party's data setting")
+    try:
+        # utf-8-sig: spreadsheets often write a byte-order mark that would otherwise stick to
+        # the first column name and make the ID column "missing".
+        with path.open(newline="", encoding="utf-8-sig") as handle:
+            reader = csv.reader(handle)
+            header = next((row for row in reader if row), None)
+            if header is None:
+                raise DataError(f"{path}: file is empty; it needs a header line naming the columns")
+            header = [name.strip() for name in header]
+            _check_header(path, header)
+            rows: list[list[str]] = []
+            line_numbers: list[int] = []
+            for row in reader:
+                if not row:
+                    continue
+                if len(row) != len(header):
+                    raise DataError(
+                        f"{path}: line {reader.line_num} has {len(row)} fields but the header has "
+                        f"{len(header)}; fix the row (a stray comma or an unquoted comma in a value)"
+                    )
+                rows.append(row)
+                line_numbers.append(reader.line_num)
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}: not UTF-8 text ({exc.reason}); re-save the file as UTF-8 CSV") from exc
+    except csv.Error as exc:
+        raise DataError(f"{path}: malformed CSV ({exc}); fix the quoting in the file") from exc
+    if not rows:
+        raise DataError(f"{path}: header found but no data rows; the party needs at least one row")
+    return header, rows, line_numbers
+
+
+def _check_header(path: Path, header: list[str]) -> None:
+    """Reject blank or repeated column names, which would make column lookup ambiguous."""
+    if any(name == "" for name in header):
+        raise DataError(f"{path}: the header has an empty column name; give every column a name")
+    repeated = sorted(name for name, count in Counter(header).items() if count > 1)
+    if repeated:
+        raise DataError(f"{path}: column names appear more than once: {repeated}; rename them")
+
+
+def _column_index(path: Path, header: list[str], column: str, *, role: str) -> int:
+    if column not in header:
+        raise DataError(
+            f"{path}: {role} column {column!r} not found; columns found: {header}. "
+            f"Rename the column in the file or set the {role} column name in the config"
+        )
+    return header.index(column)
+
+
+def _feature_names(
+    path: Path,
+    header: list[str],
+    id_column: str,
+    label_column: str | None,
+    feature_columns: Sequence[str] | None,
+) -> list[str]:
+    reserved = {id_column} if label_column is None else {id_column, label_column}
+    if feature_columns is None:
+        return [name for name in header if name not in reserved]
+    missing = [name for name in feature_columns if name not in header]
+    if missing:
+        raise DataError(
+            f"{path}: feature columns {missing} not found; columns found: {header}. "
+            "Fix the feature column list in the config"
+        )
+    clashing = [name for name in feature_columns if name in reserved]
+    if clashing:
+        raise DataError(
+            f"{path}: columns {clashing} are listed as features but are the ID or label column; "
+            "remove them from the feature column list"
+        )
+    repeated = sorted(name for name, count in Counter(feature_columns).items() if count > 1)
+    if repeated:
+        raise DataError(f"{path}: feature columns {repeated} are listed more than once; list each once")
+    return list(feature_columns)
+
+
+def _parse_ids(path: Path, id_column: str, values: list[str], line_numbers: list[int]) -> np.ndarray:
+    """Keep IDs exactly as written, but refuse empty, multi-line and duplicate IDs."""
+    for value, line in zip(values, line_numbers, strict=True):
+        if not value.strip():
+            raise DataError(
+                f"{path}: line {line}, column {id_column!r}: empty ID; give the row an ID or remove it"
+            )
+        if "\n" in value or "\r" in value:
+            raise DataError(
+                f"{path}: line {line}, column {id_column!r}: ID {value!r} contains a line break; "
+                "IDs must be single-line strings"
+            )
+    counts = Counter(values)
+    duplicated = [value for value, count in counts.items() if count > 1]
+    if duplicated:
+        extra_rows = sum(counts[value] - 1 for value in duplicated)
+        examples = ", ".join(repr(value) for value in duplicated[:_MAX_EXAMPLES])
+        raise DataError(
+            f"{path}: column {id_column!r} has {len(duplicated)} duplicated IDs ({extra_rows} extra rows), "
+            f"e.g. {examples}. PSI alignment will remove duplicates in a later release; for now, "
+            "fix the file so every ID appears once"
+        )
+    ids = np.empty(len(values), dtype=object)
+    ids[:] = values
+    return ids
+
+
+def _parse_numbers(
+    path: Path,
+    columns: Sequence[str],
+    cells: list[list[str]],
+    line_numbers: list[int],
+    dtype: type[np.floating] = np.float32,
+) -> np.ndarray:
+    """Convert string cells to a finite float array, naming the first bad cell's line and column."""
+    if not columns:
+        return np.zeros((len(cells), 0), dtype=dtype)
+    try:
+        values = np.array([[float(cell) for cell in row] for row in cells], dtype=np.float64)
+    except ValueError:
+        raise _non_number_error(path, columns, cells, line_numbers) from None
+    with np.errstate(over="ignore"):  # overflow to inf is reported below, with its location
+        converted = values.astype(dtype)
+    finite = np.isfinite(converted)
+    if not finite.all():
+        row, col = (int(i) for i in np.argwhere(~finite)[0])
+        raise DataError(
+            f"{path}: line {line_numbers[row]}, column {columns[col]!r}: value {cells[row][col]!r} is not "
+            f"a finite number (NaN, inf, or too large for {np.dtype(dtype).name}); "
+            "impute or drop the row before training"
+        )
+    return converted
+
+
+def _non_number_error(
+    path: Path, columns: Sequence[str], cells: list[list[str]], line_numbers: list[int]
+) -> DataError:
+    """Build the error for the first cell `float()` rejects; only called once conversion failed."""
+    for row, line in zip(cells, line_numbers, strict=True):
+        for column, cell in zip(columns, row, strict=True):
+            try:
+                float(cell)
+            except ValueError:
+                what = "empty value" if not cell.strip() else f"value {cell!r} is not a number"
+                return DataError(
+                    f"{path}: line {line}, column {column!r}: {what}; "
+                    "every feature and label value must be numeric, so fill it in or drop the row"
+                )
+    return DataError(f"{path}: a value could not be read as a number; check the numeric columns")

@@ -1,0 +1,131 @@
+"""Configure structured logging once per daemon, and show progress bars only to a human.
+
+A daemon calls `configure_logging()` at its entry point. Output is JSON lines when stdout is not
+a terminal (so log collectors get one parsable object per event) and coloured console lines when
+it is. Values bound with `structlog.contextvars.bind_contextvars(party=..., round=...)` appear in
+every event, which is how one party's log lines stay attributable. Records from stdlib `logging`
+(third-party libraries) are rendered the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Iterable
+from typing import Any, TextIO, TypeVar
+
+import structlog
+from structlog.typing import EventDict, FilteringBoundLogger, Processor, WrappedLogger
+
+__all__ = ["LEVELS", "configure_logging", "get_logger", "progress"]
+
+LEVELS = ("debug", "info", "warning", "error", "critical")
+
+T = TypeVar("T")
+
+
+class _VflHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Marks the stdlib handler we install, so reconfiguring replaces it and leaves others alone."""
+
+
+class _NamedPrintLogger(structlog.PrintLogger):
+    """A PrintLogger that remembers the name given to `get_logger`, for the `logger` field."""
+
+    def __init__(self, file: TextIO, name: str) -> None:
+        super().__init__(file)
+        self.name = name
+
+
+class _NamedPrintLoggerFactory:
+    """Like structlog's PrintLoggerFactory, but keeps `get_logger`'s name on the logger."""
+
+    def __init__(self, file: TextIO) -> None:
+        self._file = file
+
+    def __call__(self, *args: Any) -> _NamedPrintLogger:
+        return _NamedPrintLogger(self._file, str(args[0]) if args else "")
+
+
+def _add_logger_name(logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
+    """Add `logger=<name>` for our own events; stdlib records get theirs from add_logger_name."""
+    name = getattr(logger, "name", "")
+    if name:
+        event_dict.setdefault("logger", name)
+    return event_dict
+
+
+def configure_logging(*, json: bool | None = None, level: str = "info", stream: TextIO | None = None) -> None:
+    """Set up structlog (and stdlib logging) for this process; call once at a daemon's entry point.
+
+    json=None chooses by whether stdout is a terminal; `stream` defaults to stdout and exists
+    mainly so tests can capture output.
+    """
+    if level.lower() not in LEVELS:
+        raise ValueError(f"unknown log level {level!r}; choose one of {', '.join(LEVELS)}")
+    level_number = logging.getLevelNamesMapping()[level.upper()]
+    out = sys.stdout if stream is None else stream
+    use_json = not out.isatty() if json is None else json
+
+    shared: list[Processor] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    renderer: Processor
+    if use_json:
+        renderer = structlog.processors.JSONRenderer()
+        tail: list[Processor] = [structlog.processors.dict_tracebacks, renderer]
+    else:
+        renderer = structlog.dev.ConsoleRenderer(colors=out.isatty())
+        tail = [renderer]  # the console renderer formats exceptions itself
+
+    structlog.configure(
+        processors=[*shared, _add_logger_name, structlog.processors.StackInfoRenderer(), *tail],
+        wrapper_class=structlog.make_filtering_bound_logger(level_number),
+        logger_factory=_NamedPrintLoggerFactory(out),
+        # not cached: tests swap the configuration (structlog.testing.capture_logs) after
+        # module-level loggers have already been used
+        cache_logger_on_first_use=False,
+    )
+    _route_stdlib_logging(out, level_number, [*shared, structlog.stdlib.add_logger_name], tail)
+
+
+def _route_stdlib_logging(
+    out: TextIO, level_number: int, pre_chain: list[Processor], tail: list[Processor]
+) -> None:
+    """Render stdlib records (grpc, asyncio, ...) through the same processors as our own events."""
+    handler = _VflHandler(out)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=pre_chain,
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *tail],
+        )
+    )
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if isinstance(h, _VflHandler)]:
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level_number)
+
+
+def get_logger(name: str) -> FilteringBoundLogger:
+    """A structlog logger whose events carry `logger=name`, e.g. the module's __name__.
+
+    Safe to call at import time: the logger resolves the configuration when it is used.
+    """
+    logger: FilteringBoundLogger = structlog.get_logger(name)
+    return logger
+
+
+def progress(iterable: Iterable[T], *, total: int | None, desc: str) -> Iterable[T]:
+    """Wrap iterable in a tqdm bar when stderr is a terminal; otherwise return it unchanged.
+
+    Progress bars in a daemon's log file are noise (carriage returns, partial lines), so they
+    are shown only to a person watching.
+    """
+    if not sys.stderr.isatty():
+        return iterable
+    from tqdm import tqdm  # imported lazily: daemons without a terminal never need it
+
+    bar: Iterable[T] = tqdm(iterable, total=total, desc=desc, file=sys.stderr, leave=False)
+    return bar

@@ -1,0 +1,92 @@
+"""Build the torch pieces a party trains: MLPs, user-supplied model factories and optimizers.
+
+Each party builds its own bottom model (and the active party its head) from the job settings.
+Initialisation is seeded per party through `build_seeded`, so a rerun with the same seed gives
+the same weights without disturbing the global torch RNG that other code may rely on.
+"""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+from collections.abc import Callable, Iterable, Sequence
+
+import torch
+from torch import nn
+
+__all__ = ["OPTIMIZERS", "build_seeded", "load_factory", "make_optimizer", "mlp"]
+
+OPTIMIZERS = ("adam", "sgd")
+_SGD_MOMENTUM = 0.9
+
+
+def mlp(in_features: int, hidden: Sequence[int], out_features: int) -> nn.Sequential:
+    """Linear+ReLU blocks of the given hidden widths, then a final Linear with no activation.
+
+    The last layer stays linear because its output is either an embedding handed to another
+    party or logits for the loss, and neither should be clipped at zero.
+    """
+    widths = [in_features, *hidden, out_features]
+    if any(width < 1 for width in widths):
+        raise ValueError(
+            f"layer widths must be positive, got in={in_features} hidden={list(hidden)} out={out_features}"
+        )
+    layers: list[nn.Module] = []
+    for width_in, width_out in itertools.pairwise(widths[:-1]):
+        layers += [nn.Linear(width_in, width_out), nn.ReLU()]
+    layers.append(nn.Linear(widths[-2], widths[-1]))
+    return nn.Sequential(*layers)
+
+
+def load_factory(spec: str) -> Callable[..., nn.Module]:
+    """Resolve "package.module:function" to a callable that builds a model.
+
+    Lets a party plug in its own architecture by naming it in the config; each failure mode
+    gets its own message because the spec is typed by hand.
+    """
+    module_name, sep, attribute = spec.partition(":")
+    if not sep or not module_name or not attribute or ":" in attribute:
+        raise ValueError(f"model factory {spec!r} must look like 'package.module:function'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(
+            f"model factory {spec!r}: cannot import module {module_name!r} ({exc}); "
+            "install it or add its directory to PYTHONPATH"
+        ) from exc
+    factory = module
+    for part in attribute.split("."):
+        if not hasattr(factory, part):
+            raise ValueError(f"model factory {spec!r}: module {module_name!r} has no attribute {attribute!r}")
+        factory = getattr(factory, part)
+    if not callable(factory):
+        raise ValueError(f"model factory {spec!r}: {attribute!r} is a {type(factory).__name__}, not callable")
+    built: Callable[..., nn.Module] = factory
+    return built
+
+
+def make_optimizer(name: str, params: Iterable[nn.Parameter], lr: float) -> torch.optim.Optimizer:
+    """Create the named optimizer: "sgd" (momentum 0.9) or "adam"."""
+    if lr <= 0:
+        raise ValueError(f"learning rate must be positive, got {lr}")
+    key = name.lower()
+    if key == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=_SGD_MOMENTUM)
+    if key == "adam":
+        return torch.optim.Adam(params, lr=lr)
+    raise ValueError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")
+
+
+def build_seeded(factory: Callable[[], nn.Module], seed: int) -> nn.Module:
+    """Call factory with torch's RNG seeded, restoring the global RNG state afterwards.
+
+    Reproducible initialisation per party, without making the rest of the process's random
+    draws depend on how many models were built before.
+    """
+    # devices=[]: fork only the CPU generator; this service never initialises CUDA.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        module = factory()
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"model factory returned {type(module).__name__}, expected a torch.nn.Module")
+    return module

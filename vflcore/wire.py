@@ -1,0 +1,170 @@
+"""The one boundary between protobuf messages and the domain's dataclasses and arrays.
+
+Paired ``*_to_proto`` / ``*_from_proto`` functions live here and nowhere else. Tensors are cut
+into chunks of at most ``CHUNK_BYTES`` and reassembled by ``TensorAssembler``, which validates
+the announced layout before it buffers a byte and never unpickles anything.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+
+import numpy as np
+
+from vflcore import tasks
+from vflcore.job import JobSpec
+from vflcore.proto import federation_pb2 as pb
+from vflcore.tensors import (
+    CHUNK_BYTES,
+    TensorError,
+    TensorKey,
+    as_wire_array,
+    check_header,
+    check_values,
+)
+
+
+def key_to_proto(key: TensorKey) -> pb.TensorKey:
+    return pb.TensorKey(job_id=key.job_id, round=key.round, batch=key.batch, name=key.name)
+
+
+def key_from_proto(msg: pb.TensorKey) -> TensorKey:
+    return TensorKey(job_id=msg.job_id, round=msg.round, batch=msg.batch, name=msg.name)
+
+
+def tensor_to_chunks(
+    key: TensorKey, array: np.ndarray, chunk_bytes: int = CHUNK_BYTES
+) -> Iterator[pb.TensorChunk]:
+    """Cut a tensor into messages of at most ``chunk_bytes`` payload; an empty tensor is one chunk."""
+    arr = as_wire_array(array)
+    payload = memoryview(arr).cast("B") if arr.size else memoryview(b"")
+    header = {
+        "key": key_to_proto(key),
+        "dtype": arr.dtype.name,
+        "shape": list(arr.shape),
+        "total_bytes": payload.nbytes,
+    }
+    offset = 0
+    while True:
+        end = min(offset + chunk_bytes, payload.nbytes)
+        yield pb.TensorChunk(offset=offset, data=payload[offset:end].tobytes(), **header)  # type: ignore[arg-type]
+        offset = end
+        if offset >= payload.nbytes:
+            return
+
+
+class TensorAssembler:
+    """Rebuilds one tensor from its chunks, refusing anything inconsistent or oversized."""
+
+    def __init__(self) -> None:
+        self._key: TensorKey | None = None
+        self._dtype = ""
+        self._shape: tuple[int, ...] = ()
+        self._buffer: bytearray | None = None
+        self._filled = 0
+
+    def add(self, chunk: pb.TensorChunk) -> None:
+        shape = tuple(int(d) for d in chunk.shape)
+        if self._buffer is None:
+            check_header(chunk.dtype, shape, chunk.total_bytes)
+            self._key = key_from_proto(chunk.key)
+            self._dtype, self._shape = chunk.dtype, shape
+            self._buffer = bytearray(chunk.total_bytes)
+        elif (key_from_proto(chunk.key), chunk.dtype, shape) != (self._key, self._dtype, self._shape):
+            raise TensorError("key", "chunks of one stream must all carry the same key, dtype and shape")
+        if chunk.offset != self._filled:
+            raise TensorError("offset", f"chunk at offset {chunk.offset}, expected {self._filled}")
+        end = self._filled + len(chunk.data)
+        if end > len(self._buffer):
+            raise TensorError("data", f"chunks carry more than the announced {len(self._buffer)} bytes")
+        self._buffer[self._filled : end] = chunk.data
+        self._filled = end
+
+    def result(self) -> tuple[TensorKey, np.ndarray]:
+        """The key and the validated array; raises if the stream was empty or truncated."""
+        if self._buffer is None or self._key is None:
+            raise TensorError("chunks", "the stream carried no tensor")
+        if self._filled != len(self._buffer):
+            raise TensorError("data", f"truncated: got {self._filled} of {len(self._buffer)} bytes")
+        array = np.frombuffer(self._buffer, dtype=np.dtype(self._dtype).newbyteorder("<")).reshape(
+            self._shape
+        )
+        check_values(array)
+        return self._key, array
+
+
+def tensor_from_chunks(chunks: Iterable[pb.TensorChunk]) -> tuple[TensorKey, np.ndarray]:
+    """Assemble and validate a whole chunk stream."""
+    assembler = TensorAssembler()
+    for chunk in chunks:
+        assembler.add(chunk)
+    return assembler.result()
+
+
+def job_to_proto(job: JobSpec) -> pb.JobSpec:
+    return pb.JobSpec(
+        job_id=job.job_id,
+        algorithm=job.algorithm,
+        task=job.task,
+        seed=job.seed,
+        batch_size=job.batch_size,
+        epochs=job.epochs,
+        embedding_dim=job.embedding_dim,
+        bottom_hidden=list(job.bottom_hidden),
+        optimizer=job.optimizer,
+        learning_rate=job.learning_rate,
+        test_fraction=job.test_fraction,
+        num_rows=job.num_rows,
+        passive_parties=list(job.passive_parties),
+        algorithm_options=job.options_json(),
+    )
+
+
+def job_from_proto(msg: pb.JobSpec) -> JobSpec:
+    try:
+        options = json.loads(msg.algorithm_options) if msg.algorithm_options else {}
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"job.algorithm_options is not valid JSON: {exc}") from exc
+    return JobSpec(
+        job_id=msg.job_id,
+        algorithm=msg.algorithm,
+        task=msg.task,
+        seed=msg.seed,
+        batch_size=msg.batch_size,
+        epochs=msg.epochs,
+        embedding_dim=msg.embedding_dim,
+        bottom_hidden=tuple(msg.bottom_hidden),
+        optimizer=msg.optimizer,
+        learning_rate=msg.learning_rate,
+        test_fraction=msg.test_fraction,
+        num_rows=msg.num_rows,
+        passive_parties=tuple(msg.passive_parties),
+        algorithm_options=options,
+    )
+
+
+def task_to_proto(task: tasks.Task) -> pb.Task:
+    match task:
+        case tasks.TrainEpoch(task_id, epoch):
+            return pb.Task(task_id=task_id, train_epoch=pb.TrainEpoch(epoch=epoch))
+        case tasks.Evaluate(task_id, epoch, rows):
+            return pb.Task(task_id=task_id, evaluate=pb.Evaluate(epoch=epoch, rows=rows.tolist()))
+        case tasks.Infer(task_id, request_id, rows):
+            return pb.Task(task_id=task_id, infer=pb.Infer(request_id=request_id, rows=rows.tolist()))
+        case tasks.Finish(task_id, success, message):
+            return pb.Task(task_id=task_id, finish=pb.Finish(success=success, message=message))
+    raise TypeError(f"not a task: {task!r}")
+
+
+def task_from_proto(msg: pb.Task) -> tasks.Task:
+    kind = msg.WhichOneof("kind")
+    if kind == "train_epoch":
+        return tasks.TrainEpoch(msg.task_id, msg.train_epoch.epoch)
+    if kind == "evaluate":
+        return tasks.Evaluate(msg.task_id, msg.evaluate.epoch, np.asarray(msg.evaluate.rows, dtype=np.int64))
+    if kind == "infer":
+        return tasks.Infer(msg.task_id, msg.infer.request_id, np.asarray(msg.infer.rows, dtype=np.int64))
+    if kind == "finish":
+        return tasks.Finish(msg.task_id, msg.finish.success, msg.finish.message)
+    raise ValueError(f"task {msg.task_id} has no kind this client understands ({kind!r}); upgrade the client")

@@ -1,0 +1,204 @@
+"""The active party: it owns the labels, drives the job, evaluates, and scores rows by ID.
+
+``ActiveParty.run`` is the whole job as the label holder sees it: wait for every passive party,
+train epoch by epoch through the configured algorithm, evaluate on the held-out rows after each
+epoch, checkpoint, and finally run federated inference on the held-out rows. The gRPC handlers
+never touch this class directly; they talk to its ``Federation``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import structlog
+import torch
+
+from vflcore.checkpoint import party_dir, save_checkpoint
+from vflcore.data import PartyTable, align_rows, ids_digest
+from vflcore.errors import ConfigError, JobAborted
+from vflcore.job import JobSpec
+from vflcore.losses import label_tensor, task_loss
+from vflcore.metrics import task_metrics
+from vflcore.tasks import EVAL_EMBEDDING, Evaluate, Infer, infer_embedding_name
+from vflserver.algorithms import ActiveContext, ServerAlgorithm, server_algorithm
+from vflserver.federation import Federation
+
+log = structlog.get_logger(__name__)
+
+ACTIVE_PARTY = 1
+
+
+@dataclass(frozen=True)
+class EpochReport:
+    """What one epoch did: its mean training loss and the held-out metrics after it."""
+
+    epoch: int
+    train_loss: float
+    test_loss: float
+    metrics: dict[str, float]
+    seconds: float
+
+
+@dataclass
+class RunSummary:
+    """The outcome of a job on the active party."""
+
+    job_id: str
+    epochs: list[EpochReport] = field(default_factory=list)
+    final_metrics: dict[str, float] = field(default_factory=dict)
+    run_dir: Path | None = None
+
+
+class ActiveParty:
+    """The label holder's side of one job."""
+
+    def __init__(
+        self,
+        job: JobSpec,
+        table: PartyTable,
+        *,
+        top_hidden: Sequence[int] = (64,),
+        run_dir: Path = Path("runs"),
+        step_timeout_s: float = 300.0,
+    ) -> None:
+        if table.labels is None:
+            raise ConfigError(f"{table.source}: the active party's data needs a label column")
+        aligned = align_rows(table)
+        if not job.job_id:
+            job = replace(job, job_id=f"job-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}")
+        self.job = replace(job, num_rows=aligned.num_rows)
+        self.table = aligned
+        self.schedule = self.job.schedule()
+        labels, outputs = label_tensor(self.job.task, torch.from_numpy(np.asarray(aligned.labels, dtype=np.float64)))
+        self.labels = labels
+        self.federation = Federation(self.job, ids_digest(aligned.ids), step_timeout_s=step_timeout_s)
+        self.algorithm: ServerAlgorithm = server_algorithm(self.job.algorithm)(
+            ActiveContext(
+                job=self.job,
+                schedule=self.schedule,
+                federation=self.federation,
+                features=torch.from_numpy(np.ascontiguousarray(aligned.features, dtype=np.float32)),
+                labels=labels,
+                num_outputs=outputs,
+                top_hidden=tuple(top_hidden),
+            )
+        )
+        self.run_dir = party_dir(run_dir, self.job.job_id, ACTIVE_PARTY)
+        self.stop_event = threading.Event()
+        self._row_of_id = {str(i): n for n, i in enumerate(aligned.ids)}
+        self._inference_lock = threading.Lock()
+        self._loss_fn = task_loss(self.job.task)
+
+    # ---- the job ----------------------------------------------------------------------------
+
+    def run(
+        self, *, join_timeout_s: float = 300.0, on_epoch: Callable[[EpochReport], None] | None = None
+    ) -> RunSummary:
+        """Train, evaluate and score the held-out rows; always tell the parties how it ended."""
+        summary = RunSummary(job_id=self.job.job_id, run_dir=self.run_dir)
+        fed = self.federation
+        try:
+            log.info("waiting_for_parties", parties=list(self.job.passive_parties), timeout_s=join_timeout_s)
+            fed.wait_until_ready(join_timeout_s, self.stop_event)
+            fed.state = "training"
+            for epoch in range(self.job.epochs):
+                structlog.contextvars.bind_contextvars(round=epoch)
+                if self.stop_event.is_set():
+                    raise JobAborted("shutdown requested")
+                started = time.perf_counter()
+                train_loss = self.algorithm.train_epoch(epoch)
+                test_loss, metrics = self.evaluate(epoch)
+                report = EpochReport(epoch, train_loss, test_loss, metrics, time.perf_counter() - started)
+                summary.epochs.append(report)
+                save_checkpoint(self.run_dir, epoch, self.algorithm.state())
+                log.info("epoch_done", train_loss=train_loss, test_loss=test_loss, **metrics)
+                if on_epoch is not None:
+                    on_epoch(report)
+            structlog.contextvars.unbind_contextvars("round")
+            fed.state = "serving"
+            summary.final_metrics = self._final_inference()
+            self._write_summary(summary)
+            fed.finish(True, "training finished")
+            fed.state = "finished"
+            return summary
+        except BaseException as exc:
+            fed.finish(False, f"the active party stopped the job: {exc}")
+            fed.abort(exc if isinstance(exc, Exception) else JobAborted("interrupted"))
+            raise
+
+    def evaluate(self, epoch: int) -> tuple[float, dict[str, float]]:
+        """Loss and task metrics on the held-out rows, with every party's current model."""
+        rows = self.schedule.test_rows
+        if len(rows) == 0:
+            return float("nan"), {}
+        fed = self.federation
+        fed.expect(EVAL_EMBEDDING, epoch, 0, (len(rows), self.job.embedding_dim))
+        fed.dispatch(lambda tid: Evaluate(tid, epoch, rows))
+        output = self.algorithm.predict(rows, fed.gather(EVAL_EMBEDDING, epoch, 0))
+        loss = float(self._loss_fn(output, self.labels[rows]))
+        return loss, task_metrics(self.job.task, self._label_array(rows), output.numpy())
+
+    # ---- inference --------------------------------------------------------------------------
+
+    def predict_rows(self, rows: np.ndarray) -> np.ndarray:
+        """Federated inference on aligned rows: every passive party must be online."""
+        request_id = uuid.uuid4().hex[:12]
+        name = infer_embedding_name(request_id)
+        fed = self.federation
+        with self._inference_lock:
+            for party in self.job.passive_parties:
+                fed.check_online(party)
+            fed.expect(name, 0, 0, (len(rows), self.job.embedding_dim))
+            fed.dispatch(lambda tid: Infer(tid, request_id, rows))
+            output = self.algorithm.predict(rows, fed.gather(name, 0, 0))
+        return output.numpy()
+
+    def predict_ids(self, ids: Sequence[str]) -> np.ndarray:
+        """Federated inference by sample ID; an unknown ID is an error that names it."""
+        missing = [i for i in ids if str(i) not in self._row_of_id]
+        if missing:
+            raise KeyError(f"{len(missing)} ID(s) are not among the aligned rows, e.g. {missing[:3]}")
+        return self.predict_rows(np.asarray([self._row_of_id[str(i)] for i in ids], dtype=np.int64))
+
+    def _final_inference(self) -> dict[str, float]:
+        rows = self.schedule.test_rows
+        if len(rows) == 0:
+            return {}
+        ids = [str(self.table.ids[r]) for r in rows]
+        output = self.predict_ids(ids)
+        metrics = task_metrics(self.job.task, self._label_array(rows), output)
+        self._write_predictions(ids, rows, output)
+        log.info("federated_inference_done", rows=len(rows), **metrics)
+        return metrics
+
+    def _label_array(self, rows: np.ndarray) -> np.ndarray:
+        return self.labels[rows].numpy().reshape(len(rows), -1).squeeze(-1)
+
+    # ---- reports ----------------------------------------------------------------------------
+
+    def _write_predictions(self, ids: list[str], rows: np.ndarray, output: np.ndarray) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        labels = self._label_array(rows)
+        predicted = output.argmax(axis=1) if self.job.task == "classification" else output.reshape(-1)
+        with (self.run_dir / "test_predictions.csv").open("w") as fh:
+            fh.write("id,label,prediction\n")
+            for i, y, p in zip(ids, labels, predicted, strict=True):
+                fh.write(f"{i},{y},{p}\n")
+
+    def _write_summary(self, summary: RunSummary) -> None:
+        payload: dict[str, Any] = {
+            "job_id": summary.job_id,
+            "algorithm": self.job.algorithm,
+            "epochs": [vars(e) for e in summary.epochs],
+            "final_metrics": summary.final_metrics,
+        }
+        (self.run_dir / "summary.json").write_text(json.dumps(payload, indent=2))
+

@@ -1,0 +1,22 @@
+"""The server halves of the training algorithms, by the name ``[job] algorithm`` uses."""
+
+from __future__ import annotations
+
+from vflcore.errors import ConfigError
+from vflserver.algorithms.base import ActiveContext, ServerAlgorithm
+from vflserver.algorithms.splitnn import SplitNNServer
+
+SERVER_ALGORITHMS: dict[str, type[ServerAlgorithm]] = {
+    SplitNNServer.name: SplitNNServer,
+}
+
+
+def server_algorithm(name: str) -> type[ServerAlgorithm]:
+    """The server half for ``name``, or a ConfigError listing what exists."""
+    try:
+        return SERVER_ALGORITHMS[name]
+    except KeyError:
+        raise ConfigError(f"[job] algorithm = {name!r} is not available; choose one of {sorted(SERVER_ALGORITHMS)}") from None
+
+
+__all__ = ["SERVER_ALGORITHMS", "ActiveContext", "ServerAlgorithm", "server_algorithm"]

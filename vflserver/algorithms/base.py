@@ -1,0 +1,54 @@
+"""What every algorithm's server half provides, and what the active party gives it to work with.
+
+An algorithm is one module per side. The active party's daemon only calls the methods below,
+so adding an algorithm adds modules, not branches in the daemon.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from vflcore.job import JobSpec, Schedule
+from vflserver.federation import Federation
+
+
+@dataclass
+class ActiveContext:
+    """The active party's own data and its link to the passive parties, for one job."""
+
+    job: JobSpec
+    schedule: Schedule
+    federation: Federation
+    features: torch.Tensor  # aligned rows x own features (may have 0 columns)
+    labels: torch.Tensor  # int64 class ids, or float32 (n, 1) targets for regression
+    num_outputs: int
+    top_hidden: tuple[int, ...]
+
+
+class ServerAlgorithm(ABC):
+    """The active party's half of a training algorithm."""
+
+    #: The name used in ``[job] algorithm``.
+    name: str
+
+    def __init__(self, ctx: ActiveContext) -> None:
+        self.ctx = ctx
+        #: The training loss of every step, in order: what reference tests compare.
+        self.step_losses: list[float] = []
+
+    @abstractmethod
+    def train_epoch(self, epoch: int) -> float:
+        """Run one epoch with every passive party; return the mean training loss."""
+
+    @abstractmethod
+    def predict(self, rows: np.ndarray, embeddings: dict[int, np.ndarray]) -> torch.Tensor:
+        """The model's output for aligned ``rows``, given each passive party's representation."""
+
+    @abstractmethod
+    def state(self) -> dict[str, Any]:
+        """Model and optimizer state for the active party's checkpoint."""

@@ -1,0 +1,90 @@
+"""SplitNN, the active party's half (thesis 002 §4.1): concatenate, top model, send gradients back.
+
+Per step: wait for every passive party's h^k of the batch, concatenate them with the active
+party's own h^1 (if it has features), run the top model and the loss, and return ∂L/∂h^k to
+each party. Gradients are published before the optimizer step, so the passive parties start
+their backward pass while the active party is still updating.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from vflcore.job import model_seed
+from vflcore.losses import task_loss
+from vflcore.models import build_seeded, make_optimizer, mlp
+from vflcore.tasks import EMBEDDING, GRADIENT, TrainEpoch
+from vflcore.tensors import TensorKey
+from vflserver.algorithms.base import ActiveContext, ServerAlgorithm
+
+ACTIVE = 1
+
+
+class SplitNNServer(ServerAlgorithm):
+    """Top model over the concatenated representations of every party."""
+
+    name = "splitnn"
+
+    def __init__(self, ctx: ActiveContext) -> None:
+        super().__init__(ctx)
+        job = ctx.job
+        own = ctx.features.shape[1]
+        self.bottom: nn.Module | None = (
+            build_seeded(lambda: mlp(own, job.bottom_hidden, job.embedding_dim), model_seed(job.seed, ACTIVE, "bottom"))
+            if own
+            else None
+        )
+        width = job.embedding_dim * (len(job.passive_parties) + (1 if self.bottom is not None else 0))
+        self.top = build_seeded(lambda: mlp(width, ctx.top_hidden, ctx.num_outputs), model_seed(job.seed, ACTIVE, "top"))
+        params = list(self.top.parameters()) + (list(self.bottom.parameters()) if self.bottom is not None else [])
+        self.optimizer = make_optimizer(job.optimizer, params, job.learning_rate)
+        self.loss_fn = task_loss(job.task)
+
+    def _forward(self, rows: np.ndarray, passive: list[torch.Tensor]) -> torch.Tensor:
+        parts = list(passive)
+        if self.bottom is not None:
+            parts.insert(0, self.bottom(self.ctx.features[rows]))
+        return self.top(torch.cat(parts, dim=1))
+
+    def train_epoch(self, epoch: int) -> float:
+        ctx, fed = self.ctx, self.ctx.federation
+        batches = ctx.schedule.batches(epoch)
+        for b, rows in enumerate(batches):
+            fed.expect(EMBEDDING, epoch, b, (len(rows), ctx.job.embedding_dim))
+        fed.dispatch(lambda tid: TrainEpoch(tid, epoch))
+        self.top.train()
+        if self.bottom is not None:
+            self.bottom.train()
+        total = 0.0
+        for b, rows in enumerate(batches):
+            uploads = fed.gather(EMBEDDING, epoch, b)
+            parties = sorted(uploads)
+            passive = [torch.from_numpy(uploads[p].copy()).requires_grad_(True) for p in parties]
+            self.optimizer.zero_grad()
+            loss = self.loss_fn(self._forward(rows, passive), ctx.labels[rows])
+            loss.backward()
+            for p, h in zip(parties, passive, strict=True):
+                assert h.grad is not None
+                fed.publish(p, TensorKey(ctx.job.job_id, epoch, b, GRADIENT), h.grad.numpy())
+            self.optimizer.step()
+            self.step_losses.append(float(loss))
+            total += float(loss) * len(rows)
+        return total / max(1, sum(len(r) for r in batches))
+
+    @torch.no_grad()
+    def predict(self, rows: np.ndarray, embeddings: dict[int, np.ndarray]) -> torch.Tensor:
+        self.top.eval()
+        if self.bottom is not None:
+            self.bottom.eval()
+        passive = [torch.from_numpy(embeddings[p].copy()) for p in sorted(embeddings)]
+        return self._forward(rows, passive)
+
+    def state(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"top": self.top.state_dict(), "optimizer": self.optimizer.state_dict()}
+        if self.bottom is not None:
+            out["bottom"] = self.bottom.state_dict()
+        return out

@@ -1,0 +1,148 @@
+"""``vfl-server``: the active party's daemon. Thin: parse flags, load, serve, run the job.
+
+    vfl-server --config server.toml [--listen 0.0.0.0:50051] [--data party1.csv] ...
+
+Flags override the config file. Results (per-epoch metrics, final federated inference) go to
+stdout; logs go to stderr. Exit codes are listed in ``vflcore.daemon``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from vflcore import daemon
+from vflcore.config import load_toml, server_config_from
+from vflcore.data import DataError, read_party_csv
+from vflcore.errors import ConfigError, JobAborted, PartyUnavailable, VflError
+from vflcore.tls import TlsConfigError
+from vflserver.active_party import ActiveParty, EpochReport
+from vflserver.server import build_server
+
+log = structlog.get_logger(__name__)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="vfl-server", description="Active party (label holder) of a VFL job.")
+    p.add_argument("--config", type=Path, help="server TOML file (see examples/configs/server.toml)")
+    p.add_argument("--listen", help="address to listen on, e.g. 0.0.0.0:50051 (port 0 picks a free port)")
+    p.add_argument("--data", type=Path, help="the active party's CSV (ids, labels, own features)")
+    p.add_argument("--id-column", help="name of the ID column (default: id)")
+    p.add_argument("--label-column", help="name of the label column (default: label)")
+    p.add_argument("--ca", type=Path, help="project CA certificate (default: certs/ca.pem)")
+    p.add_argument("--cert", type=Path, help="server certificate (default: certs/server.pem)")
+    p.add_argument("--key", type=Path, help="server private key (default: certs/server.key)")
+    p.add_argument("--run-dir", type=Path, help="where checkpoints and reports go (default: runs)")
+    p.add_argument("--epochs", type=int, help="override [job] epochs")
+    p.add_argument("--job-id", help="override [job] job_id")
+    p.add_argument("--port-file", type=Path, help="write the bound port here once listening")
+    p.add_argument("--insecure", action="store_true", help="DEVELOPMENT ONLY: plaintext, no certificates")
+    daemon.add_logging_flags(p)
+    return p
+
+
+def _document(args: argparse.Namespace) -> dict[str, Any]:
+    """The config file's contents with the flags laid on top (flags win)."""
+    doc: dict[str, Any] = load_toml(args.config) if args.config else {}
+    cwd = Path.cwd()
+
+    def put(section: str, key: str, value: Any) -> None:
+        if value is not None:
+            doc.setdefault(section, {})[key] = str(cwd / value) if isinstance(value, Path) else value
+
+    put("server", "listen", args.listen)
+    put("server", "run_dir", args.run_dir)
+    put("server", "port_file", args.port_file)
+    put("data", "path", args.data)
+    put("data", "id_column", args.id_column)
+    put("data", "label_column", args.label_column)
+    put("tls", "ca", args.ca)
+    put("tls", "cert", args.cert)
+    put("tls", "key", args.key)
+    put("job", "epochs", args.epochs)
+    put("job", "job_id", args.job_id)
+    return doc
+
+
+def _print_epoch(report: EpochReport) -> None:
+    metrics = "  ".join(f"{k} {v:.4f}" for k, v in report.metrics.items())
+    print(
+        f"epoch {report.epoch + 1:>3}  train_loss {report.train_loss:.4f}  test_loss {report.test_loss:.4f}  "
+        f"{metrics}  ({report.seconds:.1f} s)",
+        flush=True,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    daemon.setup_logging(args)
+    structlog.contextvars.bind_contextvars(party=1)
+    try:
+        config = server_config_from(_document(args), args.config)
+        table = read_party_csv(config.data.path, id_column=config.data.id_column, label_column=config.data.label_column)
+        active = ActiveParty(
+            config.job, table, top_hidden=config.top_hidden, run_dir=config.run_dir, step_timeout_s=config.step_timeout_s
+        )
+        server, port = build_server(active.federation, config.listen, None if args.insecure else config.tls, insecure=args.insecure)
+    except (ConfigError, DataError, TlsConfigError, ValueError) as exc:
+        log.error("bad_configuration", error=str(exc))
+        print(f"vfl-server: {exc}", file=sys.stderr)
+        return daemon.EXIT_CONFIG
+    except OSError as exc:
+        print(f"vfl-server: {exc}", file=sys.stderr)
+        return daemon.EXIT_UNREACHABLE
+
+    import torch
+
+    torch.set_num_threads(config.torch_threads)
+    server.start()
+    log.info("listening", port=port, job=active.job.job_id, algorithm=active.job.algorithm, rows=active.job.num_rows)
+    if config.port_file is not None:
+        config.port_file.parent.mkdir(parents=True, exist_ok=True)
+        config.port_file.write_text(f"{port}\n")
+    print(
+        f"vfl-server: job {active.job.job_id} ({active.job.algorithm}, {active.job.num_rows} aligned rows) "
+        f"listening on port {port}; waiting for parties {list(active.job.passive_parties)}",
+        flush=True,
+    )
+
+    def request_stop() -> None:
+        active.stop_event.set()
+        active.federation.abort(JobAborted("the server is shutting down (signal)"))
+
+    signals = daemon.ShutdownSignals(request_stop).install()
+    outcome: dict[str, Any] = {}
+
+    def run_job() -> None:
+        try:
+            outcome["summary"] = active.run(join_timeout_s=config.join_timeout_s, on_epoch=_print_epoch)
+        except BaseException as exc:  # reported on the main thread
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=run_job, name="job", daemon=True)
+    worker.start()
+    worker.join()
+    server.stop(grace=5).wait()
+
+    if signals.exit_code is not None:
+        print("vfl-server: stopped by signal; checkpoints of finished epochs are kept", file=sys.stderr)
+        return signals.exit_code
+    error = outcome.get("error")
+    if error is not None:
+        log.error("job_failed", error=str(error))
+        print(f"vfl-server: job failed: {error}", file=sys.stderr)
+        return daemon.EXIT_JOB_FAILED if isinstance(error, VflError | TimeoutError) else daemon.EXIT_JOB_FAILED
+    summary = outcome["summary"]
+    final = "  ".join(f"{k} {v:.4f}" for k, v in summary.final_metrics.items())
+    print(f"federated inference on {len(active.schedule.test_rows)} held-out rows: {final}", flush=True)
+    print(f"checkpoints and reports: {summary.run_dir}", flush=True)
+    return daemon.EXIT_OK
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,199 @@
+"""The active party's view of the passive parties: who joined, who is online, what is in flight.
+
+Handlers call in here from gRPC threads; the training loop calls in from its own thread. Every
+upload is checked against what the loop said it expects (key and shape) before it is stored, so
+a malformed or unexpected tensor is refused without touching any training state.
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import structlog
+
+from vflcore.errors import JobAborted, JoinRejected, PartyUnavailable
+from vflcore.job import JobSpec
+from vflcore.tasks import Finish, Task
+from vflcore.tensors import TensorError, TensorKey, check_shape
+from vflserver.mailbox import Mailbox
+
+log = structlog.get_logger(__name__)
+
+# A party whose Subscribe stream closed gets this long to reconnect before a waiting step fails.
+OFFLINE_GRACE_S = 5.0
+
+
+@dataclass
+class _Member:
+    party: int
+    joined: bool = False
+    online: bool = False
+    offline_since: float | None = None
+    failure: str | None = None
+    last_seen: float = 0.0
+    tasks: queue.Queue[Task] = field(default_factory=queue.Queue)
+
+
+@dataclass(frozen=True)
+class _Expectation:
+    shape: tuple[int, ...]
+    dtype: str = "float32"
+
+
+class Federation:
+    """Membership, task dispatch and tensor exchange with every passive party of one job."""
+
+    def __init__(self, job: JobSpec, ids_digest: bytes, *, step_timeout_s: float = 300.0) -> None:
+        self.job = job
+        self.ids_digest = ids_digest
+        self.step_timeout_s = step_timeout_s
+        self.state = "waiting"
+        self.uploads = Mailbox()
+        self.downloads = Mailbox()
+        self._lock = threading.Lock()
+        self._members = {p: _Member(p) for p in job.passive_parties}
+        self._expected: dict[tuple[int, str, int, int], _Expectation] = {}
+        self._task_ids = itertools.count(1)
+        self._everyone_ready = threading.Condition(self._lock)
+
+    # ---- membership -------------------------------------------------------------------------
+
+    def member(self, party: int) -> _Member:
+        try:
+            return self._members[party]
+        except KeyError:
+            raise JoinRejected(
+                f"party {party} is not part of job {self.job.job_id!r}; "
+                f"it expects parties {list(self.job.passive_parties)}"
+            ) from None
+
+    def join(self, party: int, ids_digest: bytes, num_rows: int) -> JobSpec:
+        """Admit a party whose data holds exactly the job's ID set."""
+        member = self.member(party)
+        if self.state not in ("waiting",) and not member.joined:
+            raise JoinRejected(f"job {self.job.job_id!r} is already {self.state}; party {party} joined too late")
+        if num_rows != self.job.num_rows or ids_digest != self.ids_digest:
+            raise JoinRejected(
+                f"party {party} holds {num_rows} rows whose IDs differ from the active party's "
+                f"{self.job.num_rows}; every party must hold the same ID set (PSI alignment will lift this)"
+            )
+        with self._lock:
+            member.joined = True
+            member.last_seen = time.monotonic()
+        log.info("party_joined", peer=party, rows=num_rows)
+        return self.job
+
+    def subscribe(self, party: int) -> queue.Queue[Task]:
+        """Mark a joined party online; its task queue feeds its Subscribe stream."""
+        member = self.member(party)
+        if not member.joined:
+            raise JoinRejected(f"party {party} must call Join before Subscribe")
+        with self._lock:
+            member.online, member.offline_since = True, None
+            self._everyone_ready.notify_all()
+        log.info("party_online", peer=party)
+        return member.tasks
+
+    def leave(self, party: int) -> None:
+        """The party's Subscribe stream closed: it is offline until it subscribes again."""
+        member = self.member(party)
+        with self._lock:
+            member.online, member.offline_since = False, time.monotonic()
+        log.warning("party_offline", peer=party)
+
+    def touch(self, party: int) -> None:
+        self.member(party).last_seen = time.monotonic()
+
+    def report_failure(self, party: int, message: str) -> None:
+        """A party says its side of a task failed; waits on it end with that message."""
+        member = self.member(party)
+        member.failure = message
+        log.error("party_failed", peer=party, reason=message)
+
+    def wait_until_ready(self, timeout_s: float, stop: threading.Event) -> None:
+        """Block until every passive party has joined and subscribed."""
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            while not all(m.joined and m.online for m in self._members.values()):
+                if stop.is_set():
+                    raise JobAborted("shutdown requested while waiting for parties")
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    missing = [p for p, m in self._members.items() if not (m.joined and m.online)]
+                    raise PartyUnavailable(missing[0], f"did not join within {timeout_s:.0f} s (missing: {missing})")
+                self._everyone_ready.wait(min(0.5, remaining))
+
+    def check_online(self, party: int) -> None:
+        """Raise if waiting any longer on this party is hopeless."""
+        member = self.member(party)
+        if member.failure is not None:
+            raise PartyUnavailable(party, f"it reported a failure: {member.failure}")
+        if not member.online:
+            since = member.offline_since or time.monotonic()
+            if time.monotonic() - since > OFFLINE_GRACE_S:
+                raise PartyUnavailable(party, "its connection to the server closed")
+
+    def online_parties(self) -> list[int]:
+        return [p for p, m in self._members.items() if m.online]
+
+    # ---- work -------------------------------------------------------------------------------
+
+    def dispatch(self, make_task: Callable[[int], Task]) -> None:
+        """Queue the same task (with a fresh id) for every passive party."""
+        for member in self._members.values():
+            member.tasks.put(make_task(next(self._task_ids)))
+
+    def finish(self, success: bool, message: str) -> None:
+        """Tell every party the job is over; each Subscribe stream ends after this task."""
+        self.dispatch(lambda tid: Finish(tid, success, message))
+
+    def expect(self, name: str, round_: int, batch: int, shape: tuple[int, ...], dtype: str = "float32") -> None:
+        """Announce an upload every party will make, so it can be validated on arrival."""
+        with self._lock:
+            for party in self._members:
+                self._expected[(party, name, round_, batch)] = _Expectation(shape, dtype)
+
+    def accept_upload(self, party: int, key: TensorKey, array: np.ndarray) -> None:
+        """Validate an uploaded tensor against the expectation; store it only if it fits."""
+        if key.job_id != self.job.job_id:
+            raise TensorError("key.job_id", f"{key.job_id!r} is not the running job {self.job.job_id!r}")
+        with self._lock:
+            expectation = self._expected.get((party, key.name, key.round, key.batch))
+        if expectation is None:
+            raise TensorError("key", f"the server expects no {key} from party {party} now")
+        if array.dtype.name != expectation.dtype:
+            raise TensorError("dtype", f"{key} must be {expectation.dtype}, got {array.dtype.name}")
+        check_shape(array, expectation.shape, what=str(key))
+        self.uploads.put(party, key, array)
+
+    def gather(self, name: str, round_: int, batch: int) -> dict[int, np.ndarray]:
+        """Wait for one upload from every party; the expectation is retired once it is taken."""
+        out: dict[int, np.ndarray] = {}
+        for party in self._members:
+            key = TensorKey(self.job.job_id, round_, batch, name)
+            out[party] = self.uploads.take(
+                party, key, timeout=self.step_timeout_s, check=lambda p=party: self.check_online(p)
+            )
+            with self._lock:
+                self._expected.pop((party, name, round_, batch), None)
+        return out
+
+    def publish(self, party: int, key: TensorKey, array: np.ndarray) -> None:
+        """Leave a tensor for a party to collect (a gradient, say)."""
+        self.downloads.put(party, key, array)
+
+    def collect(self, party: int, key: TensorKey) -> np.ndarray:
+        """A party's handler waits here for the tensor the loop publishes for it."""
+        return self.downloads.take(party, key, timeout=self.step_timeout_s)
+
+    def abort(self, reason: Exception) -> None:
+        """Wake every waiter in both directions: the job is over."""
+        self.state = "failed"
+        self.uploads.abort(reason)
+        self.downloads.abort(reason)

@@ -1,0 +1,65 @@
+"""Building the active party's gRPC server: one factory for the daemon and the tests.
+
+``build_server`` binds (port 0 picks a free port) and returns the started-to-be server and its
+port. mTLS with required client certificates is the default; plaintext exists only behind
+``insecure=True``, which logs a loud warning. gRPC health checking and server reflection are
+registered so that standard tools (grpc_health_probe, grpcurl) work against it.
+"""
+
+from __future__ import annotations
+
+from concurrent import futures
+
+import grpc
+import structlog
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from vflcore.proto import federation_pb2 as pb
+from vflcore.proto import federation_pb2_grpc as pb_grpc
+from vflcore.tls import KEEPALIVE_SERVER_OPTIONS, TlsFiles, server_credentials
+from vflserver.federation import Federation
+from vflserver.service import FederationService
+
+log = structlog.get_logger(__name__)
+
+INSECURE_WARNING = (
+    "INSECURE MODE: plaintext gRPC, no certificates, party ids taken on trust from a header. "
+    "Anyone who can reach this port can join as any party and read every tensor. Development only."
+)
+
+
+def build_server(
+    federation: Federation,
+    listen: str,
+    tls: TlsFiles | None,
+    *,
+    insecure: bool = False,
+) -> tuple[grpc.Server, int]:
+    """A gRPC server for ``federation``, bound to ``listen``; returns it (not started) and its port."""
+    if tls is None and not insecure:
+        raise ValueError("TLS files are required; plaintext needs insecure=True (the --insecure flag)")
+    # Each passive party holds one Subscribe stream for the whole job, plus up to two calls in
+    # flight per step; health checks and heartbeats need a few more threads on top.
+    workers = 8 + 4 * len(federation.job.passive_parties)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers), options=KEEPALIVE_SERVER_OPTIONS)
+    pb_grpc.add_FederationServicer_to_server(FederationService(federation, insecure=insecure), server)
+
+    health_servicer = health.HealthServicer()
+    health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    health_servicer.set("vfl.v1.Federation", health_pb2.HealthCheckResponse.SERVING)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(
+        (pb.DESCRIPTOR.services_by_name["Federation"].full_name, health.SERVICE_NAME, reflection.SERVICE_NAME),
+        server,
+    )
+
+    if insecure:
+        log.warning("insecure_mode", warning=INSECURE_WARNING)
+        port = server.add_insecure_port(listen)
+    else:
+        assert tls is not None
+        port = server.add_secure_port(listen, server_credentials(tls))
+    if port == 0:
+        raise OSError(f"could not listen on {listen}: the address is in use or not local")
+    return server, port

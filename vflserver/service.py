@@ -1,0 +1,167 @@
+"""The Federation gRPC servicer: decode, call the domain, map errors to status codes.
+
+Handlers stay thin. The caller's party id comes from the verified client certificate (or, only
+in ``--insecure`` development mode, from a metadata claim), never from a request field. Every
+domain error becomes one specific status with a sentence the caller can act on, in one place:
+``_status_for``.
+"""
+
+from __future__ import annotations
+
+import functools
+import queue
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import grpc
+import structlog
+
+from vflcore import wire
+from vflcore.errors import JobAborted, JoinRejected, NotBuiltYet, PartyUnavailable, PermissionDenied
+from vflcore.identity import party_from_auth_context
+from vflcore.proto import federation_pb2 as pb
+from vflcore.proto import federation_pb2_grpc as pb_grpc
+from vflcore.tasks import Finish
+from vflcore.tensors import TensorError
+from vflserver.federation import Federation
+
+log = structlog.get_logger(__name__)
+
+#: Metadata key that carries a party claim in --insecure mode, where no certificate exists.
+INSECURE_PARTY_HEADER = "x-vfl-insecure-party"
+
+_T = TypeVar("_T")
+
+
+def _status_for(exc: BaseException) -> tuple[grpc.StatusCode, str] | None:
+    """The one mapping from domain errors to gRPC status codes."""
+    table: list[tuple[type[BaseException], grpc.StatusCode]] = [
+        (TensorError, grpc.StatusCode.INVALID_ARGUMENT),
+        (PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
+        (JoinRejected, grpc.StatusCode.FAILED_PRECONDITION),
+        (PartyUnavailable, grpc.StatusCode.UNAVAILABLE),
+        (JobAborted, grpc.StatusCode.ABORTED),
+        (NotBuiltYet, grpc.StatusCode.UNIMPLEMENTED),
+        (TimeoutError, grpc.StatusCode.DEADLINE_EXCEEDED),
+    ]
+    for kind, code in table:
+        if isinstance(exc, kind):
+            return code, str(exc)
+    return None
+
+
+def _handler(method: Callable[..., _T]) -> Callable[..., _T]:
+    """Turn domain errors raised by a handler into a status with a readable message."""
+
+    @functools.wraps(method)
+    def wrapper(self: FederationService, request: Any, context: grpc.ServicerContext) -> _T:
+        try:
+            return method(self, request, context)
+        except Exception as exc:
+            mapped = _status_for(exc)
+            if mapped is None:
+                log.exception("handler_failed", rpc=method.__name__)
+                context.abort(grpc.StatusCode.INTERNAL, f"internal error in {method.__name__}: {exc}")
+            code, message = mapped
+            log.warning("rpc_refused", rpc=method.__name__, code=code.name, reason=message)
+            context.abort(code, message)
+            raise  # unreachable: abort raises
+
+    return wrapper
+
+
+class FederationService(pb_grpc.FederationServicer):
+    """The active party's endpoint for passive parties."""
+
+    def __init__(self, federation: Federation, *, insecure: bool = False) -> None:
+        self.federation = federation
+        self.insecure = insecure
+
+    def _caller(self, context: grpc.ServicerContext) -> int:
+        """The verified party id of the caller."""
+        if self.insecure:
+            claim = dict(context.invocation_metadata()).get(INSECURE_PARTY_HEADER)
+            if not isinstance(claim, str) or not claim.isdigit():
+                raise PermissionDenied(f"--insecure mode: send the party id in the {INSECURE_PARTY_HEADER} header")
+            party = int(claim)
+        else:
+            found = party_from_auth_context(context.auth_context())
+            if found is None:
+                raise PermissionDenied(
+                    "the client certificate carries no party identity (CN party-N with URI SAN vfl://party/N); "
+                    "issue one with: vfl-certs party N"
+                )
+            party = found
+        if party not in self.federation.job.passive_parties:
+            raise PermissionDenied(
+                f"party {party} is not a passive party of job {self.federation.job.job_id!r} "
+                f"(it expects {list(self.federation.job.passive_parties)})"
+            )
+        self.federation.touch(party)
+        return party
+
+    @_handler
+    def Join(self, request: pb.JoinRequest, context: grpc.ServicerContext) -> pb.JoinReply:
+        party = self._caller(context)
+        if request.party != party:
+            raise PermissionDenied(
+                f"this connection's certificate identifies party {party}, but the request claims party "
+                f"{request.party}; run vfl-client with --party {party} or use party {request.party}'s certificate"
+            )
+        job = self.federation.join(party, bytes(request.aligned_ids_digest), request.num_rows)
+        return pb.JoinReply(job=wire.job_to_proto(job))
+
+    @_handler
+    def Subscribe(self, request: pb.SubscribeRequest, context: grpc.ServicerContext) -> Iterator[pb.Task]:
+        party = self._caller(context)
+        tasks = self.federation.subscribe(party)
+        context.add_callback(lambda: self.federation.leave(party))
+        return self._task_stream(tasks, context)
+
+    @staticmethod
+    def _task_stream(tasks: queue.Queue[Any], context: grpc.ServicerContext) -> Iterator[pb.Task]:
+        while context.is_active():
+            try:
+                task = tasks.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            yield wire.task_to_proto(task)
+            if isinstance(task, Finish):
+                return
+
+    @_handler
+    def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.ServicerContext) -> pb.HeartbeatReply:
+        party = self._caller(context)
+        return pb.HeartbeatReply(party=party, job_id=self.federation.job.job_id, state=self.federation.state)
+
+    @_handler
+    def SendEmbeddings(self, request_iterator: Iterator[pb.TensorChunk], context: grpc.ServicerContext) -> pb.SendAck:
+        party = self._caller(context)
+        key, array = wire.tensor_from_chunks(request_iterator)
+        self.federation.accept_upload(party, key, array)
+        return pb.SendAck(key=wire.key_to_proto(key), bytes_received=array.nbytes)
+
+    @_handler
+    def ReturnGradients(self, request: pb.TensorRequest, context: grpc.ServicerContext) -> Iterator[pb.TensorChunk]:
+        party = self._caller(context)
+        key = wire.key_from_proto(request.key)
+        if key.job_id != self.federation.job.job_id:
+            raise TensorError("key.job_id", f"{key.job_id!r} is not the running job {self.federation.job.job_id!r}")
+        array = self.federation.collect(party, key)
+        return wire.tensor_to_chunks(key, array)
+
+    @_handler
+    def PushADMMState(self, request: pb.TensorRequest, context: grpc.ServicerContext) -> Iterator[pb.TensorChunk]:
+        self._caller(context)
+        raise NotBuiltYet("PushADMMState carries VIMADMM state; no algorithm of this release uses it")
+
+    @_handler
+    def FetchHead(self, request: pb.TensorRequest, context: grpc.ServicerContext) -> Iterator[pb.TensorChunk]:
+        self._caller(context)
+        raise NotBuiltYet("FetchHead returns a VIM linear head; no algorithm of this release uses it")
+
+    @_handler
+    def ReportFailure(self, request: pb.FailureReport, context: grpc.ServicerContext) -> pb.FailureAck:
+        party = self._caller(context)
+        self.federation.report_failure(party, request.message or "no reason given")
+        return pb.FailureAck()
