@@ -86,7 +86,10 @@ def load_ca(out_dir: Path) -> CertificateAuthority:
         if not path.is_file():
             raise CertsError(f"{path} not found; run `vfl-certs init --out {out_dir}` to create the CA")
     cert = load_certificate(cert_path)
-    key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
+    try:
+        key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
+    except (OSError, ValueError, TypeError) as exc:
+        raise CertsError(f"cannot load {key_path} as an unencrypted PEM private key: {exc}") from exc
     if not isinstance(key, ec.EllipticCurvePrivateKey):
         raise CertsError(
             f"{key_path} is not an EC private key; recreate the CA with `vfl-certs init --force`"
@@ -265,14 +268,15 @@ def _leaf_builder(
     usage: x509.ObjectIdentifier,
 ) -> x509.CertificateBuilder:
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-    ca_ski = ca.cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
     return (
         _base_builder(subject, ca.cert.subject, key.public_key(), not_before, not_after)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(_key_usage(ca=False), critical=True)
         .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.key.public_key()), critical=False
+        )
     )
 
 
