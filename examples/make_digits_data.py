@@ -23,13 +23,9 @@ _DEFAULT_OUT = {
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", choices=sorted(_WRITERS), default="classification")
-    parser.add_argument(
-        "--out", type=Path, help="output directory (default: examples/data, or data-diabetes)"
-    )
+    parser.add_argument("--out", type=Path, help="output directory (default: examples/data, or data-diabetes)")
     parser.add_argument("--seed", type=int, default=0, help="seed for each party's row order")
     args = parser.parse_args(argv)
     out_dir = args.out if args.out is not None else _DEFAULT_OUT[args.task]

@@ -62,17 +62,43 @@ def main() -> int:
     log_files = {name: logs / f"{name}.log" for name in ("server", "party-2", "party-3")}
     try:
         procs["server"] = subprocess.Popen(
-            [str(BIN / "vfl-server"), "--config", str(HERE / "configs" / "server.toml"),
-             "--listen", "127.0.0.1:0", "--port-file", str(port_file), "--data", str(data / "party1.csv"),
-             "--cert", str(certs / "server.pem"), "--key", str(certs / "server.key"), *common],
+            [
+                str(BIN / "vfl-server"),
+                "--config",
+                str(HERE / "configs" / "server.toml"),
+                "--listen",
+                "127.0.0.1:0",
+                "--port-file",
+                str(port_file),
+                "--data",
+                str(data / "party1.csv"),
+                "--cert",
+                str(certs / "server.pem"),
+                "--key",
+                str(certs / "server.key"),
+                *common,
+            ],
             stderr=log_files["server"].open("wb"),
         )
         port = _wait_for_port(port_file, procs["server"], timeout_s=120)
         for party in (2, 3):
             procs[f"party-{party}"] = subprocess.Popen(
-                [str(BIN / "vfl-client"), "--party", str(party), "--config", str(HERE / "configs" / f"party{party}.toml"),
-                 "--server", f"127.0.0.1:{port}", "--data", str(data / f"party{party}.csv"),
-                 "--cert", str(certs / f"party-{party}.pem"), "--key", str(certs / f"party-{party}.key"), *common],
+                [
+                    str(BIN / "vfl-client"),
+                    "--party",
+                    str(party),
+                    "--config",
+                    str(HERE / "configs" / f"party{party}.toml"),
+                    "--server",
+                    f"127.0.0.1:{port}",
+                    "--data",
+                    str(data / f"party{party}.csv"),
+                    "--cert",
+                    str(certs / f"party-{party}.pem"),
+                    "--key",
+                    str(certs / f"party-{party}.key"),
+                    *common,
+                ],
                 stderr=log_files[f"party-{party}"].open("wb"),
             )
         deadline = time.monotonic() + args.timeout
@@ -96,7 +122,9 @@ def main() -> int:
     summary = json.loads((run_dir / "digits-splitnn" / "party-1" / "summary.json").read_text())
     accuracy = summary["final_metrics"]["accuracy"]
     verdict = "meets" if accuracy >= ACCURACY_BAR else "MISSES"
-    print(f"== done: all three processes exited 0; federated test accuracy {accuracy:.4f} {verdict} the {ACCURACY_BAR} bar ==")
+    print(
+        f"== done: all three processes exited 0; federated test accuracy {accuracy:.4f} {verdict} the {ACCURACY_BAR} bar =="
+    )
     return 0 if accuracy >= ACCURACY_BAR else 1
 
 

@@ -100,7 +100,10 @@ def main(argv: list[str] | None = None) -> int:
             config = ClientConfig(**{**vars(config), "tls": None})
         if args.check:
             if config.tls is None:
-                print("vfl-client: --check verifies certificates; it makes no sense with --insecure", file=sys.stderr)
+                print(
+                    "vfl-client: --check verifies certificates; it makes no sense with --insecure",
+                    file=sys.stderr,
+                )
                 return daemon.EXIT_CONFIG
             return _check(config)
         table = read_party_csv(config.data.path, id_column=config.data.id_column)
@@ -123,7 +126,11 @@ def main(argv: list[str] | None = None) -> int:
     signals = daemon.ShutdownSignals(request_stop).install()
     try:
         connection = Connection(
-            config.server, config.party, tls=config.tls, insecure=args.insecure, connect_timeout_s=config.connect_timeout_s
+            config.server,
+            config.party,
+            tls=config.tls,
+            insecure=args.insecure,
+            connect_timeout_s=config.connect_timeout_s,
         )
         with connection:
             result = party.run(connection)

@@ -13,6 +13,8 @@ import grpc
 import numpy as np
 import structlog
 
+from vflclient._exceptions import ServerUnavailable, translated
+from vflclient.algorithms.base import ServerLink
 from vflcore import tasks, wire
 from vflcore.data import PartyTable, ids_digest
 from vflcore.job import JobSpec
@@ -20,8 +22,6 @@ from vflcore.proto import federation_pb2 as pb
 from vflcore.proto import federation_pb2_grpc as pb_grpc
 from vflcore.tensors import TensorKey
 from vflcore.tls import KEEPALIVE_CHANNEL_OPTIONS, TlsFiles, channel_credentials
-from vflclient._exceptions import ServerUnavailable, translated
-from vflclient.algorithms.base import ServerLink
 
 log = structlog.get_logger(__name__)
 
@@ -63,7 +63,7 @@ class Connection(ServerLink):
                 f"could not reach the server at {address} within {connect_timeout_s:.0f} s "
                 "(down, wrong address, or a TLS failure); run `vfl-client --check` for a diagnosis"
             ) from None
-        self._stub = pb_grpc.FederationStub(self._channel)
+        self._stub = pb_grpc.FederationStub(self._channel)  # type: ignore[no-untyped-call]
         self._subscription: grpc.Call | None = None
 
     # ---- lifecycle --------------------------------------------------------------------------
@@ -129,7 +129,9 @@ class Connection(ServerLink):
         """Tell the server this party's side of a task failed; best effort."""
         try:
             self._stub.ReportFailure(
-                pb.FailureReport(job_id=job_id, task_id=task_id, message=message), metadata=self._metadata, timeout=5
+                pb.FailureReport(job_id=job_id, task_id=task_id, message=message),
+                metadata=self._metadata,
+                timeout=5,
             )
         except grpc.RpcError as exc:
             log.warning("report_failure_lost", reason=str(exc))

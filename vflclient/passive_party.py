@@ -19,13 +19,13 @@ import numpy as np
 import structlog
 import torch
 
+from vflclient.algorithms import ClientAlgorithm, ModelFactory, PassiveContext, client_algorithm
+from vflclient.connection import Connection
 from vflcore.checkpoint import party_dir, save_checkpoint
 from vflcore.data import PartyTable, align_rows
 from vflcore.job import JobSpec
 from vflcore.tasks import EVAL_EMBEDDING, Evaluate, Finish, Infer, Task, TrainEpoch, infer_embedding_name
 from vflcore.tensors import TensorKey
-from vflclient.algorithms import ClientAlgorithm, ModelFactory, PassiveContext, client_algorithm
-from vflclient.connection import Connection
 
 log = structlog.get_logger(__name__)
 

@@ -59,9 +59,7 @@ class CertificateAuthority:
     cert_path: Path
 
 
-def create_ca(
-    out_dir: Path, *, common_name: str = "vfl-ca", days: int = 3650, force: bool = False
-) -> IssuedCert:
+def create_ca(out_dir: Path, *, common_name: str = "vfl-ca", days: int = 3650, force: bool = False) -> IssuedCert:
     """Create the project CA in ``out_dir`` (``ca.pem``, ``ca.key``)."""
     issued = _paths(out_dir, "ca")
     _refuse_overwrite(issued, force)
@@ -91,9 +89,7 @@ def load_ca(out_dir: Path) -> CertificateAuthority:
     except (OSError, ValueError, TypeError) as exc:
         raise CertsError(f"cannot load {key_path} as an unencrypted PEM private key: {exc}") from exc
     if not isinstance(key, ec.EllipticCurvePrivateKey):
-        raise CertsError(
-            f"{key_path} is not an EC private key; recreate the CA with `vfl-certs init --force`"
-        )
+        raise CertsError(f"{key_path} is not an EC private key; recreate the CA with `vfl-certs init --force`")
     if key.public_key().public_numbers() != _ec_public_key(cert, cert_path).public_numbers():
         raise CertsError(f"{key_path} does not belong to {cert_path}; restore the matching pair")
     return CertificateAuthority(cert=cert, key=key, cert_path=cert_path)
@@ -127,9 +123,7 @@ def issue_server_cert(
     key = ec.generate_private_key(ec.SECP256R1())
     not_before, not_after = _validity(days, not_valid_before, not_valid_after)
     builder = _leaf_builder(ca, common_name, key, not_before, not_after, ExtendedKeyUsageOID.SERVER_AUTH)
-    cert = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False).sign(
-        ca.key, hashes.SHA256()
-    )
+    cert = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False).sign(ca.key, hashes.SHA256())
     _write_pair(issued, cert, key)
     return issued
 
@@ -155,9 +149,7 @@ def issue_party_cert(
     _refuse_overwrite(issued, force)
     key = ec.generate_private_key(ec.SECP256R1())
     not_before, not_after = _validity(days, not_valid_before, not_valid_after)
-    builder = _leaf_builder(
-        ca, party_common_name(party), key, not_before, not_after, ExtendedKeyUsageOID.CLIENT_AUTH
-    )
+    builder = _leaf_builder(ca, party_common_name(party), key, not_before, not_after, ExtendedKeyUsageOID.CLIENT_AUTH)
     san = x509.SubjectAlternativeName([x509.UniformResourceIdentifier(party_uri(party))])
     cert = builder.add_extension(san, critical=False).sign(ca.key, hashes.SHA256())
     _write_pair(issued, cert, key)
@@ -274,9 +266,7 @@ def _leaf_builder(
         .add_extension(_key_usage(ca=False), critical=True)
         .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.key.public_key()), critical=False
-        )
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.key.public_key()), critical=False)
     )
 
 

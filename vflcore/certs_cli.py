@@ -90,17 +90,13 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _add_out(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--out", type=Path, default=Path("certs"), help="folder of the files (default: certs)"
-    )
+    parser.add_argument("--out", type=Path, default=Path("certs"), help="folder of the files (default: certs)")
 
 
 def _add_names(parser: argparse.ArgumentParser) -> None:
     # Clients check the host they dial against these names, so list every name or IP they will use.
     parser.add_argument("--dns", nargs="+", action="extend", default=[], metavar="NAME", help="host name SAN")
-    parser.add_argument(
-        "--ip", nargs="+", action="extend", type=_ip, default=[], metavar="ADDR", help="IP SAN"
-    )
+    parser.add_argument("--ip", nargs="+", action="extend", type=_ip, default=[], metavar="ADDR", help="IP SAN")
 
 
 def _party(text: str) -> int:
@@ -151,9 +147,7 @@ def _init_ca(out: Path, force: bool) -> CertificateAuthority:
         print(f"kept the existing CA {cert_path} (pass --force to start a new CA and reissue everything)")
         return ca
     create_ca(out, force=True)
-    print(
-        f"wrote {cert_path} and {key_path}: the project CA. Keep {key_path} private; it signs certificates."
-    )
+    print(f"wrote {cert_path} and {key_path}: the project CA. Keep {key_path} private; it signs certificates.")
     return load_ca(out)
 
 
@@ -191,9 +185,7 @@ def _show(args: argparse.Namespace) -> None:
     print(f"subject:  {cert.subject.rfc4514_string()}")
     print(f"issuer:   {cert.issuer.rfc4514_string()}")
     print(f"SANs:     {', '.join(_san_entries(cert)) or 'none'}")
-    print(
-        f"valid:    {_when(cert.not_valid_before_utc)} to {_when(cert.not_valid_after_utc)} ({_status(cert)})"
-    )
+    print(f"valid:    {_when(cert.not_valid_before_utc)} to {_when(cert.not_valid_after_utc)} ({_status(cert)})")
     print(f"party:    {party if party is not None else 'none (not a party certificate)'}")
     print(f"CA:       {'yes' if is_ca(cert) else 'no'}")
 

@@ -89,24 +89,24 @@ class _Section:
             raise ConfigError(f"{self.where}: [{self.name}] {key} = {value!r} has the wrong type")
         return value
 
-    def str(self, key: str, default: Any = None) -> Any:
+    def text(self, key: str, default: Any = None) -> Any:
         return self._get(key, str, default)
 
-    def int(self, key: str, default: Any = None) -> Any:
+    def integer(self, key: str, default: Any = None) -> Any:
         return self._get(key, int, default)
 
-    def float(self, key: str, default: Any = None) -> Any:
+    def number(self, key: str, default: Any = None) -> Any:
         value = self._get(key, (int, float), default)
         return float(value) if value is not None else None
 
-    def ints(self, key: str, default: tuple[int, ...]) -> tuple[int, ...]:
+    def integers(self, key: str, default: tuple[int, ...]) -> tuple[int, ...]:
         value = self._get(key, list, default)
         if not all(isinstance(v, int) for v in value):
             raise ConfigError(f"{self.where}: [{self.name}] {key} must be a list of integers")
         return tuple(value)
 
     def path(self, key: str, default: Path | None = None) -> Path | None:
-        value = self.str(key)
+        value = self.text(key)
         if value is None:
             return default
         p = Path(value).expanduser()
@@ -127,18 +127,18 @@ def _job(doc: Mapping[str, Any], source: Path | None) -> JobSpec:
     sec = _Section(doc, "job", source)
     defaults = JobSpec(job_id="")
     job = JobSpec(
-        job_id=sec.str("job_id", ""),
-        algorithm=sec.str("algorithm", defaults.algorithm),
-        task=sec.str("task", defaults.task),
-        seed=sec.int("seed", defaults.seed),
-        batch_size=sec.int("batch_size", defaults.batch_size),
-        epochs=sec.int("epochs", defaults.epochs),
-        embedding_dim=sec.int("embedding_dim", defaults.embedding_dim),
-        bottom_hidden=sec.ints("bottom_hidden", defaults.bottom_hidden),
-        optimizer=sec.str("optimizer", defaults.optimizer),
-        learning_rate=sec.float("learning_rate", defaults.learning_rate),
-        test_fraction=sec.float("test_fraction", defaults.test_fraction),
-        passive_parties=sec.ints("passive_parties", defaults.passive_parties),
+        job_id=sec.text("job_id", ""),
+        algorithm=sec.text("algorithm", defaults.algorithm),
+        task=sec.text("task", defaults.task),
+        seed=sec.integer("seed", defaults.seed),
+        batch_size=sec.integer("batch_size", defaults.batch_size),
+        epochs=sec.integer("epochs", defaults.epochs),
+        embedding_dim=sec.integer("embedding_dim", defaults.embedding_dim),
+        bottom_hidden=sec.integers("bottom_hidden", defaults.bottom_hidden),
+        optimizer=sec.text("optimizer", defaults.optimizer),
+        learning_rate=sec.number("learning_rate", defaults.learning_rate),
+        test_fraction=sec.number("test_fraction", defaults.test_fraction),
+        passive_parties=sec.integers("passive_parties", defaults.passive_parties),
         algorithm_options=dict(doc.get("algorithm", {})),
     )
     validate_job(job, sec.where)
@@ -171,26 +171,24 @@ def server_config_from(doc: Mapping[str, Any], source: Path | None = None) -> Se
         raise ConfigError(f"{data.where}: [data] path is required (the active party's CSV)")
     port_file = srv.path("port_file")
     return ServerConfig(
-        listen=srv.str("listen", f"127.0.0.1:{DEFAULT_PORT}"),
+        listen=srv.text("listen", f"127.0.0.1:{DEFAULT_PORT}"),
         tls=_tls(doc, source, "server"),
-        data=DataSource(data_path, data.str("id_column", "id"), data.str("label_column", "label")),
+        data=DataSource(data_path, data.text("id_column", "id"), data.text("label_column", "label")),
         job=_job(doc, source),
-        top_hidden=_Section(doc, "model", source).ints("top_hidden", (64,)),
+        top_hidden=_Section(doc, "model", source).integers("top_hidden", (64,)),
         run_dir=srv.path("run_dir", Path("runs")) or Path("runs"),
-        join_timeout_s=srv.float("join_timeout_s", 300.0),
-        step_timeout_s=srv.float("step_timeout_s", 300.0),
+        join_timeout_s=srv.number("join_timeout_s", 300.0),
+        step_timeout_s=srv.number("step_timeout_s", 300.0),
         port_file=port_file,
-        torch_threads=srv.int("torch_threads", 1),
+        torch_threads=srv.integer("torch_threads", 1),
     )
 
 
-def client_config_from(
-    doc: Mapping[str, Any], source: Path | None = None, party: int | None = None
-) -> ClientConfig:
+def client_config_from(doc: Mapping[str, Any], source: Path | None = None, party: int | None = None) -> ClientConfig:
     """Build a ClientConfig from a parsed TOML document; ``party`` (the flag) wins over the file."""
     cli = _Section(doc, "client", source)
     data = _Section(doc, "data", source)
-    party = party if party is not None else cli.int("party")
+    party = party if party is not None else cli.integer("party")
     if party is None:
         raise ConfigError(f"{cli.where}: no party id: pass --party N or set [client] party")
     if party < 2:
@@ -199,15 +197,15 @@ def client_config_from(
     if data_path is None:
         raise ConfigError(f"{data.where}: [data] path is required (this party's CSV); or pass --data")
     return ClientConfig(
-        server=cli.str("server", f"127.0.0.1:{DEFAULT_PORT}"),
+        server=cli.text("server", f"127.0.0.1:{DEFAULT_PORT}"),
         party=party,
         tls=_tls(doc, source, f"party-{party}"),
-        data=DataSource(data_path, data.str("id_column", "id"), None),
+        data=DataSource(data_path, data.text("id_column", "id"), None),
         run_dir=cli.path("run_dir", Path("runs")) or Path("runs"),
-        model_factory=_Section(doc, "model", source).str("factory"),
-        heartbeat_s=cli.float("heartbeat_s", 10.0),
-        connect_timeout_s=cli.float("connect_timeout_s", 60.0),
-        torch_threads=cli.int("torch_threads", 1),
+        model_factory=_Section(doc, "model", source).text("factory"),
+        heartbeat_s=cli.number("heartbeat_s", 10.0),
+        connect_timeout_s=cli.number("connect_timeout_s", 60.0),
+        torch_threads=cli.integer("torch_threads", 1),
     )
 
 

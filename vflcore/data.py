@@ -80,9 +80,7 @@ def read_party_csv(
     feature_indices = [header.index(name) for name in feature_names]
 
     ids = _parse_ids(path, id_column, [row[id_index] for row in rows], line_numbers)
-    features = _parse_numbers(
-        path, feature_names, [[row[i] for i in feature_indices] for row in rows], line_numbers
-    )
+    features = _parse_numbers(path, feature_names, [[row[i] for i in feature_indices] for row in rows], line_numbers)
     labels = None
     if label_column is not None and label_index is not None:
         label_cells = [[row[label_index]] for row in rows]
@@ -210,9 +208,7 @@ def _parse_ids(path: Path, id_column: str, values: list[str], line_numbers: list
     """Keep IDs exactly as written, but refuse empty, multi-line and duplicate IDs."""
     for value, line in zip(values, line_numbers, strict=True):
         if not value.strip():
-            raise DataError(
-                f"{path}: line {line}, column {id_column!r}: empty ID; give the row an ID or remove it"
-            )
+            raise DataError(f"{path}: line {line}, column {id_column!r}: empty ID; give the row an ID or remove it")
         if "\n" in value or "\r" in value:
             raise DataError(
                 f"{path}: line {line}, column {id_column!r}: ID {value!r} contains a line break; "
@@ -260,9 +256,7 @@ def _parse_numbers(
     return converted
 
 
-def _non_number_error(
-    path: Path, columns: Sequence[str], cells: list[list[str]], line_numbers: list[int]
-) -> DataError:
+def _non_number_error(path: Path, columns: Sequence[str], cells: list[list[str]], line_numbers: list[int]) -> DataError:
     """Build the error for the first cell `float()` rejects; only called once conversion failed."""
     for row, line in zip(cells, line_numbers, strict=True):
         for column, cell in zip(columns, row, strict=True):

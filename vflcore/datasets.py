@@ -116,17 +116,13 @@ def write_synthetic_split(
     signal and no single party can reach full accuracy alone.
     """
     if len(features_per_party) < 2:
-        raise ValueError(
-            "features_per_party needs an entry for the active party and at least one passive party"
-        )
+        raise ValueError("features_per_party needs an entry for the active party and at least one passive party")
     if any(count < 0 for count in features_per_party):
         raise ValueError(f"feature counts must be non-negative, got {list(features_per_party)}")
     total = sum(features_per_party)
     informative = min(total, max(2, total // 2))
     if total < 2 or classes > 2**informative:
-        raise ValueError(
-            f"{total} features are too few for {classes} classes; add features or use fewer classes"
-        )
+        raise ValueError(f"{total} features are too few for {classes} classes; add features or use fewer classes")
     features, labels = make_classification(
         n_samples=rows,
         n_features=total,

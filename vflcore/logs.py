@@ -90,9 +90,7 @@ def configure_logging(*, json: bool | None = None, level: str = "info", stream: 
     _route_stdlib_logging(out, level_number, [*shared, structlog.stdlib.add_logger_name], tail)
 
 
-def _route_stdlib_logging(
-    out: TextIO, level_number: int, pre_chain: list[Processor], tail: list[Processor]
-) -> None:
+def _route_stdlib_logging(out: TextIO, level_number: int, pre_chain: list[Processor], tail: list[Processor]) -> None:
     """Render stdlib records (grpc, asyncio, ...) through the same processors as our own events."""
     handler = _VflHandler(out)
     handler.setFormatter(

@@ -68,9 +68,7 @@ class _LocalFiles:
     key: PrivateKeyTypes | None
 
 
-def diagnose(
-    server_address: str, files: TlsFiles, expected_party: int, *, timeout: float = 5.0
-) -> list[Finding]:
+def diagnose(server_address: str, files: TlsFiles, expected_party: int, *, timeout: float = 5.0) -> list[Finding]:
     """Check this party's TLS files and the server at ``server_address`` (``host:port``)."""
     findings: list[Finding] = []
     local = _load_local_files(files, findings)
@@ -79,7 +77,8 @@ def diagnose(
     if local.cert is not None and local.ca is not None:
         findings.append(_check_issuer(local.cert, local.ca, files))
     if local.cert is not None:
-        findings.append(_check_validity("validity", f"your certificate {files.cert}", local.cert))
+        renew = f"issue a new one with `vfl-certs party {expected_party} --force`"
+        findings.append(_check_validity("validity", f"your certificate {files.cert}", local.cert, renew))
         findings.append(_check_party(local.cert, expected_party, files.cert))
     findings.extend(_check_server(server_address, files, local, timeout))
     return findings
@@ -153,15 +152,13 @@ def _check_issuer(cert: x509.Certificate, ca: x509.Certificate, files: TlsFiles)
     )
 
 
-def _check_validity(check: str, what: str, cert: x509.Certificate) -> Finding:
+def _check_validity(check: str, what: str, cert: x509.Certificate, renew: str) -> Finding:
     now = dt.datetime.now(dt.UTC)
     start, end = cert.not_valid_before_utc, cert.not_valid_after_utc
     if now < start:
-        return Finding(
-            False, check, f"{what} is not valid until {_when(start)}; check this machine's clock or wait"
-        )
+        return Finding(False, check, f"{what} is not valid until {_when(start)}; check this machine's clock or wait")
     if now > end:
-        return Finding(False, check, f"{what} expired on {_when(end)}; issue a new one with `vfl-certs`")
+        return Finding(False, check, f"{what} expired on {_when(end)}; {renew}")
     if end - now < _RENEW_WARNING:
         return Finding(True, check, f"{what} is valid but expires on {_when(end)}; renew it soon")
     return Finding(True, check, f"{what} is valid from {_when(start)} until {_when(end)}")
@@ -209,7 +206,12 @@ def _check_server(server_address: str, files: TlsFiles, local: _LocalFiles, time
     if local.ca is not None:
         findings.append(_check_server_issuer(server_cert, local.ca, files.ca))
     findings.append(
-        _check_validity("server-validity", f"the server's certificate at {server_address}", server_cert)
+        _check_validity(
+            "server-validity",
+            f"the server's certificate at {server_address}",
+            server_cert,
+            "reissue it on the server with `vfl-certs server --dns NAME --ip ADDR --force`",
+        )
     )
     findings.append(_check_server_name(server_cert, host))
     if accepted is not None:
@@ -222,9 +224,7 @@ def _split_address(server_address: str) -> tuple[str, int]:
     host, sep, port = address.rpartition(":")
     host = host.removeprefix("[").removesuffix("]")  # [::1]:50051
     if not sep or not host or not port.isdigit():
-        raise ValueError(
-            f"server address {server_address!r} is not host:port (for example vfl.example.org:50051)"
-        )
+        raise ValueError(f"server address {server_address!r} is not host:port (for example vfl.example.org:50051)")
     return host, int(port)
 
 
@@ -310,9 +310,7 @@ def _check_server_name(server_cert: x509.Certificate, host: str) -> Finding:
     )
 
 
-def _reissue_command(
-    dns_names: list[str], ips: list[ipaddress.IPv4Address | ipaddress.IPv6Address], host: str
-) -> str:
+def _reissue_command(dns_names: list[str], ips: list[ipaddress.IPv4Address | ipaddress.IPv6Address], host: str) -> str:
     """The vfl-certs command that keeps the server's current names and adds the one being dialled."""
     if _is_ip(host):
         ips = [*ips, ipaddress.ip_address(host)]
@@ -361,9 +359,7 @@ def _dns_covered(host: str, dns_names: list[str]) -> bool:
 
 
 def _public_der(public_key: PublicKeyTypes) -> bytes:
-    return public_key.public_bytes(
-        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
-    )
+    return public_key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
 
 
 def _when(moment: dt.datetime) -> str:

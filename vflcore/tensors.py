@@ -65,13 +65,9 @@ def check_header(dtype: str, shape: tuple[int, ...], total_bytes: int) -> None:
         raise TensorError("shape", f"{list(shape)} has a negative dimension")
     want = expected_nbytes(dtype, shape)
     if want > MAX_TENSOR_BYTES:
-        raise TensorError(
-            "shape", f"{list(shape)} of {dtype} is {want} bytes, over the {MAX_TENSOR_BYTES} limit"
-        )
+        raise TensorError("shape", f"{list(shape)} of {dtype} is {want} bytes, over the {MAX_TENSOR_BYTES} limit")
     if total_bytes != want:
-        raise TensorError(
-            "total_bytes", f"{total_bytes} does not match shape {list(shape)} of {dtype} ({want} bytes)"
-        )
+        raise TensorError("total_bytes", f"{total_bytes} does not match shape {list(shape)} of {dtype} ({want} bytes)")
 
 
 def check_values(array: np.ndarray, *, field: str = "data") -> None:

@@ -33,12 +33,10 @@ def key_from_proto(msg: pb.TensorKey) -> TensorKey:
     return TensorKey(job_id=msg.job_id, round=msg.round, batch=msg.batch, name=msg.name)
 
 
-def tensor_to_chunks(
-    key: TensorKey, array: np.ndarray, chunk_bytes: int = CHUNK_BYTES
-) -> Iterator[pb.TensorChunk]:
+def tensor_to_chunks(key: TensorKey, array: np.ndarray, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pb.TensorChunk]:
     """Cut a tensor into messages of at most ``chunk_bytes`` payload; an empty tensor is one chunk."""
     arr = as_wire_array(array)
-    payload = memoryview(arr).cast("B") if arr.size else memoryview(b"")
+    payload = arr.data.cast("B") if arr.size else memoryview(b"")
     header = {
         "key": key_to_proto(key),
         "dtype": arr.dtype.name,
@@ -87,9 +85,7 @@ class TensorAssembler:
             raise TensorError("chunks", "the stream carried no tensor")
         if self._filled != len(self._buffer):
             raise TensorError("data", f"truncated: got {self._filled} of {len(self._buffer)} bytes")
-        array = np.frombuffer(self._buffer, dtype=np.dtype(self._dtype).newbyteorder("<")).reshape(
-            self._shape
-        )
+        array = np.frombuffer(self._buffer, dtype=np.dtype(self._dtype).newbyteorder("<")).reshape(self._shape)
         check_values(array)
         return self._key, array
 

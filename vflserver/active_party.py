@@ -201,4 +201,3 @@ class ActiveParty:
             "final_metrics": summary.final_metrics,
         }
         (self.run_dir / "summary.json").write_text(json.dumps(payload, indent=2))
-

@@ -19,7 +19,7 @@ import structlog
 from vflcore import daemon
 from vflcore.config import load_toml, server_config_from
 from vflcore.data import DataError, read_party_csv
-from vflcore.errors import ConfigError, JobAborted, PartyUnavailable, VflError
+from vflcore.errors import ConfigError, JobAborted
 from vflcore.tls import TlsConfigError
 from vflserver.active_party import ActiveParty, EpochReport
 from vflserver.server import build_server
@@ -86,9 +86,15 @@ def main(argv: list[str] | None = None) -> int:
         config = server_config_from(_document(args), args.config)
         table = read_party_csv(config.data.path, id_column=config.data.id_column, label_column=config.data.label_column)
         active = ActiveParty(
-            config.job, table, top_hidden=config.top_hidden, run_dir=config.run_dir, step_timeout_s=config.step_timeout_s
+            config.job,
+            table,
+            top_hidden=config.top_hidden,
+            run_dir=config.run_dir,
+            step_timeout_s=config.step_timeout_s,
         )
-        server, port = build_server(active.federation, config.listen, None if args.insecure else config.tls, insecure=args.insecure)
+        server, port = build_server(
+            active.federation, config.listen, None if args.insecure else config.tls, insecure=args.insecure
+        )
     except (ConfigError, DataError, TlsConfigError, ValueError) as exc:
         log.error("bad_configuration", error=str(exc))
         print(f"vfl-server: {exc}", file=sys.stderr)
@@ -101,7 +107,13 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(config.torch_threads)
     server.start()
-    log.info("listening", port=port, job=active.job.job_id, algorithm=active.job.algorithm, rows=active.job.num_rows)
+    log.info(
+        "listening",
+        port=port,
+        job=active.job.job_id,
+        algorithm=active.job.algorithm,
+        rows=active.job.num_rows,
+    )
     if config.port_file is not None:
         config.port_file.parent.mkdir(parents=True, exist_ok=True)
         config.port_file.write_text(f"{port}\n")
@@ -136,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     if error is not None:
         log.error("job_failed", error=str(error))
         print(f"vfl-server: job failed: {error}", file=sys.stderr)
-        return daemon.EXIT_JOB_FAILED if isinstance(error, VflError | TimeoutError) else daemon.EXIT_JOB_FAILED
+        return daemon.EXIT_JOB_FAILED
     summary = outcome["summary"]
     final = "  ".join(f"{k} {v:.4f}" for k, v in summary.final_metrics.items())
     print(f"federated inference on {len(active.schedule.test_rows)} held-out rows: {final}", flush=True)

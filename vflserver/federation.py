@@ -7,6 +7,7 @@ a malformed or unexpected tensor is refused without touching any training state.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import queue
 import threading
@@ -178,7 +179,7 @@ class Federation:
         for party in self._members:
             key = TensorKey(self.job.job_id, round_, batch, name)
             out[party] = self.uploads.take(
-                party, key, timeout=self.step_timeout_s, check=lambda p=party: self.check_online(p)
+                party, key, timeout=self.step_timeout_s, check=functools.partial(self.check_online, party)
             )
             with self._lock:
                 self._expected.pop((party, name, round_, batch), None)

@@ -43,14 +43,19 @@ def build_server(
     # flight per step; health checks and heartbeats need a few more threads on top.
     workers = 8 + 4 * len(federation.job.passive_parties)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers), options=KEEPALIVE_SERVER_OPTIONS)
-    pb_grpc.add_FederationServicer_to_server(FederationService(federation, insecure=insecure), server)
+    servicer = FederationService(federation, insecure=insecure)
+    pb_grpc.add_FederationServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
 
     health_servicer = health.HealthServicer()
     health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
     health_servicer.set("vfl.v1.Federation", health_pb2.HealthCheckResponse.SERVING)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
-        (pb.DESCRIPTOR.services_by_name["Federation"].full_name, health.SERVICE_NAME, reflection.SERVICE_NAME),
+        (
+            pb.DESCRIPTOR.services_by_name["Federation"].full_name,
+            health.SERVICE_NAME,
+            reflection.SERVICE_NAME,
+        ),
         server,
     )
 

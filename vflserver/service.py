@@ -61,10 +61,10 @@ def _handler(method: Callable[..., _T]) -> Callable[..., _T]:
             mapped = _status_for(exc)
             if mapped is None:
                 log.exception("handler_failed", rpc=method.__name__)
-                context.abort(grpc.StatusCode.INTERNAL, f"internal error in {method.__name__}: {exc}")
-            code, message = mapped
-            log.warning("rpc_refused", rpc=method.__name__, code=code.name, reason=message)
-            context.abort(code, message)
+                mapped = (grpc.StatusCode.INTERNAL, f"internal error in {method.__name__}: {exc}")
+            else:
+                log.warning("rpc_refused", rpc=method.__name__, code=mapped[0].name, reason=mapped[1])
+            context.abort(*mapped)
             raise  # unreachable: abort raises
 
     return wrapper

@@ -179,9 +179,7 @@ class TestIssuePartyCert:
         with pytest.raises(CertsError, match="positive integer"):
             issue_party_cert(tmp_path, ca, 0)
 
-    def test_self_signed_certificate_is_not_from_the_ca(
-        self, tmp_path: Path, ca: CertificateAuthority
-    ) -> None:
+    def test_self_signed_certificate_is_not_from_the_ca(self, tmp_path: Path, ca: CertificateAuthority) -> None:
         """The test helper makes a party certificate that no project CA signed."""
         cert = load_certificate(issue_self_signed_party_cert(tmp_path, 2, "rogue").cert_path)
         assert party_from_certificate(cert) == 2
@@ -215,16 +213,12 @@ class TestTlsFiles:
 
 
 class TestCertsCli:
-    def test_init_writes_ca_server_and_parties(
-        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-    ) -> None:
+    def test_init_writes_ca_server_and_parties(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         """init writes the CA, a localhost server certificate and party 2 and 3, and says so."""
         out = tmp_path / "certs"
         assert main(["init", "--out", str(out)]) == 0
         names = sorted(p.name for p in out.iterdir())
-        assert names == [
-            f"{stem}.{ext}" for stem in ("ca", "party-2", "party-3", "server") for ext in ("key", "pem")
-        ]
+        assert names == [f"{stem}.{ext}" for stem in ("ca", "party-2", "party-3", "server") for ext in ("key", "pem")]
         printed = capsys.readouterr().out
         assert f"wrote {out / 'server.pem'}" in printed
         assert "DNS:localhost, IP:127.0.0.1" in printed
@@ -283,9 +277,7 @@ class TestCertsCli:
         assert party_from_certificate(load_certificate(out / "party-5.pem")) == 5
         assert "Give party 5:" in capsys.readouterr().out
 
-    def test_party_without_ca_says_to_run_init(
-        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-    ) -> None:
+    def test_party_without_ca_says_to_run_init(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         """party N in a folder without a CA exits 2 and points at vfl-certs init."""
         assert main(["party", "2", "--out", str(tmp_path)]) == 2
         err = capsys.readouterr().err
@@ -297,9 +289,7 @@ class TestCertsCli:
         assert main(["server", "--out", str(tmp_path), "--ip", "vfl.example.org"]) == 2
         assert "use --dns for host names" in capsys.readouterr().err
 
-    def test_show_prints_identity_and_validity(
-        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-    ) -> None:
+    def test_show_prints_identity_and_validity(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         """show prints the subject, issuer, SANs, validity and party id of a certificate."""
         out = tmp_path / "certs"
         main(["init", "--out", str(out)])

@@ -75,9 +75,7 @@ class TestReadPartyCsv:
 
     def test_missing_id_column_lists_columns_found(self, tmp_path: Path) -> None:
         """The error names the file, the wanted column and the columns that were found."""
-        with pytest.raises(
-            DataError, match=r"p\.csv: ID column 'id' not found; columns found: \['key', 'a'\]"
-        ):
+        with pytest.raises(DataError, match=r"p\.csv: ID column 'id' not found; columns found: \['key', 'a'\]"):
             read_party_csv(write(tmp_path, "key,a\nu1,1\n", "p.csv"))
 
     def test_missing_label_column(self, tmp_path: Path) -> None:

@@ -24,10 +24,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 def read_aligned(paths: list[Path]) -> list[PartyTable]:
     """Read party 1 with its label column and the rest as passive parties, then align all."""
-    return [
-        align_rows(read_party_csv(path, label_column="label" if k == 0 else None))
-        for k, path in enumerate(paths)
-    ]
+    return [align_rows(read_party_csv(path, label_column="label" if k == 0 else None)) for k, path in enumerate(paths)]
 
 
 class TestWriteVerticalSplit:
@@ -77,9 +74,7 @@ class TestWriteVerticalSplit:
             ([[0], [5]], "outside"),
         ],
     )
-    def test_invalid_party_columns(
-        self, tmp_path: Path, party_columns: list[list[int]], message: str
-    ) -> None:
+    def test_invalid_party_columns(self, tmp_path: Path, party_columns: list[list[int]], message: str) -> None:
         """Splits without a passive party, with an empty passive party or bad indices are rejected."""
         with pytest.raises(ValueError, match=message):
             write_vertical_split(
@@ -160,14 +155,10 @@ class TestWriteSyntheticSplit:
         ("features_per_party", "classes", "message"),
         [([4], 2, "at least one passive"), ([1, -1], 2, "non-negative"), ([1, 1], 5, "too few")],
     )
-    def test_invalid_arguments(
-        self, tmp_path: Path, features_per_party: list[int], classes: int, message: str
-    ) -> None:
+    def test_invalid_arguments(self, tmp_path: Path, features_per_party: list[int], classes: int, message: str) -> None:
         """One party only, negative counts, or too few features for the classes are rejected."""
         with pytest.raises(ValueError, match=message):
-            write_synthetic_split(
-                tmp_path, rows=10, features_per_party=features_per_party, seed=0, classes=classes
-            )
+            write_synthetic_split(tmp_path, rows=10, features_per_party=features_per_party, seed=0, classes=classes)
 
 
 class TestMakeDigitsDataScript:

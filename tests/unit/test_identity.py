@@ -93,9 +93,7 @@ class TestPartyFromCertificate:
             (["party-2"], ["vfl://party/2/extra"]),
         ],
     )
-    def test_disagreeing_or_malformed_names_are_no_party(
-        self, common_names: list[str], uris: list[str]
-    ) -> None:
+    def test_disagreeing_or_malformed_names_are_no_party(self, common_names: list[str], uris: list[str]) -> None:
         """CN and URI SAN must both be present, well formed and name the same party."""
         assert party_from_certificate(_hand_made_cert(common_names, uris)) is None
 
@@ -180,9 +178,7 @@ class TestPartyFromAuthContextOverMtls:
         assert identity_server.call(_client_files(pki, "party-3")) == b"3"
         assert identity_server.call(_client_files(pki, "party-2")) == b"2"
 
-    def test_auth_context_carries_the_verified_certificate(
-        self, pki: Path, identity_server: _IdentityServer
-    ) -> None:
+    def test_auth_context_carries_the_verified_certificate(self, pki: Path, identity_server: _IdentityServer) -> None:
         """gRPC reports CN, URI SAN and the PEM of the client certificate, as identity relies on."""
         identity_server.call(_client_files(pki, "party-2"))
         seen = identity_server.auth_contexts[-1]
@@ -198,9 +194,7 @@ class TestPartyFromAuthContextOverMtls:
         assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
         assert identity_server.auth_contexts == []
 
-    def test_server_certificate_cannot_act_as_a_client(
-        self, pki: Path, identity_server: _IdentityServer
-    ) -> None:
+    def test_server_certificate_cannot_act_as_a_client(self, pki: Path, identity_server: _IdentityServer) -> None:
         """The server certificate (serverAuth only) is refused as a client certificate."""
         with pytest.raises(grpc.RpcError) as caught:
             identity_server.call(_client_files(pki, "server"))

@@ -89,7 +89,5 @@ class TestTaskMetrics:
 
     def test_unknown_task(self) -> None:
         """An unknown task is rejected with the choices."""
-        with pytest.raises(
-            ValueError, match="unknown task 'ranking'; choose one of classification, regression"
-        ):
+        with pytest.raises(ValueError, match="unknown task 'ranking'; choose one of classification, regression"):
             task_metrics("ranking", np.zeros(1), np.zeros(1))

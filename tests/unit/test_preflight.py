@@ -186,9 +186,7 @@ class TestDiagnoseLocalFiles:
 
 
 class TestDiagnoseServer:
-    def test_san_mismatch(
-        self, project: Path, project_ca: CertificateAuthority, start_server: StartServer
-    ) -> None:
+    def test_san_mismatch(self, project: Path, project_ca: CertificateAuthority, start_server: StartServer) -> None:
         """A server certificate only for other.example, dialled at 127.0.0.1, is a SAN mismatch."""
         issue_server_cert(project, project_ca, dns_names=("other.example",), ips=(), name="other")
         failed = _failed(diagnose(start_server("other"), _files(project, "party-2"), 2))

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from vflcore.errors import JoinRejected
 from vflclient.algorithms.base import ClientAlgorithm, ModelFactory, PassiveContext, ServerLink
 from vflclient.algorithms.splitnn import SplitNNClient
+from vflcore.errors import JoinRejected
 
 CLIENT_ALGORITHMS: dict[str, type[ClientAlgorithm]] = {
     SplitNNClient.name: SplitNNClient,
@@ -22,4 +22,11 @@ def client_algorithm(name: str) -> type[ClientAlgorithm]:
         ) from None
 
 
-__all__ = ["CLIENT_ALGORITHMS", "ClientAlgorithm", "ModelFactory", "PassiveContext", "ServerLink", "client_algorithm"]
+__all__ = [
+    "CLIENT_ALGORITHMS",
+    "ClientAlgorithm",
+    "ModelFactory",
+    "PassiveContext",
+    "ServerLink",
+    "client_algorithm",
+]

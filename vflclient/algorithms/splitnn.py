@@ -11,11 +11,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from vflclient.algorithms.base import ClientAlgorithm, PassiveContext
 from vflcore.job import model_seed
 from vflcore.models import build_seeded, make_optimizer, mlp
 from vflcore.tasks import EMBEDDING, GRADIENT
 from vflcore.tensors import TensorKey, check_shape
-from vflclient.algorithms.base import ClientAlgorithm, PassiveContext
 
 
 class SplitNNClient(ClientAlgorithm):

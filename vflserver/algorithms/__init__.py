@@ -16,7 +16,9 @@ def server_algorithm(name: str) -> type[ServerAlgorithm]:
     try:
         return SERVER_ALGORITHMS[name]
     except KeyError:
-        raise ConfigError(f"[job] algorithm = {name!r} is not available; choose one of {sorted(SERVER_ALGORITHMS)}") from None
+        raise ConfigError(
+            f"[job] algorithm = {name!r} is not available; choose one of {sorted(SERVER_ALGORITHMS)}"
+        ) from None
 
 
 __all__ = ["SERVER_ALGORITHMS", "ActiveContext", "ServerAlgorithm", "server_algorithm"]

@@ -39,7 +39,9 @@ class SplitNNServer(ServerAlgorithm):
             else None
         )
         width = job.embedding_dim * (len(job.passive_parties) + (1 if self.bottom is not None else 0))
-        self.top = build_seeded(lambda: mlp(width, ctx.top_hidden, ctx.num_outputs), model_seed(job.seed, ACTIVE, "top"))
+        self.top = build_seeded(
+            lambda: mlp(width, ctx.top_hidden, ctx.num_outputs), model_seed(job.seed, ACTIVE, "top")
+        )
         params = list(self.top.parameters()) + (list(self.bottom.parameters()) if self.bottom is not None else [])
         self.optimizer = make_optimizer(job.optimizer, params, job.learning_rate)
         self.loss_fn = task_loss(job.task)
@@ -48,7 +50,8 @@ class SplitNNServer(ServerAlgorithm):
         parts = list(passive)
         if self.bottom is not None:
             parts.insert(0, self.bottom(self.ctx.features[rows]))
-        return self.top(torch.cat(parts, dim=1))
+        output: torch.Tensor = self.top(torch.cat(parts, dim=1))
+        return output
 
     def train_epoch(self, epoch: int) -> float:
         ctx, fed = self.ctx, self.ctx.federation
