@@ -74,8 +74,9 @@ class SplitNNServer(ServerAlgorithm):
                 assert h.grad is not None
                 fed.publish(p, TensorKey(ctx.job.job_id, epoch, b, GRADIENT), h.grad.numpy())
             self.optimizer.step()
-            self.step_losses.append(float(loss))
-            total += float(loss) * len(rows)
+            value = loss.item()
+            self.step_losses.append(value)
+            total += value * len(rows)
         return total / max(1, sum(len(r) for r in batches))
 
     @torch.no_grad()

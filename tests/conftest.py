@@ -1,0 +1,60 @@
+"""Session fixtures every test may use: a PKI made by the project's own tooling, and data files.
+
+Certificates come from ``vflcore.certs`` (what ``vfl-certs`` runs), so the tests exercise the
+same issuance a user gets. Everything lives under pytest's tmp dirs; no fixed ports anywhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from vflcore.certs import create_ca, issue_party_cert, issue_server_cert, load_ca
+from vflcore.datasets import write_diabetes_split, write_digits_split
+from vflcore.tls import TlsFiles
+
+
+@dataclass(frozen=True)
+class Pki:
+    """One project CA with a server certificate and party certificates 2 to 4."""
+
+    root: Path
+
+    @property
+    def ca(self) -> Path:
+        return self.root / "ca.pem"
+
+    def server_files(self) -> TlsFiles:
+        return TlsFiles(ca=self.ca, cert=self.root / "server.pem", key=self.root / "server.key")
+
+    def party_files(self, party: int) -> TlsFiles:
+        return TlsFiles(ca=self.ca, cert=self.root / f"party-{party}.pem", key=self.root / f"party-{party}.key")
+
+
+@pytest.fixture(scope="session")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    root = tmp_path_factory.mktemp("pki")
+    create_ca(root)
+    ca = load_ca(root)
+    issue_server_cert(root, ca)
+    for party in (2, 3, 4):
+        issue_party_cert(root, ca, party)
+    return Pki(root)
+
+
+@pytest.fixture(scope="session")
+def digits_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """party1.csv (labels + image rows 0-2), party2.csv (rows 3-5), party3.csv (rows 6-7)."""
+    out = tmp_path_factory.mktemp("digits")
+    write_digits_split(out, seed=0)
+    return out
+
+
+@pytest.fixture(scope="session")
+def diabetes_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A regression task split over three parties (party1.csv holds the target)."""
+    out = tmp_path_factory.mktemp("diabetes")
+    write_diabetes_split(out, seed=0)
+    return out

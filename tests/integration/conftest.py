@@ -1,0 +1,125 @@
+"""Fixtures that start a real active party: a gRPC server on port 0 over mTLS, in this process.
+
+``running_job`` gives a started server whose job waits for passive parties; tests connect real
+``Connection`` objects (or raw stubs) to it with certificates from the session PKI.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from tests.conftest import Pki
+from vflclient import Connection, PassiveParty, RunResult, read_party_csv
+from vflcore.job import JobSpec
+from vflserver.active_party import ActiveParty, RunSummary
+from vflserver.server import build_server
+
+SMALL_JOB = JobSpec(
+    job_id="test-job",
+    seed=0,
+    epochs=2,
+    batch_size=64,
+    embedding_dim=8,
+    bottom_hidden=(32,),
+    optimizer="adam",
+    learning_rate=0.003,
+    test_fraction=0.2,
+    passive_parties=(2, 3),
+)
+
+
+@dataclass
+class RunningJob:
+    """An active party serving on 127.0.0.1:``port`` with its job running in a thread."""
+
+    active: ActiveParty
+    server: grpc.Server
+    port: int
+    thread: threading.Thread
+    outcome: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def summary(self, timeout: float = 120) -> RunSummary:
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), "the job did not end in time"
+        if "error" in self.outcome:
+            raise self.outcome["error"]
+        summary: RunSummary = self.outcome["summary"]
+        return summary
+
+
+def start_job(
+    pki: Pki, data: Path, tmp_path: Path, job: JobSpec = SMALL_JOB, *, join_timeout_s: float = 60, **kwargs: Any
+) -> RunningJob:
+    table = read_party_csv(data / "party1.csv", label_column="label")
+    active = ActiveParty(job, table, run_dir=tmp_path / "runs", step_timeout_s=60, **kwargs)
+    server, port = build_server(active.federation, "127.0.0.1:0", pki.server_files())
+    server.start()
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["summary"] = active.run(join_timeout_s=join_timeout_s)
+        except BaseException as exc:
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return RunningJob(active, server, port, thread, outcome)
+
+
+def run_party_in_thread(
+    job: RunningJob, pki: Pki, data: Path, tmp_path: Path, party: int
+) -> Callable[[], RunResult | BaseException]:
+    """Start passive party ``party`` in a thread; the returned function waits for its result."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            table = read_party_csv(data / f"party{party}.csv")
+            with Connection(job.address, party, tls=pki.party_files(party), connect_timeout_s=20) as conn:
+                box["result"] = PassiveParty(party, table, run_dir=tmp_path / "runs").run(conn)
+        except BaseException as exc:
+            box["result"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+
+    def wait(timeout: float = 120) -> RunResult | BaseException:
+        thread.join(timeout)
+        assert not thread.is_alive(), f"party {party} did not finish in time"
+        result: RunResult | BaseException = box["result"]
+        return result
+
+    return wait
+
+
+@pytest.fixture
+def job_factory(pki: Pki, digits_data: Path, tmp_path: Path) -> Iterator[Callable[..., RunningJob]]:
+    """Start active parties on the digits data; every server is stopped at teardown."""
+    started: list[RunningJob] = []
+
+    def make(job: JobSpec = SMALL_JOB, **kwargs: Any) -> RunningJob:
+        running = start_job(pki, digits_data, tmp_path, job, **kwargs)
+        started.append(running)
+        return running
+
+    yield make
+    for running in started:
+        running.active.stop_event.set()
+        running.active.federation.abort(RuntimeError("test over"))
+        running.server.stop(grace=None)
+        running.thread.join(10)
+
+
+__all__ = ["SMALL_JOB", "RunningJob", "replace", "run_party_in_thread", "start_job"]

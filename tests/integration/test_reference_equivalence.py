@@ -1,0 +1,153 @@
+"""Federated SplitNN over real gRPC and mTLS computes what the in-process reference computes.
+
+The server and two passive parties run in this process (threads, port 0, certificates from the
+session PKI), so every tensor still crosses the wire: serialised, chunked, sent over TLS and
+validated. The reference (``vflcore.reference``) trains the same models with the same seeds and
+schedule in plain torch. Agreement of every step's loss shows that the federation changes
+where the computation runs, not what it computes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from tests.conftest import Pki
+from tests.integration.conftest import run_party_in_thread, start_job
+from vflclient import RunResult, read_party_csv
+from vflcore.job import JobSpec
+from vflcore.metrics import task_metrics
+from vflcore.reference import ReferenceSplitNN
+from vflserver.active_party import RunSummary
+
+pytestmark = pytest.mark.integration
+
+# Per-step losses may differ only by float32 rounding: the wire carries the exact float32 bytes.
+LOSS_TOLERANCE = 1e-5
+MIN_STEPS = 100
+ACCURACY_BAR = 0.93
+TOP_HIDDEN = (64,)
+
+# 1797 digits, 20 % held out: 1438 training rows = 23 batches of 64 per epoch, 115 steps in 5 epochs.
+DIGITS_JOB = JobSpec(
+    job_id="reference-digits",
+    seed=7,
+    epochs=5,
+    batch_size=64,
+    embedding_dim=16,
+    bottom_hidden=(64,),
+    optimizer="adam",
+    learning_rate=0.003,
+    test_fraction=0.2,
+    passive_parties=(2, 3),
+)
+# 442 diabetes rows, 20 % held out: 354 training rows = 12 batches of 32 per epoch, 108 steps in 9.
+DIABETES_JOB = JobSpec(
+    job_id="reference-diabetes",
+    task="regression",
+    seed=11,
+    epochs=9,
+    batch_size=32,
+    embedding_dim=16,
+    bottom_hidden=(32,),
+    optimizer="sgd",
+    learning_rate=0.01,
+    test_fraction=0.2,
+    passive_parties=(2, 3),
+)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One job trained twice: federated over mTLS, and by the in-process reference."""
+
+    federated: RunSummary
+    federated_losses: list[float]
+    reference: ReferenceSplitNN
+    test_rows: np.ndarray
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread() -> Iterator[None]:
+    """Both runs use one intra-op thread, so neither gets a different reduction order (and the
+    three parties' threads do not fight over two cores)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _compare(job: JobSpec, data: Path, pki: Pki, tmp_path: Path) -> Comparison:
+    running = start_job(pki, data, tmp_path, job, top_hidden=TOP_HIDDEN)
+    try:
+        waits = [run_party_in_thread(running, pki, data, tmp_path, party) for party in job.passive_parties]
+        summary = running.summary()
+        results = [wait() for wait in waits]
+    finally:
+        running.server.stop(grace=None)
+    assert all(isinstance(r, RunResult) and r.success for r in results), results
+
+    tables = {1: read_party_csv(data / "party1.csv", label_column="label")}
+    tables.update({p: read_party_csv(data / f"party{p}.csv") for p in job.passive_parties})
+    reference = ReferenceSplitNN.from_tables(job, tables, top_hidden=TOP_HIDDEN)
+    for epoch in range(job.epochs):
+        reference.train_epoch(epoch)
+    return Comparison(summary, list(running.active.algorithm.step_losses), reference, running.active.schedule.test_rows)
+
+
+@pytest.fixture(scope="module")
+def digits(pki: Pki, digits_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Comparison:
+    return _compare(DIGITS_JOB, digits_data, pki, tmp_path_factory.mktemp("digits-run"))
+
+
+@pytest.fixture(scope="module")
+def diabetes(pki: Pki, diabetes_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Comparison:
+    return _compare(DIABETES_JOB, diabetes_data, pki, tmp_path_factory.mktemp("diabetes-run"))
+
+
+def _assert_same_steps(run: Comparison) -> None:
+    federated, reference = np.array(run.federated_losses), np.array(run.reference.step_losses)
+    assert len(federated) == len(reference) >= MIN_STEPS
+    worst = int(np.argmax(np.abs(federated - reference)))
+    assert np.allclose(federated, reference, rtol=0, atol=LOSS_TOLERANCE), (
+        f"step {worst}: federated loss {federated[worst]!r}, reference {reference[worst]!r}"
+    )
+
+
+class TestClassification:
+    def test_every_step_loss_matches_the_reference(self, digits: Comparison) -> None:
+        """Each of the 115 per-step training losses on digits agrees with the reference within 1e-5."""
+        _assert_same_steps(digits)
+
+    def test_model_matches_the_reference_on_held_out_rows(self, digits: Comparison) -> None:
+        """The final federated test loss equals the reference model's loss on the same held-out rows."""
+        rows = digits.test_rows
+        reference_loss = float(digits.reference.loss_fn(digits.reference.predict(rows), digits.reference.labels[rows]))
+        assert digits.federated.epochs[-1].test_loss == pytest.approx(reference_loss, abs=LOSS_TOLERANCE)
+
+    def test_federated_model_reaches_the_accuracy_bar(self, digits: Comparison) -> None:
+        """After 5 epochs, federated inference on the 359 held-out digits reaches accuracy >= 0.93."""
+        assert digits.federated.final_metrics["accuracy"] >= ACCURACY_BAR
+
+
+class TestRegression:
+    def test_every_step_loss_matches_the_reference(self, diabetes: Comparison) -> None:
+        """Each of the 108 per-step MSE losses on diabetes (SGD with momentum) agrees within 1e-5."""
+        _assert_same_steps(diabetes)
+
+    def test_run_reports_regression_metrics(self, diabetes: Comparison) -> None:
+        """Every epoch and the final federated inference report MSE and R², which the reference reproduces."""
+        assert all(set(e.metrics) == {"mse", "r2"} for e in diabetes.federated.epochs)
+        final = diabetes.federated.final_metrics
+        assert set(final) == {"mse", "r2"}
+        rows = diabetes.test_rows
+        truth = diabetes.reference.labels[rows].numpy().ravel()
+        expected = task_metrics("regression", truth, diabetes.reference.predict(rows).numpy())
+        assert final["mse"] == pytest.approx(expected["mse"], abs=1e-5)
+        assert final["r2"] == pytest.approx(expected["r2"], abs=1e-5)
+        assert final["r2"] > 0, "the model should explain some of the variance after 9 epochs"
