@@ -68,6 +68,7 @@ class ActiveParty:
         top_hidden: Sequence[int] = (64,),
         run_dir: Path = Path("runs"),
         step_timeout_s: float = 300.0,
+        offline_grace_s: float = 5.0,
     ) -> None:
         if table.labels is None:
             raise ConfigError(f"{table.source}: the active party's data needs a label column")
@@ -79,7 +80,9 @@ class ActiveParty:
         self.schedule = self.job.schedule()
         labels, outputs = label_tensor(self.job.task, torch.from_numpy(np.asarray(aligned.labels, dtype=np.float64)))
         self.labels = labels
-        self.federation = Federation(self.job, ids_digest(aligned.ids), step_timeout_s=step_timeout_s)
+        self.federation = Federation(
+            self.job, ids_digest(aligned.ids), step_timeout_s=step_timeout_s, offline_grace_s=offline_grace_s
+        )
         self.algorithm: ServerAlgorithm = server_algorithm(self.job.algorithm)(
             ActiveContext(
                 job=self.job,
@@ -100,9 +103,17 @@ class ActiveParty:
     # ---- the job ----------------------------------------------------------------------------
 
     def run(
-        self, *, join_timeout_s: float = 300.0, on_epoch: Callable[[EpochReport], None] | None = None
+        self,
+        *,
+        join_timeout_s: float = 300.0,
+        on_epoch: Callable[[EpochReport], None] | None = None,
+        keep_serving: bool = False,
     ) -> RunSummary:
-        """Train, evaluate and score the held-out rows; always tell the parties how it ended."""
+        """Train, evaluate and score the held-out rows; always tell the parties how it ended.
+
+        With ``keep_serving`` the passive parties stay connected after training, so that
+        ``predict_ids`` can go on scoring rows until ``shutdown`` is called.
+        """
         summary = RunSummary(job_id=self.job.job_id, run_dir=self.run_dir)
         fed = self.federation
         try:
@@ -126,13 +137,18 @@ class ActiveParty:
             fed.state = "serving"
             summary.final_metrics = self._final_inference()
             self._write_summary(summary)
-            fed.finish(True, "training finished")
-            fed.state = "finished"
+            if not keep_serving:
+                self.shutdown("training finished")
             return summary
         except BaseException as exc:
             fed.finish(False, f"the active party stopped the job: {exc}")
             fed.abort(exc if isinstance(exc, Exception) else JobAborted("interrupted"))
             raise
+
+    def shutdown(self, message: str) -> None:
+        """End the job successfully: every passive party gets Finish and leaves."""
+        self.federation.finish(True, message)
+        self.federation.state = "finished"
 
     def evaluate(self, epoch: int) -> tuple[float, dict[str, float]]:
         """Loss and task metrics on the held-out rows, with every party's current model."""
@@ -158,7 +174,10 @@ class ActiveParty:
                 fed.check_online(party)
             fed.expect(name, 0, 0, (len(rows), self.job.embedding_dim))
             fed.dispatch(lambda tid: Infer(tid, request_id, rows))
-            output = self.algorithm.predict(rows, fed.gather(name, 0, 0))
+            try:
+                output = self.algorithm.predict(rows, fed.gather(name, 0, 0))
+            finally:
+                fed.forget(name, 0, 0)
         return output.numpy()
 
     def predict_ids(self, ids: Sequence[str]) -> np.ndarray:

@@ -50,8 +50,16 @@ class _Expectation:
 class Federation:
     """Membership, task dispatch and tensor exchange with every passive party of one job."""
 
-    def __init__(self, job: JobSpec, ids_digest: bytes, *, step_timeout_s: float = 300.0) -> None:
+    def __init__(
+        self,
+        job: JobSpec,
+        ids_digest: bytes,
+        *,
+        step_timeout_s: float = 300.0,
+        offline_grace_s: float = OFFLINE_GRACE_S,
+    ) -> None:
         self.job = job
+        self.offline_grace_s = offline_grace_s
         self.ids_digest = ids_digest
         self.step_timeout_s = step_timeout_s
         self.state = "waiting"
@@ -137,7 +145,7 @@ class Federation:
             raise PartyUnavailable(party, f"it reported a failure: {member.failure}")
         if not member.online:
             since = member.offline_since or time.monotonic()
-            if time.monotonic() - since > OFFLINE_GRACE_S:
+            if time.monotonic() - since >= self.offline_grace_s:
                 raise PartyUnavailable(party, "its connection to the server closed")
 
     def online_parties(self) -> list[int]:
@@ -184,6 +192,15 @@ class Federation:
             with self._lock:
                 self._expected.pop((party, name, round_, batch), None)
         return out
+
+    def forget(self, name: str, round_: int, batch: int) -> None:
+        """Retire an exchange that failed: its expectation and anything already uploaded for it."""
+        key = TensorKey(self.job.job_id, round_, batch, name)
+        with self._lock:
+            for party in self._members:
+                self._expected.pop((party, name, round_, batch), None)
+        for party in self._members:
+            self.uploads.discard(party, key)
 
     def publish(self, party: int, key: TensorKey, array: np.ndarray) -> None:
         """Leave a tensor for a party to collect (a gradient, say)."""

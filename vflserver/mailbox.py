@@ -54,6 +54,11 @@ class Mailbox:
                 self._cond.wait(min(_POLL_S, remaining))
             return self._items.pop((party, key))
 
+    def discard(self, party: int, key: TensorKey) -> None:
+        """Drop an item nobody will take (its exchange failed)."""
+        with self._cond:
+            self._items.pop((party, key), None)
+
     def has(self, party: int, key: TensorKey) -> bool:
         with self._cond:
             return (party, key) in self._items

@@ -59,7 +59,14 @@ class RunningJob:
 
 
 def start_job(
-    pki: Pki, data: Path, tmp_path: Path, job: JobSpec = SMALL_JOB, *, join_timeout_s: float = 60, **kwargs: Any
+    pki: Pki,
+    data: Path,
+    tmp_path: Path,
+    job: JobSpec = SMALL_JOB,
+    *,
+    join_timeout_s: float = 60,
+    keep_serving: bool = False,
+    **kwargs: Any,
 ) -> RunningJob:
     table = read_party_csv(data / "party1.csv", label_column="label")
     active = ActiveParty(job, table, run_dir=tmp_path / "runs", step_timeout_s=60, **kwargs)
@@ -69,7 +76,7 @@ def start_job(
 
     def run() -> None:
         try:
-            outcome["summary"] = active.run(join_timeout_s=join_timeout_s)
+            outcome["summary"] = active.run(join_timeout_s=join_timeout_s, keep_serving=keep_serving)
         except BaseException as exc:
             outcome["error"] = exc
 

@@ -127,7 +127,7 @@ class TestClassification:
     def test_model_matches_the_reference_on_held_out_rows(self, digits: Comparison) -> None:
         """The final federated test loss equals the reference model's loss on the same held-out rows."""
         rows = digits.test_rows
-        reference_loss = float(digits.reference.loss_fn(digits.reference.predict(rows), digits.reference.labels[rows]))
+        reference_loss = digits.reference.loss_fn(digits.reference.predict(rows), digits.reference.labels[rows]).item()
         assert digits.federated.epochs[-1].test_loss == pytest.approx(reference_loss, abs=LOSS_TOLERANCE)
 
     def test_federated_model_reaches_the_accuracy_bar(self, digits: Comparison) -> None:

@@ -1,0 +1,128 @@
+"""Malformed tensors from a passive party: each is refused with INVALID_ARGUMENT, nothing changes.
+
+The test plays party 2 with raw stubs over real mTLS against a real server whose job is waiting
+for batch 0 of epoch 0. Every bad upload must be refused with a message naming the field, must
+leave the server's model and mailbox untouched, and a good upload afterwards must still work.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+import torch
+
+from tests.conftest import Pki
+from tests.integration.conftest import SMALL_JOB, RunningJob
+from vflcore import wire
+from vflcore.data import align_rows, ids_digest, read_party_csv
+from vflcore.proto import federation_pb2 as pb
+from vflcore.proto import federation_pb2_grpc as pb_grpc
+from vflcore.tensors import TensorKey
+from vflcore.tls import channel_credentials
+
+pytestmark = pytest.mark.integration
+
+WIDTH = SMALL_JOB.embedding_dim
+
+
+def _chunks_with(key: TensorKey, array: np.ndarray, **override: object) -> Iterator[pb.TensorChunk]:
+    for chunk in wire.tensor_to_chunks(key, array):
+        for field, value in override.items():
+            if field == "data":
+                chunk.data = value  # type: ignore[assignment]
+            elif field == "shape":
+                del chunk.shape[:]
+                chunk.shape.extend(value)  # type: ignore[arg-type]
+            else:
+                setattr(chunk, field, value)
+        yield chunk
+
+
+@pytest.fixture
+def party2_session(job_factory, pki: Pki, digits_data: Path):
+    """A job for party 2 alone, joined and subscribed by raw stubs; yields (job, stub, key, rows)."""
+    running: RunningJob = job_factory(replace(SMALL_JOB, passive_parties=(2,), epochs=1))
+    table = align_rows(read_party_csv(digits_data / "party2.csv"))
+    channel = grpc.secure_channel(running.address, channel_credentials(pki.party_files(2)))
+    stub = pb_grpc.FederationStub(channel)
+    stub.Join(pb.JoinRequest(party=2, num_rows=table.num_rows, aligned_ids_digest=ids_digest(table.ids)), timeout=10)
+    tasks = stub.Subscribe(pb.SubscribeRequest(job_id="test-job"))
+    first = next(tasks)
+    assert first.WhichOneof("kind") == "train_epoch"
+    rows = len(running.active.schedule.batches(0)[0])
+    yield running, stub, TensorKey("test-job", 0, 0, "embedding"), rows
+    tasks.cancel()
+    channel.close()
+
+
+def _model_snapshot(running: RunningJob) -> dict[str, torch.Tensor]:
+    return {k: v.clone() for k, v in running.active.algorithm.state()["top"].items()}
+
+
+class TestMalformedTensors:
+    @pytest.mark.parametrize(
+        ("case", "field"),
+        [
+            ("wrong_shape", "shape"),
+            ("wrong_width", "shape"),
+            ("wrong_dtype", "dtype"),
+            ("unknown_dtype", "dtype"),
+            ("nan", "data"),
+            ("infinite", "data"),
+            ("truncated", "data"),
+            ("oversize", "shape"),
+            ("more_bytes_than_announced", "data"),
+            ("wrong_job", "key.job_id"),
+            ("unexpected_batch", "key"),
+        ],
+    )
+    def test_bad_upload_is_refused_and_changes_nothing(self, party2_session, case: str, field: str) -> None:
+        """The upload gets INVALID_ARGUMENT naming the field, and the model and mailbox are unchanged."""
+        running, stub, key, rows = party2_session
+        good = np.random.default_rng(0).standard_normal((rows, WIDTH)).astype(np.float32)
+        bad: dict[str, Iterator[pb.TensorChunk]] = {
+            "wrong_shape": wire.tensor_to_chunks(key, good[:-1]),
+            "wrong_width": wire.tensor_to_chunks(key, np.zeros((rows, WIDTH + 1), np.float32)),
+            "wrong_dtype": wire.tensor_to_chunks(key, good.astype(np.float64)),
+            "unknown_dtype": _chunks_with(key, good, dtype="float16", total_bytes=good.size * 2),
+            "nan": wire.tensor_to_chunks(key, np.where(good > 1, np.nan, good).astype(np.float32)),
+            "infinite": wire.tensor_to_chunks(key, np.where(good > 1, np.inf, good).astype(np.float32)),
+            "truncated": _chunks_with(key, good, data=good.tobytes()[:-7]),
+            "oversize": _chunks_with(key, good, shape=[1 << 20, 1 << 12], total_bytes=(1 << 32)),
+            "more_bytes_than_announced": _chunks_with(key, good, data=good.tobytes() + b"\0" * 8),
+            "wrong_job": wire.tensor_to_chunks(replace(key, job_id="other-job"), good),
+            "unexpected_batch": wire.tensor_to_chunks(replace(key, batch=999), good),
+        }
+        before = _model_snapshot(running)
+        with pytest.raises(grpc.RpcError) as caught:
+            stub.SendEmbeddings(bad[case], timeout=10)
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert caught.value.details().startswith(field), caught.value.details()
+        assert len(running.active.federation.uploads) == 0
+        assert running.active.algorithm.step_losses == []
+        after = _model_snapshot(running)
+        assert all(torch.equal(before[k], after[k]) for k in before)
+
+    def test_good_upload_after_bad_ones_still_trains(self, party2_session) -> None:
+        """After refused uploads, a valid embedding is accepted and its gradient comes back."""
+        running, stub, key, rows = party2_session
+        good = np.random.default_rng(1).standard_normal((rows, WIDTH)).astype(np.float32)
+        with pytest.raises(grpc.RpcError):
+            stub.SendEmbeddings(wire.tensor_to_chunks(key, good[:, :-1]), timeout=10)
+        ack = stub.SendEmbeddings(wire.tensor_to_chunks(key, good), timeout=10)
+        assert ack.bytes_received == good.nbytes
+        got_key, grad = wire.tensor_from_chunks(
+            stub.ReturnGradients(pb.TensorRequest(key=wire.key_to_proto(key.with_name("gradient"))), timeout=30)
+        )
+        assert got_key == key.with_name("gradient")
+        assert grad.shape == (rows, WIDTH) and grad.dtype == np.float32
+        deadline = time.monotonic() + 10  # the server records the loss just after publishing the gradient
+        while not running.active.algorithm.step_losses and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(running.active.algorithm.step_losses) == 1

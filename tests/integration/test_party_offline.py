@@ -1,0 +1,91 @@
+"""A passive party that disappears: the error is UNAVAILABLE-class and names the party."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import grpc
+import pytest
+
+from tests.conftest import Pki
+from tests.integration.conftest import SMALL_JOB, start_job
+from vflclient import Connection, PassiveParty, RunResult, read_party_csv
+from vflcore.errors import JobAborted, PartyUnavailable
+from vflserver.service import _status_for
+
+pytestmark = pytest.mark.integration
+
+
+class _Party:
+    """A passive party in a thread whose connection the test can cut."""
+
+    def __init__(self, address: str, pki: Pki, data: Path, runs: Path, party: int) -> None:
+        self.conn = Connection(address, party, tls=pki.party_files(party), connect_timeout_s=20)
+        self.party = PassiveParty(party, read_party_csv(data / f"party{party}.csv"), run_dir=runs)
+        self.result: RunResult | BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.result = self.party.run(self.conn)
+        except BaseException as exc:
+            self.result = exc
+
+    def cut(self) -> None:
+        self.conn.close()
+
+
+class TestPartyOffline:
+    def test_inference_with_a_party_gone_names_it(self, pki: Pki, digits_data: Path, tmp_path: Path) -> None:
+        """After training, scoring rows while party 3 is offline raises PartyUnavailable for party 3."""
+        running = start_job(
+            pki, digits_data, tmp_path, replace(SMALL_JOB, epochs=1), offline_grace_s=0.0, keep_serving=True
+        )
+        try:
+            parties = {p: _Party(running.address, pki, digits_data, tmp_path, p) for p in (2, 3)}
+            running.thread.join(60)
+            assert "summary" in running.outcome, running.outcome
+            ids = [str(i) for i in running.active.table.ids[:5]]
+            assert running.active.predict_ids(ids).shape == (5, 10)  # everyone online: it works
+            parties[3].cut()
+            deadline = time.monotonic() + 10
+            while 3 in running.active.federation.online_parties() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            with pytest.raises(PartyUnavailable, match="party 3") as caught:
+                running.active.predict_ids(ids)
+            assert caught.value.party == 3
+            assert _status_for(caught.value) == (grpc.StatusCode.UNAVAILABLE, str(caught.value))
+            running.active.shutdown("test over")
+            parties[2].thread.join(20)
+            assert isinstance(parties[2].result, RunResult) and parties[2].result.success
+        finally:
+            running.server.stop(grace=None)
+
+    def test_party_leaving_mid_training_fails_the_job_clearly(
+        self, pki: Pki, digits_data: Path, tmp_path: Path
+    ) -> None:
+        """If party 3 vanishes during training, the job fails naming party 3 and party 2 is told why."""
+        job = replace(SMALL_JOB, epochs=200)
+        running = start_job(pki, digits_data, tmp_path, job, offline_grace_s=0.0)
+        try:
+            parties = {p: _Party(running.address, pki, digits_data, tmp_path, p) for p in (2, 3)}
+            deadline = time.monotonic() + 30
+            while len(running.active.algorithm.step_losses) < 5 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            parties[3].cut()
+            running.thread.join(30)
+            error = running.outcome.get("error")
+            assert isinstance(error, PartyUnavailable) and error.party == 3, running.outcome
+            parties[2].thread.join(30)
+            result = parties[2].result
+            # party 2 learns it either from the Finish task or from its waiting call being aborted
+            if isinstance(result, RunResult):
+                assert not result.success and "party 3" in result.message
+            else:
+                assert isinstance(result, JobAborted) and "party 3" in str(result), repr(result)
+        finally:
+            running.server.stop(grace=None)
