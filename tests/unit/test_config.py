@@ -47,7 +47,7 @@ class TestServerConfig:
         """A syntax error mentions the file."""
         bad = tmp_path / "bad.toml"
         bad.write_text("[job\nepochs = 3")
-        with pytest.raises(ConfigError, match="bad.toml"):
+        with pytest.raises(ConfigError, match=r"bad\.toml"):
             load_toml(bad)
 
 

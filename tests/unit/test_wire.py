@@ -43,17 +43,17 @@ class TestTensorChunks:
     def test_reordered_chunks_are_refused(self) -> None:
         """Chunks out of order fail on the offset field."""
         chunks = list(wire.tensor_to_chunks(KEY, np.ones((300_000,), np.float32)))
-        with pytest.raises(TensorError, match="^offset"):
+        with pytest.raises(TensorError, match=r"^offset"):
             wire.tensor_from_chunks([chunks[1], chunks[0], *chunks[2:]])
 
     def test_empty_stream_is_refused(self) -> None:
         """A stream without chunks is an error, not an empty tensor."""
-        with pytest.raises(TensorError, match="^chunks"):
+        with pytest.raises(TensorError, match=r"^chunks"):
             wire.tensor_from_chunks([])
 
     def test_disallowed_dtype_cannot_be_sent(self) -> None:
         """The sender refuses dtypes the receiver would refuse anyway."""
-        with pytest.raises(TensorError, match="^dtype"):
+        with pytest.raises(TensorError, match=r"^dtype"):
             list(wire.tensor_to_chunks(KEY, np.zeros(3, np.complex64)))
 
 

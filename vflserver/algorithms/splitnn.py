@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from vflcore.job import model_seed
+from vflcore.logs import progress
 from vflcore.losses import task_loss
 from vflcore.models import build_seeded, make_optimizer, mlp
 from vflcore.tasks import EMBEDDING, GRADIENT, TrainEpoch
@@ -63,7 +64,7 @@ class SplitNNServer(ServerAlgorithm):
         if self.bottom is not None:
             self.bottom.train()
         total = 0.0
-        for b, rows in enumerate(batches):
+        for b, rows in progress(enumerate(batches), total=len(batches), desc=f"epoch {epoch + 1}"):
             uploads = fed.gather(EMBEDDING, epoch, b)
             parties = sorted(uploads)
             passive = [torch.from_numpy(uploads[p].copy()).requires_grad_(True) for p in parties]
