@@ -123,7 +123,8 @@ def main() -> int:
     accuracy = summary["final_metrics"]["accuracy"]
     verdict = "meets" if accuracy >= ACCURACY_BAR else "MISSES"
     print(
-        f"== done: all three processes exited 0; federated test accuracy {accuracy:.4f} {verdict} the {ACCURACY_BAR} bar =="
+        f"== done: all three processes exited 0; "
+        f"federated test accuracy {accuracy:.4f} {verdict} the {ACCURACY_BAR} bar =="
     )
     return 0 if accuracy >= ACCURACY_BAR else 1
 

@@ -30,6 +30,7 @@ from vflcore.config import ClientConfig, client_config_from, load_toml
 from vflcore.errors import ConfigError
 from vflcore.models import load_factory
 from vflcore.preflight import diagnose
+from vflcore.tensors import TensorError
 from vflcore.tls import TlsConfigError
 
 log = structlog.get_logger(__name__)
@@ -115,7 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(config.torch_threads)
-    party = PassiveParty(config.party, table, model_factory=factory, run_dir=config.run_dir)
+    party = PassiveParty(
+        config.party, table, model_factory=factory, run_dir=config.run_dir, heartbeat_s=config.heartbeat_s
+    )
     connection: Connection | None = None
 
     def request_stop() -> None:
@@ -145,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     except (TlsConfigError, DataError) as exc:
         print(f"vfl-client: {exc}", file=sys.stderr)
         return daemon.EXIT_CONFIG
-    except VflError as exc:
+    except (VflError, TensorError) as exc:
         if signals.exit_code is not None:
             return signals.exit_code
         print(f"vfl-client: job failed: {exc}", file=sys.stderr)

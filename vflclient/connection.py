@@ -6,6 +6,7 @@ every gRPC failure into an SDK error through ``translated``.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from types import TracebackType
 
@@ -17,10 +18,11 @@ from vflclient._exceptions import ServerUnavailable, translated
 from vflclient.algorithms.base import ServerLink
 from vflcore import tasks, wire
 from vflcore.data import PartyTable, ids_digest
+from vflcore.errors import VflError
 from vflcore.job import JobSpec
 from vflcore.proto import federation_pb2 as pb
 from vflcore.proto import federation_pb2_grpc as pb_grpc
-from vflcore.tensors import TensorKey
+from vflcore.tensors import TensorError, TensorKey
 from vflcore.tls import KEEPALIVE_CHANNEL_OPTIONS, TlsFiles, channel_credentials
 
 log = structlog.get_logger(__name__)
@@ -105,6 +107,24 @@ class Connection(ServerLink):
             for message in call:
                 yield wire.task_from_proto(message)
 
+    def start_heartbeats(self, job_id: str, every_s: float) -> threading.Event:
+        """Call Heartbeat every ``every_s`` seconds in the background; set the returned event to stop.
+
+        gRPC keepalive already keeps the TCP flow open; the heartbeat adds an application-level
+        sign of life that the server records, and shows up in this party's log when it fails.
+        """
+        stop = threading.Event()
+
+        def beat() -> None:
+            while not stop.wait(every_s):
+                try:
+                    self.heartbeat(job_id, timeout_s=every_s)
+                except VflError as exc:
+                    log.warning("heartbeat_failed", reason=str(exc))
+
+        threading.Thread(target=beat, name="heartbeat", daemon=True).start()
+        return stop
+
     def heartbeat(self, job_id: str = "", timeout_s: float = 10.0) -> tuple[int, str]:
         """Who the server says this party is, and the job's state."""
         with translated("Heartbeat"):
@@ -122,7 +142,7 @@ class Connection(ServerLink):
             chunks = self._stub.ReturnGradients(pb.TensorRequest(key=wire.key_to_proto(key)), metadata=self._metadata)
             got, array = wire.tensor_from_chunks(chunks)
         if got != key:
-            raise ServerUnavailable(f"ReturnGradients: asked for {key}, the server sent {got}")
+            raise TensorError("key", f"ReturnGradients: asked for {key}, the server sent {got}")
         return array
 
     def report_failure(self, job_id: str, task_id: int, message: str) -> None:

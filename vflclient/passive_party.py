@@ -3,7 +3,8 @@
 This is the heart of the public SDK. ``vfl-client`` is a thin program around it, so anything the
 daemon can do, a user's own Python code can do too::
 
-    from vflclient import Connection, PassiveParty, read_party_csv
+    from pathlib import Path
+    from vflclient import Connection, PassiveParty, TlsFiles, read_party_csv
     table = read_party_csv(Path("party2.csv"))
     with Connection("server.example.org:50051", party=2, tls=TlsFiles(...)) as conn:
         result = PassiveParty(2, table).run(conn)
@@ -51,11 +52,13 @@ class PassiveParty:
         *,
         model_factory: ModelFactory | None = None,
         run_dir: Path = Path("runs"),
+        heartbeat_s: float = 10.0,
     ) -> None:
         self.party = party
         self.table = align_rows(table)
         self.model_factory = model_factory
         self.run_dir = run_dir
+        self.heartbeat_s = heartbeat_s
         self.stop_event = threading.Event()
         self.job: JobSpec | None = None
         self.algorithm: ClientAlgorithm | None = None
@@ -76,6 +79,13 @@ class PassiveParty:
                 model_factory=self.model_factory,
             )
         )
+        heartbeats = connection.start_heartbeats(job.job_id, self.heartbeat_s)
+        try:
+            return self._work(connection, job)
+        finally:
+            heartbeats.set()
+
+    def _work(self, connection: Connection, job: JobSpec) -> RunResult:
         epochs_trained = 0
         for task in connection.tasks(job.job_id):
             if self.stop_event.is_set():

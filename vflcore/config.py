@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +58,6 @@ class ClientConfig:
     heartbeat_s: float = 10.0
     connect_timeout_s: float = 60.0
     torch_threads: int = 1
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def load_toml(path: Path) -> dict[str, Any]:

@@ -2,8 +2,10 @@
 
     VflError
     ├── ConfigError            a config file or flag is wrong            (never on the wire)
-    ├── PermissionDenied       certificate and claim disagree            PERMISSION_DENIED
-    ├── JoinRejected           the party does not fit this job           FAILED_PRECONDITION
+    ├── PermissionDenied       certificate and claim disagree, or the    PERMISSION_DENIED
+    │                          certified party is not part of the job
+    ├── JoinRejected           the party's data does not fit this job,   FAILED_PRECONDITION
+    │                          or it joined after training started
     ├── PartyUnavailable       a party is offline or stopped answering   UNAVAILABLE
     ├── JobAborted             the job stopped (failure or shutdown)     ABORTED
     └── NotBuiltYet            an RPC whose algorithm has not landed     UNIMPLEMENTED
@@ -28,7 +30,7 @@ class PermissionDenied(VflError):
 
 
 class JoinRejected(VflError):
-    """A party's join does not fit the job (unknown party, different ID set, already joined)."""
+    """A party's join does not fit the job (a different ID set, or training already started)."""
 
 
 class PartyUnavailable(VflError):

@@ -1,10 +1,11 @@
 """Configure structured logging once per daemon, and show progress bars only to a human.
 
-A daemon calls `configure_logging()` at its entry point. Output is JSON lines when stdout is not
-a terminal (so log collectors get one parsable object per event) and coloured console lines when
-it is. Values bound with `structlog.contextvars.bind_contextvars(party=..., round=...)` appear in
-every event, which is how one party's log lines stay attributable. Records from stdlib `logging`
-(third-party libraries) are rendered the same way.
+A daemon calls `configure_logging()` at its entry point. Output is JSON lines when the log stream
+(stderr for the daemons) is not a terminal, so log collectors get one parsable object per event,
+and coloured console lines when it is. Values bound with
+`structlog.contextvars.bind_contextvars(party=..., round=...)` appear in every event, which is
+how one party's log lines stay attributable. Records from stdlib `logging` (third-party
+libraries) are rendered the same way.
 """
 
 from __future__ import annotations

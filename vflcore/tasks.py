@@ -39,7 +39,7 @@ class Infer:
 
 @dataclass(frozen=True)
 class Finish:
-    """The job is over (or aborted); the party saves what it has and leaves."""
+    """The job is over (or aborted); the party leaves (its checkpoints were written per epoch)."""
 
     task_id: int
     success: bool

@@ -59,12 +59,15 @@ def build_server(
         server,
     )
 
-    if insecure:
-        log.warning("insecure_mode", warning=INSECURE_WARNING)
-        port = server.add_insecure_port(listen)
-    else:
-        assert tls is not None
-        port = server.add_secure_port(listen, server_credentials(tls))
+    try:
+        if insecure:
+            log.warning("insecure_mode", warning=INSECURE_WARNING)
+            port = server.add_insecure_port(listen)
+        else:
+            assert tls is not None
+            port = server.add_secure_port(listen, server_credentials(tls))
+    except RuntimeError as exc:  # grpcio raises instead of returning 0 on a busy or foreign address
+        raise OSError(f"could not listen on {listen}: the address is in use or not local ({exc})") from exc
     if port == 0:
         raise OSError(f"could not listen on {listen}: the address is in use or not local")
     return server, port

@@ -108,6 +108,7 @@ class FederationService(pb_grpc.FederationServicer):
                 f"this connection's certificate identifies party {party}, but the request claims party "
                 f"{request.party}; run vfl-client with --party {party} or use party {request.party}'s certificate"
             )
+        log.info("join_request", peer=party, features=request.num_features, client_version=request.client_version)
         job = self.federation.join(party, bytes(request.aligned_ids_digest), request.num_rows)
         return pb.JoinReply(job=wire.job_to_proto(job))
 
