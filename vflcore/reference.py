@@ -117,8 +117,9 @@ class ReferenceSplitNN:
                 h.backward(leaf.grad)
             for optimizer in self.optimizers:
                 optimizer.step()
-            self.step_losses.append(float(loss))
-            total += float(loss) * len(rows)
+            value = loss.item()
+            self.step_losses.append(value)
+            total += value * len(rows)
         return total / max(1, sum(len(rows) for rows in batches))
 
     @torch.no_grad()
