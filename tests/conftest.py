@@ -6,10 +6,13 @@ same issuance a user gets. Everything lives under pytest's tmp dirs; no fixed po
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import structlog
 
 from vflcore.certs import create_ca, issue_party_cert, issue_server_cert, load_ca
 from vflcore.datasets import write_diabetes_split, write_digits_split
@@ -58,3 +61,19 @@ def diabetes_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("diabetes")
     write_diabetes_split(out, seed=0)
     return out
+
+
+@pytest.fixture
+def restore_logging(capsys: pytest.CaptureFixture[str]) -> Iterator[None]:
+    """Undo main()'s logging setup before capsys closes the stream it points at.
+
+    Depending on capsys makes this fixture's teardown run first, so server threads that log
+    while ``job_factory`` tears down still write to an open stream.
+    """
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    structlog.reset_defaults()
+    structlog.contextvars.clear_contextvars()
+    root.handlers[:] = handlers
+    root.setLevel(level)

@@ -35,6 +35,9 @@ from vflcore.tls import TlsConfigError
 
 log = structlog.get_logger(__name__)
 
+#: Preflight checks that look only at this party's own files (see vflcore.preflight).
+_LOCAL_CHECKS = frozenset({"ca-file", "cert-file", "key-file", "key-match", "issuer", "validity", "party"})
+
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="vfl-client", description="Passive party (feature holder) of a VFL job.")
@@ -79,8 +82,11 @@ def _check(config: ClientConfig) -> int:
     findings = diagnose(config.server, config.tls, config.party)
     for finding in findings:
         print(f"[{'ok' if finding.ok else 'FAIL'}] {finding.check}: {finding.message}")
-    if not all(f.ok for f in findings):
-        return daemon.EXIT_UNREACHABLE
+    failed = {f.check for f in findings if not f.ok}
+    if failed:
+        # a problem with this party's own files is a configuration error; anything else is the
+        # network or the server's side of TLS
+        return daemon.EXIT_CONFIG if failed <= _LOCAL_CHECKS else daemon.EXIT_UNREACHABLE
     try:
         with Connection(config.server, config.party, tls=config.tls, connect_timeout_s=10) as conn:
             party, state = conn.heartbeat()

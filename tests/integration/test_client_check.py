@@ -6,13 +6,11 @@ then a Heartbeat, and prints one ``[ok]``/``[FAIL]`` line per check on stdout.
 
 from __future__ import annotations
 
-import logging
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-import structlog
 
 from tests.conftest import Pki
 from tests.integration.conftest import RunningJob
@@ -20,22 +18,6 @@ from vflclient.cli import main
 from vflcore import daemon
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(autouse=True)
-def restore_logging(capsys: pytest.CaptureFixture[str]) -> Iterator[None]:
-    """Undo main()'s logging setup before capsys closes the stream it points at.
-
-    Depending on capsys makes this fixture's teardown run first, so server threads that log
-    while ``job_factory`` tears down still write to an open stream.
-    """
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield
-    structlog.reset_defaults()
-    structlog.contextvars.clear_contextvars()
-    root.handlers[:] = handlers
-    root.setLevel(level)
 
 
 def _check(pki: Pki, digits_data: Path, server: str, *, party: int, cert_party: int) -> list[str]:
@@ -67,6 +49,7 @@ def _closed_port() -> int:
     return port
 
 
+@pytest.mark.usefixtures("restore_logging")
 class TestClientCheck:
     def test_all_good(
         self, job_factory: Callable[..., RunningJob], pki: Pki, digits_data: Path, capsys: pytest.CaptureFixture[str]

@@ -9,7 +9,9 @@ where the computation runs, not what it computes.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,8 +20,8 @@ import pytest
 import torch
 
 from tests.conftest import Pki
-from tests.integration.conftest import run_party_in_thread, start_job
-from vflclient import RunResult, read_party_csv
+from tests.integration.conftest import start_job
+from vflclient import Connection, PassiveParty, RunResult, TlsFiles, read_party_csv
 from vflcore.job import JobSpec
 from vflcore.metrics import task_metrics
 from vflcore.reference import ReferenceSplitNN
@@ -82,15 +84,29 @@ def one_torch_thread() -> Iterator[None]:
     torch.set_num_threads(before)
 
 
+def _run_passive(party: PassiveParty, address: str, tls: TlsFiles) -> RunResult:
+    with Connection(address, party.party, tls=tls, connect_timeout_s=20) as connection:
+        return party.run(connection)
+
+
 def _compare(job: JobSpec, data: Path, pki: Pki, tmp_path: Path) -> Comparison:
     running = start_job(pki, data, tmp_path, job, top_hidden=TOP_HIDDEN)
     try:
-        waits = [run_party_in_thread(running, pki, data, tmp_path, party) for party in job.passive_parties]
-        summary = running.summary()
-        results = [wait() for wait in waits]
+        with ThreadPoolExecutor(max_workers=len(job.passive_parties)) as pool:
+            futures = []
+            for number in job.passive_parties:
+                party = PassiveParty(number, read_party_csv(data / f"party{number}.csv"), run_dir=tmp_path / "runs")
+                futures.append(pool.submit(_run_passive, party, running.address, pki.party_files(number)))
+                # One party at a time builds its model: build_seeded seeds torch's process-wide
+                # generator, so two parties initialising at once would draw from each other's seed.
+                deadline = time.monotonic() + 60
+                while party.algorithm is None and not futures[-1].done() and time.monotonic() < deadline:
+                    time.sleep(0.005)
+            summary = running.summary()
+            results = [future.result(timeout=120) for future in futures]
     finally:
         running.server.stop(grace=None)
-    assert all(isinstance(r, RunResult) and r.success for r in results), results
+    assert all(r.success for r in results), results
 
     tables = {1: read_party_csv(data / "party1.csv", label_column="label")}
     tables.update({p: read_party_csv(data / f"party{p}.csv") for p in job.passive_parties})
