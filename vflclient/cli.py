@@ -123,7 +123,12 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(config.torch_threads)
     party = PassiveParty(
-        config.party, table, model_factory=factory, run_dir=config.run_dir, heartbeat_s=config.heartbeat_s
+        config.party,
+        table,
+        model_factory=factory,
+        run_dir=config.run_dir,
+        heartbeat_s=config.heartbeat_s,
+        psi_workers=config.psi_workers,
     )
     connection: Connection | None = None
 

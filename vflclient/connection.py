@@ -7,7 +7,7 @@ every gRPC failure into an SDK error through ``translated``.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from types import TracebackType
 
 import grpc
@@ -86,14 +86,19 @@ class Connection(ServerLink):
 
     # ---- calls ------------------------------------------------------------------------------
 
-    def join(self, table: PartyTable) -> JobSpec:
-        """Join the server's job with this party's (aligned) table; returns the job settings."""
+    def join(self, table: PartyTable, cached_alignments: Sequence[bytes] = ()) -> JobSpec:
+        """Join the server's job with this party's table; returns the job settings.
+
+        ``cached_alignments`` are the keys of PSI results this party saved earlier; if every
+        party still has the one for the current data, the server skips PSI.
+        """
         request = pb.JoinRequest(
             party=self.party,
             num_rows=table.num_rows,
             num_features=table.features.shape[1],
-            aligned_ids_digest=ids_digest(table.ids),
+            id_set_digest=ids_digest(table.ids),
             client_version=CLIENT_VERSION,
+            cached_alignments=list(cached_alignments),
         )
         with translated("Join"):
             reply = self._stub.Join(request, metadata=self._metadata)
@@ -145,6 +150,10 @@ class Connection(ServerLink):
             raise TensorError("key", f"ReturnGradients: asked for {key}, the server sent {got}")
         return array
 
+    def psi_link(self) -> ServerLink:
+        """The same send/receive pair, over the PSI calls (PsiUpload, PsiDownload)."""
+        return _PsiLink(self._stub, self._metadata)
+
     def report_failure(self, job_id: str, task_id: int, message: str) -> None:
         """Tell the server this party's side of a task failed; best effort."""
         try:
@@ -155,3 +164,22 @@ class Connection(ServerLink):
             )
         except grpc.RpcError as exc:
             log.warning("report_failure_lost", reason=str(exc))
+
+
+class _PsiLink(ServerLink):
+    """Uploads and downloads of PSI tensors; kept apart from the training calls on the wire."""
+
+    def __init__(self, stub: pb_grpc.FederationStub, metadata: tuple[tuple[str, str], ...]) -> None:
+        self._stub, self._metadata = stub, metadata
+
+    def send(self, key: TensorKey, array: np.ndarray) -> None:
+        with translated("PsiUpload"):
+            self._stub.PsiUpload(wire.tensor_to_chunks(key, array), metadata=self._metadata)
+
+    def receive(self, key: TensorKey) -> np.ndarray:
+        with translated("PsiDownload"):
+            chunks = self._stub.PsiDownload(pb.TensorRequest(key=wire.key_to_proto(key)), metadata=self._metadata)
+            got, array = wire.tensor_from_chunks(chunks)
+        if got != key:
+            raise TensorError("key", f"PsiDownload: asked for {key}, the server sent {got}")
+        return array

@@ -13,7 +13,8 @@ daemon can do, a user's own Python code can do too::
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -21,11 +22,13 @@ import structlog
 import torch
 
 from vflclient.algorithms import ClientAlgorithm, ModelFactory, PassiveContext, client_algorithm
+from vflclient.alignment import align_passive
 from vflclient.connection import Connection
 from vflcore.checkpoint import party_dir, save_checkpoint
-from vflcore.data import PartyTable, align_rows
+from vflcore.data import PartyTable, write_aligned_ids
 from vflcore.job import JobSpec
-from vflcore.tasks import EVAL_EMBEDDING, Evaluate, Finish, Infer, Task, TrainEpoch, infer_embedding_name
+from vflcore.psi.cache import cached_keys
+from vflcore.tasks import EVAL_EMBEDDING, Align, Evaluate, Finish, Infer, Task, TrainEpoch, infer_embedding_name
 from vflcore.tensors import TensorKey
 
 log = structlog.get_logger(__name__)
@@ -53,32 +56,26 @@ class PassiveParty:
         model_factory: ModelFactory | None = None,
         run_dir: Path = Path("runs"),
         heartbeat_s: float = 10.0,
+        psi_workers: int | None = None,
     ) -> None:
         self.party = party
-        self.table = align_rows(table)
+        self.own_table = table
+        self.table: PartyTable | None = None  # the aligned rows, once PSI is done
         self.model_factory = model_factory
         self.run_dir = run_dir
         self.heartbeat_s = heartbeat_s
+        self.psi_workers = psi_workers
         self.stop_event = threading.Event()
         self.job: JobSpec | None = None
         self.algorithm: ClientAlgorithm | None = None
 
     def run(self, connection: Connection) -> RunResult:
         """Join the job and work through its tasks; returns when the server says Finish."""
-        job = connection.join(self.table)
+        job = connection.join(self.own_table, self._saved_alignments())
+        client_algorithm(job.algorithm)  # refuse an algorithm this client lacks before any work
         self.job = job
         structlog.contextvars.bind_contextvars(job=job.job_id)
-        log.info("joined", algorithm=job.algorithm, rows=job.num_rows, epochs=job.epochs)
-        self.algorithm = client_algorithm(job.algorithm)(
-            PassiveContext(
-                party=self.party,
-                job=job,
-                schedule=job.schedule(),
-                features=torch.from_numpy(np.ascontiguousarray(self.table.features, dtype=np.float32)),
-                link=connection,
-                model_factory=self.model_factory,
-            )
-        )
+        log.info("joined", algorithm=job.algorithm, ids=self.own_table.num_rows, epochs=job.epochs)
         heartbeats = connection.start_heartbeats(job.job_id, self.heartbeat_s)
         try:
             return self._work(connection, job)
@@ -100,9 +97,45 @@ class PassiveParty:
                 raise
         return RunResult(job.job_id, False, "stopped before the job finished", epochs_trained, self._dir(job))
 
+    def _saved_alignments(self) -> list[bytes]:
+        """Keys of the PSI results this party saved in earlier runs, for any job."""
+        return [key for folder in self.run_dir.glob(f"*/party-{self.party}/psi") for key in cached_keys(folder)]
+
+    def _align(self, task: Align, connection: Connection) -> None:
+        """Align this party's rows with the others, then build the algorithm on them."""
+        assert self.job is not None
+        started = time.perf_counter()
+        aligned = align_passive(
+            self.own_table,
+            self.job.job_id,
+            task,
+            connection.psi_link(),
+            cache_dir=self._dir(self.job) / "psi",
+            workers=self.psi_workers,
+        )
+        self.table = aligned
+        self.job = replace(self.job, num_rows=aligned.num_rows)
+        write_aligned_ids(self._dir(self.job), aligned.ids)
+        log.info(
+            "aligned", rows=aligned.num_rows, reused=not task.run_psi, seconds=round(time.perf_counter() - started, 2)
+        )
+        self.algorithm = client_algorithm(self.job.algorithm)(
+            PassiveContext(
+                party=self.party,
+                job=self.job,
+                schedule=self.job.schedule(),
+                features=torch.from_numpy(np.ascontiguousarray(aligned.features, dtype=np.float32)),
+                link=connection,
+                model_factory=self.model_factory,
+            )
+        )
+
     def _perform(self, task: Task, connection: Connection) -> int:
         """Do one task; returns 1 for a finished training epoch, else 0."""
-        assert self.job is not None and self.algorithm is not None
+        if isinstance(task, Align):
+            self._align(task, connection)
+            return 0
+        assert self.job is not None and self.algorithm is not None, "the server sent work before alignment"
         job, algorithm = self.job, self.algorithm
         match task:
             case TrainEpoch(_, epoch):

@@ -43,6 +43,7 @@ class ServerConfig:
     step_timeout_s: float = 300.0
     port_file: Path | None = None
     torch_threads: int = 1
+    psi_workers: int | None = None  # processes for PSI's curve arithmetic; None: one per core
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,7 @@ class ClientConfig:
     heartbeat_s: float = 10.0
     connect_timeout_s: float = 60.0
     torch_threads: int = 1
+    psi_workers: int | None = None
 
 
 def load_toml(path: Path) -> dict[str, Any]:
@@ -180,6 +182,7 @@ def server_config_from(doc: Mapping[str, Any], source: Path | None = None) -> Se
         step_timeout_s=srv.number("step_timeout_s", 300.0),
         port_file=port_file,
         torch_threads=srv.integer("torch_threads", 1),
+        psi_workers=_Section(doc, "psi", source).integer("workers"),
     )
 
 
@@ -205,6 +208,7 @@ def client_config_from(doc: Mapping[str, Any], source: Path | None = None, party
         heartbeat_s=cli.number("heartbeat_s", 10.0),
         connect_timeout_s=cli.number("connect_timeout_s", 60.0),
         torch_threads=cli.integer("torch_threads", 1),
+        psi_workers=_Section(doc, "psi", source).integer("workers"),
     )
 
 

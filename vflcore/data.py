@@ -3,11 +3,12 @@
 Each party keeps its own CSV with an ID column. This module turns that file into a `PartyTable`
 (IDs, float32 features, optional raw labels) and refuses, with a message that names the file,
 column and line, anything training would silently get wrong: missing columns, non-numeric or
-non-finite values, empty or duplicate IDs.
+non-finite values, empty IDs. Repeated IDs keep their first row, with a warning and a count.
 
-Until PSI lands, alignment is provisional: every party holds the same ID set and sorts its rows
-by ID (`align_rows`), so row i means the same sample everywhere. `ids_digest` lets parties
-check that they hold the same ID set without sending the IDs themselves.
+PSI (``vflcore.psi``) finds the IDs all parties share and their order; ``select_rows`` then
+puts a table into that order. ``ids_digest`` fingerprints a party's ID set (to decide whether a
+saved alignment still fits); ``aligned_digest`` fingerprints an aligned ID list, so parties can
+confirm they agree on it.
 """
 
 from __future__ import annotations
@@ -20,10 +21,23 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import structlog
 
-__all__ = ["DataError", "PartyTable", "align_rows", "ids_digest", "read_party_csv"]
+__all__ = [
+    "DataError",
+    "PartyTable",
+    "align_rows",
+    "aligned_digest",
+    "first_occurrences",
+    "ids_digest",
+    "read_party_csv",
+    "select_rows",
+    "write_aligned_ids",
+]
 
 _MAX_EXAMPLES = 3
+
+log = structlog.get_logger(__name__)
 
 
 class DataError(ValueError):
@@ -80,6 +94,11 @@ def read_party_csv(
     feature_indices = [header.index(name) for name in feature_names]
 
     ids = _parse_ids(path, id_column, [row[id_index] for row in rows], line_numbers)
+    keep = first_occurrences(path, id_column, ids)
+    if keep is not None:
+        rows = [rows[i] for i in keep]
+        line_numbers = [line_numbers[i] for i in keep]
+        ids = ids[keep]
     features = _parse_numbers(path, feature_names, [[row[i] for i in feature_indices] for row in rows], line_numbers)
     labels = None
     if label_column is not None and label_index is not None:
@@ -92,6 +111,41 @@ def read_party_csv(
         labels=labels,
         source=path,
     )
+
+
+def select_rows(table: PartyTable, ids: np.ndarray) -> PartyTable:
+    """The table's rows for ``ids``, in that order (the aligned order PSI agreed on)."""
+    position = {value: n for n, value in enumerate(table.ids.tolist())}
+    try:
+        order = np.fromiter((position[value] for value in ids.tolist()), dtype=np.int64, count=len(ids))
+    except KeyError as exc:
+        raise DataError(f"{table.source}: aligned ID {exc.args[0]!r} is not in this table") from None
+    return PartyTable(
+        ids=table.ids[order],
+        features=table.features[order],
+        feature_names=table.feature_names,
+        labels=None if table.labels is None else table.labels[order],
+        source=table.source,
+    )
+
+
+def aligned_digest(ids: np.ndarray) -> np.ndarray:
+    """SHA-256 of an ID list in its order, as 32 uint8: every party's aligned list must match."""
+    digest = hashlib.sha256()
+    for value in ids.tolist():
+        digest.update(str(value).encode("utf-8") + b"\n")
+    return np.frombuffer(digest.digest(), dtype=np.uint8).copy()
+
+
+def write_aligned_ids(directory: Path, ids: np.ndarray) -> Path:
+    """Write the aligned IDs, one per line in the agreed order, for a person to inspect."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "aligned_ids.csv"
+    with path.open("w", encoding="utf-8", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["id"])
+        writer.writerows([value] for value in ids.tolist())
+    return path
 
 
 def align_rows(table: PartyTable) -> PartyTable:
@@ -214,19 +268,32 @@ def _parse_ids(path: Path, id_column: str, values: list[str], line_numbers: list
                 f"{path}: line {line}, column {id_column!r}: ID {value!r} contains a line break; "
                 "IDs must be single-line strings"
             )
-    counts = Counter(values)
-    duplicated = [value for value, count in counts.items() if count > 1]
-    if duplicated:
-        extra_rows = sum(counts[value] - 1 for value in duplicated)
-        examples = ", ".join(repr(value) for value in duplicated[:_MAX_EXAMPLES])
-        raise DataError(
-            f"{path}: column {id_column!r} has {len(duplicated)} duplicated IDs ({extra_rows} extra rows), "
-            f"e.g. {examples}. PSI alignment will remove duplicates in a later release; for now, "
-            "fix the file so every ID appears once"
-        )
     ids = np.empty(len(values), dtype=object)
     ids[:] = values
     return ids
+
+
+def first_occurrences(path: Path, id_column: str, ids: np.ndarray) -> np.ndarray | None:
+    """Row positions to keep when IDs repeat (the first row of each ID), or None if all are distinct.
+
+    A repeated ID would be one sample with two feature rows, which no alignment can resolve;
+    keeping the first and saying how many were dropped is what a user can check and act on.
+    """
+    _, first = np.unique(ids.astype(str), return_index=True)
+    if len(first) == len(ids):
+        return None
+    counts = Counter(ids.tolist())
+    duplicated = [value for value, count in counts.items() if count > 1]
+    examples = ", ".join(repr(value) for value in duplicated[:_MAX_EXAMPLES])
+    log.warning(
+        "duplicate_ids_dropped",
+        file=str(path),
+        column=id_column,
+        duplicated_ids=len(duplicated),
+        rows_dropped=len(ids) - len(first),
+        examples=examples,
+    )
+    return np.sort(first)
 
 
 def _parse_numbers(

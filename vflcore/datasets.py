@@ -38,11 +38,14 @@ def write_vertical_split(
     party_columns: Sequence[Sequence[int]],
     seed: int,
     id_prefix: str = "u",
+    keep: Sequence[float] | None = None,
 ) -> list[Path]:
     """Write `party{k}.csv` for each entry of party_columns and return the paths in party order.
 
     Sample i gets the ID `{id_prefix}{i:05d}`. Party 1's file holds `id`, `label` and its
     columns; the others hold `id` and theirs. Each file's rows are in a different seeded order.
+    With ``keep``, party k holds only a random ``keep[k-1]`` share of the samples, as real
+    parties do: PSI then finds the samples they share.
     Integer labels are written as integers, float labels with full float64 precision; features
     are written at float32 precision, which is what `read_party_csv` loads.
     """
@@ -56,12 +59,15 @@ def write_vertical_split(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
+    if keep is not None and (len(keep) != len(party_columns) or not all(0 < k <= 1 for k in keep)):
+        raise ValueError(f"keep needs one share in (0, 1] per party, got {list(keep)}")
     for party, columns in enumerate(party_columns, start=1):
         path = out_dir / f"party{party}.csv"
+        share = 1.0 if keep is None else keep[party - 1]
         _write_party(
             path,
             ids=ids,
-            order=rng.permutation(num_rows),
+            order=rng.permutation(num_rows)[: round(share * num_rows)],
             features=features[:, list(columns)].astype(np.float32),
             names=[feature_names[c] for c in columns],
             labels=(labels, label_format) if party == 1 else None,
@@ -70,15 +76,23 @@ def write_vertical_split(
     return paths
 
 
-def write_digits_split(out_dir: Path, *, seed: int = 0) -> list[Path]:
-    """Split sklearn's 8x8 digits (1797 rows) into three horizontal strips, pixels scaled to [0, 1]."""
+#: Share of the samples each party holds in the example data: PSI finds the ~65 % they share.
+EXAMPLE_KEEP = (0.9, 0.85, 0.85)
+
+
+def write_digits_split(out_dir: Path, *, seed: int = 0, keep: Sequence[float] | None = EXAMPLE_KEEP) -> list[Path]:
+    """Split sklearn's 8x8 digits (1797 rows) into three horizontal strips, pixels scaled to [0, 1].
+
+    By default each party holds only part of the samples (``EXAMPLE_KEEP``); ``keep=None`` gives
+    every party every sample.
+    """
     digits = load_digits()
     features = digits.data.astype(np.float64) / 16.0
     names = [f"r{row}c{col}" for row in range(8) for col in range(8)]
     strips = [[row * 8 + col for row in rows for col in range(8)] for rows in _DIGIT_STRIPS]
     labels = digits.target.astype(np.int64)
     return write_vertical_split(
-        out_dir, features=features, labels=labels, feature_names=names, party_columns=strips, seed=seed
+        out_dir, features=features, labels=labels, feature_names=names, party_columns=strips, seed=seed, keep=keep
     )
 
 

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, TextIO, TypeVar
 
 import structlog
 from structlog.typing import EventDict, FilteringBoundLogger, Processor, WrappedLogger
 
-__all__ = ["LEVELS", "configure_logging", "get_logger", "progress"]
+__all__ = ["LEVELS", "configure_logging", "get_logger", "progress", "progress_callback"]
 
 LEVELS = ("debug", "info", "warning", "error", "critical")
 
@@ -128,3 +128,25 @@ def progress(iterable: Iterable[T], *, total: int | None, desc: str) -> Iterable
 
     bar: Iterable[T] = tqdm(iterable, total=total, desc=desc, file=sys.stderr, leave=False)
     return bar
+
+
+def progress_callback(desc: str) -> Callable[[int, int], None] | None:
+    """A ``progress(done, total)`` callback that drives a tqdm bar on a terminal, else None.
+
+    For work that reports its own progress (PSI's process pool) rather than being iterated.
+    """
+    if not sys.stderr.isatty():
+        return None
+    from tqdm import tqdm
+
+    bar: Any = None
+
+    def update(done: int, total: int) -> None:
+        nonlocal bar
+        if bar is None:
+            bar = tqdm(total=total, desc=desc, file=sys.stderr, leave=False, unit="id")
+        bar.update(done - bar.n)
+        if done >= total:
+            bar.close()
+
+    return update

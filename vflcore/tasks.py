@@ -12,6 +12,15 @@ import numpy as np
 
 
 @dataclass(frozen=True)
+class Align:
+    """Align sample IDs: run PSI, or reuse the alignment saved under ``alignment_key``."""
+
+    task_id: int
+    alignment_key: bytes
+    run_psi: bool
+
+
+@dataclass(frozen=True)
 class TrainEpoch:
     """Run one epoch of the job's algorithm over the shared batch schedule."""
 
@@ -46,7 +55,7 @@ class Finish:
     message: str
 
 
-Task = TrainEpoch | Evaluate | Infer | Finish
+Task = Align | TrainEpoch | Evaluate | Infer | Finish
 
 
 # The names of the tensors each task exchanges. Both halves build keys through these functions,
@@ -59,3 +68,16 @@ EVAL_EMBEDDING = "eval/embedding"
 def infer_embedding_name(request_id: str) -> str:
     """Name of the representation a party sends for one inference request."""
     return f"infer/{request_id}/embedding"
+
+
+# PSI exchanges (docs/psi.md), all with round 0 and batch 0.
+PSI_CLIENT_BLINDED = "psi/client-blinded"  # passive -> active: p·H(x), (n, 32) uint8
+PSI_SERVER_BLINDED = "psi/server-blinded"  # active -> passive: a·H(y), (m, 32) uint8
+PSI_SERVER_DOUBLE_BLINDED = "psi/server-double-blinded"  # passive -> active: p·a·H(y), (m, 12) uint8
+PSI_MEMBERS = "psi/members"  # active -> passive: upload positions in the intersection, int64
+PSI_ALIGNED_DIGEST = "psi/aligned-digest"  # passive -> active: SHA-256 of the aligned IDs, (32,) uint8
+
+
+def is_psi_name(name: str) -> bool:
+    """PSI tensors travel on the PSI calls only, training tensors never do."""
+    return name.startswith("psi/")

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# Floats for representations and gradients, int64 for row positions. Nothing else is needed by
-# any algorithm, and a short list keeps a hostile peer from steering us into odd code paths.
-ALLOWED_DTYPES: frozenset[str] = frozenset({"float32", "float64", "int64"})
+# Floats for representations and gradients, int64 for row positions, uint8 for PSI's blinded
+# curve points. Nothing else is needed, and a short list keeps a hostile peer from steering us
+# into odd code paths.
+ALLOWED_DTYPES: frozenset[str] = frozenset({"float32", "float64", "int64", "uint8"})
 
 # Tensors are cut into chunks of this size: large enough to stay fast (BRIEF: 64 KiB chunks are
 # 3x slower than 1 MiB ones), small enough that no message meets gRPC's 4 MiB default limit.

@@ -142,6 +142,8 @@ def job_from_proto(msg: pb.JobSpec) -> JobSpec:
 
 def task_to_proto(task: tasks.Task) -> pb.Task:
     match task:
+        case tasks.Align(task_id, key, run_psi):
+            return pb.Task(task_id=task_id, align=pb.Align(alignment_key=key, run_psi=run_psi))
         case tasks.TrainEpoch(task_id, epoch):
             return pb.Task(task_id=task_id, train_epoch=pb.TrainEpoch(epoch=epoch))
         case tasks.Evaluate(task_id, epoch, rows):
@@ -155,6 +157,8 @@ def task_to_proto(task: tasks.Task) -> pb.Task:
 
 def task_from_proto(msg: pb.Task) -> tasks.Task:
     kind = msg.WhichOneof("kind")
+    if kind == "align":
+        return tasks.Align(msg.task_id, bytes(msg.align.alignment_key), msg.align.run_psi)
     if kind == "train_epoch":
         return tasks.TrainEpoch(msg.task_id, msg.train_epoch.epoch)
     if kind == "evaluate":

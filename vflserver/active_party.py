@@ -22,13 +22,14 @@ import structlog
 import torch
 
 from vflcore.checkpoint import party_dir, save_checkpoint
-from vflcore.data import PartyTable, align_rows, ids_digest
+from vflcore.data import PartyTable, write_aligned_ids
 from vflcore.errors import ConfigError, JobAborted
-from vflcore.job import JobSpec
+from vflcore.job import JobSpec, Schedule
 from vflcore.losses import label_tensor, task_loss
 from vflcore.metrics import task_metrics
 from vflcore.tasks import EVAL_EMBEDDING, Evaluate, Infer, infer_embedding_name
 from vflserver.algorithms import ActiveContext, ServerAlgorithm, server_algorithm
+from vflserver.alignment import AlignmentResult, align_active
 from vflserver.federation import Federation
 
 log = structlog.get_logger(__name__)
@@ -52,6 +53,7 @@ class RunSummary:
     """The outcome of a job on the active party."""
 
     job_id: str
+    alignment: AlignmentResult | None = None
     epochs: list[EpochReport] = field(default_factory=list)
     final_metrics: dict[str, float] = field(default_factory=dict)
     run_dir: Path | None = None
@@ -69,21 +71,43 @@ class ActiveParty:
         run_dir: Path = Path("runs"),
         step_timeout_s: float = 300.0,
         offline_grace_s: float = 5.0,
+        psi_workers: int | None = None,
+        psi_only: bool = False,
     ) -> None:
-        if table.labels is None:
+        if table.labels is None and not psi_only:
             raise ConfigError(f"{table.source}: the active party's data needs a label column")
-        aligned = align_rows(table)
         if not job.job_id:
             job = replace(job, job_id=f"job-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}")
-        self.job = replace(job, num_rows=aligned.num_rows)
+        server_algorithm(job.algorithm)  # an unknown algorithm fails now, not after PSI
+        self.job = job
+        self.own_table = table
+        self.top_hidden = tuple(top_hidden)
+        self.psi_workers = psi_workers
+        self.psi_only = psi_only
+        self.federation = Federation(self.job, step_timeout_s=step_timeout_s, offline_grace_s=offline_grace_s)
+        self.run_dir = party_dir(run_dir, self.job.job_id, ACTIVE_PARTY)
+        self.stop_event = threading.Event()
+        self._inference_lock = threading.Lock()
+        self._loss_fn = task_loss(self.job.task)
+        # Set by _prepare once PSI has aligned the rows:
+        self.table: PartyTable
+        self.schedule: Schedule
+        self.labels: torch.Tensor
+        self.algorithm: ServerAlgorithm
+        self._row_of_id: dict[str, int] = {}
+
+    def _prepare(self, aligned: PartyTable) -> None:
+        """Build the schedule and the algorithm's models once the aligned rows are known."""
+        self.job = replace(self.job, num_rows=aligned.num_rows)
+        self.federation.job = self.job
         self.table = aligned
         self.schedule = self.job.schedule()
+        self._row_of_id = {str(i): n for n, i in enumerate(aligned.ids)}
+        if self.psi_only:
+            return
         labels, outputs = label_tensor(self.job.task, torch.from_numpy(np.asarray(aligned.labels, dtype=np.float64)))
         self.labels = labels
-        self.federation = Federation(
-            self.job, ids_digest(aligned.ids), step_timeout_s=step_timeout_s, offline_grace_s=offline_grace_s
-        )
-        self.algorithm: ServerAlgorithm = server_algorithm(self.job.algorithm)(
+        self.algorithm = server_algorithm(self.job.algorithm)(
             ActiveContext(
                 job=self.job,
                 schedule=self.schedule,
@@ -91,14 +115,23 @@ class ActiveParty:
                 features=torch.from_numpy(np.ascontiguousarray(aligned.features, dtype=np.float32)),
                 labels=labels,
                 num_outputs=outputs,
-                top_hidden=tuple(top_hidden),
+                top_hidden=self.top_hidden,
             )
         )
-        self.run_dir = party_dir(run_dir, self.job.job_id, ACTIVE_PARTY)
-        self.stop_event = threading.Event()
-        self._row_of_id = {str(i): n for n, i in enumerate(aligned.ids)}
-        self._inference_lock = threading.Lock()
-        self._loss_fn = task_loss(self.job.task)
+
+    def align(self) -> AlignmentResult:
+        """PSI with every passive party (or its saved result); the rows are then ready to train."""
+        result = align_active(self.own_table, self.federation, cache_dir=self.run_dir / "psi", workers=self.psi_workers)
+        self._prepare(result.table)
+        write_aligned_ids(self.run_dir, result.table.ids)
+        log.info(
+            "aligned",
+            rows=result.table.num_rows,
+            reused=result.reused,
+            pairwise=result.pairwise,
+            seconds=round(result.seconds, 2),
+        )
+        return result
 
     # ---- the job ----------------------------------------------------------------------------
 
@@ -107,6 +140,7 @@ class ActiveParty:
         *,
         join_timeout_s: float = 300.0,
         on_epoch: Callable[[EpochReport], None] | None = None,
+        on_aligned: Callable[[AlignmentResult], None] | None = None,
         keep_serving: bool = False,
     ) -> RunSummary:
         """Train, evaluate and score the held-out rows; always tell the parties how it ended.
@@ -119,6 +153,13 @@ class ActiveParty:
         try:
             log.info("waiting_for_parties", parties=list(self.job.passive_parties), timeout_s=join_timeout_s)
             fed.wait_until_ready(join_timeout_s, self.stop_event)
+            fed.state = "aligning"
+            summary.alignment = self.align()
+            if on_aligned is not None:
+                on_aligned(summary.alignment)
+            if self.psi_only:
+                self.shutdown("alignment finished (--psi-only)")
+                return summary
             fed.state = "training"
             for epoch in range(self.job.epochs):
                 structlog.contextvars.bind_contextvars(round=epoch)
@@ -213,9 +254,12 @@ class ActiveParty:
                 fh.write(f"{i},{y},{p}\n")
 
     def _write_summary(self, summary: RunSummary) -> None:
+        alignment = summary.alignment
         payload: dict[str, Any] = {
             "job_id": summary.job_id,
             "algorithm": self.job.algorithm,
+            "aligned_rows": self.job.num_rows,
+            "psi": None if alignment is None else {"reused": alignment.reused, "pairwise": alignment.pairwise},
             "epochs": [vars(e) for e in summary.epochs],
             "final_metrics": summary.final_metrics,
         }

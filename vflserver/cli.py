@@ -22,6 +22,7 @@ from vflcore.data import DataError, read_party_csv
 from vflcore.errors import ConfigError, JobAborted
 from vflcore.tls import TlsConfigError
 from vflserver.active_party import ActiveParty, EpochReport
+from vflserver.alignment import AlignmentResult
 from vflserver.server import build_server
 
 log = structlog.get_logger(__name__)
@@ -41,6 +42,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--epochs", type=int, help="override [job] epochs")
     p.add_argument("--job-id", help="override [job] job_id")
     p.add_argument("--port-file", type=Path, help="write the bound port here once listening")
+    p.add_argument(
+        "--psi-only",
+        action="store_true",
+        help="align IDs by PSI with every party, write aligned_ids.csv for each party, then stop",
+    )
     p.add_argument("--insecure", action="store_true", help="DEVELOPMENT ONLY: plaintext, no certificates")
     daemon.add_logging_flags(p)
     return p
@@ -69,6 +75,11 @@ def _document(args: argparse.Namespace) -> dict[str, Any]:
     return doc
 
 
+def _print_alignment(result: AlignmentResult) -> None:
+    how = "reused the saved alignment" if result.reused else f"PSI pairwise overlaps {result.pairwise}"
+    print(f"aligned {result.table.num_rows} common IDs ({how}) in {result.seconds:.1f} s", flush=True)
+
+
 def _print_epoch(report: EpochReport) -> None:
     metrics = "  ".join(f"{k} {v:.4f}" for k, v in report.metrics.items())
     print(
@@ -84,13 +95,16 @@ def main(argv: list[str] | None = None) -> int:
     structlog.contextvars.bind_contextvars(party=1)
     try:
         config = server_config_from(_document(args), args.config)
-        table = read_party_csv(config.data.path, id_column=config.data.id_column, label_column=config.data.label_column)
+        label_column = None if args.psi_only else config.data.label_column
+        table = read_party_csv(config.data.path, id_column=config.data.id_column, label_column=label_column)
         active = ActiveParty(
             config.job,
             table,
             top_hidden=config.top_hidden,
             run_dir=config.run_dir,
             step_timeout_s=config.step_timeout_s,
+            psi_workers=config.psi_workers,
+            psi_only=args.psi_only,
         )
         server, port = build_server(
             active.federation, config.listen, None if args.insecure else config.tls, insecure=args.insecure
@@ -118,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         config.port_file.parent.mkdir(parents=True, exist_ok=True)
         config.port_file.write_text(f"{port}\n")
     print(
-        f"vfl-server: job {active.job.job_id} ({active.job.algorithm}, {active.job.num_rows} aligned rows) "
+        f"vfl-server: job {active.job.job_id} ({active.job.algorithm}, {active.own_table.num_rows} IDs) "
         f"listening on port {port}; waiting for parties {list(active.job.passive_parties)}",
         flush=True,
     )
@@ -132,7 +146,9 @@ def main(argv: list[str] | None = None) -> int:
 
     def run_job() -> None:
         try:
-            outcome["summary"] = active.run(join_timeout_s=config.join_timeout_s, on_epoch=_print_epoch)
+            outcome["summary"] = active.run(
+                join_timeout_s=config.join_timeout_s, on_epoch=_print_epoch, on_aligned=_print_alignment
+            )
         except BaseException as exc:  # reported on the main thread
             outcome["error"] = exc
 
@@ -150,6 +166,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"vfl-server: job failed: {error}", file=sys.stderr)
         return daemon.EXIT_JOB_FAILED
     summary = outcome["summary"]
+    if args.psi_only:
+        print(f"aligned IDs written to {summary.run_dir / 'aligned_ids.csv'} (and on every passive party)", flush=True)
+        return daemon.EXIT_OK
     final = "  ".join(f"{k} {v:.4f}" for k, v in summary.final_metrics.items())
     print(f"federated inference on {len(active.schedule.test_rows)} held-out rows: {final}", flush=True)
     print(f"checkpoints and reports: {summary.run_dir}", flush=True)

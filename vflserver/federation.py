@@ -38,6 +38,9 @@ class _Member:
     offline_since: float | None = None
     failure: str | None = None
     last_seen: float = 0.0
+    id_count: int = 0
+    id_set_digest: bytes = b""
+    cached_alignments: frozenset[bytes] = frozenset()
     tasks: queue.Queue[Task] = field(default_factory=queue.Queue)
 
 
@@ -53,14 +56,14 @@ class Federation:
     def __init__(
         self,
         job: JobSpec,
-        ids_digest: bytes,
         *,
         step_timeout_s: float = 300.0,
         offline_grace_s: float = OFFLINE_GRACE_S,
+        psi_timeout_s: float = 3600.0,
     ) -> None:
         self.job = job
+        self.psi_timeout_s = psi_timeout_s
         self.offline_grace_s = offline_grace_s
-        self.ids_digest = ids_digest
         self.step_timeout_s = step_timeout_s
         self.state = "waiting"
         self.uploads = Mailbox()
@@ -82,20 +85,19 @@ class Federation:
                 f"it expects parties {list(self.job.passive_parties)}"
             ) from None
 
-    def join(self, party: int, ids_digest: bytes, num_rows: int) -> JobSpec:
-        """Admit a party whose data holds exactly the job's ID set."""
+    def join(self, party: int, id_set_digest: bytes, id_count: int, cached_alignments: frozenset[bytes]) -> JobSpec:
+        """Admit a party before the job starts; what it holds is settled by PSI afterwards."""
         member = self.member(party)
-        if self.state not in ("waiting",) and not member.joined:
+        if self.state != "waiting":
             raise JoinRejected(f"job {self.job.job_id!r} is already {self.state}; party {party} joined too late")
-        if num_rows != self.job.num_rows or ids_digest != self.ids_digest:
-            raise JoinRejected(
-                f"party {party} holds {num_rows} rows whose IDs differ from the active party's "
-                f"{self.job.num_rows}; every party must hold the same ID set (PSI alignment will lift this)"
-            )
+        if id_count < 1:
+            raise JoinRejected(f"party {party} has no rows; check its data file")
         with self._lock:
             member.joined = True
             member.last_seen = time.monotonic()
-        log.info("party_joined", peer=party, rows=num_rows)
+            member.id_count, member.id_set_digest = id_count, id_set_digest
+            member.cached_alignments = cached_alignments
+        log.info("party_joined", peer=party, ids=id_count)
         return self.job
 
     def subscribe(self, party: int) -> queue.Queue[Task]:
@@ -162,11 +164,20 @@ class Federation:
         """Tell every party the job is over; each Subscribe stream ends after this task."""
         self.dispatch(lambda tid: Finish(tid, success, message))
 
-    def expect(self, name: str, round_: int, batch: int, shape: tuple[int, ...], dtype: str = "float32") -> None:
-        """Announce an upload every party will make, so it can be validated on arrival."""
+    def expect(
+        self,
+        name: str,
+        round_: int,
+        batch: int,
+        shape: tuple[int, ...],
+        dtype: str = "float32",
+        *,
+        party: int | None = None,
+    ) -> None:
+        """Announce an upload every party (or one ``party``) will make, to validate it on arrival."""
         with self._lock:
-            for party in self._members:
-                self._expected[(party, name, round_, batch)] = _Expectation(shape, dtype)
+            for each in [party] if party is not None else list(self._members):
+                self._expected[(each, name, round_, batch)] = _Expectation(shape, dtype)
 
     def accept_upload(self, party: int, key: TensorKey, array: np.ndarray) -> None:
         """Validate an uploaded tensor against the expectation; store it only if it fits."""
@@ -181,17 +192,24 @@ class Federation:
         check_shape(array, expectation.shape, what=str(key))
         self.uploads.put(party, key, array)
 
-    def gather(self, name: str, round_: int, batch: int) -> dict[int, np.ndarray]:
-        """Wait for one upload from every party; the expectation is retired once it is taken."""
-        out: dict[int, np.ndarray] = {}
-        for party in self._members:
-            key = TensorKey(self.job.job_id, round_, batch, name)
-            out[party] = self.uploads.take(
-                party, key, timeout=self.step_timeout_s, check=functools.partial(self.check_online, party)
-            )
-            with self._lock:
-                self._expected.pop((party, name, round_, batch), None)
-        return out
+    def gather(self, name: str, round_: int, batch: int, *, timeout_s: float | None = None) -> dict[int, np.ndarray]:
+        """Wait for one upload from every party; each expectation is retired once it is taken."""
+        return {party: self.gather_from(party, name, round_, batch, timeout_s=timeout_s) for party in self._members}
+
+    def gather_from(
+        self, party: int, name: str, round_: int, batch: int, *, timeout_s: float | None = None
+    ) -> np.ndarray:
+        """Wait for one party's upload; its expectation is retired once it is taken."""
+        key = TensorKey(self.job.job_id, round_, batch, name)
+        array = self.uploads.take(
+            party,
+            key,
+            timeout=timeout_s or self.step_timeout_s,
+            check=functools.partial(self.check_online, party),
+        )
+        with self._lock:
+            self._expected.pop((party, name, round_, batch), None)
+        return array
 
     def forget(self, name: str, round_: int, batch: int) -> None:
         """Retire an exchange that failed: its expectation and anything already uploaded for it."""
@@ -206,9 +224,9 @@ class Federation:
         """Leave a tensor for a party to collect (a gradient, say)."""
         self.downloads.put(party, key, array)
 
-    def collect(self, party: int, key: TensorKey) -> np.ndarray:
+    def collect(self, party: int, key: TensorKey, *, timeout_s: float | None = None) -> np.ndarray:
         """A party's handler waits here for the tensor the loop publishes for it."""
-        return self.downloads.take(party, key, timeout=self.step_timeout_s)
+        return self.downloads.take(party, key, timeout=timeout_s or self.step_timeout_s)
 
     def abort(self, reason: Exception) -> None:
         """Wake every waiter in both directions: the job is over."""

@@ -21,7 +21,7 @@ from vflcore.errors import JobAborted, JoinRejected, NotBuiltYet, PartyUnavailab
 from vflcore.identity import party_from_auth_context
 from vflcore.proto import federation_pb2 as pb
 from vflcore.proto import federation_pb2_grpc as pb_grpc
-from vflcore.tasks import Finish
+from vflcore.tasks import Finish, is_psi_name
 from vflcore.tensors import TensorError
 from vflserver.federation import Federation
 
@@ -109,7 +109,12 @@ class FederationService(pb_grpc.FederationServicer):
                 f"{request.party}; run vfl-client with --party {party} or use party {request.party}'s certificate"
             )
         log.info("join_request", peer=party, features=request.num_features, client_version=request.client_version)
-        job = self.federation.join(party, bytes(request.aligned_ids_digest), request.num_rows)
+        job = self.federation.join(
+            party,
+            bytes(request.id_set_digest),
+            request.num_rows,
+            frozenset(bytes(k) for k in request.cached_alignments),
+        )
         return pb.JoinReply(job=wire.job_to_proto(job))
 
     @_handler
@@ -137,18 +142,39 @@ class FederationService(pb_grpc.FederationServicer):
 
     @_handler
     def SendEmbeddings(self, request_iterator: Iterator[pb.TensorChunk], context: grpc.ServicerContext) -> pb.SendAck:
+        return self._upload(request_iterator, context, psi=False)
+
+    @_handler
+    def PsiUpload(self, request_iterator: Iterator[pb.TensorChunk], context: grpc.ServicerContext) -> pb.SendAck:
+        return self._upload(request_iterator, context, psi=True)
+
+    def _upload(self, chunks: Iterator[pb.TensorChunk], context: grpc.ServicerContext, *, psi: bool) -> pb.SendAck:
         party = self._caller(context)
-        key, array = wire.tensor_from_chunks(request_iterator)
+        key, array = wire.tensor_from_chunks(chunks)
+        if is_psi_name(key.name) != psi:
+            raise TensorError("key.name", f"{key.name!r} does not travel on this call ({'PSI' if psi else 'training'})")
         self.federation.accept_upload(party, key, array)
         return pb.SendAck(key=wire.key_to_proto(key), bytes_received=array.nbytes)
 
     @_handler
     def ReturnGradients(self, request: pb.TensorRequest, context: grpc.ServicerContext) -> Iterator[pb.TensorChunk]:
+        return self._download(request, context, psi=False)
+
+    @_handler
+    def PsiDownload(self, request: pb.TensorRequest, context: grpc.ServicerContext) -> Iterator[pb.TensorChunk]:
+        return self._download(request, context, psi=True)
+
+    def _download(
+        self, request: pb.TensorRequest, context: grpc.ServicerContext, *, psi: bool
+    ) -> Iterator[pb.TensorChunk]:
         party = self._caller(context)
         key = wire.key_from_proto(request.key)
         if key.job_id != self.federation.job.job_id:
             raise TensorError("key.job_id", f"{key.job_id!r} is not the running job {self.federation.job.job_id!r}")
-        array = self.federation.collect(party, key)
+        if is_psi_name(key.name) != psi:
+            raise TensorError("key.name", f"{key.name!r} does not travel on this call ({'PSI' if psi else 'training'})")
+        timeout = self.federation.psi_timeout_s if psi else None
+        array = self.federation.collect(party, key, timeout_s=timeout)
         return wire.tensor_to_chunks(key, array)
 
     @_handler

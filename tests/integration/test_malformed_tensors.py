@@ -19,10 +19,12 @@ import torch
 
 from tests.conftest import Pki
 from tests.integration.conftest import SMALL_JOB, RunningJob
+from vflclient import Connection, read_party_csv
+from vflclient.alignment import align_passive
 from vflcore import wire
-from vflcore.data import align_rows, ids_digest, read_party_csv
 from vflcore.proto import federation_pb2 as pb
 from vflcore.proto import federation_pb2_grpc as pb_grpc
+from vflcore.tasks import Align, TrainEpoch
 from vflcore.tensors import TensorKey
 from vflcore.tls import channel_credentials
 
@@ -45,19 +47,23 @@ def _chunks_with(key: TensorKey, array: np.ndarray, **override: object) -> Itera
 
 
 @pytest.fixture
-def party2_session(job_factory, pki: Pki, digits_data: Path):
+def party2_session(job_factory, pki: Pki, digits_data: Path, tmp_path: Path):
     """A job for party 2 alone, joined and subscribed by raw stubs; yields (job, stub, key, rows)."""
     running: RunningJob = job_factory(replace(SMALL_JOB, passive_parties=(2,), epochs=1))
-    table = align_rows(read_party_csv(digits_data / "party2.csv"))
+    # Join and align through the SDK, as a real party would; then speak raw protobuf.
+    connection = Connection(running.address, 2, tls=pki.party_files(2), connect_timeout_s=20)
+    table = read_party_csv(digits_data / "party2.csv")
+    connection.join(table)
+    tasks = connection.tasks("test-job")
+    align = next(tasks)
+    assert isinstance(align, Align)
+    align_passive(table, "test-job", align, connection.psi_link(), cache_dir=tmp_path / "psi")
+    assert isinstance(next(tasks), TrainEpoch)
     channel = grpc.secure_channel(running.address, channel_credentials(pki.party_files(2)))
     stub = pb_grpc.FederationStub(channel)
-    stub.Join(pb.JoinRequest(party=2, num_rows=table.num_rows, aligned_ids_digest=ids_digest(table.ids)), timeout=10)
-    tasks = stub.Subscribe(pb.SubscribeRequest(job_id="test-job"))
-    first = next(tasks)
-    assert first.WhichOneof("kind") == "train_epoch"
     rows = len(running.active.schedule.batches(0)[0])
     yield running, stub, TensorKey("test-job", 0, 0, "embedding"), rows
-    tasks.cancel()
+    connection.close()
     channel.close()
 
 

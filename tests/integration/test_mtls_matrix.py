@@ -113,7 +113,7 @@ def _join_request(digits_data: Path, party_data: int, claim: int) -> pb.JoinRequ
         party=claim,
         num_rows=table.num_rows,
         num_features=table.features.shape[1],
-        aligned_ids_digest=ids_digest(table.ids),
+        id_set_digest=ids_digest(table.ids),
         client_version="test",
     )
 

@@ -74,7 +74,10 @@ class TestPartyOffline:
         try:
             parties = {p: _Party(running.address, pki, digits_data, tmp_path, p) for p in (2, 3)}
             deadline = time.monotonic() + 30
-            while len(running.active.algorithm.step_losses) < 5 and time.monotonic() < deadline:
+            while time.monotonic() < deadline:
+                algorithm = getattr(running.active, "algorithm", None)  # built once PSI has aligned the rows
+                if algorithm is not None and len(algorithm.step_losses) >= 5:
+                    break
                 time.sleep(0.01)
             parties[3].cut()
             running.thread.join(30)

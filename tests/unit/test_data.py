@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import structlog
 
 from vflcore.data import DataError, PartyTable, align_rows, ids_digest, read_party_csv
 
@@ -150,15 +151,16 @@ class TestReadPartyCsv:
         with pytest.raises(DataError, match=r"p\.csv: line 3, column 'id': ID 'u\\n1' contains a line break"):
             read_party_csv(write(tmp_path, 'id,a\n"u\n1",1\n', "p.csv"))
 
-    def test_duplicate_ids_counted_with_examples(self, tmp_path: Path) -> None:
-        """Duplicates are counted, up to three are shown, and the PSI plan is mentioned."""
+    def test_duplicate_ids_keep_first_row_with_a_counted_warning(self, tmp_path: Path) -> None:
+        """Repeated IDs keep their first row; the warning counts them and shows up to three."""
         rows = "".join(f"{i},{n}\n" for n, i in enumerate(["a", "a", "b", "b", "b", "c", "c", "d", "d", "e"]))
-        with pytest.raises(DataError) as caught:
-            read_party_csv(write(tmp_path, "id,x\n" + rows, "p.csv"))
-        message = str(caught.value)
-        assert "p.csv: column 'id' has 4 duplicated IDs (5 extra rows), e.g. 'a', 'b', 'c'." in message
-        assert "'d'" not in message
-        assert "PSI alignment will remove duplicates in a later release" in message
+        with structlog.testing.capture_logs() as logs:
+            table = read_party_csv(write(tmp_path, "id,x\n" + rows, "p.csv"))
+        assert table.ids.tolist() == ["a", "b", "c", "d", "e"]
+        assert table.features[:, 0].tolist() == [0, 2, 5, 7, 9]
+        (warning,) = [e for e in logs if e["event"] == "duplicate_ids_dropped"]
+        assert warning["duplicated_ids"] == 4 and warning["rows_dropped"] == 5
+        assert warning["examples"] == "'a', 'b', 'c'" and warning["file"].endswith("p.csv")
 
     def test_not_utf8(self, tmp_path: Path) -> None:
         """A file in another encoding is reported with advice to re-save it as UTF-8."""

@@ -102,7 +102,7 @@ class TestWriteVerticalSplit:
 class TestWriteDigitsSplit:
     def test_three_strips_reassemble_the_digits(self, tmp_path: Path) -> None:
         """Aligned strips of 24/24/16 pixels reassemble load_digits()/16 with matching ID sets."""
-        tables = read_aligned(write_digits_split(tmp_path, seed=0))
+        tables = read_aligned(write_digits_split(tmp_path, seed=0, keep=None))
         assert [t.features.shape for t in tables] == [(1797, 24), (1797, 24), (1797, 16)]
         assert tables[0].feature_names[:2] == ("r0c0", "r0c1") and tables[2].feature_names[-1] == "r7c7"
         assert len({ids_digest(t.ids) for t in tables}) == 1
@@ -114,8 +114,8 @@ class TestWriteDigitsSplit:
 
     def test_seed_changes_file_order_only(self, tmp_path: Path) -> None:
         """Another seed writes another row order, but the aligned content is the same."""
-        first = write_digits_split(tmp_path / "a", seed=0)[1]
-        second = write_digits_split(tmp_path / "b", seed=1)[1]
+        first = write_digits_split(tmp_path / "a", seed=0, keep=None)[1]
+        second = write_digits_split(tmp_path / "b", seed=1, keep=None)[1]
         assert first.read_text() != second.read_text()
         one, two = (align_rows(read_party_csv(p)) for p in (first, second))
         np.testing.assert_array_equal(one.features, two.features)

@@ -49,18 +49,20 @@ class SendAck(_message.Message):
     def __init__(self, key: _Optional[_Union[TensorKey, _Mapping]] = ..., bytes_received: _Optional[int] = ...) -> None: ...
 
 class JoinRequest(_message.Message):
-    __slots__ = ("party", "num_rows", "num_features", "aligned_ids_digest", "client_version")
+    __slots__ = ("party", "num_rows", "num_features", "id_set_digest", "client_version", "cached_alignments")
     PARTY_FIELD_NUMBER: _ClassVar[int]
     NUM_ROWS_FIELD_NUMBER: _ClassVar[int]
     NUM_FEATURES_FIELD_NUMBER: _ClassVar[int]
-    ALIGNED_IDS_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    ID_SET_DIGEST_FIELD_NUMBER: _ClassVar[int]
     CLIENT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CACHED_ALIGNMENTS_FIELD_NUMBER: _ClassVar[int]
     party: int
     num_rows: int
     num_features: int
-    aligned_ids_digest: bytes
+    id_set_digest: bytes
     client_version: str
-    def __init__(self, party: _Optional[int] = ..., num_rows: _Optional[int] = ..., num_features: _Optional[int] = ..., aligned_ids_digest: _Optional[bytes] = ..., client_version: _Optional[str] = ...) -> None: ...
+    cached_alignments: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, party: _Optional[int] = ..., num_rows: _Optional[int] = ..., num_features: _Optional[int] = ..., id_set_digest: _Optional[bytes] = ..., client_version: _Optional[str] = ..., cached_alignments: _Optional[_Iterable[bytes]] = ...) -> None: ...
 
 class JobSpec(_message.Message):
     __slots__ = ("job_id", "algorithm", "task", "seed", "batch_size", "epochs", "embedding_dim", "bottom_hidden", "optimizer", "learning_rate", "test_fraction", "num_rows", "passive_parties", "algorithm_options")
@@ -106,6 +108,14 @@ class SubscribeRequest(_message.Message):
     job_id: str
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
+class Align(_message.Message):
+    __slots__ = ("alignment_key", "run_psi")
+    ALIGNMENT_KEY_FIELD_NUMBER: _ClassVar[int]
+    RUN_PSI_FIELD_NUMBER: _ClassVar[int]
+    alignment_key: bytes
+    run_psi: bool
+    def __init__(self, alignment_key: _Optional[bytes] = ..., run_psi: _Optional[bool] = ...) -> None: ...
+
 class TrainEpoch(_message.Message):
     __slots__ = ("epoch",)
     EPOCH_FIELD_NUMBER: _ClassVar[int]
@@ -137,18 +147,20 @@ class Finish(_message.Message):
     def __init__(self, success: _Optional[bool] = ..., message: _Optional[str] = ...) -> None: ...
 
 class Task(_message.Message):
-    __slots__ = ("task_id", "train_epoch", "evaluate", "infer", "finish")
+    __slots__ = ("task_id", "train_epoch", "evaluate", "infer", "finish", "align")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     TRAIN_EPOCH_FIELD_NUMBER: _ClassVar[int]
     EVALUATE_FIELD_NUMBER: _ClassVar[int]
     INFER_FIELD_NUMBER: _ClassVar[int]
     FINISH_FIELD_NUMBER: _ClassVar[int]
+    ALIGN_FIELD_NUMBER: _ClassVar[int]
     task_id: int
     train_epoch: TrainEpoch
     evaluate: Evaluate
     infer: Infer
     finish: Finish
-    def __init__(self, task_id: _Optional[int] = ..., train_epoch: _Optional[_Union[TrainEpoch, _Mapping]] = ..., evaluate: _Optional[_Union[Evaluate, _Mapping]] = ..., infer: _Optional[_Union[Infer, _Mapping]] = ..., finish: _Optional[_Union[Finish, _Mapping]] = ...) -> None: ...
+    align: Align
+    def __init__(self, task_id: _Optional[int] = ..., train_epoch: _Optional[_Union[TrainEpoch, _Mapping]] = ..., evaluate: _Optional[_Union[Evaluate, _Mapping]] = ..., infer: _Optional[_Union[Infer, _Mapping]] = ..., finish: _Optional[_Union[Finish, _Mapping]] = ..., align: _Optional[_Union[Align, _Mapping]] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
     __slots__ = ("job_id",)

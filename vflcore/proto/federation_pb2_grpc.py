@@ -69,6 +69,16 @@ class FederationStub:
                 request_serializer=vflcore_dot_proto_dot_federation__pb2.TensorRequest.SerializeToString,
                 response_deserializer=vflcore_dot_proto_dot_federation__pb2.TensorChunk.FromString,
                 _registered_method=True)
+        self.PsiUpload = channel.stream_unary(
+                '/vfl.v1.Federation/PsiUpload',
+                request_serializer=vflcore_dot_proto_dot_federation__pb2.TensorChunk.SerializeToString,
+                response_deserializer=vflcore_dot_proto_dot_federation__pb2.SendAck.FromString,
+                _registered_method=True)
+        self.PsiDownload = channel.unary_stream(
+                '/vfl.v1.Federation/PsiDownload',
+                request_serializer=vflcore_dot_proto_dot_federation__pb2.TensorRequest.SerializeToString,
+                response_deserializer=vflcore_dot_proto_dot_federation__pb2.TensorChunk.FromString,
+                _registered_method=True)
         self.ReportFailure = channel.unary_unary(
                 '/vfl.v1.Federation/ReportFailure',
                 request_serializer=vflcore_dot_proto_dot_federation__pb2.FailureReport.SerializeToString,
@@ -133,6 +143,22 @@ class FederationServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PsiUpload(self, request_iterator, context):
+        """PSI (docs/psi.md): a party uploads its blinded IDs, or its double-blinded copy of the
+        server's, keyed like any tensor ("psi/..." names, uint8 or int64 payloads).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PsiDownload(self, request, context):
+        """PSI: the server's blinded IDs, or the positions of the caller's IDs in the intersection.
+        Blocks until the server has them.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ReportFailure(self, request, context):
         """A party reports that a task it was given failed on its side, so the server can stop
         waiting and name the party and the reason in its own error.
@@ -176,6 +202,16 @@ def add_FederationServicer_to_server(servicer, server):
             ),
             'FetchHead': grpc.unary_stream_rpc_method_handler(
                     servicer.FetchHead,
+                    request_deserializer=vflcore_dot_proto_dot_federation__pb2.TensorRequest.FromString,
+                    response_serializer=vflcore_dot_proto_dot_federation__pb2.TensorChunk.SerializeToString,
+            ),
+            'PsiUpload': grpc.stream_unary_rpc_method_handler(
+                    servicer.PsiUpload,
+                    request_deserializer=vflcore_dot_proto_dot_federation__pb2.TensorChunk.FromString,
+                    response_serializer=vflcore_dot_proto_dot_federation__pb2.SendAck.SerializeToString,
+            ),
+            'PsiDownload': grpc.unary_stream_rpc_method_handler(
+                    servicer.PsiDownload,
                     request_deserializer=vflcore_dot_proto_dot_federation__pb2.TensorRequest.FromString,
                     response_serializer=vflcore_dot_proto_dot_federation__pb2.TensorChunk.SerializeToString,
             ),
@@ -372,6 +408,60 @@ class Federation:
             request,
             target,
             '/vfl.v1.Federation/FetchHead',
+            vflcore_dot_proto_dot_federation__pb2.TensorRequest.SerializeToString,
+            vflcore_dot_proto_dot_federation__pb2.TensorChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PsiUpload(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/vfl.v1.Federation/PsiUpload',
+            vflcore_dot_proto_dot_federation__pb2.TensorChunk.SerializeToString,
+            vflcore_dot_proto_dot_federation__pb2.SendAck.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PsiDownload(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/vfl.v1.Federation/PsiDownload',
             vflcore_dot_proto_dot_federation__pb2.TensorRequest.SerializeToString,
             vflcore_dot_proto_dot_federation__pb2.TensorChunk.FromString,
             options,

@@ -1,0 +1,80 @@
+"""Saved alignments: a party that restarts on the same data skips PSI.
+
+An alignment is keyed by ``alignment_key``: a SHA-256 over the job id, the protocol version and
+every party's ID-set digest. Changed data on any party changes its digest, hence the key, and
+PSI runs again. Each party stores only its own result (the aligned IDs, in the agreed order) as
+a plain ``.npz`` of unicode strings, loaded with ``allow_pickle=False``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+PROTOCOL_VERSION = "ecdh-psi-x25519-ell2-v1"
+
+
+def alignment_key(job_id: str, digests: Mapping[int, bytes]) -> bytes:
+    """The key under which every party files this job's alignment of exactly these ID sets."""
+    h = hashlib.sha256()
+    h.update(PROTOCOL_VERSION.encode())
+    h.update(b"\0" + job_id.encode("utf-8") + b"\0")
+    for party in sorted(digests):
+        h.update(party.to_bytes(4, "big") + digests[party])
+    return h.digest()
+
+
+def cache_path(directory: Path, key: bytes) -> Path:
+    return directory / f"alignment-{key.hex()[:32]}.npz"
+
+
+def save_alignment(directory: Path, key: bytes, aligned_ids: np.ndarray, id_digest: bytes) -> Path:
+    """Write the aligned IDs atomically, with the digest of the ID column they came from."""
+    directory.mkdir(parents=True, exist_ok=True)
+    target = cache_path(directory, key)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".alignment-", suffix=".npz")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            np.savez(
+                fh,
+                ids=np.asarray(aligned_ids, dtype=str),
+                key=np.frombuffer(key, np.uint8),
+                id_digest=np.frombuffer(id_digest, np.uint8),
+            )
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def load_alignment(directory: Path, key: bytes, id_digest: bytes) -> np.ndarray | None:
+    """The saved aligned IDs for ``key``, or None if absent, unreadable or for other data."""
+    path = cache_path(directory, key)
+    if not path.is_file():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as saved:
+            if saved["key"].tobytes() != key or saved["id_digest"].tobytes() != id_digest:
+                return None
+            ids: np.ndarray = saved["ids"].astype(object)
+            return ids
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def cached_keys(directory: Path) -> list[bytes]:
+    """Keys of the alignments saved in ``directory`` (what a party tells the server it has)."""
+    keys = []
+    for path in sorted(directory.glob("alignment-*.npz")):
+        try:
+            with np.load(path, allow_pickle=False) as saved:
+                keys.append(saved["key"].tobytes())
+        except (OSError, ValueError, KeyError):
+            continue
+    return keys
