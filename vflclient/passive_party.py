@@ -102,7 +102,7 @@ class PassiveParty:
         return [key for folder in self.run_dir.glob(f"*/party-{self.party}/psi") for key in cached_keys(folder)]
 
     def _align(self, task: Align, connection: Connection) -> None:
-        """Align this party's rows with the others, then build the algorithm on them."""
+        """Align this party's rows with the others; the algorithm is built on them at its first task."""
         assert self.job is not None
         started = time.perf_counter()
         aligned = align_passive(
@@ -119,24 +119,35 @@ class PassiveParty:
         log.info(
             "aligned", rows=aligned.num_rows, reused=not task.run_psi, seconds=round(time.perf_counter() - started, 2)
         )
-        self.algorithm = client_algorithm(self.job.algorithm)(
-            PassiveContext(
-                party=self.party,
-                job=self.job,
-                schedule=self.job.schedule(),
-                features=torch.from_numpy(np.ascontiguousarray(aligned.features, dtype=np.float32)),
-                link=connection,
-                model_factory=self.model_factory,
+
+    def _algorithm(self, connection: Connection) -> ClientAlgorithm:
+        """The algorithm on the aligned rows, built at the first task that needs it.
+
+        Not at alignment: a ``--psi-only`` job ends after PSI, and a party whose CSV holds only
+        its ID column (no features, so no bottom model can be built) must still finish it.
+        """
+        assert self.job is not None and self.table is not None, "the server sent work before alignment"
+        if self.algorithm is None:
+            self.algorithm = client_algorithm(self.job.algorithm)(
+                PassiveContext(
+                    party=self.party,
+                    job=self.job,
+                    schedule=self.job.schedule(),
+                    features=torch.from_numpy(np.ascontiguousarray(self.table.features, dtype=np.float32)),
+                    link=connection,
+                    model_factory=self.model_factory,
+                )
             )
-        )
+        return self.algorithm
 
     def _perform(self, task: Task, connection: Connection) -> int:
         """Do one task; returns 1 for a finished training epoch, else 0."""
         if isinstance(task, Align):
             self._align(task, connection)
             return 0
-        assert self.job is not None and self.algorithm is not None, "the server sent work before alignment"
-        job, algorithm = self.job, self.algorithm
+        algorithm = self._algorithm(connection)
+        assert self.job is not None
+        job = self.job
         match task:
             case TrainEpoch(_, epoch):
                 structlog.contextvars.bind_contextvars(round=epoch)

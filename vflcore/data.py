@@ -268,6 +268,12 @@ def _parse_ids(path: Path, id_column: str, values: list[str], line_numbers: list
                 f"{path}: line {line}, column {id_column!r}: ID {value!r} contains a line break; "
                 "IDs must be single-line strings"
             )
+        if any(ord(c) < 32 or ord(c) == 127 for c in value):
+            # numpy's fixed-width strings drop trailing NULs, so such IDs would silently merge
+            raise DataError(
+                f"{path}: line {line}, column {id_column!r}: ID {value!r} contains a control character; "
+                "IDs must be printable text"
+            )
     ids = np.empty(len(values), dtype=object)
     ids[:] = values
     return ids

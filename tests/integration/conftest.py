@@ -66,9 +66,11 @@ def start_job(
     *,
     join_timeout_s: float = 60,
     keep_serving: bool = False,
+    label_column: str | None = "label",
     **kwargs: Any,
 ) -> RunningJob:
-    table = read_party_csv(data / "party1.csv", label_column="label")
+    """Serve ``data/party1.csv`` as the active party; ``kwargs`` go to ``ActiveParty``."""
+    table = read_party_csv(data / "party1.csv", label_column=label_column)
     active = ActiveParty(job, table, run_dir=tmp_path / "runs", step_timeout_s=60, **kwargs)
     server, port = build_server(active.federation, "127.0.0.1:0", pki.server_files())
     server.start()

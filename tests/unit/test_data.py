@@ -240,3 +240,10 @@ class TestIdsDigest:
         assert first == ids_digest(np.array(["z", "x", "y"], dtype=object))
         assert first != ids_digest(np.array(["x", "y", "w"], dtype=object))
         assert first != ids_digest(np.array(["xy", "z"], dtype=object))
+
+
+class TestControlCharacters:
+    def test_id_with_nul_is_refused(self, tmp_path: Path) -> None:
+        """An ID with a NUL (or other control character) is refused, naming line and column."""
+        with pytest.raises(DataError, match=r"p\.csv: line 2, column 'id': ID 'a\\x00' contains a control character"):
+            read_party_csv(write(tmp_path, "id,a\na\x00,1\n", "p.csv"))

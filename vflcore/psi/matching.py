@@ -2,8 +2,10 @@
 
 After both blindings, equal IDs give equal 32-byte values. Only a prefix is compared
 (``MATCH_BYTES``): 12 bytes make a false match between two 1M-item sets about as likely as
-10^12 / 2^96 ≈ 10^-17. The first 8 bytes go through numpy's sorted intersection as uint64
-(fast at a million items); the other 4 are then checked pair by pair.
+10^12 / 2^96 ≈ 10^-17. All 12 bytes go through numpy's sorted intersection as one opaque
+(void) value, about 1.6 s for two 1M-item sets. Matching on an 8-byte prefix first and checking
+the rest afterwards is twice as fast but wrong when two values of one side share the prefix:
+the intersection keeps only the first of them and a true match can be lost.
 """
 
 from __future__ import annotations
@@ -27,8 +29,13 @@ def match(left: np.ndarray, right: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """
     if left.shape[1:] != (MATCH_BYTES,) or right.shape[1:] != (MATCH_BYTES,):
         raise ValueError(f"blinded values must be (n, {MATCH_BYTES}) bytes, got {left.shape} and {right.shape}")
-    head_left = np.ascontiguousarray(left[:, :8]).view("<u8").ravel()
-    head_right = np.ascontiguousarray(right[:, :8]).view("<u8").ravel()
-    _, i, j = np.intersect1d(head_left, head_right, assume_unique=False, return_indices=True)
-    same_tail = (left[i, 8:] == right[j, 8:]).all(axis=1)
-    return i[same_tail].astype(np.int64), j[same_tail].astype(np.int64)
+    if left.dtype != np.uint8 or right.dtype != np.uint8:
+        raise ValueError(f"blinded values must be uint8, got {left.dtype} and {right.dtype}")
+    whole = np.dtype((np.void, MATCH_BYTES))
+    _, i, j = np.intersect1d(
+        np.ascontiguousarray(left).view(whole).ravel(),
+        np.ascontiguousarray(right).view(whole).ravel(),
+        assume_unique=False,
+        return_indices=True,
+    )
+    return i.astype(np.int64), j.astype(np.int64)
