@@ -33,7 +33,7 @@ $(CERTS)/ca.pem: | $(STAMP)
 
 certs: $(CERTS)/ca.pem
 
-$(DATA)/party1.csv: examples/make_digits_data.py | $(STAMP)
+$(DATA)/party1.csv: examples/make_digits_data.py vflcore/datasets.py | $(STAMP)
 	$(PY) examples/make_digits_data.py --out $(DATA)
 
 data: $(DATA)/party1.csv

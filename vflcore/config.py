@@ -182,7 +182,7 @@ def server_config_from(doc: Mapping[str, Any], source: Path | None = None) -> Se
         step_timeout_s=srv.number("step_timeout_s", 300.0),
         port_file=port_file,
         torch_threads=srv.integer("torch_threads", 1),
-        psi_workers=_Section(doc, "psi", source).integer("workers"),
+        psi_workers=_psi_workers(doc, source),
     )
 
 
@@ -208,8 +208,16 @@ def client_config_from(doc: Mapping[str, Any], source: Path | None = None, party
         heartbeat_s=cli.number("heartbeat_s", 10.0),
         connect_timeout_s=cli.number("connect_timeout_s", 60.0),
         torch_threads=cli.integer("torch_threads", 1),
-        psi_workers=_Section(doc, "psi", source).integer("workers"),
+        psi_workers=_psi_workers(doc, source),
     )
+
+
+def _psi_workers(doc: Mapping[str, Any], source: Path | None) -> int | None:
+    sec = _Section(doc, "psi", source)
+    workers: int | None = sec.integer("workers")
+    if workers is not None and workers < 1:
+        raise ConfigError(f"{sec.where}: [psi] workers must be at least 1 (or left out: one per core)")
+    return workers
 
 
 def with_overrides(config: Any, **overrides: Any) -> Any:

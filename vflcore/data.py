@@ -151,8 +151,8 @@ def write_aligned_ids(directory: Path, ids: np.ndarray) -> Path:
 def align_rows(table: PartyTable) -> PartyTable:
     """Return the table with rows sorted by ID (string order).
 
-    This is the provisional alignment before PSI: parties holding the same ID set all end up
-    with the same row order, so batch indices mean the same samples on every side.
+    Sorted IDs are the order PSI agrees on, so tables already restricted to the common IDs and
+    sorted this way are aligned by hand: what the reference implementation and tests use.
     """
     order = np.argsort(table.ids, kind="stable")
     return PartyTable(
@@ -167,7 +167,8 @@ def align_rows(table: PartyTable) -> PartyTable:
 def ids_digest(ids: np.ndarray) -> bytes:
     """SHA-256 over the sorted IDs, each UTF-8 encoded and followed by a newline.
 
-    Parties compare digests to confirm they hold the same ID set without revealing the IDs.
+    It fingerprints a party's ID set: a saved PSI result is reused only while every party's
+    fingerprint is unchanged (``vflcore.psi.cache``).
     `read_party_csv` rejects IDs containing line breaks, so the newline framing is unambiguous.
     """
     digest = hashlib.sha256()
@@ -259,7 +260,7 @@ def _feature_names(
 
 
 def _parse_ids(path: Path, id_column: str, values: list[str], line_numbers: list[int]) -> np.ndarray:
-    """Keep IDs exactly as written, but refuse empty, multi-line and duplicate IDs."""
+    """Keep IDs exactly as written, but refuse empty IDs and IDs with line breaks or control characters."""
     for value, line in zip(values, line_numbers, strict=True):
         if not value.strip():
             raise DataError(f"{path}: line {line}, column {id_column!r}: empty ID; give the row an ID or remove it")

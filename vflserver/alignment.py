@@ -75,7 +75,7 @@ def align_active(
         aligned_ids, pairwise = _run_psi(table.ids, federation, workers)
         save_alignment(cache_dir, key, aligned_ids, digest)
     want = aligned_digest(aligned_ids)
-    for party, got in federation.gather(PSI_ALIGNED_DIGEST, 0, 0).items():
+    for party, got in federation.gather(PSI_ALIGNED_DIGEST, 0, 0, timeout_s=federation.psi_timeout_s).items():
         if not np.array_equal(got, want):
             raise JobAborted(f"party {party} aligned its rows differently from the active party; PSI must run again")
     return AlignmentResult(select_rows(table, aligned_ids), reuse, pairwise, time.perf_counter() - started)
@@ -103,12 +103,12 @@ def _run_psi(ids: np.ndarray, federation: Federation, workers: int | None) -> tu
         for party in parties:
             federation.publish(party, TensorKey(job_id, 0, 0, PSI_SERVER_BLINDED), published)
         for party in parties:
-            theirs = federation.gather_from(party, PSI_CLIENT_BLINDED, 0, 0)
+            theirs = federation.gather_from(party, PSI_CLIENT_BLINDED, 0, 0, timeout_s=federation.psi_timeout_s)
             twice = pool.blind_packed(
                 [row.tobytes() for row in theirs], progress=progress_callback(f"PSI: party {party}")
             )
             twice_theirs[party] = truncate(np.frombuffer(twice, np.uint8).reshape(-1, 32))
-    returned = federation.gather(PSI_SERVER_DOUBLE_BLINDED, 0, 0)
+    returned = federation.gather(PSI_SERVER_DOUBLE_BLINDED, 0, 0, timeout_s=federation.psi_timeout_s)
     positions: dict[int, dict[int, int]] = {}  # party -> {server shuffled index: party's upload index}
     pairwise: dict[int, int] = {}
     common: set[int] | None = None

@@ -95,8 +95,12 @@ def main(argv: list[str] | None = None) -> int:
     structlog.contextvars.bind_contextvars(party=1)
     try:
         config = server_config_from(_document(args), args.config)
-        label_column = None if args.psi_only else config.data.label_column
-        table = read_party_csv(config.data.path, id_column=config.data.id_column, label_column=label_column)
+        if args.psi_only:  # only the ID column matters: labels and features may be absent or anything
+            table = read_party_csv(config.data.path, id_column=config.data.id_column, feature_columns=())
+        else:
+            table = read_party_csv(
+                config.data.path, id_column=config.data.id_column, label_column=config.data.label_column
+            )
         active = ActiveParty(
             config.job,
             table,
