@@ -81,13 +81,17 @@ def read_party_csv(
     label_column: str | None = None,
     feature_columns: Sequence[str] | None = None,
 ) -> PartyTable:
-    """Read one party's CSV; features default to every column except the ID and label columns.
+    """Read one party's table; features default to every column except the ID and label columns.
 
-    Raises `DataError` for anything that would make training silently wrong, so a party
-    finds out at startup rather than after the federation has begun.
+    A ``.parquet`` file is read with pyarrow (an integer ID column becomes its decimal string);
+    anything else is read as CSV. Raises `DataError` for anything that would make training
+    silently wrong, so a party finds out at startup rather than after the federation has begun.
     """
     path = Path(path)
-    header, rows, line_numbers = _read_rows(path)
+    if path.suffix.lower() in PARQUET_SUFFIXES:
+        header, rows, line_numbers = _read_parquet_rows(path)
+    else:
+        header, rows, line_numbers = _read_rows(path)
     id_index = _column_index(path, header, id_column, role="ID")
     label_index = None if label_column is None else _column_index(path, header, label_column, role="label")
     feature_names = _feature_names(path, header, id_column, label_column, feature_columns)
@@ -176,6 +180,30 @@ def ids_digest(ids: np.ndarray) -> bytes:
         digest.update(value.encode("utf-8"))
         digest.update(b"\n")
     return digest.digest()
+
+
+PARQUET_SUFFIXES = (".parquet", ".pq")
+
+
+def _read_parquet_rows(path: Path) -> tuple[list[str], list[list[str]], list[int]]:
+    """A Parquet file as header and string rows, so it passes the same checks as a CSV.
+
+    Row numbers in messages are 1-based data rows (there is no header line in Parquet).
+    """
+    if not path.is_file():
+        raise DataError(f"{path}: file not found; check the path in the party's data setting")
+    try:
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(path)
+    except ImportError:
+        raise DataError(f"{path}: reading Parquet needs pyarrow; pip install pyarrow") from None
+    except Exception as exc:  # pyarrow raises its own error types for corrupt files
+        raise DataError(f"{path}: not a readable Parquet file: {exc}") from exc
+    header = [str(name) for name in table.column_names]
+    columns = [["" if v is None else str(v) for v in table.column(name).to_pylist()] for name in header]
+    rows = [list(values) for values in zip(*columns, strict=True)] if columns else []
+    return header, rows, list(range(1, len(rows) + 1))
 
 
 def _read_rows(path: Path) -> tuple[list[str], list[list[str]], list[int]]:

@@ -247,3 +247,35 @@ class TestControlCharacters:
         """An ID with a NUL (or other control character) is refused, naming line and column."""
         with pytest.raises(DataError, match=r"p\.csv: line 2, column 'id': ID 'a\\x00' contains a control character"):
             read_party_csv(write(tmp_path, "id,a\na\x00,1\n", "p.csv"))
+
+
+class TestParquet:
+    def test_integer_ids_become_decimal_strings(self, tmp_path: Path) -> None:
+        """A Parquet table with an int64 ID column reads like the CSV that writes the same IDs."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        path = tmp_path / "p.parquet"
+        pq.write_table(pa.table({"id": [7, 42, 7], "a": [1.5, 2.5, 3.5], "label": [0, 1, 0]}), path)
+        table = read_party_csv(path, label_column="label")
+        csv_table = read_party_csv(write(tmp_path, "id,a,label\n7,1.5,0\n42,2.5,1\n", "p.csv"), label_column="label")
+        assert table.ids.tolist() == ["7", "42"] == csv_table.ids.tolist()
+        assert table.features.tolist() == csv_table.features.tolist()
+        assert table.labels is not None and table.labels.tolist() == [0.0, 1.0]
+
+    def test_missing_id_column_names_file_and_column(self, tmp_path: Path) -> None:
+        """A Parquet file without the ID column is refused like a CSV would be."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        path = tmp_path / "q.parquet"
+        pq.write_table(pa.table({"key": ["a"], "a": [1.0]}), path)
+        with pytest.raises(DataError, match=r"q\.parquet.*'id'"):
+            read_party_csv(path)
+
+    def test_corrupt_file_is_named(self, tmp_path: Path) -> None:
+        """Bytes that are not Parquet give a DataError naming the file."""
+        path = tmp_path / "bad.parquet"
+        path.write_bytes(b"not parquet")
+        with pytest.raises(DataError, match=r"bad\.parquet: not a readable Parquet file"):
+            read_party_csv(path)
