@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.conftest import Pki
 from tests.integration.conftest import SMALL_JOB, run_party_in_thread
-from vflclient import RunResult
+from vflclient import Connection, PassiveParty, RunResult, read_party_csv
 from vflcore.checkpoint import load_checkpoint
+from vflcore.models import load_factory
 
 pytestmark = pytest.mark.integration
 
@@ -42,3 +45,35 @@ class TestSplitNNJob:
             w()
         with pytest.raises(KeyError, match="not among the aligned rows"):
             running.active.predict_ids(["no-such-id"])
+
+
+def small_bottom(num_features: int, embedding_dim: int) -> torch.nn.Module:
+    """A party's own model, as a user would bring it with ``[model] factory``."""
+    return torch.nn.Sequential(torch.nn.Linear(num_features, 12), torch.nn.Tanh(), torch.nn.Linear(12, embedding_dim))
+
+
+class TestOwnModel:
+    def test_factory_model_trains_and_is_checkpointed(
+        self, job_factory, pki: Pki, digits_data: Path, tmp_path: Path
+    ) -> None:
+        """A passive party built from a module:function factory trains, and its checkpoint holds that model."""
+        running = job_factory(replace(SMALL_JOB, epochs=1))
+        factory = load_factory("tests.integration.test_splitnn_job:small_bottom")
+        box: dict[str, object] = {}
+
+        def party(n: int) -> None:
+            table = read_party_csv(digits_data / f"party{n}.csv")
+            with Connection(running.address, n, tls=pki.party_files(n), connect_timeout_s=20) as conn:
+                box[n] = PassiveParty(
+                    n, table, model_factory=factory if n == 2 else None, run_dir=tmp_path / "runs"
+                ).run(conn)
+
+        threads = [threading.Thread(target=party, args=(n,), daemon=True) for n in (2, 3)]
+        for t in threads:
+            t.start()
+        running.summary()
+        for t in threads:
+            t.join(60)
+        assert all(isinstance(r, RunResult) and r.success for r in box.values()), box
+        state = load_checkpoint(tmp_path / "runs" / "test-job" / "party-2" / "latest.pt")["bottom"]
+        assert state["0.weight"].shape == (12, 24)  # the factory's first layer, not the built-in MLP's
