@@ -26,7 +26,7 @@ from vflclient import (
     read_party_csv,
 )
 from vflcore import daemon
-from vflcore.config import ClientConfig, client_config_from, load_toml
+from vflcore.config import ClientConfig, client_config_from, document_with_flags
 from vflcore.errors import ConfigError
 from vflcore.models import load_factory
 from vflcore.preflight import diagnose
@@ -58,22 +58,20 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _document(args: argparse.Namespace) -> dict[str, Any]:
-    doc: dict[str, Any] = load_toml(args.config) if args.config else {}
-    cwd = Path.cwd()
-
-    def put(section: str, key: str, value: Any) -> None:
-        if value is not None:
-            doc.setdefault(section, {})[key] = str(cwd / value) if isinstance(value, Path) else value
-
-    put("client", "server", args.server)
-    put("client", "run_dir", args.run_dir)
-    put("data", "path", args.data)
-    put("data", "id_column", args.id_column)
-    put("tls", "ca", args.ca)
-    put("tls", "cert", args.cert)
-    put("tls", "key", args.key)
-    put("model", "factory", args.model_factory)
-    return doc
+    """The config file's contents with the flags laid on top (flags win)."""
+    return document_with_flags(
+        args.config,
+        {
+            ("client", "server"): args.server,
+            ("client", "run_dir"): args.run_dir,
+            ("data", "path"): args.data,
+            ("data", "id_column"): args.id_column,
+            ("tls", "ca"): args.ca,
+            ("tls", "cert"): args.cert,
+            ("tls", "key"): args.key,
+            ("model", "factory"): args.model_factory,
+        },
+    )
 
 
 def _check(config: ClientConfig) -> int:

@@ -220,6 +220,20 @@ def _psi_workers(doc: Mapping[str, Any], source: Path | None) -> int | None:
     return workers
 
 
+def document_with_flags(config: Path | None, flags: Mapping[tuple[str, str], Any]) -> dict[str, Any]:
+    """A config file's contents with command-line flags laid on top: a flag that is set wins.
+
+    ``flags`` maps (section, key) to the flag's value; None means the flag was not given. A path
+    given on the command line is relative to the working directory, so it is made absolute here
+    (paths in the file stay relative to the file).
+    """
+    doc: dict[str, Any] = load_toml(config) if config else {}
+    for (section, key), value in flags.items():
+        if value is not None:
+            doc.setdefault(section, {})[key] = str(Path.cwd() / value) if isinstance(value, Path) else value
+    return doc
+
+
 def with_overrides(config: Any, **overrides: Any) -> Any:
     """Lay command-line flags over a config: a flag left unset (None) keeps the file's value."""
     return replace(config, **{k: v for k, v in overrides.items() if v is not None})

@@ -17,7 +17,7 @@ from typing import Any
 import structlog
 
 from vflcore import daemon
-from vflcore.config import load_toml, server_config_from
+from vflcore.config import document_with_flags, server_config_from
 from vflcore.data import DataError, read_party_csv
 from vflcore.errors import ConfigError, JobAborted
 from vflcore.tls import TlsConfigError
@@ -54,25 +54,22 @@ def _parser() -> argparse.ArgumentParser:
 
 def _document(args: argparse.Namespace) -> dict[str, Any]:
     """The config file's contents with the flags laid on top (flags win)."""
-    doc: dict[str, Any] = load_toml(args.config) if args.config else {}
-    cwd = Path.cwd()
-
-    def put(section: str, key: str, value: Any) -> None:
-        if value is not None:
-            doc.setdefault(section, {})[key] = str(cwd / value) if isinstance(value, Path) else value
-
-    put("server", "listen", args.listen)
-    put("server", "run_dir", args.run_dir)
-    put("server", "port_file", args.port_file)
-    put("data", "path", args.data)
-    put("data", "id_column", args.id_column)
-    put("data", "label_column", args.label_column)
-    put("tls", "ca", args.ca)
-    put("tls", "cert", args.cert)
-    put("tls", "key", args.key)
-    put("job", "epochs", args.epochs)
-    put("job", "job_id", args.job_id)
-    return doc
+    return document_with_flags(
+        args.config,
+        {
+            ("server", "listen"): args.listen,
+            ("server", "run_dir"): args.run_dir,
+            ("server", "port_file"): args.port_file,
+            ("data", "path"): args.data,
+            ("data", "id_column"): args.id_column,
+            ("data", "label_column"): args.label_column,
+            ("tls", "ca"): args.ca,
+            ("tls", "cert"): args.cert,
+            ("tls", "key"): args.key,
+            ("job", "epochs"): args.epochs,
+            ("job", "job_id"): args.job_id,
+        },
+    )
 
 
 def _print_alignment(result: AlignmentResult) -> None:
