@@ -119,6 +119,10 @@ class PassiveParty:
         log.info(
             "aligned", rows=aligned.num_rows, reused=not task.run_psi, seconds=round(time.perf_counter() - started, 2)
         )
+        if aligned.features.shape[1]:
+            # Build now, not at the first epoch: the first optimizer of a process imports parts of
+            # torch for seconds, which would otherwise stall the first training step.
+            self._algorithm(connection)
 
     def _algorithm(self, connection: Connection) -> ClientAlgorithm:
         """The algorithm on the aligned rows, built at the first task that needs it.

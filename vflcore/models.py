@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import itertools
+import threading
 from collections.abc import Callable, Iterable, Sequence
 
 import torch
@@ -77,14 +78,19 @@ def make_optimizer(name: str, params: Iterable[nn.Parameter], lr: float) -> torc
     raise ValueError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")
 
 
+_SEEDED_BUILD = threading.Lock()
+
+
 def build_seeded(factory: Callable[[], nn.Module], seed: int) -> nn.Module:
     """Call factory with torch's RNG seeded, restoring the global RNG state afterwards.
 
     Reproducible initialisation per party, without making the rest of the process's random
     draws depend on how many models were built before.
     """
-    # devices=[]: fork only the CPU generator; this service never initialises CUDA.
-    with torch.random.fork_rng(devices=[]):
+    # devices=[]: fork only the CPU generator; this service never initialises CUDA. The lock:
+    # torch's generator is process-wide, so two parties building at once in one process (the
+    # in-process SDK, tests) would otherwise draw from each other's seed.
+    with _SEEDED_BUILD, torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         module = factory()
     if not isinstance(module, nn.Module):

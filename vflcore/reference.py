@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from vflcore.data import PartyTable, align_rows
+from vflcore.data import PartyTable, select_rows
 from vflcore.job import JobSpec, model_seed
 from vflcore.losses import label_tensor, task_loss
 from vflcore.models import build_seeded, make_optimizer, mlp
@@ -74,13 +74,23 @@ class ReferenceSplitNN:
         ]
         #: The training loss of every step, in order.
         self.step_losses: list[float] = []
+        #: The aligned IDs, row by row, when built by ``from_tables``.
+        self.ids: np.ndarray | None = None
 
     @classmethod
     def from_tables(
         cls, job: JobSpec, tables: Mapping[int, PartyTable], *, top_hidden: Sequence[int] = (64,)
     ) -> ReferenceSplitNN:
-        """Build from each party's table as read from its CSV; party 1's table holds the labels."""
-        aligned = {party: align_rows(table) for party, table in tables.items()}
+        """Build from each party's table as read from its file; party 1's table holds the labels.
+
+        Rows are aligned in plaintext, to what PSI agrees on: the IDs every party holds, ordered
+        by their UTF-8 bytes (for ``str`` that is the same as Python's string order).
+        """
+        common = sorted(set.intersection(*(set(table.ids.tolist()) for table in tables.values())))
+        if not common:
+            raise ValueError("the parties' tables share no ID")
+        ids = np.asarray(common, dtype=object)
+        aligned = {party: select_rows(table, ids) for party, table in tables.items()}
         labels = aligned[ACTIVE_PARTY].labels
         if labels is None:
             raise ValueError("party 1's table needs a label column")
@@ -88,8 +98,10 @@ class ReferenceSplitNN:
             party: torch.from_numpy(np.ascontiguousarray(table.features, dtype=np.float32))
             for party, table in aligned.items()
         }
-        job = replace(job, num_rows=aligned[ACTIVE_PARTY].num_rows)
-        return cls(job, features, torch.from_numpy(np.asarray(labels, dtype=np.float64)), top_hidden=top_hidden)
+        job = replace(job, num_rows=len(ids))
+        model = cls(job, features, torch.from_numpy(np.asarray(labels, dtype=np.float64)), top_hidden=top_hidden)
+        model.ids = ids
+        return model
 
     def _top(self, rows: np.ndarray, passive: list[torch.Tensor]) -> torch.Tensor:
         """The top model over [own embedding, passive embeddings in party order], as the server builds it."""

@@ -9,27 +9,21 @@ where the computation runs, not what it computes.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from torch import nn
 
 from tests.conftest import Pki
 from tests.integration.conftest import run_party_in_thread, start_job
 from vflclient import RunResult, read_party_csv
-from vflclient.algorithms import splitnn as client_splitnn
-from vflcore import models
-from vflcore.data import select_rows
 from vflcore.job import JobSpec
 from vflcore.metrics import task_metrics
 from vflcore.reference import ReferenceSplitNN
 from vflserver.active_party import RunSummary
-from vflserver.algorithms import splitnn as server_splitnn
 
 pytestmark = pytest.mark.integration
 
@@ -40,11 +34,12 @@ ACCURACY_BAR = 0.93
 TOP_HIDDEN = (64,)
 
 # The example digits give each party 85-90 % of the 1797 samples; PSI finds the ~1170 they share.
-# 20 % held out: ~936 training rows = 15 batches of 64 per epoch, ~120 steps in 8 epochs.
+# 20 % held out: 936 training rows = 15 batches of 64 per epoch, 180 steps in 12 epochs (12 rather
+# than fewer so that the accuracy bar is met with a margin: 0.97 on the 234 held-out digits).
 DIGITS_JOB = JobSpec(
     job_id="reference-digits",
     seed=7,
-    epochs=8,
+    epochs=12,
     batch_size=64,
     embedding_dim=16,
     bottom_hidden=(64,),
@@ -89,26 +84,6 @@ def one_torch_thread() -> Iterator[None]:
     torch.set_num_threads(before)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def seeded_builds_one_at_a_time() -> Iterator[None]:
-    """Serialise ``build_seeded`` across this process's threads.
-
-    It seeds torch's process-wide generator, so two parties that build their models at the same
-    moment in one process draw from each other's seed and the run stops matching the reference.
-    The daemons run one party per process and never meet this; in-process tests do.
-    """
-    lock = threading.Lock()
-
-    def build_seeded(factory: Callable[[], nn.Module], seed: int) -> nn.Module:
-        with lock:
-            return models.build_seeded(factory, seed)
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(client_splitnn, "build_seeded", build_seeded)
-        patch.setattr(server_splitnn, "build_seeded", build_seeded)
-        yield
-
-
 def _compare(job: JobSpec, data: Path, pki: Pki, tmp_path: Path) -> Comparison:
     running = start_job(pki, data, tmp_path, job, top_hidden=TOP_HIDDEN)
     try:
@@ -121,11 +96,10 @@ def _compare(job: JobSpec, data: Path, pki: Pki, tmp_path: Path) -> Comparison:
 
     tables = {1: read_party_csv(data / "party1.csv", label_column="label")}
     tables.update({p: read_party_csv(data / f"party{p}.csv") for p in job.passive_parties})
-    # aligned by hand: Python's set intersection, sorted, which is the order PSI agrees on
-    common = np.asarray(sorted(set.intersection(*(set(t.ids.tolist()) for t in tables.values()))), dtype=object)
-    assert len(common) == summary.alignment.table.num_rows if summary.alignment else False
-    tables = {p: select_rows(t, common) for p, t in tables.items()}
-    reference = ReferenceSplitNN.from_tables(replace(job, num_rows=len(common)), tables, top_hidden=TOP_HIDDEN)
+    # The reference aligns in plaintext (sorted common IDs), which must be what PSI agreed on.
+    reference = ReferenceSplitNN.from_tables(job, tables, top_hidden=TOP_HIDDEN)
+    assert summary.alignment is not None
+    assert np.array_equal(summary.alignment.table.ids, reference.ids)
     for epoch in range(job.epochs):
         reference.train_epoch(epoch)
     return Comparison(summary, list(running.active.algorithm.step_losses), reference, running.active.schedule.test_rows)
@@ -152,7 +126,7 @@ def _assert_same_steps(run: Comparison) -> None:
 
 class TestClassification:
     def test_every_step_loss_matches_the_reference(self, digits: Comparison) -> None:
-        """Each of the 115 per-step training losses on digits agrees with the reference within 1e-5."""
+        """Each of the 180 per-step training losses on digits agrees with the reference within 1e-5."""
         _assert_same_steps(digits)
 
     def test_model_matches_the_reference_on_held_out_rows(self, digits: Comparison) -> None:
@@ -162,7 +136,7 @@ class TestClassification:
         assert digits.federated.epochs[-1].test_loss == pytest.approx(reference_loss, abs=LOSS_TOLERANCE)
 
     def test_federated_model_reaches_the_accuracy_bar(self, digits: Comparison) -> None:
-        """After 5 epochs, federated inference on the 359 held-out digits reaches accuracy >= 0.93."""
+        """After 12 epochs, federated inference on the 234 held-out digits reaches accuracy >= 0.93."""
         assert digits.federated.final_metrics["accuracy"] >= ACCURACY_BAR
 
 
