@@ -10,13 +10,14 @@ GRPC_TOOLS_VERSION := 1.81.1
 CERTS := certs
 DATA := examples/data
 
-.PHONY: help venv certs data demo test test-unit test-integration lint typecheck proto proto-check bench-overhead clean
+.PHONY: help venv certs data demo test test-unit test-integration lint typecheck proto proto-check bench-overhead bench-psi clean
 
 help:
 	@echo "make demo            set up, then run server + 2 clients over mTLS: training and inference"
 	@echo "make test            set up, then lint, typecheck, proto drift check and the whole suite"
 	@echo "make proto           regenerate the committed gRPC code from proto/"
 	@echo "make bench-overhead  federation overhead ratio (SplitNN over mTLS vs in-process)"
+	@echo "make bench-psi       PSI 1M x 1M: vfl-server --psi-only + vfl-client over mTLS (several minutes)"
 
 venv: $(STAMP)
 
@@ -70,6 +71,9 @@ proto-check: proto
 
 bench-overhead: venv certs
 	$(PY) bench/overhead.py
+
+bench-psi: venv
+	$(PY) bench/psi.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .mypy_cache .ruff_cache

@@ -13,7 +13,10 @@ import copy
 import hashlib
 import pickle
 import random
+import sys
+import types
 from collections.abc import Iterator
+from pathlib import Path
 
 import gmpy2
 import pytest
@@ -464,6 +467,24 @@ class TestParallelBlinder:
         ids = [str(i).encode() for i in range(40)]
         with ParallelBlinder(key, workers=1, chunk_size=16, start_method="spawn") as pool:
             assert pool.hash_and_blind(ids, make_dst("spawn")) == hash_and_blind(ids, make_dst("spawn"), key)
+
+    def test_workers_do_not_rerun_the_main_module(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        # In the daemons __main__ is the console script, which imports the whole service (torch,
+        # grpc): a worker re-running it cost 3 s of CPU and ~290 MiB. It must not run at all.
+        marker = tmp_path / "main-was-run"
+        script = tmp_path / "fake_main.py"
+        script.write_text(f"import pathlib\npathlib.Path({str(marker)!r}).touch()\n")
+        fake = types.ModuleType("__main__")
+        fake.__file__ = str(script)
+        fake.__spec__ = None
+        monkeypatch.setitem(sys.modules, "__main__", fake)
+        key = BlindingKey.generate()
+        ids = [str(i).encode() for i in range(40)]
+        for method in ("forkserver", "spawn"):
+            with ParallelBlinder(key, workers=1, chunk_size=16, start_method=method) as pool:
+                assert pool.hash_and_blind(ids, make_dst("main")) == hash_and_blind(ids, make_dst("main"), key)
+            assert not marker.exists(), f"a {method} worker ran the parent's main module"
+        assert fake.__file__ == str(script) and fake.__spec__ is None  # put back
 
     def test_arguments_and_lifecycle(self) -> None:
         key = BlindingKey.generate()
