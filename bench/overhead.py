@@ -47,6 +47,7 @@ from vflcore.certs import create_ca, issue_party_cert, issue_server_cert, load_c
 from vflcore.data import read_party_csv
 from vflcore.datasets import write_synthetic_split
 from vflcore.job import JobSpec
+from vflcore.localrun import wait_for_port
 from vflcore.metrics import task_metrics
 from vflcore.reference import ReferenceSplitNN
 
@@ -143,17 +144,6 @@ path = "{data / f"party{party}.csv"}"
         )
 
 
-def _wait_for_port(port_file: Path, server: subprocess.Popen[bytes], timeout_s: float) -> int:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if port_file.exists() and port_file.read_text().strip():
-            return int(port_file.read_text())
-        if server.poll() is not None:
-            raise RuntimeError(f"vfl-server exited with code {server.returncode} before listening")
-        time.sleep(0.05)
-    raise RuntimeError(f"vfl-server did not listen within {timeout_s:.0f} s")
-
-
 def run_federated(root: Path) -> list[float]:
     """Run the job as three processes; return the server's per-epoch seconds."""
     run_dir = root / "runs"
@@ -169,7 +159,7 @@ def run_federated(root: Path) -> list[float]:
             stderr=log_files["server"].open("wb"),
             env=env,
         )
-        port = _wait_for_port(root / "port", procs["server"], timeout_s=120)
+        port = wait_for_port(root / "port", procs["server"], timeout_s=120)
         for party in JOB.passive_parties:
             procs[f"party-{party}"] = subprocess.Popen(
                 [

@@ -15,6 +15,8 @@ import sys
 import time
 from pathlib import Path
 
+from vflcore.localrun import wait_for_port
+
 HERE = Path(__file__).resolve().parent
 BIN = Path(sys.executable).parent
 ACCURACY_BAR = 0.93
@@ -23,17 +25,6 @@ ACCURACY_BAR = 0.93
 def _tail(path: Path, lines: int = 15) -> str:
     text = path.read_text(errors="replace").splitlines() if path.exists() else []
     return "\n".join("    " + line for line in text[-lines:])
-
-
-def _wait_for_port(port_file: Path, server: subprocess.Popen[bytes], timeout_s: float) -> int:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if port_file.exists() and port_file.read_text().strip():
-            return int(port_file.read_text())
-        if server.poll() is not None:
-            raise RuntimeError(f"vfl-server exited with code {server.returncode} before listening")
-        time.sleep(0.1)
-    raise RuntimeError(f"vfl-server did not listen within {timeout_s:.0f} s")
 
 
 def main() -> int:
@@ -80,7 +71,7 @@ def main() -> int:
             ],
             stderr=log_files["server"].open("wb"),
         )
-        port = _wait_for_port(port_file, procs["server"], timeout_s=120)
+        port = wait_for_port(port_file, procs["server"], timeout_s=120)
         for party in (2, 3):
             procs[f"party-{party}"] = subprocess.Popen(
                 [

@@ -1,0 +1,23 @@
+"""Running the daemons as local processes: what the demo and the benchmarks share.
+
+The server is started with ``--listen 127.0.0.1:0 --port-file F`` so that no fixed port is ever
+needed; the launcher waits here for the port it actually bound.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+
+def wait_for_port(port_file: Path, server: subprocess.Popen[bytes], timeout_s: float) -> int:
+    """The port vfl-server wrote to ``port_file``; fails early if the server exits first."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if port_file.exists() and port_file.read_text().strip():
+            return int(port_file.read_text())
+        if server.poll() is not None:
+            raise RuntimeError(f"vfl-server exited with code {server.returncode} before listening")
+        time.sleep(0.05)
+    raise RuntimeError(f"vfl-server did not listen within {timeout_s:.0f} s")
