@@ -714,6 +714,28 @@ def others_cpu(run: PsiRun) -> float:
     return max(0.0, (last.busy - first.busy - ours) / span) if span > 0 else 0.0
 
 
+def psi_window(run: PsiRun) -> tuple[float, float, float, float] | None:
+    """(window s, parties' CPU s, others' cores, seconds at full use of all cores) from join to aligned.
+
+    The window runs from the server's ``party_joined`` to its ``aligned`` event, which is what the
+    server-reported seconds cover (give or take the own-digest step). The last figure is the
+    parties' CPU in that window divided by the cores: what the PSI would take had it had the box to
+    itself at the same cost per operation; a figure that other load on a shared box moves far less.
+    """
+    start = next((t for t, party, text in run.events if party == "server" and text.startswith("party_joined")), None)
+    end = next((t for t, party, text in run.events if party == "server" and text.startswith("aligned  ")), None)
+    if start is None or end is None or end <= start:
+        return None
+    inside = [s for s in run.samples if start <= s.t - run.t0_mono <= end]
+    if len(inside) < 2:
+        return None
+    first, last = inside[0], inside[-1]
+    span = last.t - first.t
+    ours = sum(last.cpu.values()) - sum(first.cpu.values())
+    others = max(0.0, (last.busy - first.busy - ours - (last.own - first.own)) / span)
+    return span, ours, others, ours / (os.cpu_count() or 1)
+
+
 def sampler_cpu(run: PsiRun) -> float:
     """Cores this bench's own sampling used while the parties ran."""
     first, last = run.samples[0], run.samples[-1]
@@ -769,6 +791,14 @@ def report_run(run: PsiRun, n: int, speed: Speed) -> None:
         f"  other processes on the box used {others_cpu(run):.2f} of {os.cpu_count()} cores on average meanwhile "
         f"(this bench's own /proc sampling: {sampler_cpu(run):.3f} cores)"
     )
+    window = psi_window(run)
+    if window is not None:
+        span, ours, others, alone = window
+        print(
+            f"  from join to aligned ({span:.1f} s): the parties used {ours:.0f} CPU-s, {ours / span:.2f} of "
+            f"{os.cpu_count()} cores; others {others:.2f} cores. At full use of every core the PSI would take "
+            f"{alone:.0f} s at this run's cost per operation (a figure other load on the box moves far less)"
+        )
     print_timeline(run)
     print("  log events (seconds since vfl-server started):")
     for t, party, text in run.events:
@@ -877,6 +907,12 @@ def main() -> int:
         print(f"  PSI {n:,} x {n:,}, {best.workers} worker(s) per party, intersection {best.intersection:,}")
         print(f"  PSI seconds (server-reported, the figure the target applies to): {best.aligned_s:.1f} s")
         print(f"  process wall incl. start-up and CSV reading (not the target's figure): {best.wall_s:.1f} s")
+        window = psi_window(best)
+        if window is not None:
+            print(
+                f"  other processes used {window[2]:.2f} cores during the PSI; with every core to itself it would "
+                f"have taken about {window[3]:.0f} s (parties' CPU / cores)"
+            )
         if theirs is not None:
             print(
                 f"  openmined.psi 2-process, same ID sets: {theirs:.1f} s; ratio ours / theirs = "
