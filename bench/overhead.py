@@ -10,8 +10,9 @@ What is timed, and why it is fair:
   end-of-epoch evaluation on the held-out rows. The reference is timed the same way: its
   training epoch plus its evaluation (forward on the held-out rows, loss, task metrics). The
   held-out share is kept small (5 %) so that the number is dominated by training steps.
-- Every process runs torch with one intra-op thread (the daemons' default ``torch_threads``),
-  and so does the reference. The federated side may still use more than one core in total,
+- Every process runs torch with one intra-op thread (the daemons' default ``torch_threads``)
+  and glibc tuned to reuse freed buffers (``vflcore.daemon.prepare_compute``), and so does
+  the reference. The federated side may still use more than one core in total,
   because three processes run at once; that is part of what federation buys or costs.
 - Each side trains several epochs; the median epoch is reported, so start-up, connection set-up
   and the first, cold epoch do not count. The reference is timed before *and* after the
@@ -41,9 +42,9 @@ from pathlib import Path
 from typing import TypeVar
 
 import numpy as np
-import torch
 
 from vflcore.certs import create_ca, issue_party_cert, issue_server_cert, load_ca
+from vflcore.daemon import prepare_compute
 from vflcore.data import read_party_csv
 from vflcore.datasets import write_synthetic_split
 from vflcore.job import JobSpec
@@ -194,7 +195,7 @@ def run_federated(root: Path) -> list[float]:
 
 
 def build_reference(data: Path) -> ReferenceSplitNN:
-    torch.set_num_threads(TORCH_THREADS)
+    prepare_compute(TORCH_THREADS)  # the daemons' own settings: torch threads and malloc reuse
     tables = {1: read_party_csv(data / "party1.csv", label_column="label")}
     tables.update({p: read_party_csv(data / f"party{p}.csv") for p in JOB.passive_parties})
     return ReferenceSplitNN.from_tables(JOB, tables, top_hidden=TOP_HIDDEN)

@@ -117,9 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"vfl-client: {exc}", file=sys.stderr)
         return daemon.EXIT_CONFIG
 
-    import torch
-
-    torch.set_num_threads(config.torch_threads)
+    daemon.prepare_compute(config.torch_threads)
     party = PassiveParty(
         config.party,
         table,

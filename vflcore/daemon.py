@@ -21,6 +21,7 @@ from collections.abc import Callable
 from types import FrameType
 
 from vflcore.logs import configure_logging
+from vflcore.memory import keep_freed_memory
 
 EXIT_OK = 0
 EXIT_JOB_FAILED = 1
@@ -70,3 +71,17 @@ class ShutdownSignals:
         self._fired.set()
         self.exit_code = EXIT_SIGINT if signum == signal.SIGINT else EXIT_SIGTERM
         self._on_signal()
+
+
+def prepare_compute(torch_threads: int) -> None:
+    """Settings every training process needs before its first step.
+
+    torch's intra-op threads are capped at the configured ``torch_threads`` (a daemon often
+    shares its host), and glibc keeps freed buffers for reuse (``vflcore.memory``). torch is
+    imported here, not at module level, so that a config error is reported before the seconds
+    torch takes to import.
+    """
+    import torch
+
+    torch.set_num_threads(torch_threads)
+    keep_freed_memory()

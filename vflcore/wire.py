@@ -53,49 +53,86 @@ def tensor_to_chunks(key: TensorKey, array: np.ndarray, chunk_bytes: int = CHUNK
 
 
 class TensorAssembler:
-    """Rebuilds one tensor from its chunks, refusing anything inconsistent or oversized."""
+    """Rebuilds one tensor from its chunks, refusing anything inconsistent or oversized.
+
+    A tensor that fits one chunk (every training tensor of a usual batch does) is used as the
+    chunk's bytes, without a second buffer and copy. The array is then read-only, like any
+    array received from a peer should be treated.
+    """
 
     def __init__(self) -> None:
         self._key: TensorKey | None = None
         self._dtype = ""
         self._shape: tuple[int, ...] = ()
-        self._buffer: bytearray | None = None
+        self._total = -1  # announced payload size; -1 until the first chunk
+        self._whole: bytes | None = None  # the payload, when one chunk carried all of it
+        self._buffer: bytearray | None = None  # else the payload, filled chunk by chunk
         self._filled = 0
 
     def add(self, chunk: pb.TensorChunk) -> None:
         shape = tuple(int(d) for d in chunk.shape)
-        if self._buffer is None:
+        if self._total < 0:
             check_header(chunk.dtype, shape, chunk.total_bytes)
             self._key = key_from_proto(chunk.key)
-            self._dtype, self._shape = chunk.dtype, shape
-            self._buffer = bytearray(chunk.total_bytes)
+            self._dtype, self._shape, self._total = chunk.dtype, shape, chunk.total_bytes
         elif (key_from_proto(chunk.key), chunk.dtype, shape) != (self._key, self._dtype, self._shape):
             raise TensorError("key", "chunks of one stream must all carry the same key, dtype and shape")
         if chunk.offset != self._filled:
             raise TensorError("offset", f"chunk at offset {chunk.offset}, expected {self._filled}")
-        end = self._filled + len(chunk.data)
-        if end > len(self._buffer):
-            raise TensorError("data", f"chunks carry more than the announced {len(self._buffer)} bytes")
-        self._buffer[self._filled : end] = chunk.data
+        data = chunk.data
+        end = self._filled + len(data)
+        if end > self._total:
+            raise TensorError("data", f"chunks carry more than the announced {self._total} bytes")
+        if self._filled == 0 and end == self._total:
+            self._whole = data
+        else:
+            if self._buffer is None:
+                self._buffer = bytearray(self._total)
+            self._buffer[self._filled : end] = data
         self._filled = end
+
+    @property
+    def complete(self) -> bool:
+        """Every announced byte has arrived (an empty tensor is complete with its first chunk)."""
+        return self._filled == self._total
 
     def result(self) -> tuple[TensorKey, np.ndarray]:
         """The key and the validated array; raises if the stream was empty or truncated."""
-        if self._buffer is None or self._key is None:
+        if self._total < 0 or self._key is None:
             raise TensorError("chunks", "the stream carried no tensor")
-        if self._filled != len(self._buffer):
-            raise TensorError("data", f"truncated: got {self._filled} of {len(self._buffer)} bytes")
-        array = np.frombuffer(self._buffer, dtype=np.dtype(self._dtype).newbyteorder("<")).reshape(self._shape)
+        if self._filled != self._total:
+            raise TensorError("data", f"truncated: got {self._filled} of {self._total} bytes")
+        payload = self._whole if self._whole is not None else self._buffer or b""
+        array = np.frombuffer(payload, dtype=np.dtype(self._dtype).newbyteorder("<")).reshape(self._shape)
         check_values(array)
         return self._key, array
 
 
 def tensor_from_chunks(chunks: Iterable[pb.TensorChunk]) -> tuple[TensorKey, np.ndarray]:
-    """Assemble and validate a whole chunk stream."""
+    """Assemble and validate a chunk stream that carries exactly one tensor."""
     assembler = TensorAssembler()
     for chunk in chunks:
         assembler.add(chunk)
     return assembler.result()
+
+
+def tensors_from_chunks(chunks: Iterable[pb.TensorChunk]) -> Iterator[tuple[TensorKey, np.ndarray]]:
+    """Assemble a stream of tensors sent back to back; yield each, validated, as soon as it is whole.
+
+    A tensor ends when its announced bytes have all arrived, and the next chunk must then start a
+    new tensor at offset 0. A stream that ends inside a tensor, or carries none, is refused.
+    """
+    assembler = TensorAssembler()
+    for chunk in chunks:
+        if assembler.complete:
+            if chunk.offset != 0:
+                raise TensorError("data", "chunks carry more than the announced bytes of the tensor before")
+            assembler = TensorAssembler()
+        assembler.add(chunk)
+        if assembler.complete:
+            yield assembler.result()
+    if not assembler.complete:
+        assembler.result()  # raises: the stream was empty or ended inside a tensor
 
 
 def job_to_proto(job: JobSpec) -> pb.JobSpec:

@@ -118,9 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"vfl-server: {exc}", file=sys.stderr)
         return daemon.EXIT_UNREACHABLE
 
-    import torch
-
-    torch.set_num_threads(config.torch_threads)
+    daemon.prepare_compute(config.torch_threads)
     server.start()
     log.info(
         "listening",

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import functools
 import queue
+import types
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from dataclasses import replace
+from typing import Any, NoReturn, TypeVar, cast
 
 import grpc
 import structlog
@@ -22,13 +24,16 @@ from vflcore.identity import party_from_auth_context
 from vflcore.proto import federation_pb2 as pb
 from vflcore.proto import federation_pb2_grpc as pb_grpc
 from vflcore.tasks import Finish, is_psi_name
-from vflcore.tensors import TensorError
+from vflcore.tensors import TensorError, TensorKey
 from vflserver.federation import Federation
 
 log = structlog.get_logger(__name__)
 
 #: Metadata key that carries a party claim in --insecure mode, where no certificate exists.
 INSECURE_PARTY_HEADER = "x-vfl-insecure-party"
+
+#: The most tensors one ReturnGradients or PsiDownload call may ask for (an epoch's batches).
+MAX_STREAMED_TENSORS = 1 << 20
 
 _T = TypeVar("_T")
 
@@ -50,22 +55,38 @@ def _status_for(exc: BaseException) -> tuple[grpc.StatusCode, str] | None:
     return None
 
 
+def _abort(exc: Exception, context: grpc.ServicerContext, rpc: str) -> NoReturn:
+    """End the call with the status ``_status_for`` gives ``exc`` (INTERNAL if none)."""
+    mapped = _status_for(exc)
+    if mapped is None:
+        log.exception("handler_failed", rpc=rpc)
+        mapped = (grpc.StatusCode.INTERNAL, f"internal error in {rpc}: {exc}")
+    else:
+        log.warning("rpc_refused", rpc=rpc, code=mapped[0].name, reason=mapped[1])
+    context.abort(*mapped)
+    raise AssertionError("unreachable: abort raises")
+
+
+def _guarded(stream: Iterator[Any], context: grpc.ServicerContext, rpc: str) -> Iterator[Any]:
+    """A response stream whose domain errors, raised mid-stream, also become a status."""
+    try:
+        yield from stream
+    except Exception as exc:
+        _abort(exc, context, rpc)
+
+
 def _handler(method: Callable[..., _T]) -> Callable[..., _T]:
-    """Turn domain errors raised by a handler into a status with a readable message."""
+    """Turn domain errors raised by a handler, or by the stream it returns, into a status."""
 
     @functools.wraps(method)
     def wrapper(self: FederationService, request: Any, context: grpc.ServicerContext) -> _T:
         try:
-            return method(self, request, context)
+            result = method(self, request, context)
         except Exception as exc:
-            mapped = _status_for(exc)
-            if mapped is None:
-                log.exception("handler_failed", rpc=method.__name__)
-                mapped = (grpc.StatusCode.INTERNAL, f"internal error in {method.__name__}: {exc}")
-            else:
-                log.warning("rpc_refused", rpc=method.__name__, code=mapped[0].name, reason=mapped[1])
-            context.abort(*mapped)
-            raise  # unreachable: abort raises
+            _abort(exc, context, method.__name__)
+        if isinstance(result, types.GeneratorType):
+            return cast(_T, _guarded(result, context, method.__name__))
+        return result
 
     return wrapper
 
@@ -149,12 +170,23 @@ class FederationService(pb_grpc.FederationServicer):
         return self._upload(request_iterator, context, psi=True)
 
     def _upload(self, chunks: Iterator[pb.TensorChunk], context: grpc.ServicerContext, *, psi: bool) -> pb.SendAck:
+        """Accept every tensor the stream carries, each as soon as it is whole.
+
+        A refused tensor ends the stream with its error; the tensors before it stay accepted,
+        and nothing of it or after it is stored.
+        """
         party = self._caller(context)
-        key, array = wire.tensor_from_chunks(chunks)
-        if is_psi_name(key.name) != psi:
-            raise TensorError("key.name", f"{key.name!r} does not travel on this call ({'PSI' if psi else 'training'})")
-        self.federation.accept_upload(party, key, array)
-        return pb.SendAck(key=wire.key_to_proto(key), bytes_received=array.nbytes)
+        last: TensorKey | None = None
+        count = received = 0
+        for key, array in wire.tensors_from_chunks(chunks):
+            if is_psi_name(key.name) != psi:
+                raise TensorError(
+                    "key.name", f"{key.name!r} does not travel on this call ({'PSI' if psi else 'training'})"
+                )
+            self.federation.accept_upload(party, key, array)
+            last, count, received = key, count + 1, received + array.nbytes
+        assert last is not None  # tensors_from_chunks refuses an empty stream
+        return pb.SendAck(key=wire.key_to_proto(last), bytes_received=received, tensors=count)
 
     @_handler
     def ReturnGradients(self, request: pb.TensorRequest, context: grpc.ServicerContext) -> Iterator[pb.TensorChunk]:
@@ -168,14 +200,23 @@ class FederationService(pb_grpc.FederationServicer):
         self, request: pb.TensorRequest, context: grpc.ServicerContext, *, psi: bool
     ) -> Iterator[pb.TensorChunk]:
         party = self._caller(context)
-        key = wire.key_from_proto(request.key)
-        if key.job_id != self.federation.job.job_id:
-            raise TensorError("key.job_id", f"{key.job_id!r} is not the running job {self.federation.job.job_id!r}")
-        if is_psi_name(key.name) != psi:
-            raise TensorError("key.name", f"{key.name!r} does not travel on this call ({'PSI' if psi else 'training'})")
+        first = wire.key_from_proto(request.key)
+        if first.job_id != self.federation.job.job_id:
+            raise TensorError("key.job_id", f"{first.job_id!r} is not the running job {self.federation.job.job_id!r}")
+        if is_psi_name(first.name) != psi:
+            raise TensorError(
+                "key.name", f"{first.name!r} does not travel on this call ({'PSI' if psi else 'training'})"
+            )
+        if request.count > MAX_STREAMED_TENSORS:
+            raise TensorError("count", f"{request.count} tensors in one call; ask for at most {MAX_STREAMED_TENSORS}")
         timeout = self.federation.psi_timeout_s if psi else None
-        array = self.federation.collect(party, key, timeout_s=timeout)
-        return wire.tensor_to_chunks(key, array)
+        keys = [replace(first, batch=first.batch + i) for i in range(max(1, request.count))]
+        return self._stream_downloads(party, keys, timeout)
+
+    def _stream_downloads(self, party: int, keys: list[TensorKey], timeout: float | None) -> Iterator[pb.TensorChunk]:
+        """Each tensor as soon as the training loop publishes it, in order."""
+        for key in keys:
+            yield from wire.tensor_to_chunks(key, self.federation.collect(party, key, timeout_s=timeout))
 
     @_handler
     def PushADMMState(self, request: pb.TensorRequest, context: grpc.ServicerContext) -> Iterator[pb.TensorChunk]:

@@ -19,7 +19,7 @@ import torch
 
 from tests.conftest import Pki
 from tests.integration.conftest import SMALL_JOB, RunningJob
-from vflclient import Connection, read_party_csv
+from vflclient import Connection, TensorRejected, read_party_csv
 from vflclient.alignment import align_passive
 from vflcore import wire
 from vflcore.proto import federation_pb2 as pb
@@ -132,3 +132,44 @@ class TestMalformedTensors:
         while not running.active.algorithm.step_losses and time.monotonic() < deadline:
             time.sleep(0.01)
         assert len(running.active.algorithm.step_losses) == 1
+
+
+class TestEpochStreams:
+    """One SendEmbeddings stream carries a whole epoch; ReturnGradients answers it batch by batch."""
+
+    def test_bad_tensor_mid_stream_keeps_the_ones_before(self, party2_session) -> None:
+        """Batch 0 is accepted and answered; the NaN batch 1 after it is refused and not stored."""
+        running, stub, key, rows = party2_session
+        assert len(running.active.schedule.batches(0)) >= 2
+        good = np.random.default_rng(2).standard_normal((rows, WIDTH)).astype(np.float32)
+        bad_key = replace(key, batch=1)
+        stream = [*wire.tensor_to_chunks(key, good), *wire.tensor_to_chunks(bad_key, np.full_like(good, np.nan))]
+        with pytest.raises(grpc.RpcError) as caught:
+            stub.SendEmbeddings(iter(stream), timeout=10)
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert caught.value.details().startswith("data"), caught.value.details()
+        gradients = stub.ReturnGradients(
+            pb.TensorRequest(key=wire.key_to_proto(key.with_name("gradient")), count=1), timeout=30
+        )
+        assert [k.batch for k, _ in wire.tensors_from_chunks(gradients)] == [0]
+        assert not running.active.federation.uploads.has(2, bad_key)
+
+    def test_refused_upload_surfaces_as_the_reason_in_the_exchange(self, party2_session, pki: Pki) -> None:
+        """The SDK's exchange raises the server's refusal (TensorRejected, naming the field), not a cancel."""
+        running, _, _, rows = party2_session
+        with (
+            Connection(running.address, 2, tls=pki.party_files(2), connect_timeout_s=20) as connection,
+            pytest.raises(TensorRejected, match="dtype"),
+            connection.exchange("test-job", 0, 2, up="embedding", down="gradient") as exchange,
+        ):
+            exchange.send(0, np.zeros((rows, WIDTH), np.float64))
+            exchange.receive(0)
+        assert running.active.algorithm.step_losses == []
+
+    def test_too_many_tensors_asked_for_is_refused(self, party2_session) -> None:
+        _, stub, key, _ = party2_session
+        request = pb.TensorRequest(key=wire.key_to_proto(key.with_name("gradient")), count=(1 << 20) + 1)
+        with pytest.raises(grpc.RpcError) as caught:
+            list(stub.ReturnGradients(request, timeout=10))
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert caught.value.details().startswith("count")

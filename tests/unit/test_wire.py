@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from vflcore import tasks, wire
 from vflcore.job import JobSpec
+from vflcore.proto import federation_pb2 as pb
 from vflcore.tensors import CHUNK_BYTES, TensorError, TensorKey
 
 KEY = TensorKey("job", 3, 7, "embedding")
@@ -55,6 +59,57 @@ class TestTensorChunks:
         """The sender refuses dtypes the receiver would refuse anyway."""
         with pytest.raises(TensorError, match=r"^dtype"):
             list(wire.tensor_to_chunks(KEY, np.zeros(3, np.complex64)))
+
+
+class TestTensorStreams:
+    """Many tensors back to back on one stream: how a passive party sends a whole epoch."""
+
+    @staticmethod
+    def _stream(*arrays: np.ndarray) -> list[pb.TensorChunk]:
+        return [c for b, a in enumerate(arrays) for c in wire.tensor_to_chunks(replace(KEY, batch=b), a)]
+
+    def test_each_tensor_comes_out_whole_and_in_order(self) -> None:
+        """Small and multi-chunk tensors alike come back exact, keyed by their own batch."""
+        rng = np.random.default_rng(1)
+        arrays = [rng.standard_normal(shape).astype(np.float32) for shape in [(4, 3), (300_000,), (0, 3), (2, 2)]]
+        got = list(wire.tensors_from_chunks(self._stream(*arrays)))
+        assert [k.batch for k, _ in got] == [0, 1, 2, 3]
+        assert all(np.array_equal(a, b) for (_, a), b in zip(got, arrays, strict=True))
+
+    def test_a_tensor_is_yielded_before_the_stream_ends(self) -> None:
+        """The first tensor is available while later chunks are still to come."""
+
+        def chunks() -> Iterator[pb.TensorChunk]:
+            yield from wire.tensor_to_chunks(KEY, np.ones(3, np.float32))
+            raise AssertionError("read past the first tensor before handing it over")
+
+        key, array = next(wire.tensors_from_chunks(chunks()))
+        assert key == KEY and array.tolist() == [1, 1, 1]
+
+    def test_stream_ending_inside_a_tensor_is_refused(self) -> None:
+        """A cut-off last tensor fails on the data field; the tensors before it were delivered."""
+        chunks = self._stream(np.ones(3, np.float32), np.ones(300_000, np.float32))[:-1]
+        arrivals = wire.tensors_from_chunks(chunks)
+        assert next(arrivals)[0] == replace(KEY, batch=0)
+        with pytest.raises(TensorError, match=r"^data"):
+            next(arrivals)
+
+    def test_chunk_continuing_a_finished_tensor_is_refused(self) -> None:
+        """After a tensor's last byte, only a new tensor (offset 0) may follow."""
+        first, second = self._stream(np.ones(3, np.float32), np.ones(3, np.float32))
+        second.offset = 12
+        with pytest.raises(TensorError, match=r"^data"):
+            list(wire.tensors_from_chunks([first, second]))
+
+    def test_empty_stream_is_refused(self) -> None:
+        with pytest.raises(TensorError, match=r"^chunks"):
+            list(wire.tensors_from_chunks([]))
+
+    def test_one_chunk_tensor_is_read_only(self) -> None:
+        """A received tensor is used in place, not copied, so writing to it is a bug caught early."""
+        _, array = wire.tensor_from_chunks(wire.tensor_to_chunks(KEY, np.ones(3, np.float32)))
+        with pytest.raises(ValueError, match="read-only"):
+            array[0] = 2
 
 
 class TestSerde:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Any
 
 import numpy as np
@@ -18,14 +19,66 @@ from vflcore.tensors import TensorKey
 ModelFactory = Callable[[int, int], nn.Module]
 
 
+class TensorExchange(ABC):
+    """One round's uploads and downloads, batch by batch: ``send(b, h)``, then ``receive(b)``.
+
+    Use it as a context manager. Leaving the block normally waits until the server has accepted
+    every upload; leaving it with an exception cancels whatever is still in flight.
+    """
+
+    @abstractmethod
+    def send(self, batch: int, array: np.ndarray) -> None:
+        """Upload this party's tensor for ``batch``; may return before the server has it."""
+
+    @abstractmethod
+    def receive(self, batch: int) -> np.ndarray:
+        """The server's answer for ``batch``; waits until it exists."""
+
+    def close(self) -> None:  # noqa: B027 - a link with nothing in flight has nothing to wait for
+        """Wait until the server has accepted every upload; raise what it refused."""
+
+    def cancel(self) -> None:  # noqa: B027 - as close
+        """Abandon the round: stop whatever is still in flight."""
+
+    def __enter__(self) -> TensorExchange:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.cancel()
+
+
 class ServerLink(ABC):
-    """The two calls an algorithm's client half needs: upload a tensor, download the answer."""
+    """The calls an algorithm's client half needs: upload a tensor, download the answer."""
 
     @abstractmethod
     def send(self, key: TensorKey, array: np.ndarray) -> None: ...
 
     @abstractmethod
     def receive(self, key: TensorKey) -> np.ndarray: ...
+
+    def exchange(self, job_id: str, round_: int, batches: int, *, up: str, down: str) -> TensorExchange:
+        """A round of ``batches`` uploads named ``up``, each answered by a download named ``down``.
+
+        This default makes one call per tensor; a real connection keeps two streams open for
+        the whole round instead, which saves a call set-up per tensor.
+        """
+        return _CallPerTensor(self, job_id, round_, up, down)
+
+
+class _CallPerTensor(TensorExchange):
+    def __init__(self, link: ServerLink, job_id: str, round_: int, up: str, down: str) -> None:
+        self._link, self._job_id, self._round, self._up, self._down = link, job_id, round_, up, down
+
+    def send(self, batch: int, array: np.ndarray) -> None:
+        self._link.send(TensorKey(self._job_id, self._round, batch, self._up), array)
+
+    def receive(self, batch: int) -> np.ndarray:
+        return self._link.receive(TensorKey(self._job_id, self._round, batch, self._down))
 
 
 @dataclass

@@ -15,7 +15,7 @@ from vflclient.algorithms.base import ClientAlgorithm, PassiveContext
 from vflcore.job import model_seed
 from vflcore.models import build_seeded, make_optimizer, mlp
 from vflcore.tasks import EMBEDDING, GRADIENT
-from vflcore.tensors import TensorKey, check_shape
+from vflcore.tensors import check_shape
 
 
 class SplitNNClient(ClientAlgorithm):
@@ -33,14 +33,16 @@ class SplitNNClient(ClientAlgorithm):
     def train_epoch(self, epoch: int) -> None:
         ctx = self.ctx
         self.bottom.train()
-        for b, rows in enumerate(ctx.schedule.batches(epoch)):
-            h = self.bottom(ctx.features[rows])
-            ctx.link.send(TensorKey(ctx.job.job_id, epoch, b, EMBEDDING), h.detach().numpy())
-            grad = ctx.link.receive(TensorKey(ctx.job.job_id, epoch, b, GRADIENT))
-            check_shape(grad, tuple(h.shape), what="gradient from the server")
-            self.optimizer.zero_grad()
-            h.backward(torch.from_numpy(grad.astype(np.float32, copy=True)))
-            self.optimizer.step()
+        batches = ctx.schedule.batches(epoch)
+        with ctx.link.exchange(ctx.job.job_id, epoch, len(batches), up=EMBEDDING, down=GRADIENT) as exchange:
+            for b, rows in enumerate(batches):
+                h = self.bottom(ctx.features[rows])
+                exchange.send(b, h.detach().numpy())
+                grad = exchange.receive(b)
+                check_shape(grad, tuple(h.shape), what="gradient from the server")
+                self.optimizer.zero_grad()
+                h.backward(torch.from_numpy(grad.astype(np.float32, copy=True)))
+                self.optimizer.step()
 
     @torch.no_grad()
     def embed(self, rows: np.ndarray) -> np.ndarray:

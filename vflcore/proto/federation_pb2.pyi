@@ -35,18 +35,22 @@ class TensorChunk(_message.Message):
     def __init__(self, key: _Optional[_Union[TensorKey, _Mapping]] = ..., dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., total_bytes: _Optional[int] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class TensorRequest(_message.Message):
-    __slots__ = ("key",)
+    __slots__ = ("key", "count")
     KEY_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
     key: TensorKey
-    def __init__(self, key: _Optional[_Union[TensorKey, _Mapping]] = ...) -> None: ...
+    count: int
+    def __init__(self, key: _Optional[_Union[TensorKey, _Mapping]] = ..., count: _Optional[int] = ...) -> None: ...
 
 class SendAck(_message.Message):
-    __slots__ = ("key", "bytes_received")
+    __slots__ = ("key", "bytes_received", "tensors")
     KEY_FIELD_NUMBER: _ClassVar[int]
     BYTES_RECEIVED_FIELD_NUMBER: _ClassVar[int]
+    TENSORS_FIELD_NUMBER: _ClassVar[int]
     key: TensorKey
     bytes_received: int
-    def __init__(self, key: _Optional[_Union[TensorKey, _Mapping]] = ..., bytes_received: _Optional[int] = ...) -> None: ...
+    tensors: int
+    def __init__(self, key: _Optional[_Union[TensorKey, _Mapping]] = ..., bytes_received: _Optional[int] = ..., tensors: _Optional[int] = ...) -> None: ...
 
 class JoinRequest(_message.Message):
     __slots__ = ("party", "num_rows", "num_features", "id_set_digest", "client_version", "cached_alignments")

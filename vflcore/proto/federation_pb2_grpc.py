@@ -116,14 +116,16 @@ class FederationServicer:
 
     def SendEmbeddings(self, request_iterator, context):
         """A party's representation of a batch (h^k = f_k(x^k_B)), keyed by (job, round, batch, name).
+        One stream may carry many tensors back to back (a new tensor starts at offset 0): a passive
+        party keeps one open for a whole epoch, and each tensor is validated and accepted on arrival.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ReturnGradients(self, request, context):
-        """The gradient of the loss with respect to the representation the caller sent for that key.
-        Blocks until the server has it.
+        """The gradient of the loss with respect to the representation the caller sent for that key,
+        and with count > 1 the gradients of the following batches, each as soon as it exists.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -2,8 +2,12 @@
 
 Per step: wait for every passive party's h^k of the batch, concatenate them with the active
 party's own h^1 (if it has features), run the top model and the loss, and return ∂L/∂h^k to
-each party. Gradients are published before the optimizer step, so the passive parties start
-their backward pass while the active party is still updating.
+each party.
+
+The step is ordered so that the passive parties wait as little as possible, without changing
+a single number: the active party's own forward pass runs while it waits for theirs; their
+gradients are published as soon as the top model's backward pass produces them, before the
+active party back-propagates into its own bottom model and steps its optimizer.
 """
 
 from __future__ import annotations
@@ -47,11 +51,17 @@ class SplitNNServer(ServerAlgorithm):
         self.optimizer = make_optimizer(job.optimizer, params, job.learning_rate)
         self.loss_fn = task_loss(job.task)
 
-    def _forward(self, rows: np.ndarray, passive: list[torch.Tensor]) -> torch.Tensor:
-        parts = list(passive)
-        if self.bottom is not None:
-            parts.insert(0, self.bottom(self.ctx.features[rows]))
-        output: torch.Tensor = self.top(torch.cat(parts, dim=1))
+    def _own(self, rows: np.ndarray) -> list[torch.Tensor]:
+        """The active party's own representation h^1 of ``rows``, if it has features."""
+        return [] if self.bottom is None else [self.bottom(self.ctx.features[rows])]
+
+    @staticmethod
+    def _cut(own: list[torch.Tensor]) -> list[torch.Tensor]:
+        """h^1 as a leaf, so the top model's backward pass stops there (see ``train_epoch``)."""
+        return [h.detach().requires_grad_(True) for h in own]
+
+    def _forward(self, own: list[torch.Tensor], passive: list[torch.Tensor]) -> torch.Tensor:
+        output: torch.Tensor = self.top(torch.cat(own + passive, dim=1))
         return output
 
     def train_epoch(self, epoch: int) -> float:
@@ -65,15 +75,19 @@ class SplitNNServer(ServerAlgorithm):
             self.bottom.train()
         total = 0.0
         for b, rows in progress(enumerate(batches), total=len(batches), desc=f"epoch {epoch + 1}"):
+            self.optimizer.zero_grad()
+            own = self._own(rows)  # computed while the passive parties compute theirs
             uploads = fed.gather(EMBEDDING, epoch, b)
             parties = sorted(uploads)
             passive = [torch.from_numpy(uploads[p].copy()).requires_grad_(True) for p in parties]
-            self.optimizer.zero_grad()
-            loss = self.loss_fn(self._forward(rows, passive), ctx.labels[rows])
-            loss.backward()
+            own_leaf = self._cut(own)
+            loss = self.loss_fn(self._forward(own_leaf, passive), ctx.labels[rows])
+            loss.backward()  # the top model only: it ends at h^1 and every h^k
             for p, h in zip(parties, passive, strict=True):
                 assert h.grad is not None
                 fed.publish(p, TensorKey(ctx.job.job_id, epoch, b, GRADIENT), h.grad.numpy())
+            if own:  # now the active party's own bottom model, from h^1's gradient
+                torch.autograd.backward(own, [leaf.grad for leaf in own_leaf])
             self.optimizer.step()
             value = loss.item()
             self.step_losses.append(value)
@@ -86,7 +100,7 @@ class SplitNNServer(ServerAlgorithm):
         if self.bottom is not None:
             self.bottom.eval()
         passive = [torch.from_numpy(embeddings[p].copy()) for p in sorted(embeddings)]
-        return self._forward(rows, passive)
+        return self._forward(self._own(rows), passive)
 
     def state(self) -> dict[str, Any]:
         out: dict[str, Any] = {"top": self.top.state_dict(), "optimizer": self.optimizer.state_dict()}
