@@ -15,6 +15,7 @@ from typing import Any
 
 from vflcore.errors import ConfigError
 from vflcore.job import TASKS, JobSpec
+from vflcore.options import algorithm_options
 from vflcore.tls import TlsFiles
 
 DEFAULT_PORT = 50051
@@ -148,6 +149,10 @@ def _job(doc: Mapping[str, Any], source: Path | None) -> JobSpec:
 
 def validate_job(job: JobSpec, where: str = "config") -> None:
     """Refuse settings no algorithm can run with, before any party joins."""
+    try:
+        algorithm_options(job.algorithm, job.algorithm_options)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
     if job.task not in TASKS:
         raise ConfigError(f"{where}: [job] task = {job.task!r}; choose one of {list(TASKS)}")
     for key in ("batch_size", "epochs", "embedding_dim"):

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from vflcore.options import algorithm_options
 from vflcore.sampler import epoch_batches, split_rows
 
 TASKS = ("classification", "regression")
@@ -40,6 +41,10 @@ class JobSpec:
     def options_json(self) -> str:
         """Algorithm options as JSON: the only encoding that crosses the wire."""
         return json.dumps(self.algorithm_options, sort_keys=True)
+
+    def option(self, name: str) -> Any:
+        """One of the algorithm's settings (``vflcore.options``), its default if the config omits it."""
+        return algorithm_options(self.algorithm, self.algorithm_options)[name]
 
     def schedule(self) -> Schedule:
         """The row split and batch order, derived from the seed alone."""

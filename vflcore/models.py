@@ -11,6 +11,7 @@ import importlib
 import itertools
 import threading
 from collections.abc import Callable, Iterable, Sequence
+from typing import cast
 
 import torch
 from torch import nn
@@ -64,6 +65,22 @@ def load_factory(spec: str) -> Callable[..., nn.Module]:
         raise ValueError(f"model factory {spec!r}: {attribute!r} is a {type(factory).__name__}, not callable")
     built: Callable[..., nn.Module] = factory
     return built
+
+
+class LinearHeads(nn.Module):
+    """Σ_k h^k W_k over a list of embeddings, one bias-free linear head each (004 Eq. 2)."""
+
+    def __init__(self, parts: int, embedding_dim: int, outputs: int) -> None:
+        super().__init__()
+        self.heads = nn.ModuleList(nn.Linear(embedding_dim, outputs, bias=False) for _ in range(parts))
+
+    def forward(self, embeddings: list[torch.Tensor]) -> torch.Tensor:
+        outputs = [head(h) for head, h in zip(self.heads, embeddings, strict=True)]
+        return torch.stack(outputs).sum(dim=0)
+
+    def norms(self) -> list[float]:
+        """‖W_k‖_F of every head, in embedding order."""
+        return [float(torch.linalg.matrix_norm(cast(nn.Linear, head).weight.detach())) for head in self.heads]
 
 
 def make_optimizer(name: str, params: Iterable[nn.Parameter], lr: float) -> torch.optim.Optimizer:

@@ -1,7 +1,7 @@
-"""SplitNN trained in one process, with no federation in the way: the yardstick for the real thing.
+"""SplitNN, FedBCD and VIMSGD trained in one process, with no federation in the way: the yardstick.
 
 The same models (shapes and seeds), optimizers, batch schedule and loss as the federated
-SplitNN, but every party's bottom model lives here and the embeddings never leave memory. Tests
+algorithm, but every party's bottom model lives here and the embeddings never leave memory. Tests
 compare its per-step losses with a federated run, and the overhead benchmark compares its epoch
 time. It copies the federated numerics on purpose: each passive embedding is cut out of the
 graph (detach, then a leaf that requires grad) exactly where the wire cuts it, so that the two
@@ -21,7 +21,8 @@ from torch import nn
 from vflcore.data import PartyTable, select_rows
 from vflcore.job import JobSpec, model_seed
 from vflcore.losses import label_tensor, task_loss
-from vflcore.models import build_seeded, make_optimizer, mlp
+from vflcore.models import LinearHeads, build_seeded, make_optimizer, mlp
+from vflcore.options import algorithm_options
 
 __all__ = ["ACTIVE_PARTY", "ReferenceSplitNN"]
 
@@ -60,18 +61,29 @@ class ReferenceSplitNN:
             if width:  # an active party without features of its own has no bottom model
                 factory = functools.partial(mlp, width, job.bottom_hidden, job.embedding_dim)
                 self.bottoms[party] = build_seeded(factory, model_seed(job.seed, party, "bottom"))
-        top_width = job.embedding_dim * len(self.bottoms)
+        self.vim = job.algorithm == "vimsgd"
+        self.local_steps = int(algorithm_options(job.algorithm, job.algorithm_options).get("local_steps", 1))
+        parts = len(self.bottoms)
         self.top = build_seeded(
-            lambda: mlp(top_width, top_hidden, num_outputs), model_seed(job.seed, ACTIVE_PARTY, "top")
+            lambda: (
+                LinearHeads(parts, job.embedding_dim, num_outputs)
+                if self.vim
+                else mlp(job.embedding_dim * parts, top_hidden, num_outputs)
+            ),
+            model_seed(job.seed, ACTIVE_PARTY, "top"),
         )
-        # The active party's optimizer holds top then its own bottom, as the server's does.
+        # SplitNN and FedBCD: the active party's optimizer holds top then its own bottom, as the
+        # server's does. VIMSGD: the heads have their own, and every bottom model its own.
         active_params = list(self.top.parameters())
-        if ACTIVE_PARTY in self.bottoms:
+        if ACTIVE_PARTY in self.bottoms and not self.vim:
             active_params += list(self.bottoms[ACTIVE_PARTY].parameters())
         self.optimizers = [make_optimizer(job.optimizer, active_params, job.learning_rate)]
-        self.optimizers += [
-            make_optimizer(job.optimizer, self.bottoms[p].parameters(), job.learning_rate) for p in self.passive
-        ]
+        self.bottom_optimizers = {
+            p: make_optimizer(job.optimizer, self.bottoms[p].parameters(), job.learning_rate)
+            for p in self.bottoms
+            if p != ACTIVE_PARTY or self.vim
+        }
+        self.optimizers += list(self.bottom_optimizers.values())
         #: The training loss of every step, in order.
         self.step_losses: list[float] = []
         #: The aligned IDs, row by row, when built by ``from_tables``.
@@ -103,10 +115,16 @@ class ReferenceSplitNN:
         model.ids = ids
         return model
 
-    def _top(self, rows: np.ndarray, passive: list[torch.Tensor]) -> torch.Tensor:
-        """The top model over [own embedding, passive embeddings in party order], as the server builds it."""
-        parts = [self.bottoms[ACTIVE_PARTY](self.features[ACTIVE_PARTY][rows])] if ACTIVE_PARTY in self.bottoms else []
-        output: torch.Tensor = self.top(torch.cat(parts + passive, dim=1))
+    def _top(self, rows: np.ndarray, passive: list[torch.Tensor], *, own: bool = True) -> torch.Tensor:
+        """The server's model over [own embedding, passive embeddings in party order], as the server builds it.
+
+        ``own=False`` cuts the active party's own embedding off the graph (VIMSGD's head update).
+        """
+        parts = []
+        if ACTIVE_PARTY in self.bottoms:
+            h = self.bottoms[ACTIVE_PARTY](self.features[ACTIVE_PARTY][rows])
+            parts.append(h if own else h.detach())
+        output: torch.Tensor = self.top(parts + passive) if self.vim else self.top(torch.cat(parts + passive, dim=1))
         return output
 
     def train_epoch(self, epoch: int) -> float:
@@ -116,23 +134,56 @@ class ReferenceSplitNN:
         batches = self.schedule.batches(epoch)
         total = 0.0
         for rows in batches:
-            for optimizer in self.optimizers:
-                optimizer.zero_grad()
-            sent = [self.bottoms[p](self.features[p][rows]) for p in self.passive]
-            # Where the wire cuts the graph: the server gets a copy as a fresh leaf, computes its
-            # gradient, and each passive party pushes that gradient into its own bottom model.
-            received = [h.detach().clone().requires_grad_(True) for h in sent]
-            loss = self.loss_fn(self._top(rows, received), self.labels[rows])
-            loss.backward()
-            for h, leaf in zip(sent, received, strict=True):
-                assert leaf.grad is not None
-                h.backward(leaf.grad)
-            for optimizer in self.optimizers:
-                optimizer.step()
-            value = loss.item()
+            value = self._vim_round(rows) if self.vim else self._round(rows)
             self.step_losses.append(value)
             total += value * len(rows)
         return total / max(1, sum(len(rows) for rows in batches))
+
+    def _round(self, rows: np.ndarray) -> float:
+        """SplitNN, or FedBCD with Q = ``local_steps``: the loss of the round's first update."""
+        sent = [self.bottoms[p](self.features[p][rows]) for p in self.passive]
+        # Where the wire cuts the graph: the server gets a copy as a fresh leaf, computes its
+        # gradient, and each passive party pushes that gradient into its own bottom model.
+        received = [h.detach().clone().requires_grad_(True) for h in sent]
+        active = self.optimizers[0]
+        first_loss = 0.0
+        for step in range(self.local_steps):  # the active party, on the embeddings it received
+            active.zero_grad()
+            inputs = received if step == 0 else [r.detach() for r in received]
+            loss = self.loss_fn(self._top(rows, inputs), self.labels[rows])
+            loss.backward()
+            if step == 0:
+                first_loss = loss.item()
+            active.step()
+        for p, h, leaf in zip(self.passive, sent, received, strict=True):  # each passive party, on its gradient
+            assert leaf.grad is not None
+            for step in range(self.local_steps):
+                if step:
+                    h = self.bottoms[p](self.features[p][rows])
+                self.bottom_optimizers[p].zero_grad()
+                h.backward(leaf.grad)
+                self.bottom_optimizers[p].step()
+        return first_loss
+
+    def _vim_round(self, rows: np.ndarray) -> float:
+        """VIMSGD (004 Eq. 11-15): the heads step first, then every bottom model under the new heads."""
+        sent = [self.bottoms[p](self.features[p][rows]) for p in self.passive]
+        heads = self.optimizers[0]
+        heads.zero_grad()
+        loss = self.loss_fn(self._top(rows, [h.detach() for h in sent], own=False), self.labels[rows])
+        loss.backward()
+        heads.step()
+        for optimizer in self.bottom_optimizers.values():
+            optimizer.zero_grad()
+        self.loss_fn(self._top(rows, sent), self.labels[rows]).backward()  # through every bottom model
+        for optimizer in self.bottom_optimizers.values():
+            optimizer.step()
+        return float(loss.item())
+
+    def head_norms(self) -> dict[int, float]:
+        """VIMSGD's client importance: ‖W_k‖ per party, as the server reports it."""
+        assert isinstance(self.top, LinearHeads)
+        return dict(zip(sorted(self.bottoms), self.top.norms(), strict=True))
 
     @torch.no_grad()
     def predict(self, rows: np.ndarray) -> torch.Tensor:

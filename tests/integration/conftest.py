@@ -14,6 +14,7 @@ from typing import Any
 
 import grpc
 import pytest
+import torch
 
 from tests.conftest import Pki
 from vflclient import Connection, PassiveParty, RunResult, read_party_csv
@@ -132,3 +133,13 @@ def job_factory(pki: Pki, digits_data: Path, tmp_path: Path) -> Iterator[Callabl
 
 
 __all__ = ["SMALL_JOB", "RunningJob", "replace", "run_party_in_thread", "start_job"]
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread() -> Iterator[None]:
+    """Both runs use one intra-op thread, so neither gets a different reduction order (and the
+    three parties' threads do not fight over two cores)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -9,29 +9,18 @@ where the computation runs, not what it computes.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pytest
-import torch
 
 from tests.conftest import Pki
-from tests.integration.conftest import run_party_in_thread, start_job
-from vflclient import RunResult, read_party_csv
+from tests.integration.equivalence import LOSS_TOLERANCE, Comparison, assert_same_steps, compare
 from vflcore.job import JobSpec
 from vflcore.metrics import task_metrics
-from vflcore.reference import ReferenceSplitNN
-from vflserver.active_party import RunSummary
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_torch_thread")]
 
-# Per-step losses may differ only by float32 rounding: the wire carries the exact float32 bytes.
-LOSS_TOLERANCE = 1e-5
-MIN_STEPS = 100
 ACCURACY_BAR = 0.93
-TOP_HIDDEN = (64,)
 
 # The example digits give each party 85-90 % of the 1797 samples; PSI finds the ~1170 they share.
 # 20 % held out: 936 training rows = 15 batches of 64 per epoch, 180 steps in 12 epochs (12 rather
@@ -64,70 +53,20 @@ DIABETES_JOB = JobSpec(
 )
 
 
-@dataclass(frozen=True)
-class Comparison:
-    """One job trained twice: federated over mTLS, and by the in-process reference."""
-
-    federated: RunSummary
-    federated_losses: list[float]
-    reference: ReferenceSplitNN
-    test_rows: np.ndarray
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread() -> Iterator[None]:
-    """Both runs use one intra-op thread, so neither gets a different reduction order (and the
-    three parties' threads do not fight over two cores)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-def _compare(job: JobSpec, data: Path, pki: Pki, tmp_path: Path) -> Comparison:
-    running = start_job(pki, data, tmp_path, job, top_hidden=TOP_HIDDEN)
-    try:
-        waits = [run_party_in_thread(running, pki, data, tmp_path, party) for party in job.passive_parties]
-        summary = running.summary()
-        results = [wait() for wait in waits]
-    finally:
-        running.server.stop(grace=None)
-    assert all(isinstance(r, RunResult) and r.success for r in results), results
-
-    tables = {1: read_party_csv(data / "party1.csv", label_column="label")}
-    tables.update({p: read_party_csv(data / f"party{p}.csv") for p in job.passive_parties})
-    # The reference aligns in plaintext (sorted common IDs), which must be what PSI agreed on.
-    reference = ReferenceSplitNN.from_tables(job, tables, top_hidden=TOP_HIDDEN)
-    assert summary.alignment is not None
-    assert np.array_equal(summary.alignment.table.ids, reference.ids)
-    for epoch in range(job.epochs):
-        reference.train_epoch(epoch)
-    return Comparison(summary, list(running.active.algorithm.step_losses), reference, running.active.schedule.test_rows)
-
-
 @pytest.fixture(scope="module")
 def digits(pki: Pki, digits_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Comparison:
-    return _compare(DIGITS_JOB, digits_data, pki, tmp_path_factory.mktemp("digits-run"))
+    return compare(DIGITS_JOB, digits_data, pki, tmp_path_factory.mktemp("digits-run"))
 
 
 @pytest.fixture(scope="module")
 def diabetes(pki: Pki, diabetes_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Comparison:
-    return _compare(DIABETES_JOB, diabetes_data, pki, tmp_path_factory.mktemp("diabetes-run"))
-
-
-def _assert_same_steps(run: Comparison) -> None:
-    federated, reference = np.array(run.federated_losses), np.array(run.reference.step_losses)
-    assert len(federated) == len(reference) >= MIN_STEPS
-    worst = int(np.argmax(np.abs(federated - reference)))
-    assert np.allclose(federated, reference, rtol=0, atol=LOSS_TOLERANCE), (
-        f"step {worst}: federated loss {federated[worst]!r}, reference {reference[worst]!r}"
-    )
+    return compare(DIABETES_JOB, diabetes_data, pki, tmp_path_factory.mktemp("diabetes-run"))
 
 
 class TestClassification:
     def test_every_step_loss_matches_the_reference(self, digits: Comparison) -> None:
         """Each of the 180 per-step training losses on digits agrees with the reference within 1e-5."""
-        _assert_same_steps(digits)
+        assert_same_steps(digits)
 
     def test_model_matches_the_reference_on_held_out_rows(self, digits: Comparison) -> None:
         """The final federated test loss equals the reference model's loss on the same held-out rows."""
@@ -143,7 +82,7 @@ class TestClassification:
 class TestRegression:
     def test_every_step_loss_matches_the_reference(self, diabetes: Comparison) -> None:
         """Each of the 108 per-step MSE losses on diabetes (SGD with momentum) agrees within 1e-5."""
-        _assert_same_steps(diabetes)
+        assert_same_steps(diabetes)
 
     def test_run_reports_regression_metrics(self, diabetes: Comparison) -> None:
         """Every epoch and the final federated inference report MSE and R², which the reference reproduces."""

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from vflclient.algorithms.base import ClientAlgorithm, ModelFactory, PassiveContext, ServerLink
+from vflclient.algorithms.fedbcd import FedBCDClient
 from vflclient.algorithms.splitnn import SplitNNClient
+from vflclient.algorithms.vimsgd import VIMSGDClient
 from vflcore.errors import JoinRejected
 
 CLIENT_ALGORITHMS: dict[str, type[ClientAlgorithm]] = {
     SplitNNClient.name: SplitNNClient,
+    FedBCDClient.name: FedBCDClient,
+    VIMSGDClient.name: VIMSGDClient,
 }
 
 

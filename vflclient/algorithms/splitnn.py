@@ -22,6 +22,8 @@ class SplitNNClient(ClientAlgorithm):
     """A bottom model trained by the gradients the active party returns."""
 
     name = "splitnn"
+    #: Updates per gradient received; FedBCD sets its Q here.
+    local_steps = 1
 
     def __init__(self, ctx: PassiveContext) -> None:
         super().__init__(ctx)
@@ -36,13 +38,18 @@ class SplitNNClient(ClientAlgorithm):
         batches = ctx.schedule.batches(epoch)
         with ctx.link.exchange(ctx.job.job_id, epoch, len(batches), up=EMBEDDING, down=GRADIENT) as exchange:
             for b, rows in enumerate(batches):
-                h = self.bottom(ctx.features[rows])
+                x = ctx.features[rows]
+                h = self.bottom(x)
                 exchange.send(b, h.detach().numpy())
-                grad = exchange.receive(b)
-                check_shape(grad, tuple(h.shape), what="gradient from the server")
-                self.optimizer.zero_grad()
-                h.backward(torch.from_numpy(grad.astype(np.float32, copy=True)))
-                self.optimizer.step()
+                received = exchange.receive(b)
+                check_shape(received, tuple(h.shape), what="gradient from the server")
+                gradient = torch.from_numpy(received.astype(np.float32, copy=True))
+                for step in range(self.local_steps):
+                    if step:  # FedBCD: the same gradient, pushed into h^k from the current weights
+                        h = self.bottom(x)
+                    self.optimizer.zero_grad()
+                    h.backward(gradient)
+                    self.optimizer.step()
 
     @torch.no_grad()
     def embed(self, rows: np.ndarray) -> np.ndarray:

@@ -12,7 +12,9 @@ active party back-propagates into its own bottom model and steps its optimizer.
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from collections.abc import Callable
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -33,6 +35,8 @@ class SplitNNServer(ServerAlgorithm):
     """Top model over the concatenated representations of every party."""
 
     name = "splitnn"
+    #: Updates per communication round; FedBCD sets its Q here.
+    local_steps = 1
 
     def __init__(self, ctx: ActiveContext) -> None:
         super().__init__(ctx)
@@ -43,13 +47,15 @@ class SplitNNServer(ServerAlgorithm):
             if own
             else None
         )
-        width = job.embedding_dim * (len(job.passive_parties) + (1 if self.bottom is not None else 0))
-        self.top = build_seeded(
-            lambda: mlp(width, ctx.top_hidden, ctx.num_outputs), model_seed(job.seed, ACTIVE, "top")
-        )
+        parts = len(job.passive_parties) + (1 if self.bottom is not None else 0)
+        self.top = build_seeded(lambda: self._build_top(parts), model_seed(job.seed, ACTIVE, "top"))
         params = list(self.top.parameters()) + (list(self.bottom.parameters()) if self.bottom is not None else [])
         self.optimizer = make_optimizer(job.optimizer, params, job.learning_rate)
         self.loss_fn = task_loss(job.task)
+
+    def _build_top(self, parts: int) -> nn.Module:
+        """The server's model over ``parts`` embeddings: an MLP on their concatenation."""
+        return mlp(self.ctx.job.embedding_dim * parts, self.ctx.top_hidden, self.ctx.num_outputs)
 
     def _own(self, rows: np.ndarray) -> list[torch.Tensor]:
         """The active party's own representation h^1 of ``rows``, if it has features."""
@@ -75,24 +81,48 @@ class SplitNNServer(ServerAlgorithm):
             self.bottom.train()
         total = 0.0
         for b, rows in progress(enumerate(batches), total=len(batches), desc=f"epoch {epoch + 1}"):
-            self.optimizer.zero_grad()
             own = self._own(rows)  # computed while the passive parties compute theirs
             uploads = fed.gather(EMBEDDING, epoch, b)
             parties = sorted(uploads)
-            passive = [torch.from_numpy(uploads[p].copy()).requires_grad_(True) for p in parties]
-            own_leaf = self._cut(own)
-            loss = self.loss_fn(self._forward(own_leaf, passive), ctx.labels[rows])
-            loss.backward()  # the top model only: it ends at h^1 and every h^k
-            for p, h in zip(parties, passive, strict=True):
-                assert h.grad is not None
-                fed.publish(p, TensorKey(ctx.job.job_id, epoch, b, GRADIENT), h.grad.numpy())
-            if own:  # now the active party's own bottom model, from h^1's gradient
-                torch.autograd.backward(own, [leaf.grad for leaf in own_leaf])
-            self.optimizer.step()
-            value = loss.item()
+            passive = [torch.from_numpy(uploads[p].copy()) for p in parties]
+            value = self._round(own, passive, rows, publish=functools.partial(self._publish, epoch, b, parties))
             self.step_losses.append(value)
             total += value * len(rows)
         return total / max(1, sum(len(r) for r in batches))
+
+    def _publish(self, epoch: int, batch: int, parties: list[int], gradients: list[torch.Tensor]) -> None:
+        for party, gradient in zip(parties, gradients, strict=True):
+            self.ctx.federation.publish(party, TensorKey(self.ctx.job.job_id, epoch, batch, GRADIENT), gradient.numpy())
+
+    def _round(
+        self,
+        own: list[torch.Tensor],
+        passive: list[torch.Tensor],
+        rows: np.ndarray,
+        publish: Callable[[list[torch.Tensor]], None],
+    ) -> float:
+        """One communication round on the received ``passive`` embeddings; returns its loss.
+
+        ``local_steps`` updates (FedBCD's Q) reuse the same passive embeddings; only the first
+        computes ∂L/∂h^k for the passive parties, and ``own`` is recomputed with the current
+        weights from the second on. With one step this is SplitNN.
+        """
+        first_loss = 0.0
+        for step in range(self.local_steps):
+            self.optimizer.zero_grad()
+            if step:
+                own = self._own(rows)
+            leaves = [h.requires_grad_(step == 0) for h in passive]
+            own_leaf = self._cut(own)
+            loss = self.loss_fn(self._forward(own_leaf, leaves), self.ctx.labels[rows])
+            loss.backward()  # the top model only: it ends at h^1 and every h^k
+            if step == 0:
+                publish([cast(torch.Tensor, h.grad) for h in leaves])
+                first_loss = loss.item()
+            if own:  # now the active party's own bottom model, from h^1's gradient
+                torch.autograd.backward(own, [leaf.grad for leaf in own_leaf])
+            self.optimizer.step()
+        return first_loss
 
     @torch.no_grad()
     def predict(self, rows: np.ndarray, embeddings: dict[int, np.ndarray]) -> torch.Tensor:

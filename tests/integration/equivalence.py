@@ -1,0 +1,66 @@
+"""Train one job twice, federated over mTLS and by the in-process reference, and compare them.
+
+The server and the passive parties run in the test process (threads, port 0, certificates from
+the session PKI), so every tensor still crosses the wire: serialised, chunked, sent over TLS and
+validated. The reference (``vflcore.reference``) trains the same models with the same seeds and
+schedule in plain torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from tests.conftest import Pki
+from tests.integration.conftest import run_party_in_thread, start_job
+from vflclient import RunResult, read_party_csv
+from vflcore.job import JobSpec
+from vflcore.reference import ReferenceSplitNN
+from vflserver.active_party import RunSummary
+
+# Per-step losses may differ only by float32 rounding: the wire carries the exact float32 bytes.
+LOSS_TOLERANCE = 1e-5
+MIN_STEPS = 100
+TOP_HIDDEN = (64,)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One job trained twice: federated over mTLS, and by the in-process reference."""
+
+    federated: RunSummary
+    federated_losses: list[float]
+    reference: ReferenceSplitNN
+    test_rows: np.ndarray
+
+
+def compare(job: JobSpec, data: Path, pki: Pki, tmp_path: Path) -> Comparison:
+    running = start_job(pki, data, tmp_path, job, top_hidden=TOP_HIDDEN)
+    try:
+        waits = [run_party_in_thread(running, pki, data, tmp_path, party) for party in job.passive_parties]
+        summary = running.summary()
+        results = [wait() for wait in waits]
+    finally:
+        running.server.stop(grace=None)
+    assert all(isinstance(r, RunResult) and r.success for r in results), results
+
+    tables = {1: read_party_csv(data / "party1.csv", label_column="label")}
+    tables.update({p: read_party_csv(data / f"party{p}.csv") for p in job.passive_parties})
+    # The reference aligns in plaintext (sorted common IDs), which must be what PSI agreed on.
+    reference = ReferenceSplitNN.from_tables(job, tables, top_hidden=TOP_HIDDEN)
+    assert summary.alignment is not None
+    assert np.array_equal(summary.alignment.table.ids, reference.ids)
+    for epoch in range(job.epochs):
+        reference.train_epoch(epoch)
+    return Comparison(summary, list(running.active.algorithm.step_losses), reference, running.active.schedule.test_rows)
+
+
+def assert_same_steps(run: Comparison) -> None:
+    federated, reference = np.array(run.federated_losses), np.array(run.reference.step_losses)
+    assert len(federated) == len(reference) >= MIN_STEPS
+    worst = int(np.argmax(np.abs(federated - reference)))
+    assert np.allclose(federated, reference, rtol=0, atol=LOSS_TOLERANCE), (
+        f"step {worst}: federated loss {federated[worst]!r}, reference {reference[worst]!r}"
+    )

@@ -1,0 +1,30 @@
+"""Algorithm options: defaults filled in, unknown keys and bad values refused with the key named."""
+
+from __future__ import annotations
+
+import pytest
+
+from vflcore.errors import ConfigError
+from vflcore.job import JobSpec
+from vflcore.options import algorithm_options
+
+
+def test_defaults_fill_what_the_config_omits() -> None:
+    assert algorithm_options("fedbcd", {}) == {"local_steps": 5}
+    assert JobSpec("j", algorithm="fedbcd", algorithm_options={"local_steps": 2}).option("local_steps") == 2
+
+
+def test_unknown_key_is_refused_with_the_options_that_exist() -> None:
+    with pytest.raises(ConfigError, match=r"\[algorithm\] q is not an option of 'fedbcd' \(its options: local_steps\)"):
+        algorithm_options("fedbcd", {"q": 3})
+
+
+def test_splitnn_takes_no_options() -> None:
+    with pytest.raises(ConfigError, match="its options: none"):
+        algorithm_options("splitnn", {"local_steps": 2})
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, "3", True])
+def test_local_steps_must_be_a_positive_whole_number(bad: object) -> None:
+    with pytest.raises(ConfigError, match="local_steps must be a whole number"):
+        algorithm_options("fedbcd", {"local_steps": bad})
