@@ -151,13 +151,16 @@ class Connection(ServerLink):
             raise TensorError("key", f"ReturnGradients: asked for {key}, the server sent {got}")
         return array
 
-    def exchange(self, job_id: str, round_: int, batches: int, *, up: str, down: str) -> TensorExchange:
-        """A round over two streams that stay open: SendEmbeddings up, ReturnGradients down.
+    def exchange(
+        self, job_id: str, round_: int, batches: int, *, up: str, down: str | tuple[str, ...], admm: bool = False
+    ) -> TensorExchange:
+        """A round over two streams that stay open: SendEmbeddings up, ReturnGradients (or PushADMMState) down.
 
         Per batch this costs one message each way instead of two calls, which is most of the
         difference between federated and in-process training time (``make bench-overhead``).
         """
-        return _StreamedExchange(self._stub, self._metadata, job_id, round_, batches, up=up, down=down)
+        names = (down,) if isinstance(down, str) else down
+        return _StreamedExchange(self._stub, self._metadata, job_id, round_, batches, up=up, down=names, admm=admm)
 
     def psi_link(self) -> ServerLink:
         """The same send/receive pair, over the PSI calls (PsiUpload, PsiDownload)."""
@@ -192,14 +195,15 @@ class _StreamedExchange(TensorExchange):
         batches: int,
         *,
         up: str,
-        down: str,
+        down: tuple[str, ...],
+        admm: bool,
     ) -> None:
         self._job_id, self._round, self._up, self._down = job_id, round_, up, down
+        self._rpc = "PushADMMState" if admm else "ReturnGradients"
         self._outbox: queue.SimpleQueue[pb.TensorChunk | None] = queue.SimpleQueue()
-        first = TensorKey(job_id, round_, 0, down)
-        self._download = stub.ReturnGradients(
-            pb.TensorRequest(key=wire.key_to_proto(first), count=batches), metadata=metadata
-        )
+        first = TensorKey(job_id, round_, 0, down[0])
+        request = pb.TensorRequest(key=wire.key_to_proto(first), count=batches, names=list(down))
+        self._download = (stub.PushADMMState if admm else stub.ReturnGradients)(request, metadata=metadata)
         self._arrivals = wire.tensors_from_chunks(self._download)
         self._upload = stub.SendEmbeddings.future(iter(self._outbox.get, None), metadata=metadata)
         self._upload.add_done_callback(self._stop_downloads_if_refused)
@@ -218,18 +222,20 @@ class _StreamedExchange(TensorExchange):
         for chunk in wire.tensor_to_chunks(TensorKey(self._job_id, self._round, batch, self._up), array):
             self._outbox.put(chunk)
 
-    def receive(self, batch: int) -> np.ndarray:
-        want = TensorKey(self._job_id, self._round, batch, self._down)
+    def receive_bundle(self, batch: int) -> dict[str, np.ndarray]:
+        return {name: self._next(TensorKey(self._job_id, self._round, batch, name)) for name in self._down}
+
+    def _next(self, want: TensorKey) -> np.ndarray:
         try:
-            with translated("ReturnGradients"):
+            with translated(self._rpc):
                 got, array = next(self._arrivals)
         except VflError:
             self._raise_upload_error()  # the real cause, if the server refused an upload
             raise
         except StopIteration:
-            raise TensorError("key", f"ReturnGradients: the server ended the stream before {want}") from None
+            raise TensorError("key", f"{self._rpc}: the server ended the stream before {want}") from None
         if got != want:
-            raise TensorError("key", f"ReturnGradients: expected {want}, the server sent {got}")
+            raise TensorError("key", f"{self._rpc}: expected {want}, the server sent {got}")
         return array
 
     def close(self) -> None:

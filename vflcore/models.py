@@ -78,9 +78,13 @@ class LinearHeads(nn.Module):
         outputs = [head(h) for head, h in zip(self.heads, embeddings, strict=True)]
         return torch.stack(outputs).sum(dim=0)
 
+    def linears(self) -> list[nn.Linear]:
+        """The heads, in embedding order; ``weight`` is W_kᵀ, shaped (outputs, embedding_dim)."""
+        return [cast(nn.Linear, head) for head in self.heads]
+
     def norms(self) -> list[float]:
         """‖W_k‖_F of every head, in embedding order."""
-        return [float(torch.linalg.matrix_norm(cast(nn.Linear, head).weight.detach())) for head in self.heads]
+        return [float(torch.linalg.matrix_norm(head.weight.detach())) for head in self.linears()]
 
 
 def make_optimizer(name: str, params: Iterable[nn.Parameter], lr: float) -> torch.optim.Optimizer:

@@ -18,6 +18,8 @@ DEFAULTS: Mapping[str, Mapping[str, Any]] = {
     # Q, the local updates per communication round (002 §4.3.1); Q = 1 is SplitNN exactly.
     "fedbcd": {"local_steps": 5},
     "vimsgd": {},
+    # ρ, the ADMM penalty, and τ, the local SGD steps a client takes on Eq. 10 per round (004 §3.2).
+    "vimadmm": {"rho": 1.0, "local_steps": 10},
 }
 
 
@@ -32,4 +34,7 @@ def algorithm_options(algorithm: str, given: Mapping[str, Any]) -> dict[str, Any
     steps = options.get("local_steps")
     if steps is not None and (not isinstance(steps, int) or isinstance(steps, bool) or steps < 1):
         raise ConfigError(f"[algorithm] local_steps must be a whole number of at least 1, got {steps!r}")
+    rho = options.get("rho")
+    if rho is not None and (not isinstance(rho, int | float) or isinstance(rho, bool) or not rho > 0):
+        raise ConfigError(f"[algorithm] rho must be a positive number, got {rho!r}")
     return options

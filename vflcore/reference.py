@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from vflcore import admm
 from vflcore.data import PartyTable, select_rows
 from vflcore.job import JobSpec, model_seed
 from vflcore.losses import label_tensor, task_loss
@@ -61,8 +62,12 @@ class ReferenceSplitNN:
             if width:  # an active party without features of its own has no bottom model
                 factory = functools.partial(mlp, width, job.bottom_hidden, job.embedding_dim)
                 self.bottoms[party] = build_seeded(factory, model_seed(job.seed, party, "bottom"))
-        self.vim = job.algorithm == "vimsgd"
-        self.local_steps = int(algorithm_options(job.algorithm, job.algorithm_options).get("local_steps", 1))
+        self.vim = job.algorithm in ("vimsgd", "vimadmm")
+        options = algorithm_options(job.algorithm, job.algorithm_options)
+        self.local_steps = int(options.get("local_steps", 1))
+        self.admm = job.algorithm == "vimadmm"
+        self.rho = float(options.get("rho", 1.0))
+        self.duals = torch.zeros(job.num_rows, num_outputs)
         parts = len(self.bottoms)
         self.top = build_seeded(
             lambda: (
@@ -134,7 +139,8 @@ class ReferenceSplitNN:
         batches = self.schedule.batches(epoch)
         total = 0.0
         for rows in batches:
-            value = self._vim_round(rows) if self.vim else self._round(rows)
+            round_ = self._admm_round if self.admm else self._vim_round if self.vim else self._round
+            value = round_(rows)
             self.step_losses.append(value)
             total += value * len(rows)
         return total / max(1, sum(len(rows) for rows in batches))
@@ -178,6 +184,35 @@ class ReferenceSplitNN:
         self.loss_fn(self._top(rows, sent), self.labels[rows]).backward()  # through every bottom model
         for optimizer in self.bottom_optimizers.values():
             optimizer.step()
+        return float(loss.item())
+
+    def _admm_round(self, rows: np.ndarray) -> float:
+        """VIMADMM (004 §3.2, Eq. 6-10): z, λ and one head step here, then τ local steps per party."""
+        parties = sorted(self.bottoms)  # the active party first, as the server orders the heads
+        embeddings = [self.bottoms[p](self.features[p][rows]) for p in parties]
+        cut = [h.detach() for h in embeddings]
+        labels = self.labels[rows]
+        with torch.no_grad():
+            outputs = self.top(cut)
+            loss = self.loss_fn(outputs, labels)
+        z = admm.solve_z(self.job.task, outputs, labels, self.duals[rows], self.rho)
+        duals = admm.dual_update(self.duals[rows], outputs, z, self.rho)
+        self.duals[rows] = duals
+        heads = self.optimizers[0]
+        heads.zero_grad()
+        torch.autograd.backward(admm.consensus_loss(self.top(cut), duals, z, self.rho))
+        heads.step()
+        assert isinstance(self.top, LinearHeads)
+        with torch.no_grad():
+            contributions = [head(h) for head, h in zip(self.top.linears(), cut, strict=True)]
+        slack = admm.residuals(contributions, z)
+        for k, party in enumerate(parties):
+            weight = self.top.linears()[k].weight.detach().clone()
+            for step in range(self.local_steps):
+                h = embeddings[k] if step == 0 else self.bottoms[party](self.features[party][rows])
+                self.bottom_optimizers[party].zero_grad()
+                torch.autograd.backward(admm.consensus_loss(h @ weight.T, duals, slack[k], self.rho))
+                self.bottom_optimizers[party].step()
         return float(loss.item())
 
     def head_norms(self) -> dict[int, float]:

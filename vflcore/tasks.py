@@ -65,6 +65,16 @@ GRADIENT = "gradient"
 EVAL_EMBEDDING = "eval/embedding"
 
 
+# VIMADMM (004 §3.2): what the server pushes to client k per batch, on PushADMMState.
+ADMM_DUAL = "admm/dual"  # λ_B, (rows, outputs) float32
+ADMM_RESIDUAL = "admm/residual"  # s^k_B, (rows, outputs) float32
+ADMM_HEAD = "admm/head"  # W_k, (outputs, embedding_dim) float32
+
+
+def is_admm_name(name: str) -> bool:
+    return name.startswith("admm/")
+
+
 def infer_embedding_name(request_id: str) -> str:
     """Name of the representation a party sends for one inference request."""
     return f"infer/{request_id}/embedding"

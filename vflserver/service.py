@@ -12,7 +12,7 @@ import functools
 import queue
 import types
 from collections.abc import Callable, Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, NoReturn, TypeVar, cast
 
 import grpc
@@ -23,7 +23,7 @@ from vflcore.errors import JobAborted, JoinRejected, NotBuiltYet, PartyUnavailab
 from vflcore.identity import party_from_auth_context
 from vflcore.proto import federation_pb2 as pb
 from vflcore.proto import federation_pb2_grpc as pb_grpc
-from vflcore.tasks import Finish, is_psi_name
+from vflcore.tasks import Finish, is_admm_name, is_psi_name
 from vflcore.tensors import TensorError, TensorKey
 from vflserver.federation import Federation
 
@@ -32,7 +32,20 @@ log = structlog.get_logger(__name__)
 #: Metadata key that carries a party claim in --insecure mode, where no certificate exists.
 INSECURE_PARTY_HEADER = "x-vfl-insecure-party"
 
-#: The most tensors one ReturnGradients or PsiDownload call may ask for (an epoch's batches).
+
+@dataclass(frozen=True)
+class _Kind:
+    """Which tensor names one download RPC carries: each exchange keeps to its own call."""
+
+    rpc: str
+    carries: Callable[[str], bool]
+
+
+_TRAINING = _Kind("ReturnGradients (training tensors)", lambda name: not (is_psi_name(name) or is_admm_name(name)))
+_PSI = _Kind("PsiDownload (PSI tensors)", is_psi_name)
+_ADMM = _Kind("PushADMMState (VIMADMM state)", is_admm_name)
+
+#: The most batches one ReturnGradients, PushADMMState or PsiDownload call may ask for.
 MAX_STREAMED_TENSORS = 1 << 20
 
 _T = TypeVar("_T")
@@ -190,38 +203,39 @@ class FederationService(pb_grpc.FederationServicer):
 
     @_handler
     def ReturnGradients(self, request: pb.TensorRequest, context: grpc.ServicerContext) -> Iterator[pb.TensorChunk]:
-        return self._download(request, context, psi=False)
+        return self._download(request, context, _TRAINING)
 
     @_handler
     def PsiDownload(self, request: pb.TensorRequest, context: grpc.ServicerContext) -> Iterator[pb.TensorChunk]:
-        return self._download(request, context, psi=True)
+        return self._download(request, context, _PSI)
+
+    @_handler
+    def PushADMMState(self, request: pb.TensorRequest, context: grpc.ServicerContext) -> Iterator[pb.TensorChunk]:
+        return self._download(request, context, _ADMM)
 
     def _download(
-        self, request: pb.TensorRequest, context: grpc.ServicerContext, *, psi: bool
+        self, request: pb.TensorRequest, context: grpc.ServicerContext, kind: _Kind
     ) -> Iterator[pb.TensorChunk]:
         party = self._caller(context)
         first = wire.key_from_proto(request.key)
         if first.job_id != self.federation.job.job_id:
             raise TensorError("key.job_id", f"{first.job_id!r} is not the running job {self.federation.job.job_id!r}")
-        if is_psi_name(first.name) != psi:
-            raise TensorError(
-                "key.name", f"{first.name!r} does not travel on this call ({'PSI' if psi else 'training'})"
-            )
+        names = list(request.names) or [first.name]
+        for name in names:
+            if not kind.carries(name):
+                raise TensorError("key.name", f"{name!r} does not travel on {kind.rpc}")
         if request.count > MAX_STREAMED_TENSORS:
-            raise TensorError("count", f"{request.count} tensors in one call; ask for at most {MAX_STREAMED_TENSORS}")
-        timeout = self.federation.psi_timeout_s if psi else None
-        keys = [replace(first, batch=first.batch + i) for i in range(max(1, request.count))]
+            raise TensorError("count", f"{request.count} batches in one call; ask for at most {MAX_STREAMED_TENSORS}")
+        timeout = self.federation.psi_timeout_s if kind is _PSI else None
+        keys = [
+            replace(first, batch=first.batch + i, name=name) for i in range(max(1, request.count)) for name in names
+        ]
         return self._stream_downloads(party, keys, timeout)
 
     def _stream_downloads(self, party: int, keys: list[TensorKey], timeout: float | None) -> Iterator[pb.TensorChunk]:
         """Each tensor as soon as the training loop publishes it, in order."""
         for key in keys:
             yield from wire.tensor_to_chunks(key, self.federation.collect(party, key, timeout_s=timeout))
-
-    @_handler
-    def PushADMMState(self, request: pb.TensorRequest, context: grpc.ServicerContext) -> Iterator[pb.TensorChunk]:
-        self._caller(context)
-        raise NotBuiltYet("PushADMMState carries VIMADMM state; no algorithm of this release uses it")
 
     @_handler
     def FetchHead(self, request: pb.TensorRequest, context: grpc.ServicerContext) -> Iterator[pb.TensorChunk]:

@@ -19,6 +19,7 @@ from vflclient import RunResult, read_party_csv
 from vflcore.job import JobSpec
 from vflcore.reference import ReferenceSplitNN
 from vflserver.active_party import RunSummary
+from vflserver.algorithms import ServerAlgorithm
 
 # Per-step losses may differ only by float32 rounding: the wire carries the exact float32 bytes.
 LOSS_TOLERANCE = 1e-5
@@ -34,6 +35,7 @@ class Comparison:
     federated_losses: list[float]
     reference: ReferenceSplitNN
     test_rows: np.ndarray
+    algorithm: ServerAlgorithm  # the server's half, as it ended
 
 
 def compare(job: JobSpec, data: Path, pki: Pki, tmp_path: Path) -> Comparison:
@@ -54,7 +56,8 @@ def compare(job: JobSpec, data: Path, pki: Pki, tmp_path: Path) -> Comparison:
     assert np.array_equal(summary.alignment.table.ids, reference.ids)
     for epoch in range(job.epochs):
         reference.train_epoch(epoch)
-    return Comparison(summary, list(running.active.algorithm.step_losses), reference, running.active.schedule.test_rows)
+    algorithm = running.active.algorithm
+    return Comparison(summary, list(algorithm.step_losses), reference, running.active.schedule.test_rows, algorithm)
 
 
 def assert_same_steps(run: Comparison) -> None:

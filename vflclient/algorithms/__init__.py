@@ -5,6 +5,7 @@ from __future__ import annotations
 from vflclient.algorithms.base import ClientAlgorithm, ModelFactory, PassiveContext, ServerLink
 from vflclient.algorithms.fedbcd import FedBCDClient
 from vflclient.algorithms.splitnn import SplitNNClient
+from vflclient.algorithms.vimadmm import VIMADMMClient
 from vflclient.algorithms.vimsgd import VIMSGDClient
 from vflcore.errors import JoinRejected
 
@@ -12,6 +13,7 @@ CLIENT_ALGORITHMS: dict[str, type[ClientAlgorithm]] = {
     SplitNNClient.name: SplitNNClient,
     FedBCDClient.name: FedBCDClient,
     VIMSGDClient.name: VIMSGDClient,
+    VIMADMMClient.name: VIMADMMClient,
 }
 
 

@@ -31,8 +31,13 @@ class TensorExchange(ABC):
         """Upload this party's tensor for ``batch``; may return before the server has it."""
 
     @abstractmethod
+    def receive_bundle(self, batch: int) -> dict[str, np.ndarray]:
+        """Every tensor the server answers ``batch`` with, by name; waits until they exist."""
+
     def receive(self, batch: int) -> np.ndarray:
-        """The server's answer for ``batch``; waits until it exists."""
+        """The server's one answer for ``batch`` (a gradient, say); waits until it exists."""
+        (only,) = self.receive_bundle(batch).values()
+        return only
 
     def close(self) -> None:  # noqa: B027 - a link with nothing in flight has nothing to wait for
         """Wait until the server has accepted every upload; raise what it refused."""
@@ -61,24 +66,27 @@ class ServerLink(ABC):
     @abstractmethod
     def receive(self, key: TensorKey) -> np.ndarray: ...
 
-    def exchange(self, job_id: str, round_: int, batches: int, *, up: str, down: str) -> TensorExchange:
-        """A round of ``batches`` uploads named ``up``, each answered by a download named ``down``.
+    def exchange(
+        self, job_id: str, round_: int, batches: int, *, up: str, down: str | tuple[str, ...], admm: bool = False
+    ) -> TensorExchange:
+        """A round of ``batches`` uploads named ``up``, each answered by downloads named ``down``.
 
-        This default makes one call per tensor; a real connection keeps two streams open for
-        the whole round instead, which saves a call set-up per tensor.
+        The answers come by ReturnGradients, or by PushADMMState if ``admm``. This default
+        makes one call per tensor; a real connection keeps two streams open for the whole round
+        instead, which saves a call set-up per tensor.
         """
-        return _CallPerTensor(self, job_id, round_, up, down)
+        return _CallPerTensor(self, job_id, round_, up, (down,) if isinstance(down, str) else down)
 
 
 class _CallPerTensor(TensorExchange):
-    def __init__(self, link: ServerLink, job_id: str, round_: int, up: str, down: str) -> None:
+    def __init__(self, link: ServerLink, job_id: str, round_: int, up: str, down: tuple[str, ...]) -> None:
         self._link, self._job_id, self._round, self._up, self._down = link, job_id, round_, up, down
 
     def send(self, batch: int, array: np.ndarray) -> None:
         self._link.send(TensorKey(self._job_id, self._round, batch, self._up), array)
 
-    def receive(self, batch: int) -> np.ndarray:
-        return self._link.receive(TensorKey(self._job_id, self._round, batch, self._down))
+    def receive_bundle(self, batch: int) -> dict[str, np.ndarray]:
+        return {name: self._link.receive(TensorKey(self._job_id, self._round, batch, name)) for name in self._down}
 
 
 @dataclass

@@ -35,12 +35,14 @@ class TensorChunk(_message.Message):
     def __init__(self, key: _Optional[_Union[TensorKey, _Mapping]] = ..., dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., total_bytes: _Optional[int] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class TensorRequest(_message.Message):
-    __slots__ = ("key", "count")
+    __slots__ = ("key", "count", "names")
     KEY_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
+    NAMES_FIELD_NUMBER: _ClassVar[int]
     key: TensorKey
     count: int
-    def __init__(self, key: _Optional[_Union[TensorKey, _Mapping]] = ..., count: _Optional[int] = ...) -> None: ...
+    names: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, key: _Optional[_Union[TensorKey, _Mapping]] = ..., count: _Optional[int] = ..., names: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class SendAck(_message.Message):
     __slots__ = ("key", "bytes_received", "tensors")

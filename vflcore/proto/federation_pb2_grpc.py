@@ -132,7 +132,8 @@ class FederationServicer:
         raise NotImplementedError('Method not implemented!')
 
     def PushADMMState(self, request, context):
-        """VIMADMM: the ADMM variables for the caller (dual λ_B, residual s^k_B, head W_k).
+        """VIMADMM: the ADMM variables for the caller (dual λ_B, residual s^k_B, head W_k), per batch,
+        as soon as the server has them; names and count as for ReturnGradients.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

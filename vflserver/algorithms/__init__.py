@@ -6,12 +6,14 @@ from vflcore.errors import ConfigError
 from vflserver.algorithms.base import ActiveContext, ServerAlgorithm
 from vflserver.algorithms.fedbcd import FedBCDServer
 from vflserver.algorithms.splitnn import SplitNNServer
+from vflserver.algorithms.vimadmm import VIMADMMServer
 from vflserver.algorithms.vimsgd import VIMSGDServer
 
 SERVER_ALGORITHMS: dict[str, type[ServerAlgorithm]] = {
     SplitNNServer.name: SplitNNServer,
     FedBCDServer.name: FedBCDServer,
     VIMSGDServer.name: VIMSGDServer,
+    VIMADMMServer.name: VIMADMMServer,
 }
 
 

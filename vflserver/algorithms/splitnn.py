@@ -90,16 +90,19 @@ class SplitNNServer(ServerAlgorithm):
             total += value * len(rows)
         return total / max(1, sum(len(r) for r in batches))
 
-    def _publish(self, epoch: int, batch: int, parties: list[int], gradients: list[torch.Tensor]) -> None:
-        for party, gradient in zip(parties, gradients, strict=True):
-            self.ctx.federation.publish(party, TensorKey(self.ctx.job.job_id, epoch, batch, GRADIENT), gradient.numpy())
+    def _publish(self, epoch: int, batch: int, parties: list[int], answers: list[dict[str, torch.Tensor]]) -> None:
+        """Leave each party its answer for the batch: named tensors, in ``parties`` order."""
+        for party, answer in zip(parties, answers, strict=True):
+            for name, tensor in answer.items():
+                key = TensorKey(self.ctx.job.job_id, epoch, batch, name)
+                self.ctx.federation.publish(party, key, tensor.detach().numpy())
 
     def _round(
         self,
         own: list[torch.Tensor],
         passive: list[torch.Tensor],
         rows: np.ndarray,
-        publish: Callable[[list[torch.Tensor]], None],
+        publish: Callable[[list[dict[str, torch.Tensor]]], None],
     ) -> float:
         """One communication round on the received ``passive`` embeddings; returns its loss.
 
@@ -117,7 +120,7 @@ class SplitNNServer(ServerAlgorithm):
             loss = self.loss_fn(self._forward(own_leaf, leaves), self.ctx.labels[rows])
             loss.backward()  # the top model only: it ends at h^1 and every h^k
             if step == 0:
-                publish([cast(torch.Tensor, h.grad) for h in leaves])
+                publish([{GRADIENT: cast(torch.Tensor, h.grad)} for h in leaves])
                 first_loss = loss.item()
             if own:  # now the active party's own bottom model, from h^1's gradient
                 torch.autograd.backward(own, [leaf.grad for leaf in own_leaf])

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from vflcore.models import LinearHeads, make_optimizer
+from vflcore.tasks import GRADIENT
 from vflserver.algorithms.base import ActiveContext
 from vflserver.algorithms.splitnn import SplitNNServer
 
@@ -54,7 +55,7 @@ class VIMSGDServer(SplitNNServer):
         own: list[torch.Tensor],
         passive: list[torch.Tensor],
         rows: np.ndarray,
-        publish: Callable[[list[torch.Tensor]], None],
+        publish: Callable[[list[dict[str, torch.Tensor]]], None],
     ) -> float:
         labels = self.ctx.labels[rows]
         # (2) the heads, on the embeddings as received (Eq. 11-12)
@@ -67,7 +68,7 @@ class VIMSGDServer(SplitNNServer):
         leaves = [h.requires_grad_(True) for h in passive]
         own_leaf = self._cut(own)
         self.loss_fn(self._forward(own_leaf, leaves), labels).backward()
-        publish([cast(torch.Tensor, h.grad) for h in leaves])
+        publish([{GRADIENT: cast(torch.Tensor, h.grad)} for h in leaves])
         # (4) for the active party's own bottom model, as a client would (Eq. 14-15)
         if self.bottom_optimizer is not None:
             self.bottom_optimizer.zero_grad()
