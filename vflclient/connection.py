@@ -20,11 +20,12 @@ from vflclient.algorithms.base import ServerLink, TensorExchange
 from vflcore import tasks, wire
 from vflcore.data import PartyTable, ids_digest
 from vflcore.errors import VflError
-from vflcore.job import JobSpec
+from vflcore.job import ACTIVE_PARTY, JobSpec
 from vflcore.proto import federation_pb2 as pb
 from vflcore.proto import federation_pb2_grpc as pb_grpc
 from vflcore.tensors import TensorError, TensorKey
 from vflcore.tls import KEEPALIVE_CHANNEL_OPTIONS, TlsFiles, channel_credentials
+from vflcore.traffic import Traffic
 
 log = structlog.get_logger(__name__)
 
@@ -67,6 +68,8 @@ class Connection(ServerLink):
                 "(down, wrong address, or a TLS failure); run `vfl-client --check` for a diagnosis"
             ) from None
         self._stub = pb_grpc.FederationStub(self._channel)  # type: ignore[no-untyped-call]
+        #: Bytes this party sent to and received from the server, per phase (``vflcore.traffic``).
+        self.traffic = Traffic()
         self._subscription: grpc.Call | None = None
 
     # ---- lifecycle --------------------------------------------------------------------------
@@ -140,13 +143,14 @@ class Connection(ServerLink):
     def send(self, key: TensorKey, array: np.ndarray) -> None:
         """Upload one tensor (chunked) for ``key``."""
         with translated("SendEmbeddings"):
-            self._stub.SendEmbeddings(wire.tensor_to_chunks(key, array), metadata=self._metadata)
+            chunks = self.traffic.sending(ACTIVE_PARTY, key, wire.tensor_to_chunks(key, array))
+            self._stub.SendEmbeddings(chunks, metadata=self._metadata)
 
     def receive(self, key: TensorKey) -> np.ndarray:
         """Download the tensor the server holds for ``key``; waits until the server has it."""
         with translated("ReturnGradients"):
             chunks = self._stub.ReturnGradients(pb.TensorRequest(key=wire.key_to_proto(key)), metadata=self._metadata)
-            got, array = wire.tensor_from_chunks(chunks)
+            got, array = wire.tensor_from_chunks(self.traffic.receiving(ACTIVE_PARTY, chunks))
         if got != key:
             raise TensorError("key", f"ReturnGradients: asked for {key}, the server sent {got}")
         return array
@@ -160,11 +164,13 @@ class Connection(ServerLink):
         difference between federated and in-process training time (``make bench-overhead``).
         """
         names = (down,) if isinstance(down, str) else down
-        return _StreamedExchange(self._stub, self._metadata, job_id, round_, batches, up=up, down=names, admm=admm)
+        return _StreamedExchange(
+            self._stub, self._metadata, self.traffic, job_id, round_, batches, up=up, down=names, admm=admm
+        )
 
     def psi_link(self) -> ServerLink:
         """The same send/receive pair, over the PSI calls (PsiUpload, PsiDownload)."""
-        return _PsiLink(self._stub, self._metadata)
+        return _PsiLink(self._stub, self._metadata, self.traffic)
 
     def report_failure(self, job_id: str, task_id: int, message: str) -> None:
         """Tell the server this party's side of a task failed; best effort."""
@@ -190,6 +196,7 @@ class _StreamedExchange(TensorExchange):
         self,
         stub: pb_grpc.FederationStub,
         metadata: tuple[tuple[str, str], ...],
+        traffic: Traffic,
         job_id: str,
         round_: int,
         batches: int,
@@ -204,7 +211,8 @@ class _StreamedExchange(TensorExchange):
         first = TensorKey(job_id, round_, 0, down[0])
         request = pb.TensorRequest(key=wire.key_to_proto(first), count=batches, names=list(down))
         self._download = (stub.PushADMMState if admm else stub.ReturnGradients)(request, metadata=metadata)
-        self._arrivals = wire.tensors_from_chunks(self._download)
+        self._traffic = traffic
+        self._arrivals = wire.tensors_from_chunks(traffic.receiving(ACTIVE_PARTY, self._download))
         self._upload = stub.SendEmbeddings.future(iter(self._outbox.get, None), metadata=metadata)
         self._upload.add_done_callback(self._stop_downloads_if_refused)
 
@@ -219,7 +227,8 @@ class _StreamedExchange(TensorExchange):
 
     def send(self, batch: int, array: np.ndarray) -> None:
         self._raise_upload_error()
-        for chunk in wire.tensor_to_chunks(TensorKey(self._job_id, self._round, batch, self._up), array):
+        key = TensorKey(self._job_id, self._round, batch, self._up)
+        for chunk in self._traffic.sending(ACTIVE_PARTY, key, wire.tensor_to_chunks(key, array)):
             self._outbox.put(chunk)
 
     def receive_bundle(self, batch: int) -> dict[str, np.ndarray]:
@@ -253,17 +262,18 @@ class _StreamedExchange(TensorExchange):
 class _PsiLink(ServerLink):
     """Uploads and downloads of PSI tensors; kept apart from the training calls on the wire."""
 
-    def __init__(self, stub: pb_grpc.FederationStub, metadata: tuple[tuple[str, str], ...]) -> None:
-        self._stub, self._metadata = stub, metadata
+    def __init__(self, stub: pb_grpc.FederationStub, metadata: tuple[tuple[str, str], ...], traffic: Traffic) -> None:
+        self._stub, self._metadata, self._traffic = stub, metadata, traffic
 
     def send(self, key: TensorKey, array: np.ndarray) -> None:
         with translated("PsiUpload"):
-            self._stub.PsiUpload(wire.tensor_to_chunks(key, array), metadata=self._metadata)
+            chunks = self._traffic.sending(ACTIVE_PARTY, key, wire.tensor_to_chunks(key, array))
+            self._stub.PsiUpload(chunks, metadata=self._metadata)
 
     def receive(self, key: TensorKey) -> np.ndarray:
         with translated("PsiDownload"):
             chunks = self._stub.PsiDownload(pb.TensorRequest(key=wire.key_to_proto(key)), metadata=self._metadata)
-            got, array = wire.tensor_from_chunks(chunks)
+            got, array = wire.tensor_from_chunks(self._traffic.receiving(ACTIVE_PARTY, chunks))
         if got != key:
             raise TensorError("key", f"PsiDownload: asked for {key}, the server sent {got}")
         return array

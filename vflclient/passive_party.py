@@ -12,6 +12,7 @@ daemon can do, a user's own Python code can do too::
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -26,10 +27,11 @@ from vflclient.alignment import align_passive
 from vflclient.connection import Connection
 from vflcore.checkpoint import party_dir, save_checkpoint
 from vflcore.data import PartyTable, write_aligned_ids
-from vflcore.job import JobSpec
+from vflcore.job import ACTIVE_PARTY, JobSpec
 from vflcore.psi.cache import cached_keys
 from vflcore.tasks import EVAL_EMBEDDING, Align, Evaluate, Finish, Infer, Task, TrainEpoch, infer_embedding_name
 from vflcore.tensors import TensorKey
+from vflcore.traffic import summary_lines
 
 log = structlog.get_logger(__name__)
 
@@ -89,6 +91,7 @@ class PassiveParty:
                 break
             if isinstance(task, Finish):
                 log.info("job_finished", success=task.success, message=task.message)
+                self._write_traffic(connection, job)
                 return RunResult(job.job_id, task.success, task.message, epochs_trained, self._dir(job))
             try:
                 epochs_trained += self._perform(task, connection)
@@ -96,6 +99,15 @@ class PassiveParty:
                 connection.report_failure(job.job_id, task.task_id, f"{type(exc).__name__}: {exc}")
                 raise
         return RunResult(job.job_id, False, "stopped before the job finished", epochs_trained, self._dir(job))
+
+    def _write_traffic(self, connection: Connection, job: JobSpec) -> None:
+        """This party's own count of the bytes it exchanged, per phase, next to its checkpoints."""
+        report = connection.traffic.report().get(ACTIVE_PARTY, {})
+        folder = self._dir(job)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "wire_bytes.json").write_text(json.dumps(report, indent=2))
+        for line in summary_lines({ACTIVE_PARTY: report}, own=f"party {self.party}"):
+            log.info("wire", summary=line)
 
     def _saved_alignments(self) -> list[bytes]:
         """Keys of the PSI results this party saved in earlier runs, for any job."""

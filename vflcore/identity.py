@@ -15,8 +15,6 @@ from collections.abc import Mapping, Sequence
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
-ACTIVE_PARTY = 1
-
 _CN_PATTERN = re.compile(r"party-([1-9][0-9]{0,8})")
 _URI_PREFIX = "vfl://party/"
 _URI_PATTERN = re.compile(re.escape(_URI_PREFIX) + r"([1-9][0-9]{0,8})")

@@ -18,6 +18,9 @@ from vflcore.sampler import epoch_batches, split_rows
 
 TASKS = ("classification", "regression")
 
+#: The active party (labels, server) is party 1; passive parties are 2, 3, ...
+ACTIVE_PARTY = 1
+
 
 @dataclass(frozen=True)
 class JobSpec:

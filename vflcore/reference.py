@@ -20,14 +20,12 @@ from torch import nn
 
 from vflcore import admm
 from vflcore.data import PartyTable, select_rows
-from vflcore.job import JobSpec, model_seed
+from vflcore.job import ACTIVE_PARTY, JobSpec, model_seed
 from vflcore.losses import label_tensor, task_loss
 from vflcore.models import LinearHeads, build_seeded, make_optimizer, mlp
 from vflcore.options import algorithm_options
 
 __all__ = ["ACTIVE_PARTY", "ReferenceSplitNN"]
-
-ACTIVE_PARTY = 1
 
 
 class ReferenceSplitNN:

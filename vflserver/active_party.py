@@ -24,17 +24,16 @@ import torch
 from vflcore.checkpoint import party_dir, save_checkpoint
 from vflcore.data import PartyTable, write_aligned_ids
 from vflcore.errors import ConfigError, JobAborted
-from vflcore.job import JobSpec, Schedule
+from vflcore.job import ACTIVE_PARTY, JobSpec, Schedule
 from vflcore.losses import label_tensor, task_loss
 from vflcore.metrics import task_metrics
 from vflcore.tasks import EVAL_EMBEDDING, Evaluate, Infer, infer_embedding_name
+from vflcore.traffic import MB
 from vflserver.algorithms import ActiveContext, ServerAlgorithm, server_algorithm
 from vflserver.alignment import AlignmentResult, align_active
 from vflserver.federation import Federation
 
 log = structlog.get_logger(__name__)
-
-ACTIVE_PARTY = 1
 
 
 @dataclass(frozen=True)
@@ -46,6 +45,7 @@ class EpochReport:
     test_loss: float
     metrics: dict[str, float]
     seconds: float
+    wire_mb: float = 0.0  # training traffic of the epoch, both directions, every party
 
 
 @dataclass
@@ -57,6 +57,8 @@ class RunSummary:
     epochs: list[EpochReport] = field(default_factory=list)
     final_metrics: dict[str, float] = field(default_factory=dict)
     run_dir: Path | None = None
+    #: Bytes per passive party and phase (``vflcore.traffic.Traffic.report``).
+    wire: dict[int, dict[str, dict[str, int]]] = field(default_factory=dict)
 
 
 class ActiveParty:
@@ -168,7 +170,8 @@ class ActiveParty:
                 started = time.perf_counter()
                 train_loss = self.algorithm.train_epoch(epoch)
                 test_loss, metrics = self.evaluate(epoch)
-                report = EpochReport(epoch, train_loss, test_loss, metrics, time.perf_counter() - started)
+                wire_mb = fed.traffic.phase_total(f"train {epoch}") / MB
+                report = EpochReport(epoch, train_loss, test_loss, metrics, time.perf_counter() - started, wire_mb)
                 summary.epochs.append(report)
                 save_checkpoint(self.run_dir, epoch, self.algorithm.state())
                 log.info("epoch_done", train_loss=train_loss, test_loss=test_loss, **metrics)
@@ -177,6 +180,7 @@ class ActiveParty:
             structlog.contextvars.unbind_contextvars("round")
             fed.state = "serving"
             summary.final_metrics = self._final_inference()
+            summary.wire = fed.traffic.report()
             self._write_summary(summary)
             if not keep_serving:
                 self.shutdown("training finished")
@@ -262,5 +266,6 @@ class ActiveParty:
             "psi": None if alignment is None else {"reused": alignment.reused, "pairwise": alignment.pairwise},
             "epochs": [vars(e) for e in summary.epochs],
             "final_metrics": summary.final_metrics,
+            "wire_bytes": {str(party): phases for party, phases in summary.wire.items()},
         }
         (self.run_dir / "summary.json").write_text(json.dumps(payload, indent=2))

@@ -21,6 +21,7 @@ from vflcore.config import document_with_flags, server_config_from
 from vflcore.data import DataError, read_party_csv
 from vflcore.errors import ConfigError, JobAborted
 from vflcore.tls import TlsConfigError
+from vflcore.traffic import summary_lines
 from vflserver.active_party import ActiveParty, EpochReport
 from vflserver.alignment import AlignmentResult
 from vflserver.server import build_server
@@ -81,7 +82,7 @@ def _print_epoch(report: EpochReport) -> None:
     metrics = "  ".join(f"{k} {v:.4f}" for k, v in report.metrics.items())
     print(
         f"epoch {report.epoch + 1:>3}  train_loss {report.train_loss:.4f}  test_loss {report.test_loss:.4f}  "
-        f"{metrics}  ({report.seconds:.1f} s)",
+        f"{metrics}  ({report.seconds:.1f} s, {report.wire_mb:.3f} MB on the wire)",
         flush=True,
     )
 
@@ -170,6 +171,8 @@ def main(argv: list[str] | None = None) -> int:
         return daemon.EXIT_OK
     final = "  ".join(f"{k} {v:.4f}" for k, v in summary.final_metrics.items())
     print(f"federated inference on {len(active.schedule.test_rows)} held-out rows: {final}", flush=True)
+    for line in summary_lines(summary.wire, own="server"):
+        print(line, flush=True)
     print(f"checkpoints and reports: {summary.run_dir}", flush=True)
     return daemon.EXIT_OK
 

@@ -22,6 +22,7 @@ from vflcore.errors import JobAborted, JoinRejected, PartyUnavailable
 from vflcore.job import JobSpec
 from vflcore.tasks import Finish, Task
 from vflcore.tensors import TensorError, TensorKey, check_shape
+from vflcore.traffic import Traffic
 from vflserver.mailbox import Mailbox
 
 log = structlog.get_logger(__name__)
@@ -67,6 +68,8 @@ class Federation:
         self.step_timeout_s = step_timeout_s
         self.state = "waiting"
         self.uploads = Mailbox()
+        #: Bytes exchanged with each party, per phase (``vflcore.traffic``).
+        self.traffic = Traffic()
         self.downloads = Mailbox()
         self._lock = threading.Lock()
         self._members = {p: _Member(p) for p in job.passive_parties}

@@ -191,7 +191,7 @@ class FederationService(pb_grpc.FederationServicer):
         party = self._caller(context)
         last: TensorKey | None = None
         count = received = 0
-        for key, array in wire.tensors_from_chunks(chunks):
+        for key, array in wire.tensors_from_chunks(self.federation.traffic.receiving(party, chunks)):
             if is_psi_name(key.name) != psi:
                 raise TensorError(
                     "key.name", f"{key.name!r} does not travel on this call ({'PSI' if psi else 'training'})"
@@ -234,8 +234,10 @@ class FederationService(pb_grpc.FederationServicer):
 
     def _stream_downloads(self, party: int, keys: list[TensorKey], timeout: float | None) -> Iterator[pb.TensorChunk]:
         """Each tensor as soon as the training loop publishes it, in order."""
+        traffic = self.federation.traffic
         for key in keys:
-            yield from wire.tensor_to_chunks(key, self.federation.collect(party, key, timeout_s=timeout))
+            array = self.federation.collect(party, key, timeout_s=timeout)
+            yield from traffic.sending(party, key, wire.tensor_to_chunks(key, array))
 
     @_handler
     def FetchHead(self, request: pb.TensorRequest, context: grpc.ServicerContext) -> Iterator[pb.TensorChunk]:

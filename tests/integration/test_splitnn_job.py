@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from dataclasses import replace
 from pathlib import Path
@@ -33,6 +34,28 @@ class TestSplitNNJob:
             assert sorted(p.name for p in party_dir.glob("epoch-*.pt")) == [f"epoch-{e:04d}.pt" for e in range(6)]
             assert load_checkpoint(party_dir / "latest.pt")["epoch"] == 5
         assert (tmp_path / "runs" / "test-job" / "party-1" / "test_predictions.csv").exists()
+
+    def test_both_ends_count_the_same_bytes(self, job_factory, pki: Pki, digits_data: Path, tmp_path: Path) -> None:
+        """The server's count of each party's traffic, per phase, equals the party's own count, mirrored;
+        a training round moves two (rows x 16) float32 tensors per batch and party, plus framing."""
+        job = replace(SMALL_JOB, epochs=2)
+        running = job_factory(job)
+        waits = [run_party_in_thread(running, pki, digits_data, tmp_path, p) for p in (2, 3)]
+        summary = running.summary()
+        assert all(w().success for w in waits)
+        rows = len(running.active.schedule.train_rows)
+        for party in (2, 3):
+            server_view = summary.wire[party]
+            own = json.loads((tmp_path / "runs" / "test-job" / f"party-{party}" / "wire_bytes.json").read_text())
+            assert set(own) == set(server_view) >= {"psi", "train 0", "train 1", "eval 0", "eval 1", "infer"}
+            for phase, counts in own.items():
+                assert counts == {"sent": server_view[phase]["received"], "received": server_view[phase]["sent"]}
+            payload = rows * job.embedding_dim * 4
+            for direction in ("sent", "received"):
+                assert payload < own["train 0"][direction] < 1.1 * payload
+        assert summary.epochs[0].wire_mb == pytest.approx(
+            sum(sum(summary.wire[p]["train 0"].values()) for p in (2, 3)) / 1e6
+        )
 
     def test_predict_by_id_matches_final_metrics(
         self, job_factory, pki: Pki, digits_data: Path, tmp_path: Path

@@ -24,12 +24,12 @@ from vflcore.certs import (
     load_certificate,
 )
 from vflcore.identity import (
-    ACTIVE_PARTY,
     party_common_name,
     party_from_auth_context,
     party_from_certificate,
     party_uri,
 )
+from vflcore.job import ACTIVE_PARTY
 from vflcore.tls import TlsFiles, channel_credentials, server_credentials
 
 _METHOD = "/vfltest.Identity/WhoAmI"

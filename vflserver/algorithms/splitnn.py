@@ -20,15 +20,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from vflcore.job import model_seed
+from vflcore.job import ACTIVE_PARTY, model_seed
 from vflcore.logs import progress
 from vflcore.losses import task_loss
 from vflcore.models import build_seeded, make_optimizer, mlp
 from vflcore.tasks import EMBEDDING, GRADIENT, TrainEpoch
 from vflcore.tensors import TensorKey
 from vflserver.algorithms.base import ActiveContext, ServerAlgorithm
-
-ACTIVE = 1
 
 
 class SplitNNServer(ServerAlgorithm):
@@ -43,12 +41,14 @@ class SplitNNServer(ServerAlgorithm):
         job = ctx.job
         own = ctx.features.shape[1]
         self.bottom: nn.Module | None = (
-            build_seeded(lambda: mlp(own, job.bottom_hidden, job.embedding_dim), model_seed(job.seed, ACTIVE, "bottom"))
+            build_seeded(
+                lambda: mlp(own, job.bottom_hidden, job.embedding_dim), model_seed(job.seed, ACTIVE_PARTY, "bottom")
+            )
             if own
             else None
         )
         parts = len(job.passive_parties) + (1 if self.bottom is not None else 0)
-        self.top = build_seeded(lambda: self._build_top(parts), model_seed(job.seed, ACTIVE, "top"))
+        self.top = build_seeded(lambda: self._build_top(parts), model_seed(job.seed, ACTIVE_PARTY, "top"))
         params = list(self.top.parameters()) + (list(self.bottom.parameters()) if self.bottom is not None else [])
         self.optimizer = make_optimizer(job.optimizer, params, job.learning_rate)
         self.loss_fn = task_loss(job.task)
