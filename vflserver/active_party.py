@@ -32,6 +32,7 @@ from vflcore.traffic import MB
 from vflserver.algorithms import ActiveContext, ServerAlgorithm, server_algorithm
 from vflserver.alignment import AlignmentResult, align_active
 from vflserver.federation import Federation
+from vflserver.importance import write_client_importance
 
 log = structlog.get_logger(__name__)
 
@@ -59,6 +60,8 @@ class RunSummary:
     run_dir: Path | None = None
     #: Bytes per passive party and phase (``vflcore.traffic.Traffic.report``).
     wire: dict[int, dict[str, dict[str, int]]] = field(default_factory=dict)
+    #: ‖W_k‖ per party for the VIM family (``vflserver.importance``), else None.
+    client_importance: dict[int, float] | None = None
 
 
 class ActiveParty:
@@ -181,6 +184,13 @@ class ActiveParty:
             fed.state = "serving"
             summary.final_metrics = self._final_inference()
             summary.wire = fed.traffic.report()
+            summary.client_importance = self.algorithm.client_importance()
+            if summary.client_importance is not None:
+                title = f"client importance, {self.job.algorithm}, job {self.job.job_id}"
+                write_client_importance(self.run_dir, summary.client_importance, title=title)
+                log.info(
+                    "client_importance", **{f"party_{p}": round(n, 4) for p, n in summary.client_importance.items()}
+                )
             self._write_summary(summary)
             if not keep_serving:
                 self.shutdown("training finished")

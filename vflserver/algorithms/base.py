@@ -52,3 +52,7 @@ class ServerAlgorithm(ABC):
     @abstractmethod
     def state(self) -> dict[str, Any]:
         """Model and optimizer state for the active party's checkpoint."""
+
+    def client_importance(self) -> dict[int, float] | None:
+        """How much the trained model relies on each party, if the algorithm can tell (VIM: ‖W_k‖)."""
+        return None

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from vflcore.job import ACTIVE_PARTY
 from vflcore.models import LinearHeads, make_optimizer
 from vflcore.tasks import GRADIENT
 from vflserver.algorithms.base import ActiveContext
@@ -76,8 +77,9 @@ class VIMSGDServer(SplitNNServer):
             self.bottom_optimizer.step()
         return float(loss.item())
 
-    def head_norms(self, parties: list[int]) -> dict[int, float]:
-        """Client importance: ‖W_k‖ per party id (the active party is 1, if it has features)."""
+    def client_importance(self) -> dict[int, float]:
+        """‖W_k‖_F per party id (004 §4.2); the active party is 1, if it has features of its own."""
+        parties = ([ACTIVE_PARTY] if self.bottom is not None else []) + sorted(self.ctx.job.passive_parties)
         return dict(zip(parties, cast(LinearHeads, self.top).norms(), strict=True))
 
     def state(self) -> dict[str, Any]:
