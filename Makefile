@@ -10,13 +10,15 @@ GRPC_TOOLS_VERSION := 1.81.1
 CERTS := certs
 DATA := examples/data
 
-.PHONY: help venv certs data demo test test-unit test-integration lint typecheck proto proto-check bench-overhead bench-psi clean
+.PHONY: help venv certs data demo test test-unit test-integration lint typecheck proto proto-check bench-overhead bench-psi bench-comm bench-fedbcd clean
 
 help:
 	@echo "make demo            set up, then run server + 2 clients over mTLS: training and inference"
 	@echo "make test            set up, then lint, typecheck, proto drift check and the whole suite"
 	@echo "make proto           regenerate the committed gRPC code from proto/"
 	@echo "make bench-overhead  federation overhead ratio (SplitNN over mTLS vs in-process)"
+	@echo "make bench-comm      bytes to 95 % accuracy: VIMADMM vs VIMSGD vs SplitNN (digits, 4 clients)"
+	@echo "make bench-fedbcd    rounds to 95 % accuracy: FedBCD Q=10 vs Q=1 (digits)"
 	@echo "make bench-psi       PSI 1M x 1M: vfl-server --psi-only + vfl-client over mTLS (several minutes)"
 
 venv: $(STAMP)
@@ -70,10 +72,16 @@ proto-check: proto
 	@test -z "$$(git status --porcelain -- vflcore/proto)" || { echo "untracked generated files in vflcore/proto: run 'make proto' and commit"; git status --porcelain -- vflcore/proto; exit 1; }
 
 bench-overhead: venv certs
-	$(PY) bench/overhead.py
+	$(PY) -m bench.overhead
 
 bench-psi: venv
-	$(PY) bench/psi.py
+	$(PY) -m bench.psi
+
+bench-comm: venv
+	$(PY) -m bench.comm
+
+bench-fedbcd: venv
+	$(PY) -m bench.fedbcd
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .mypy_cache .ruff_cache

@@ -33,10 +33,8 @@ the target is met or missed, and 1 only if the federated job itself failed.
 from __future__ import annotations
 
 import functools
-import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -47,12 +45,11 @@ from typing import TypeVar
 
 import numpy as np
 
-from vflcore.certs import create_ca, issue_party_cert, issue_server_cert, load_ca
+from bench.jobs import make_certs, run_federated, write_configs
 from vflcore.daemon import prepare_compute
 from vflcore.data import read_party_csv
 from vflcore.datasets import write_synthetic_split
 from vflcore.job import JobSpec
-from vflcore.localrun import wait_for_port
 from vflcore.metrics import task_metrics
 from vflcore.reference import ReferenceSplitNN
 
@@ -83,120 +80,10 @@ REFERENCE_EPOCHS = 4  # in-process epochs before, between and after the federate
 _T = TypeVar("_T")
 
 
-def make_certs(root: Path) -> None:
-    create_ca(root)
-    ca = load_ca(root)
-    issue_server_cert(root, ca)
-    for party in JOB.passive_parties:
-        issue_party_cert(root, ca, party)
-
-
-def _toml_list(values: tuple[int, ...]) -> str:
-    return "[" + ", ".join(str(v) for v in values) + "]"
-
-
-def write_configs(root: Path, certs: Path, data: Path, run_dir: Path) -> None:
-    """A server TOML with the job, and one client TOML per party; both pin torch_threads."""
-    (root / "server.toml").write_text(
-        f"""[server]
-listen = "127.0.0.1:0"
-run_dir = "{run_dir}"
-port_file = "{root / "port"}"
-join_timeout_s = 120
-step_timeout_s = 120
-torch_threads = {TORCH_THREADS}
-
-[tls]
-ca = "{certs / "ca.pem"}"
-cert = "{certs / "server.pem"}"
-key = "{certs / "server.key"}"
-
-[data]
-path = "{data / "party1.csv"}"
-label_column = "label"
-
-[job]
-job_id = "{JOB.job_id}"
-algorithm = "{JOB.algorithm}"
-task = "{JOB.task}"
-passive_parties = {_toml_list(JOB.passive_parties)}
-seed = {JOB.seed}
-epochs = {JOB.epochs}
-batch_size = {JOB.batch_size}
-embedding_dim = {JOB.embedding_dim}
-bottom_hidden = {_toml_list(JOB.bottom_hidden)}
-optimizer = "{JOB.optimizer}"
-learning_rate = {JOB.learning_rate}
-test_fraction = {JOB.test_fraction}
-
-[model]
-top_hidden = {_toml_list(TOP_HIDDEN)}
-"""
-    )
-    for party in JOB.passive_parties:
-        (root / f"party{party}.toml").write_text(
-            f"""[client]
-party = {party}
-run_dir = "{run_dir}"
-torch_threads = {TORCH_THREADS}
-
-[tls]
-ca = "{certs / "ca.pem"}"
-cert = "{certs / f"party-{party}.pem"}"
-key = "{certs / f"party-{party}.key"}"
-
-[data]
-path = "{data / f"party{party}.csv"}"
-"""
-        )
-
-
-def run_federated(root: Path) -> list[float]:
-    """Run the job as three processes; return the server's per-epoch seconds."""
-    run_dir = root / "runs"
-    logs = root / "logs"
-    logs.mkdir()
-    env = {**os.environ, "OMP_NUM_THREADS": str(TORCH_THREADS)}
-    procs: dict[str, subprocess.Popen[bytes]] = {}
-    log_files = {name: logs / f"{name}.log" for name in ("server", "party-2", "party-3")}
-    try:
-        procs["server"] = subprocess.Popen(
-            [str(BIN / "vfl-server"), "--config", str(root / "server.toml"), "--log-format", "json"],
-            stdout=subprocess.DEVNULL,
-            stderr=log_files["server"].open("wb"),
-            env=env,
-        )
-        port = wait_for_port(root / "port", procs["server"], timeout_s=120)
-        for party in JOB.passive_parties:
-            procs[f"party-{party}"] = subprocess.Popen(
-                [
-                    str(BIN / "vfl-client"),
-                    "--config",
-                    str(root / f"party{party}.toml"),
-                    "--party",
-                    str(party),
-                    "--server",
-                    f"127.0.0.1:{port}",
-                    "--log-format",
-                    "json",
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=log_files[f"party-{party}"].open("wb"),
-                env=env,
-            )
-        deadline = time.monotonic() + TIMEOUT_S
-        codes = {name: proc.wait(timeout=max(1.0, deadline - time.monotonic())) for name, proc in procs.items()}
-    finally:
-        for proc in procs.values():
-            if proc.poll() is None:
-                proc.terminate()
-                proc.wait(timeout=10)
-    if any(codes.values()):
-        tails = "\n".join(
-            f"--- {name}:\n{path.read_text(errors='replace')[-2000:]}" for name, path in log_files.items()
-        )
-        raise RuntimeError(f"the federated job failed, exit codes {codes}\n{tails}")
-    summary = json.loads((run_dir / JOB.job_id / "party-1" / "summary.json").read_text())
+def run_job(root: Path, certs: Path, data: Path) -> list[float]:
+    """One federated run of JOB (three processes); the server's per-epoch seconds."""
+    write_configs(root, JOB, certs=certs, data=data, top_hidden=TOP_HIDDEN, torch_threads=TORCH_THREADS)
+    summary = run_federated(root, JOB, torch_threads=TORCH_THREADS, timeout_s=TIMEOUT_S)
     return [float(epoch["seconds"]) for epoch in summary["epochs"]]
 
 
@@ -293,7 +180,7 @@ def main() -> int:
     run_windows: list[_Window] = []
     with tempfile.TemporaryDirectory(prefix="vfl-bench-") as tmp:
         root = Path(tmp)
-        make_certs(root / "certs")
+        make_certs(root / "certs", JOB.passive_parties)
         write_synthetic_split(root / "data", rows=ROWS, features_per_party=FEATURES_PER_PARTY, seed=0)
         model = build_reference(root / "data")
         for run in range(RUNS + 1):
@@ -305,9 +192,10 @@ def main() -> int:
                 break
             job_root = root / f"run-{run}"
             job_root.mkdir()
-            write_configs(job_root, root / "certs", root / "data", job_root / "runs")
             try:
-                federated, window = _measured(functools.partial(run_federated, job_root), own_children=True)
+                federated, window = _measured(
+                    functools.partial(run_job, job_root, root / "certs", root / "data"), own_children=True
+                )
             except RuntimeError as exc:
                 print(f"bench failed: {exc}", file=sys.stderr)
                 return 1

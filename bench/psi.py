@@ -42,7 +42,7 @@ further). Before workers stopped re-importing the daemon's main module (``vflcor
 The last line is machine-readable: ``BENCH psi_1m_wall <s> s target <= 60 MET|MISSED``. Exit code
 0 whether the target is met or missed; 1 if the PSI failed or found a wrong intersection.
 
-Run: ``make bench-psi`` or ``.venv/bin/python bench/psi.py [--ids N] [--workers W]
+Run: ``make bench-psi`` or ``.venv/bin/python -m bench.psi [--ids N] [--workers W]
 [--compare-workers] [--openmined auto|full|skip] [--openmined-budget S] [--keep]``.
 """
 

@@ -18,7 +18,7 @@ then blinds the peer's 1M points. Assumptions: the two parties run at the same t
 network transfer, matching and start-up are left out (they are small next to 4M X25519
 multiplications). The figure for one party per 2-core box is printed as well.
 
-Run: ``.venv/bin/python bench/psi_primitives.py [--ids N] [--repeats R] [--million]``.
+Run: ``.venv/bin/python -m bench.psi_primitives [--ids N] [--repeats R] [--million]``.
 """
 
 from __future__ import annotations

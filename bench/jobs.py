@@ -1,0 +1,150 @@
+"""Run one job as the product runs it, for the benchmarks: vfl-server and vfl-client processes over mTLS.
+
+``write_configs`` writes the server's and every party's TOML (certificates from
+``vflcore.certs``, data from a folder of ``party{k}.csv``); ``run_federated`` starts the
+daemons as separate OS processes on 127.0.0.1, waits for them, and returns the server's
+``summary.json``. A failed job raises with the tail of every daemon's log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from vflcore.certs import create_ca, issue_party_cert, issue_server_cert, load_ca
+from vflcore.job import JobSpec
+from vflcore.localrun import wait_for_port
+
+BIN = Path(sys.executable).parent
+
+
+def make_certs(root: Path, parties: tuple[int, ...]) -> None:
+    create_ca(root)
+    ca = load_ca(root)
+    issue_server_cert(root, ca)
+    for party in parties:
+        issue_party_cert(root, ca, party)
+
+
+def _toml_list(values: tuple[int, ...]) -> str:
+    return "[" + ", ".join(str(v) for v in values) + "]"
+
+
+def _toml_value(value: Any) -> str:
+    return json.dumps(value)  # numbers and strings: JSON and TOML agree
+
+
+def write_configs(
+    root: Path,
+    job: JobSpec,
+    *,
+    certs: Path,
+    data: Path,
+    top_hidden: tuple[int, ...],
+    torch_threads: int = 1,
+) -> None:
+    """``root/server.toml`` with the job, and ``root/party{k}.toml`` per passive party; runs go to ``root/runs``."""
+    run_dir = root / "runs"
+    options = "".join(f"{key} = {_toml_value(value)}\n" for key, value in sorted(job.algorithm_options.items()))
+    (root / "server.toml").write_text(
+        f"""[server]
+listen = "127.0.0.1:0"
+run_dir = "{run_dir}"
+port_file = "{root / "port"}"
+join_timeout_s = 120
+step_timeout_s = 120
+torch_threads = {torch_threads}
+
+[tls]
+ca = "{certs / "ca.pem"}"
+cert = "{certs / "server.pem"}"
+key = "{certs / "server.key"}"
+
+[data]
+path = "{data / "party1.csv"}"
+label_column = "label"
+
+[job]
+job_id = "{job.job_id}"
+algorithm = "{job.algorithm}"
+task = "{job.task}"
+passive_parties = {_toml_list(job.passive_parties)}
+seed = {job.seed}
+epochs = {job.epochs}
+batch_size = {job.batch_size}
+embedding_dim = {job.embedding_dim}
+bottom_hidden = {_toml_list(job.bottom_hidden)}
+optimizer = "{job.optimizer}"
+learning_rate = {job.learning_rate}
+test_fraction = {job.test_fraction}
+
+[algorithm]
+{options}
+[model]
+top_hidden = {_toml_list(top_hidden)}
+"""
+    )
+    for party in job.passive_parties:
+        (root / f"party{party}.toml").write_text(
+            f"""[client]
+party = {party}
+run_dir = "{run_dir}"
+torch_threads = {torch_threads}
+
+[tls]
+ca = "{certs / "ca.pem"}"
+cert = "{certs / f"party-{party}.pem"}"
+key = "{certs / f"party-{party}.key"}"
+
+[data]
+path = "{data / f"party{party}.csv"}"
+"""
+        )
+
+
+def run_federated(root: Path, job: JobSpec, *, torch_threads: int = 1, timeout_s: float = 600.0) -> dict[str, Any]:
+    """Run the job written by ``write_configs`` as 1 + len(passive_parties) processes; return summary.json."""
+    logs = root / "logs"
+    logs.mkdir()
+    env = {**os.environ, "OMP_NUM_THREADS": str(torch_threads)}
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    log_files = {"server": logs / "server.log"} | {f"party-{p}": logs / f"party-{p}.log" for p in job.passive_parties}
+    codes: dict[str, int] = {}
+    try:
+        procs["server"] = subprocess.Popen(
+            [str(BIN / "vfl-server"), "--config", str(root / "server.toml"), "--log-format", "json"],
+            stdout=subprocess.DEVNULL,
+            stderr=log_files["server"].open("wb"),
+            env=env,
+        )
+        port = wait_for_port(root / "port", procs["server"], timeout_s=120)
+        for party in job.passive_parties:
+            procs[f"party-{party}"] = subprocess.Popen(
+                [
+                    str(BIN / "vfl-client"),
+                    *("--config", str(root / f"party{party}.toml"), "--party", str(party)),
+                    *("--server", f"127.0.0.1:{port}", "--log-format", "json"),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=log_files[f"party-{party}"].open("wb"),
+                env=env,
+            )
+        deadline = time.monotonic() + timeout_s
+        codes = {name: proc.wait(timeout=max(1.0, deadline - time.monotonic())) for name, proc in procs.items()}
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.terminate()
+                proc.wait(timeout=10)
+    if any(codes.values()):
+        tails = "\n".join(
+            f"--- {name}:\n{path.read_text(errors='replace')[-2000:]}" for name, path in log_files.items()
+        )
+        raise RuntimeError(f"the federated job failed, exit codes {codes}\n{tails}")
+    summary: dict[str, Any] = json.loads((root / "runs" / job.job_id / "party-1" / "summary.json").read_text())
+    return summary
