@@ -12,9 +12,15 @@ from typing import Any
 
 from vflcore.errors import ConfigError
 
+#: An artificial delay in front of each passive party's upload (``vflcore.delays``), for the
+#: thesis's delay scenarios: "none", "round_robin" or "random".
+_DELAY = {"delay": "none", "delay_s": 0.2, "delay_probability": 0.25, "delayed_parties": []}
+
 #: Per algorithm: each option's default. An algorithm missing here takes no options.
 DEFAULTS: Mapping[str, Mapping[str, Any]] = {
-    "splitnn": {},
+    "splitnn": _DELAY,
+    # Asynchronous VFL (002 §5.4.2): how many batches a party may run ahead of the slowest one.
+    "async": {**_DELAY, "max_staleness": 5},
     # Q, the local updates per communication round (002 §4.3.1); Q = 1 is SplitNN exactly.
     "fedbcd": {"local_steps": 5},
     "vimsgd": {},
@@ -31,10 +37,20 @@ def algorithm_options(algorithm: str, given: Mapping[str, Any]) -> dict[str, Any
         allowed = ", ".join(sorted(known)) or "none"
         raise ConfigError(f"[algorithm] {unknown[0]} is not an option of {algorithm!r} (its options: {allowed})")
     options = {**known, **given}
-    steps = options.get("local_steps")
-    if steps is not None and (not isinstance(steps, int) or isinstance(steps, bool) or steps < 1):
-        raise ConfigError(f"[algorithm] local_steps must be a whole number of at least 1, got {steps!r}")
-    rho = options.get("rho")
-    if rho is not None and (not isinstance(rho, int | float) or isinstance(rho, bool) or not rho > 0):
-        raise ConfigError(f"[algorithm] rho must be a positive number, got {rho!r}")
+    for key in ("local_steps", "max_staleness"):
+        value = options.get(key)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise ConfigError(f"[algorithm] {key} must be a whole number of at least 1, got {value!r}")
+    for key in ("rho", "delay_s"):
+        value = options.get(key)
+        if value is not None and (not isinstance(value, int | float) or isinstance(value, bool) or not value > 0):
+            raise ConfigError(f"[algorithm] {key} must be a positive number, got {value!r}")
+    probability = options.get("delay_probability")
+    if probability is not None and not (isinstance(probability, int | float) and 0 <= probability <= 1):
+        raise ConfigError(f"[algorithm] delay_probability must be in [0, 1], got {probability!r}")
+    delayed = options.get("delayed_parties", [])
+    if not isinstance(delayed, list) or not all(isinstance(p, int) and not isinstance(p, bool) for p in delayed):
+        raise ConfigError(f"[algorithm] delayed_parties must be a list of party ids, got {delayed!r}")
+    if options.get("delay", "none") not in ("none", "round_robin", "random"):
+        raise ConfigError(f"[algorithm] delay = {options['delay']!r}; choose none, round_robin or random")
     return options

@@ -63,6 +63,8 @@ Task = Align | TrainEpoch | Evaluate | Infer | Finish
 EMBEDDING = "embedding"
 GRADIENT = "gradient"
 EVAL_EMBEDDING = "eval/embedding"
+# Asynchronous VFL: every training row's embedding, once, before the first epoch (002 §5.4.2).
+WARMUP_EMBEDDING = "warmup/embedding"
 
 
 # VIMADMM (004 §3.2): what the server pushes to client k per batch, on PushADMMState.

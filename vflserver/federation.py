@@ -214,6 +214,26 @@ class Federation:
             self._expected.pop((party, name, round_, batch), None)
         return array
 
+    def next_arrival(self, name: str, round_: int, *, timeout_s: float | None = None) -> tuple[int, int, np.ndarray]:
+        """(party, batch, tensor) of the earliest upload named ``name`` in ``round_``, from any party.
+
+        For asynchronous training: the server takes whatever arrives first. A party that went
+        away still fails the wait, as in ``gather``.
+        """
+        job_id = self.job.job_id
+
+        def match(party: int, key: TensorKey) -> bool:
+            return key.job_id == job_id and key.name == name and key.round == round_
+
+        def check() -> None:
+            for party in self._members:
+                self.check_online(party)
+
+        party, key, array = self.uploads.take_first(match, timeout=timeout_s or self.step_timeout_s, check=check)
+        with self._lock:
+            self._expected.pop((party, name, round_, key.batch), None)
+        return party, key.batch, array
+
     def forget(self, name: str, round_: int, batch: int) -> None:
         """Retire an exchange that failed: its expectation and anything already uploaded for it."""
         key = TensorKey(self.job.job_id, round_, batch, name)

@@ -54,6 +54,28 @@ class Mailbox:
                 self._cond.wait(min(_POLL_S, remaining))
             return self._items.pop((party, key))
 
+    def take_first(
+        self,
+        match: Callable[[int, TensorKey], bool],
+        *,
+        timeout: float,
+        check: Callable[[], None] = lambda: None,
+    ) -> tuple[int, TensorKey, np.ndarray]:
+        """Wait for and remove the earliest-arrived item that ``match``es, from any party."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                found = next(((p, k) for p, k in self._items if match(p, k)), None)
+                if found is not None:
+                    return found[0], found[1], self._items.pop(found)
+                if self._aborted is not None:
+                    raise JobAborted(str(self._aborted)) from self._aborted
+                check()
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(f"no matching upload from any party within {timeout:.0f} s")
+                self._cond.wait(min(_POLL_S, remaining))
+
     def discard(self, party: int, key: TensorKey) -> None:
         """Drop an item nobody will take (its exchange failed)."""
         with self._cond:

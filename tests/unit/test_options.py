@@ -19,9 +19,23 @@ def test_unknown_key_is_refused_with_the_options_that_exist() -> None:
         algorithm_options("fedbcd", {"q": 3})
 
 
-def test_splitnn_takes_no_options() -> None:
+def test_vimsgd_takes_no_options() -> None:
     with pytest.raises(ConfigError, match="its options: none"):
-        algorithm_options("splitnn", {"local_steps": 2})
+        algorithm_options("vimsgd", {"local_steps": 2})
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"delay": "sometimes"}, "choose none, round_robin or random"),
+        ({"delay_s": 0}, "delay_s must be a positive number"),
+        ({"delay_probability": 1.5}, r"delay_probability must be in \[0, 1\]"),
+        ({"max_staleness": 0}, "max_staleness must be a whole number"),
+    ],
+)
+def test_async_settings_are_checked(given: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        algorithm_options("async", given)
 
 
 @pytest.mark.parametrize("bad", [0, -1, 2.5, "3", True])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from vflclient.algorithms.asynchronous import AsyncClient
 from vflclient.algorithms.base import ClientAlgorithm, ModelFactory, PassiveContext, ServerLink
 from vflclient.algorithms.fedbcd import FedBCDClient
 from vflclient.algorithms.splitnn import SplitNNClient
@@ -12,6 +13,7 @@ from vflcore.errors import JoinRejected
 CLIENT_ALGORITHMS: dict[str, type[ClientAlgorithm]] = {
     SplitNNClient.name: SplitNNClient,
     FedBCDClient.name: FedBCDClient,
+    AsyncClient.name: AsyncClient,
     VIMSGDClient.name: VIMSGDClient,
     VIMADMMClient.name: VIMADMMClient,
 }

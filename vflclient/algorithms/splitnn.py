@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from vflclient.algorithms.base import ClientAlgorithm, PassiveContext
+from vflcore.delays import Delay
 from vflcore.job import model_seed
 from vflcore.models import build_seeded, make_optimizer, mlp
 from vflcore.tasks import EMBEDDING, GRADIENT
@@ -31,6 +32,7 @@ class SplitNNClient(ClientAlgorithm):
         factory = ctx.model_factory or (lambda n_in, n_out: mlp(n_in, job.bottom_hidden, n_out))
         self.bottom = build_seeded(lambda: factory(width, job.embedding_dim), model_seed(job.seed, ctx.party, "bottom"))
         self.optimizer = make_optimizer(job.optimizer, self.bottom.parameters(), job.learning_rate)
+        self.delay = Delay(job, ctx.party)  # the thesis's delay scenarios, if the job asks for one
 
     def train_epoch(self, epoch: int) -> None:
         ctx = self.ctx
@@ -40,6 +42,7 @@ class SplitNNClient(ClientAlgorithm):
             for b, rows in enumerate(batches):
                 x = ctx.features[rows]
                 h = self.bottom(x)
+                self.delay.before_step()
                 exchange.send(b, h.detach().numpy())
                 received = exchange.receive(b)
                 check_shape(received, tuple(h.shape), what="gradient from the server")

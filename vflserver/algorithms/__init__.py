@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from vflcore.errors import ConfigError
+from vflserver.algorithms.asynchronous import AsyncServer
 from vflserver.algorithms.base import ActiveContext, ServerAlgorithm
 from vflserver.algorithms.fedbcd import FedBCDServer
 from vflserver.algorithms.splitnn import SplitNNServer
@@ -12,6 +13,7 @@ from vflserver.algorithms.vimsgd import VIMSGDServer
 SERVER_ALGORITHMS: dict[str, type[ServerAlgorithm]] = {
     SplitNNServer.name: SplitNNServer,
     FedBCDServer.name: FedBCDServer,
+    AsyncServer.name: AsyncServer,
     VIMSGDServer.name: VIMSGDServer,
     VIMADMMServer.name: VIMADMMServer,
 }

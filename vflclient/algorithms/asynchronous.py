@@ -1,0 +1,31 @@
+"""Asynchronous VFL, a passive party's half (thesis 002 §5.4.2).
+
+Before its first epoch the party sends its embedding of every training row once, so that the
+server can train on any party's batch with the others' cached embeddings. Then it works
+through its batches exactly as in SplitNN, at its own pace: the server answers each upload as
+it arrives, not when every party has sent. Only the server's side differs beyond that.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from vflclient.algorithms.splitnn import SplitNNClient
+from vflcore.tasks import WARMUP_EMBEDDING
+from vflcore.tensors import TensorKey
+
+
+class AsyncClient(SplitNNClient):
+    """SplitNN's client half, after one warm-up upload of every training row."""
+
+    name = "async"
+
+    def train_epoch(self, epoch: int) -> None:
+        if not getattr(self, "_warm", False):
+            rows = self.ctx.schedule.train_rows
+            with torch.no_grad():
+                self.bottom.train()
+                warmup = self.bottom(self.ctx.features[rows]).numpy()
+            self.ctx.link.send(TensorKey(self.ctx.job.job_id, epoch, 0, WARMUP_EMBEDDING), warmup)
+            self._warm = True
+        super().train_epoch(epoch)
