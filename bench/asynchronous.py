@@ -20,7 +20,7 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from bench.jobs import make_certs, run_federated, write_configs
+from bench.jobs import make_certs, run_jobs
 from vflcore.datasets import write_digits_split
 from vflcore.job import JobSpec
 
@@ -52,15 +52,12 @@ def main() -> int:
         root = Path(tmp)
         make_certs(root / "certs", BASE.passive_parties)
         write_digits_split(root / "data")
-        for job in JOBS:
-            job_root = root / job.job_id
-            job_root.mkdir()
-            write_configs(job_root, job, certs=root / "certs", data=root / "data", top_hidden=(64,))
-            try:
-                summary = run_federated(job_root, job)
-            except RuntimeError as exc:
-                print(f"bench failed: {exc}")
-                return 1
+        try:
+            runs = list(run_jobs(root, JOBS, certs=root / "certs", data=root / "data", top_hidden=(64,)))
+        except RuntimeError as exc:
+            print(f"bench failed: {exc}")
+            return 1
+        for job, summary in runs:
             seconds = [float(e["seconds"]) for e in summary["epochs"]]
             walls[job.algorithm] = sum(seconds)
             accuracy = summary["final_metrics"]["accuracy"]

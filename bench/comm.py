@@ -23,7 +23,7 @@ import numpy as np
 from sklearn.datasets import load_digits
 
 from bench.curves import OUT, Curve, plot
-from bench.jobs import make_certs, run_federated, write_configs
+from bench.jobs import make_certs, run_jobs
 from vflcore.datasets import write_vertical_split
 from vflcore.job import JobSpec
 
@@ -85,15 +85,12 @@ def main() -> int:
         make_certs(root / "certs", PASSIVE)
         rows = write_data(root / "data")
         batches = int(np.ceil(round(rows * (1 - BASE.test_fraction)) / BASE.batch_size))
-        for job in JOBS:
-            job_root = root / job.job_id
-            job_root.mkdir()
-            write_configs(job_root, job, certs=root / "certs", data=root / "data", top_hidden=TOP_HIDDEN)
-            try:
-                summary = run_federated(job_root, job)
-            except RuntimeError as exc:
-                print(f"bench failed: {exc}")
-                return 1
+        try:
+            runs = list(run_jobs(root, JOBS, certs=root / "certs", data=root / "data", top_hidden=TOP_HIDDEN))
+        except RuntimeError as exc:
+            print(f"bench failed: {exc}")
+            return 1
+        for job, summary in runs:
             curve = Curve.from_summary(job.algorithm, summary, batches)
             curves.append(curve)
             print(

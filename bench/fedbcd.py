@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.curves import OUT, Curve, plot
-from bench.jobs import make_certs, run_federated, write_configs
+from bench.jobs import make_certs, run_jobs
 from vflcore.datasets import write_digits_split
 from vflcore.job import JobSpec
 
@@ -57,15 +57,12 @@ def main() -> int:
         root = Path(tmp)
         make_certs(root / "certs", BASE.passive_parties)
         write_digits_split(root / "data")
-        for job in JOBS:
-            job_root = root / job.job_id
-            job_root.mkdir()
-            write_configs(job_root, job, certs=root / "certs", data=root / "data", top_hidden=TOP_HIDDEN)
-            try:
-                summary = run_federated(job_root, job)
-            except RuntimeError as exc:
-                print(f"bench failed: {exc}")
-                return 1
+        try:
+            runs = list(run_jobs(root, JOBS, certs=root / "certs", data=root / "data", top_hidden=TOP_HIDDEN))
+        except RuntimeError as exc:
+            print(f"bench failed: {exc}")
+            return 1
+        for job, summary in runs:
             rows = int(summary["aligned_rows"])
             batches = int(np.ceil(round(rows * (1 - job.test_fraction)) / job.batch_size))
             q = job.option("local_steps")

@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +106,17 @@ key = "{certs / f"party-{party}.key"}"
 path = "{data / f"party{party}.csv"}"
 """
         )
+
+
+def run_jobs(
+    root: Path, jobs: list[JobSpec], *, certs: Path, data: Path, top_hidden: tuple[int, ...]
+) -> Iterator[tuple[JobSpec, dict[str, Any]]]:
+    """Run each job in its own folder under ``root``, one after the other; yield it with its summary."""
+    for job in jobs:
+        job_root = root / job.job_id
+        job_root.mkdir()
+        write_configs(job_root, job, certs=certs, data=data, top_hidden=top_hidden)
+        yield job, run_federated(job_root, job)
 
 
 def run_federated(root: Path, job: JobSpec, *, torch_threads: int = 1, timeout_s: float = 600.0) -> dict[str, Any]:

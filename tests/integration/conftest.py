@@ -135,6 +135,25 @@ def job_factory(pki: Pki, digits_data: Path, tmp_path: Path) -> Iterator[Callabl
 __all__ = ["SMALL_JOB", "RunningJob", "replace", "run_party_in_thread", "start_job"]
 
 
+def run_whole_job(
+    pki: Pki, data: Path, tmp_path: Path, job: JobSpec, *, top_hidden: tuple[int, ...] = (64,)
+) -> RunningJob:
+    """Serve ``job`` and run every passive party to the end; every party must succeed.
+
+    The returned job has finished: ``.summary()`` returns at once, and ``.active.algorithm``
+    holds the server's half as it ended.
+    """
+    running = start_job(pki, data, tmp_path, job, top_hidden=top_hidden)
+    try:
+        waits = [run_party_in_thread(running, pki, data, tmp_path, party) for party in job.passive_parties]
+        running.summary()
+        results = [wait() for wait in waits]
+    finally:
+        running.server.stop(grace=None)
+    assert all(isinstance(r, RunResult) and r.success for r in results), results
+    return running
+
+
 @pytest.fixture(scope="module")
 def one_torch_thread() -> Iterator[None]:
     """Both runs use one intra-op thread, so neither gets a different reduction order (and the

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from tests.conftest import Pki
-from tests.integration.conftest import run_party_in_thread, start_job
-from vflclient import RunResult, read_party_csv
+from tests.integration.conftest import run_whole_job
+from vflclient import read_party_csv
 from vflcore.job import JobSpec
 from vflcore.reference import ReferenceSplitNN
 from vflserver.active_party import RunSummary
@@ -39,14 +39,8 @@ class Comparison:
 
 
 def compare(job: JobSpec, data: Path, pki: Pki, tmp_path: Path) -> Comparison:
-    running = start_job(pki, data, tmp_path, job, top_hidden=TOP_HIDDEN)
-    try:
-        waits = [run_party_in_thread(running, pki, data, tmp_path, party) for party in job.passive_parties]
-        summary = running.summary()
-        results = [wait() for wait in waits]
-    finally:
-        running.server.stop(grace=None)
-    assert all(isinstance(r, RunResult) and r.success for r in results), results
+    running = run_whole_job(pki, data, tmp_path, job, top_hidden=TOP_HIDDEN)
+    summary = running.summary()
 
     tables = {1: read_party_csv(data / "party1.csv", label_column="label")}
     tables.update({p: read_party_csv(data / f"party{p}.csv") for p in job.passive_parties})

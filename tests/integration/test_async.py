@@ -12,8 +12,11 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Pki
-from tests.integration.conftest import run_party_in_thread, start_job
+from tests.integration.conftest import run_whole_job
 from tests.integration.test_reference_equivalence import DIGITS_JOB
+from vflcore.job import JobSpec
+from vflserver.active_party import RunSummary
+from vflserver.algorithms import ServerAlgorithm
 from vflserver.algorithms.asynchronous import AsyncServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_torch_thread")]
@@ -31,15 +34,9 @@ DELAYED_JOB = replace(
 ACCURACY_BAR = 0.90
 
 
-def _run(job, pki: Pki, data: Path, tmp: Path):  # type: ignore[no-untyped-def]
-    running = start_job(pki, data, tmp, job, top_hidden=(64,))
-    try:
-        waits = [run_party_in_thread(running, pki, data, tmp, party) for party in job.passive_parties]
-        summary = running.summary()
-        assert all(wait().success for wait in waits)
-    finally:
-        running.server.stop(grace=None)
-    return summary, running.active.algorithm
+def _run(job: JobSpec, pki: Pki, data: Path, tmp: Path) -> tuple[RunSummary, ServerAlgorithm]:
+    running = run_whole_job(pki, data, tmp, job)
+    return running.summary(), running.active.algorithm
 
 
 def test_async_trains_to_the_accuracy_bar(pki: Pki, digits_data: Path, tmp_path: Path) -> None:

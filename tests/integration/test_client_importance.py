@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import Pki
-from tests.integration.conftest import run_party_in_thread, start_job
+from tests.integration.conftest import run_whole_job
 from tests.integration.test_reference_equivalence import DIGITS_JOB
 from vflserver.importance import JSON_NAME, PNG_NAME
 
@@ -47,13 +47,7 @@ def _with_noise(digits: Path, out: Path) -> Path:
 
 def test_noise_party_gets_the_smallest_head(pki: Pki, digits_data: Path, tmp_path: Path) -> None:
     data = _with_noise(digits_data, tmp_path / "data")
-    running = start_job(pki, data, tmp_path, JOB, top_hidden=(64,))
-    try:
-        waits = [run_party_in_thread(running, pki, data, tmp_path, party) for party in JOB.passive_parties]
-        summary = running.summary()
-        assert all(wait().success for wait in waits)
-    finally:
-        running.server.stop(grace=None)
+    summary = run_whole_job(pki, data, tmp_path, JOB).summary()
     norms = summary.client_importance
     assert norms is not None and set(norms) == {1, 2, 3}
     assert min(norms, key=norms.__getitem__) == NOISY_PARTY, norms
@@ -66,12 +60,6 @@ def test_noise_party_gets_the_smallest_head(pki: Pki, digits_data: Path, tmp_pat
 def test_splitnn_reports_no_importance(pki: Pki, digits_data: Path, tmp_path: Path) -> None:
     """Only the VIM family has per-party heads; SplitNN writes no importance report."""
     job = replace(DIGITS_JOB, job_id="no-importance", epochs=1)
-    running = start_job(pki, digits_data, tmp_path, job, top_hidden=(64,))
-    try:
-        waits = [run_party_in_thread(running, pki, digits_data, tmp_path, party) for party in job.passive_parties]
-        summary = running.summary()
-        assert all(wait().success for wait in waits)
-    finally:
-        running.server.stop(grace=None)
+    summary = run_whole_job(pki, digits_data, tmp_path, job).summary()
     assert summary.client_importance is None
     assert summary.run_dir is not None and not (summary.run_dir / JSON_NAME).exists()

@@ -7,6 +7,7 @@ so adding an algorithm adds modules, not branches in the daemon.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +16,9 @@ import torch
 
 from vflcore.job import JobSpec, Schedule
 from vflserver.federation import Federation
+
+#: Leaves each passive party of a round its answer: named tensors per party, in party order.
+Publish = Callable[[list[dict[str, torch.Tensor]]], None]
 
 
 @dataclass

@@ -13,7 +13,6 @@ active party back-propagates into its own bottom model and steps its optimizer.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 from typing import Any, cast
 
 import numpy as np
@@ -26,7 +25,7 @@ from vflcore.losses import task_loss
 from vflcore.models import build_seeded, make_optimizer, mlp
 from vflcore.tasks import EMBEDDING, GRADIENT, TrainEpoch
 from vflcore.tensors import TensorKey
-from vflserver.algorithms.base import ActiveContext, ServerAlgorithm
+from vflserver.algorithms.base import ActiveContext, Publish, ServerAlgorithm
 
 
 class SplitNNServer(ServerAlgorithm):
@@ -97,13 +96,7 @@ class SplitNNServer(ServerAlgorithm):
                 key = TensorKey(self.ctx.job.job_id, epoch, batch, name)
                 self.ctx.federation.publish(party, key, tensor.detach().numpy())
 
-    def _round(
-        self,
-        own: list[torch.Tensor],
-        passive: list[torch.Tensor],
-        rows: np.ndarray,
-        publish: Callable[[list[dict[str, torch.Tensor]]], None],
-    ) -> float:
+    def _round(self, own: list[torch.Tensor], passive: list[torch.Tensor], rows: np.ndarray, publish: Publish) -> float:
         """One communication round on the received ``passive`` embeddings; returns its loss.
 
         ``local_steps`` updates (FedBCD's Q) reuse the same passive embeddings; only the first

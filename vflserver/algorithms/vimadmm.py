@@ -12,7 +12,6 @@ would. The duals λ_j live here for every training row, across epochs.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, cast
 
 import numpy as np
@@ -21,7 +20,7 @@ import torch
 from vflcore.admm import consensus_loss, dual_update, residuals, solve_z
 from vflcore.models import LinearHeads
 from vflcore.tasks import ADMM_DUAL, ADMM_HEAD, ADMM_RESIDUAL
-from vflserver.algorithms.base import ActiveContext
+from vflserver.algorithms.base import ActiveContext, Publish
 from vflserver.algorithms.vimsgd import VIMSGDServer
 
 
@@ -36,13 +35,7 @@ class VIMADMMServer(VIMSGDServer):
         self.local_steps = int(ctx.job.option("local_steps"))
         self.duals = torch.zeros(ctx.job.num_rows, ctx.num_outputs)
 
-    def _round(
-        self,
-        own: list[torch.Tensor],
-        passive: list[torch.Tensor],
-        rows: np.ndarray,
-        publish: Callable[[list[dict[str, torch.Tensor]]], None],
-    ) -> float:
+    def _round(self, own: list[torch.Tensor], passive: list[torch.Tensor], rows: np.ndarray, publish: Publish) -> float:
         labels, heads = self.ctx.labels[rows], cast(LinearHeads, self.top)
         embeddings = [h.detach() for h in own + passive]
         with torch.no_grad():

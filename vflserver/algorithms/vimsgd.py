@@ -13,7 +13,6 @@ paper's regularisers (β R) are not applied; use the optimizer's own settings in
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, cast
 
 import numpy as np
@@ -23,7 +22,7 @@ from torch import nn
 from vflcore.job import ACTIVE_PARTY
 from vflcore.models import LinearHeads, make_optimizer
 from vflcore.tasks import GRADIENT
-from vflserver.algorithms.base import ActiveContext
+from vflserver.algorithms.base import ActiveContext, Publish
 from vflserver.algorithms.splitnn import SplitNNServer
 
 
@@ -51,13 +50,7 @@ class VIMSGDServer(SplitNNServer):
         output: torch.Tensor = self.top(own + passive)
         return output
 
-    def _round(
-        self,
-        own: list[torch.Tensor],
-        passive: list[torch.Tensor],
-        rows: np.ndarray,
-        publish: Callable[[list[dict[str, torch.Tensor]]], None],
-    ) -> float:
+    def _round(self, own: list[torch.Tensor], passive: list[torch.Tensor], rows: np.ndarray, publish: Publish) -> float:
         labels = self.ctx.labels[rows]
         # (2) the heads, on the embeddings as received (Eq. 11-12)
         self.optimizer.zero_grad()
