@@ -16,6 +16,7 @@ exactly; the paper's regularisers (β R) are left to the optimizer's own setting
 from __future__ import annotations
 
 import torch
+from torch import nn
 
 #: Newton's method stops when every sample's gradient is below this (float64), or after MAX_NEWTON.
 NEWTON_TOLERANCE = 1e-10
@@ -82,3 +83,25 @@ def residuals(contributions: list[torch.Tensor], z: torch.Tensor) -> list[torch.
     """Eq. 9: s^k = z − Σ_{i≠k} h^i W_i for every k, from each party's contribution h^i W_i."""
     total = torch.stack(contributions).sum(dim=0)
     return [z - (total - mine) for mine in contributions]
+
+
+def joint_local_step(
+    h: torch.Tensor,
+    head: nn.Linear,
+    head_optimizer: torch.optim.Optimizer,
+    bottom_optimizer: torch.optim.Optimizer,
+    duals: torch.Tensor,
+    slack: torch.Tensor,
+    rho: float,
+) -> None:
+    """One VIMADMM-J local step of a party (004 App. A.3): its head W_k on Eq. 19, then its bottom on Eq. 20.
+
+    ``h`` is the party's embedding of the batch with its current bottom model; the bottom's step
+    uses the head just updated.
+    """
+    head_optimizer.zero_grad()
+    torch.autograd.backward(consensus_loss(head(h.detach()), duals, slack, rho))
+    head_optimizer.step()
+    bottom_optimizer.zero_grad()
+    torch.autograd.backward(consensus_loss(h @ head.weight.detach().T, duals, slack, rho))
+    bottom_optimizer.step()

@@ -40,6 +40,9 @@ class JobSpec:
     num_rows: int = 0
     passive_parties: tuple[int, ...] = (2, 3)
     algorithm_options: dict[str, Any] = field(default_factory=dict)
+    #: The model's output width (classes, or 1 for regression); the active party sets it from its
+    #: label column, for algorithms whose passive parties hold a head of their own (VIMADMM-J).
+    num_outputs: int = 0
 
     def options_json(self) -> str:
         """Algorithm options as JSON: the only encoding that crosses the wire."""

@@ -67,6 +67,13 @@ def load_factory(spec: str) -> Callable[..., nn.Module]:
     return built
 
 
+def linear_head(embedding_dim: int, outputs: int, seed: int) -> nn.Linear:
+    """A party's own bias-free linear head W_k (VIMADMM-J), seeded like every model part."""
+    head = build_seeded(lambda: nn.Linear(embedding_dim, outputs, bias=False), seed)
+    assert isinstance(head, nn.Linear)
+    return head
+
+
 class LinearHeads(nn.Module):
     """Σ_k h^k W_k over a list of embeddings, one bias-free linear head each (004 Eq. 2)."""
 

@@ -26,6 +26,8 @@ DEFAULTS: Mapping[str, Mapping[str, Any]] = {
     "vimsgd": {},
     # ρ, the ADMM penalty, and τ, the local SGD steps a client takes on Eq. 10 per round (004 §3.2).
     "vimadmm": {"rho": 1.0, "local_steps": 10},
+    # The same for VIMADMM-J (004 §3.3): each local step updates the party's head, then its bottom.
+    "vimadmm_j": {"rho": 1.0, "local_steps": 10},
 }
 
 

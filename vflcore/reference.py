@@ -22,7 +22,7 @@ from vflcore import admm
 from vflcore.data import PartyTable, select_rows
 from vflcore.job import ACTIVE_PARTY, JobSpec, model_seed
 from vflcore.losses import label_tensor, task_loss
-from vflcore.models import LinearHeads, build_seeded, make_optimizer, mlp
+from vflcore.models import LinearHeads, build_seeded, linear_head, make_optimizer, mlp
 from vflcore.options import algorithm_options
 
 __all__ = ["ACTIVE_PARTY", "ReferenceSplitNN"]
@@ -64,6 +64,7 @@ class ReferenceSplitNN:
         options = algorithm_options(job.algorithm, job.algorithm_options)
         self.local_steps = int(options.get("local_steps", 1))
         self.admm = job.algorithm == "vimadmm"
+        self.joint = job.algorithm == "vimadmm_j"
         self.rho = float(options.get("rho", 1.0))
         self.duals = torch.zeros(job.num_rows, num_outputs)
         parts = len(self.bottoms)
@@ -84,7 +85,14 @@ class ReferenceSplitNN:
         self.bottom_optimizers = {
             p: make_optimizer(job.optimizer, self.bottoms[p].parameters(), job.learning_rate)
             for p in self.bottoms
-            if p != ACTIVE_PARTY or self.vim
+            if p != ACTIVE_PARTY or self.vim or self.joint
+        }
+        # VIMADMM-J: every party's own head, seeded as each party seeds its own.
+        self.heads = {
+            p: linear_head(job.embedding_dim, num_outputs, model_seed(job.seed, p, "head")) for p in self.bottoms
+        }
+        self.head_optimizers = {
+            p: make_optimizer(job.optimizer, head.parameters(), job.learning_rate) for p, head in self.heads.items()
         }
         self.optimizers += list(self.bottom_optimizers.values())
         #: The training loss of every step, in order.
@@ -137,7 +145,15 @@ class ReferenceSplitNN:
         batches = self.schedule.batches(epoch)
         total = 0.0
         for rows in batches:
-            round_ = self._admm_round if self.admm else self._vim_round if self.vim else self._round
+            round_ = (
+                self._joint_round
+                if self.joint
+                else self._admm_round
+                if self.admm
+                else self._vim_round
+                if self.vim
+                else self._round
+            )
             value = round_(rows)
             self.step_losses.append(value)
             total += value * len(rows)
@@ -213,6 +229,33 @@ class ReferenceSplitNN:
                 self.bottom_optimizers[party].step()
         return float(loss.item())
 
+    def _joint_round(self, rows: np.ndarray) -> float:
+        """VIMADMM-J (004 App. A.3, Eq. 16-20): z, λ and residuals here, τ joint local steps per party."""
+        parties = sorted(self.bottoms)
+        embeddings = [self.bottoms[p](self.features[p][rows]) for p in parties]
+        labels = self.labels[rows]
+        with torch.no_grad():
+            contributions = [self.heads[p](h) for p, h in zip(parties, embeddings, strict=True)]
+            outputs = torch.stack(contributions).sum(dim=0)
+            loss = self.loss_fn(outputs, labels)
+        z = admm.solve_z(self.job.task, outputs, labels, self.duals[rows], self.rho)
+        duals = admm.dual_update(self.duals[rows], outputs, z, self.rho)
+        self.duals[rows] = duals
+        slack = admm.residuals(contributions, z)
+        for k, party in enumerate(parties):
+            for step in range(self.local_steps):
+                h = embeddings[k] if step == 0 else self.bottoms[party](self.features[party][rows])
+                admm.joint_local_step(
+                    h,
+                    self.heads[party],
+                    self.head_optimizers[party],
+                    self.bottom_optimizers[party],
+                    duals,
+                    slack[k],
+                    self.rho,
+                )
+        return float(loss.item())
+
     def head_norms(self) -> dict[int, float]:
         """VIMSGD's client importance: ‖W_k‖ per party, as the server reports it."""
         assert isinstance(self.top, LinearHeads)
@@ -223,4 +266,8 @@ class ReferenceSplitNN:
         """The split model's output (logits, or predictions for regression) on aligned ``rows``."""
         for module in [self.top, *self.bottoms.values()]:
             module.eval()
+        if self.joint:
+            return torch.stack(
+                [self.heads[p](self.bottoms[p](self.features[p][rows])) for p in sorted(self.bottoms)]
+            ).sum(0)
         return self._top(rows, [self.bottoms[p](self.features[p][rows]) for p in self.passive])

@@ -151,6 +151,7 @@ def job_to_proto(job: JobSpec) -> pb.JobSpec:
         num_rows=job.num_rows,
         passive_parties=list(job.passive_parties),
         algorithm_options=job.options_json(),
+        num_outputs=job.num_outputs,
     )
 
 
@@ -174,6 +175,7 @@ def job_from_proto(msg: pb.JobSpec) -> JobSpec:
         num_rows=msg.num_rows,
         passive_parties=tuple(msg.passive_parties),
         algorithm_options=options,
+        num_outputs=msg.num_outputs,
     )
 
 

@@ -84,6 +84,11 @@ class ActiveParty:
         if not job.job_id:
             job = replace(job, job_id=f"job-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}")
         server_algorithm(job.algorithm)  # an unknown algorithm fails now, not after PSI
+        if table.labels is not None and not psi_only:
+            # From the whole label column, not the aligned rows: a class absent from the
+            # intersection must still have an output, and every party must agree on the width.
+            _, outputs = label_tensor(job.task, torch.from_numpy(np.asarray(table.labels, dtype=np.float64)))
+            job = replace(job, num_outputs=outputs)
         self.job = job
         self.own_table = table
         self.top_hidden = tuple(top_hidden)
@@ -110,7 +115,7 @@ class ActiveParty:
         self._row_of_id = {str(i): n for n, i in enumerate(aligned.ids)}
         if self.psi_only:
             return
-        labels, outputs = label_tensor(self.job.task, torch.from_numpy(np.asarray(aligned.labels, dtype=np.float64)))
+        labels, _ = label_tensor(self.job.task, torch.from_numpy(np.asarray(aligned.labels, dtype=np.float64)))
         self.labels = labels
         self.algorithm = server_algorithm(self.job.algorithm)(
             ActiveContext(
@@ -119,7 +124,7 @@ class ActiveParty:
                 federation=self.federation,
                 features=torch.from_numpy(np.ascontiguousarray(aligned.features, dtype=np.float32)),
                 labels=labels,
-                num_outputs=outputs,
+                num_outputs=self.job.num_outputs,
                 top_hidden=self.top_hidden,
             )
         )
@@ -211,7 +216,7 @@ class ActiveParty:
         if len(rows) == 0:
             return float("nan"), {}
         fed = self.federation
-        fed.expect(EVAL_EMBEDDING, epoch, 0, (len(rows), self.job.embedding_dim))
+        fed.expect(EVAL_EMBEDDING, epoch, 0, (len(rows), self.algorithm.upload_width))
         fed.dispatch(lambda tid: Evaluate(tid, epoch, rows))
         output = self.algorithm.predict(rows, fed.gather(EVAL_EMBEDDING, epoch, 0))
         loss = float(self._loss_fn(output, self.labels[rows]))
@@ -227,7 +232,7 @@ class ActiveParty:
         with self._inference_lock:
             for party in self.job.passive_parties:
                 fed.check_online(party)
-            fed.expect(name, 0, 0, (len(rows), self.job.embedding_dim))
+            fed.expect(name, 0, 0, (len(rows), self.algorithm.upload_width))
             fed.dispatch(lambda tid: Infer(tid, request_id, rows))
             try:
                 output = self.algorithm.predict(rows, fed.gather(name, 0, 0))

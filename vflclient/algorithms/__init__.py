@@ -7,6 +7,7 @@ from vflclient.algorithms.base import ClientAlgorithm, ModelFactory, PassiveCont
 from vflclient.algorithms.fedbcd import FedBCDClient
 from vflclient.algorithms.splitnn import SplitNNClient
 from vflclient.algorithms.vimadmm import VIMADMMClient
+from vflclient.algorithms.vimadmm_j import VIMADMMJClient
 from vflclient.algorithms.vimsgd import VIMSGDClient
 from vflcore.errors import JoinRejected
 
@@ -16,6 +17,7 @@ CLIENT_ALGORITHMS: dict[str, type[ClientAlgorithm]] = {
     AsyncClient.name: AsyncClient,
     VIMSGDClient.name: VIMSGDClient,
     VIMADMMClient.name: VIMADMMClient,
+    VIMADMMJClient.name: VIMADMMJClient,
 }
 
 

@@ -8,6 +8,7 @@ from vflserver.algorithms.base import ActiveContext, ServerAlgorithm
 from vflserver.algorithms.fedbcd import FedBCDServer
 from vflserver.algorithms.splitnn import SplitNNServer
 from vflserver.algorithms.vimadmm import VIMADMMServer
+from vflserver.algorithms.vimadmm_j import VIMADMMJServer
 from vflserver.algorithms.vimsgd import VIMSGDServer
 
 SERVER_ALGORITHMS: dict[str, type[ServerAlgorithm]] = {
@@ -16,6 +17,7 @@ SERVER_ALGORITHMS: dict[str, type[ServerAlgorithm]] = {
     AsyncServer.name: AsyncServer,
     VIMSGDServer.name: VIMSGDServer,
     VIMADMMServer.name: VIMADMMServer,
+    VIMADMMJServer.name: VIMADMMJServer,
 }
 
 

@@ -45,6 +45,11 @@ class ServerAlgorithm(ABC):
         #: The training loss of every step, in order: what reference tests compare.
         self.step_losses: list[float] = []
 
+    @property
+    def upload_width(self) -> int:
+        """Columns of what a passive party uploads per row: its embedding, or (VIMADMM-J) its logits."""
+        return self.ctx.job.embedding_dim
+
     @abstractmethod
     def train_epoch(self, epoch: int) -> float:
         """Run one epoch with every passive party; return the mean training loss."""

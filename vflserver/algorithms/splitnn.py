@@ -73,7 +73,7 @@ class SplitNNServer(ServerAlgorithm):
         ctx, fed = self.ctx, self.ctx.federation
         batches = ctx.schedule.batches(epoch)
         for b, rows in enumerate(batches):
-            fed.expect(EMBEDDING, epoch, b, (len(rows), ctx.job.embedding_dim))
+            fed.expect(EMBEDDING, epoch, b, (len(rows), self.upload_width))
         fed.dispatch(lambda tid: TrainEpoch(tid, epoch))
         self.top.train()
         if self.bottom is not None:

@@ -1,0 +1,81 @@
+"""VIMADMM-J, the active party's half (VIM without model splitting, 004 §3.3 and Appendix A.3).
+
+Every party holds its whole model, bottom and linear head W_k, and sends its logits
+o^k = f(x^k) W_k. The server keeps only the ADMM state: per round it solves z (Eq. 16), updates
+the duals λ (Eq. 17), forms each party's residual s^k = z − Σ_{i≠k} o^i (Eq. 18), and sends λ_B
+and s^k_B back by PushADMMState. Each party then takes τ local steps, each updating its head
+(Eq. 19) and then its bottom model (Eq. 20). The prediction is Σ_k o^k.
+
+The active party's own features, if any, are one more such party: its bottom and head live
+here and take the same τ steps.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from vflcore.admm import dual_update, joint_local_step, residuals, solve_z
+from vflcore.job import ACTIVE_PARTY, model_seed
+from vflcore.models import linear_head, make_optimizer
+from vflcore.tasks import ADMM_DUAL, ADMM_RESIDUAL
+from vflserver.algorithms.base import ActiveContext, Publish
+from vflserver.algorithms.splitnn import SplitNNServer
+
+
+class VIMADMMJServer(SplitNNServer):
+    """ADMM state on the server; every model, heads included, on its own party."""
+
+    name = "vimadmm_j"
+
+    def __init__(self, ctx: ActiveContext) -> None:
+        super().__init__(ctx)
+        job = ctx.job
+        self.rho = float(job.option("rho"))
+        self.local_steps = int(job.option("local_steps"))
+        self.duals = torch.zeros(job.num_rows, ctx.num_outputs)
+        self.head: nn.Linear | None = None
+        self.head_optimizer: torch.optim.Optimizer | None = None
+        if self.bottom is not None:
+            self.head = linear_head(job.embedding_dim, ctx.num_outputs, model_seed(job.seed, ACTIVE_PARTY, "head"))
+            self.head_optimizer = make_optimizer(job.optimizer, self.head.parameters(), job.learning_rate)
+            self.optimizer = make_optimizer(job.optimizer, self.bottom.parameters(), job.learning_rate)
+
+    def _build_top(self, parts: int) -> nn.Module:
+        return nn.Identity()  # no server model: the prediction is the sum of the parties' logits
+
+    @property
+    def upload_width(self) -> int:
+        return self.ctx.num_outputs
+
+    def _forward(self, own: list[torch.Tensor], passive: list[torch.Tensor]) -> torch.Tensor:
+        own_logits = [self.head(h) for h in own] if self.head is not None else []
+        return torch.stack(own_logits + passive).sum(dim=0)
+
+    def _round(self, own: list[torch.Tensor], passive: list[torch.Tensor], rows: np.ndarray, publish: Publish) -> float:
+        labels = self.ctx.labels[rows]
+        with torch.no_grad():
+            contributions = ([self.head(own[0])] if self.head is not None else []) + passive
+            outputs = torch.stack(contributions).sum(dim=0)
+            loss = self.loss_fn(outputs, labels)  # the model's loss on the batch, before this round
+        z = solve_z(self.ctx.job.task, outputs, labels, self.duals[rows], self.rho)  # Eq. 16
+        duals = dual_update(self.duals[rows], outputs, z, self.rho)  # Eq. 17
+        self.duals[rows] = duals
+        slack = residuals(contributions, z)  # Eq. 18
+        mine = len(own)
+        publish([{ADMM_DUAL: duals, ADMM_RESIDUAL: s} for s in slack[mine:]])
+        if self.head is not None and self.head_optimizer is not None:
+            for step in range(self.local_steps):  # Eq. 19, then Eq. 20, τ times
+                h = own[0] if step == 0 else self._own(rows)[0]
+                joint_local_step(h, self.head, self.head_optimizer, self.optimizer, duals, slack[0], self.rho)
+        return float(loss.item())
+
+    def state(self) -> dict[str, Any]:
+        out = {**super().state(), "duals": self.duals}
+        if self.head is not None and self.head_optimizer is not None:
+            out["head"] = self.head.state_dict()
+            out["head_optimizer"] = self.head_optimizer.state_dict()
+        return out
