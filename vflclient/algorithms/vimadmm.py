@@ -15,15 +15,15 @@ from vflclient.algorithms.base import PassiveContext
 from vflclient.algorithms.splitnn import SplitNNClient
 from vflcore.admm import consensus_loss
 from vflcore.tasks import ADMM_DUAL, ADMM_HEAD, ADMM_RESIDUAL, EMBEDDING
-from vflcore.tensors import TensorError, check_shape
-
-ADMM_STATE = (ADMM_DUAL, ADMM_RESIDUAL, ADMM_HEAD)
+from vflcore.tensors import check_shape
 
 
 class VIMADMMClient(SplitNNClient):
     """A bottom model trained by τ local steps on each round's ADMM state."""
 
     name = "vimadmm"
+    #: What the server pushes per batch, in order (PushADMMState).
+    state_names: tuple[str, ...] = (ADMM_DUAL, ADMM_RESIDUAL, ADMM_HEAD)
 
     def __init__(self, ctx: PassiveContext) -> None:
         super().__init__(ctx)
@@ -34,25 +34,41 @@ class VIMADMMClient(SplitNNClient):
         ctx = self.ctx
         self.bottom.train()
         batches = ctx.schedule.batches(epoch)
-        with ctx.link.exchange(ctx.job.job_id, epoch, len(batches), up=EMBEDDING, down=ADMM_STATE, admm=True) as link:
+        names = self.state_names
+        with ctx.link.exchange(ctx.job.job_id, epoch, len(batches), up=EMBEDDING, down=names, admm=True) as link:
             for b, rows in enumerate(batches):
                 x = ctx.features[rows]
                 h = self.bottom(x)
-                link.send(b, h.detach().numpy())
-                duals, slack, head = self._checked(link.receive_bundle(b), len(rows))
+                self.delay.before_step()
+                link.send(b, self._upload(h))
+                state = self._checked(link.receive_bundle(b), len(rows))
                 for step in range(self.local_steps):
                     if step:
                         h = self.bottom(x)
-                    self.optimizer.zero_grad()
-                    torch.autograd.backward(consensus_loss(h @ head.T, duals, slack, self.rho))
-                    self.optimizer.step()
+                    self._local_step(h, state)
 
-    def _checked(self, state: dict[str, np.ndarray], rows: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """λ, s and W as tensors, after checking their shapes agree with each other and the batch."""
-        duals, slack, head = (state[name] for name in ADMM_STATE)
-        if duals.ndim != 2 or duals.shape[0] != rows:
-            raise TensorError(ADMM_DUAL, f"expected ({rows}, outputs) from the server, got {duals.shape}")
-        check_shape(slack, duals.shape, what=f"{ADMM_RESIDUAL} from the server")
-        check_shape(head, (duals.shape[1], self.ctx.job.embedding_dim), what=f"{ADMM_HEAD} from the server")
-        as_tensor = [torch.from_numpy(a.astype(np.float32, copy=True)) for a in (duals, slack, head)]
-        return as_tensor[0], as_tensor[1], as_tensor[2]
+    def _upload(self, h: torch.Tensor) -> np.ndarray:
+        """What the party sends for a batch: its embedding h^k."""
+        out: np.ndarray = h.detach().numpy()
+        return out
+
+    def _local_step(self, h: torch.Tensor, state: dict[str, torch.Tensor]) -> None:
+        """One SGD step on Eq. 10 with the head the server sent."""
+        self.optimizer.zero_grad()
+        outputs = h @ state[ADMM_HEAD].T
+        torch.autograd.backward(consensus_loss(outputs, state[ADMM_DUAL], state[ADMM_RESIDUAL], self.rho))
+        self.optimizer.step()
+
+    def _checked(self, state: dict[str, np.ndarray], rows: int) -> dict[str, torch.Tensor]:
+        """The pushed tensors, after checking their shapes agree with each other and the batch."""
+        duals = state[ADMM_DUAL]
+        check_shape(duals, (rows, self._outputs(duals)), what=f"{ADMM_DUAL} from the server")
+        check_shape(state[ADMM_RESIDUAL], duals.shape, what=f"{ADMM_RESIDUAL} from the server")
+        if ADMM_HEAD in state:
+            head_shape = (duals.shape[1], self.ctx.job.embedding_dim)
+            check_shape(state[ADMM_HEAD], head_shape, what=f"{ADMM_HEAD} from the server")
+        return {name: torch.from_numpy(array.astype(np.float32, copy=True)) for name, array in state.items()}
+
+    def _outputs(self, duals: np.ndarray) -> int:
+        """The model's output width: the job's, or else what the server's duals show."""
+        return self.ctx.job.num_outputs or (duals.shape[1] if duals.ndim == 2 else -1)
