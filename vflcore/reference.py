@@ -1,4 +1,4 @@
-"""SplitNN, FedBCD and VIMSGD trained in one process, with no federation in the way: the yardstick.
+"""SplitNN, FedBCD, VIMSGD, VIMADMM and VIMADMM-J in one process, with no federation in the way: the yardstick.
 
 The same models (shapes and seeds), optimizers, batch schedule and loss as the federated
 algorithm, but every party's bottom model lives here and the embeddings never leave memory. Tests
