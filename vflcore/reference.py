@@ -29,7 +29,7 @@ __all__ = ["ACTIVE_PARTY", "ReferenceSplitNN"]
 
 
 class ReferenceSplitNN:
-    """Every party's half of SplitNN (concatenation aggregation) in one process."""
+    """Every party's half of the job's algorithm (SplitNN and its relatives, by ``job.algorithm``) in one process."""
 
     def __init__(
         self,
