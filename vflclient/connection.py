@@ -168,6 +168,12 @@ class Connection(ServerLink):
             self._stub, self._metadata, self.traffic, job_id, round_, batches, up=up, down=names, admm=admm
         )
 
+    def share_head(self, key: TensorKey, head: np.ndarray) -> None:
+        """Upload this party's linear head W_k by FetchHead, as a ShareHead task asks (VIMADMM-J)."""
+        with translated("FetchHead"):
+            chunks = self.traffic.sending(ACTIVE_PARTY, key, wire.tensor_to_chunks(key, head))
+            self._stub.FetchHead(chunks, metadata=self._metadata)
+
     def psi_link(self) -> ServerLink:
         """The same send/receive pair, over the PSI calls (PsiUpload, PsiDownload)."""
         return _PsiLink(self._stub, self._metadata, self.traffic)

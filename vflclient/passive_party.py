@@ -27,9 +27,21 @@ from vflclient.alignment import align_passive
 from vflclient.connection import Connection
 from vflcore.checkpoint import party_dir, save_checkpoint
 from vflcore.data import PartyTable, write_aligned_ids
+from vflcore.errors import VflError
 from vflcore.job import ACTIVE_PARTY, JobSpec
 from vflcore.psi.cache import cached_keys
-from vflcore.tasks import EVAL_EMBEDDING, Align, Evaluate, Finish, Infer, Task, TrainEpoch, infer_embedding_name
+from vflcore.tasks import (
+    EVAL_EMBEDDING,
+    HEAD,
+    Align,
+    Evaluate,
+    Finish,
+    Infer,
+    ShareHead,
+    Task,
+    TrainEpoch,
+    infer_embedding_name,
+)
 from vflcore.tensors import TensorKey
 from vflcore.traffic import summary_lines
 
@@ -173,6 +185,11 @@ class PassiveParty:
                 return 1
             case Evaluate(_, epoch, rows):
                 connection.send(TensorKey(job.job_id, epoch, 0, EVAL_EMBEDDING), algorithm.embed(rows))
+            case ShareHead(_, round_):
+                head = algorithm.head()
+                if head is None:
+                    raise VflError(f"the server asked for a linear head, but {job.algorithm!r} gives this party none")
+                connection.share_head(TensorKey(job.job_id, round_, 0, HEAD), head)
             case Infer(_, request_id, rows):
                 connection.send(TensorKey(job.job_id, 0, 0, infer_embedding_name(request_id)), algorithm.embed(rows))
                 log.info("inference_served", request=request_id, rows=len(rows))

@@ -55,7 +55,15 @@ class Finish:
     message: str
 
 
-Task = Align | TrainEpoch | Evaluate | Infer | Finish
+@dataclass(frozen=True)
+class ShareHead:
+    """Upload this party's linear head W_k by FetchHead (VIMADMM-J, for client importance)."""
+
+    task_id: int
+    round: int
+
+
+Task = Align | TrainEpoch | Evaluate | Infer | ShareHead | Finish
 
 
 # The names of the tensors each task exchanges. Both halves build keys through these functions,
@@ -75,6 +83,10 @@ ADMM_HEAD = "admm/head"  # W_k, (outputs, embedding_dim) float32
 
 def is_admm_name(name: str) -> bool:
     return name.startswith("admm/")
+
+
+# VIMADMM-J: a party's own head W_k, (outputs, embedding_dim) float32, on FetchHead.
+HEAD = "head"
 
 
 def infer_embedding_name(request_id: str) -> str:

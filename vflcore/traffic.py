@@ -3,7 +3,7 @@
 Every tensor message is counted at the size protobuf gives it (``ByteSize``: payload plus key
 and header), as it is sent or received; TLS and HTTP/2 framing add a little on top (about
 0.2 % measured for PSI, docs/psi.md). Phases are named after what the tensor is for:
-``psi``, ``train <epoch>``, ``eval <epoch>`` and ``infer``, so "MB per round" of an algorithm
+``psi``, ``train <epoch>``, ``eval <epoch>``, ``infer`` and ``head``, so "MB per round" of an algorithm
 is the ``train`` phases.
 """
 
@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 
 from vflcore.proto import federation_pb2 as pb
-from vflcore.tasks import EVAL_EMBEDDING, is_psi_name
+from vflcore.tasks import EVAL_EMBEDDING, HEAD, is_psi_name
 from vflcore.tensors import TensorKey
 
 MB = 1_000_000
@@ -27,6 +27,8 @@ def phase_of(key: TensorKey) -> str:
         return f"eval {key.round}"
     if key.name.startswith("infer/"):
         return "infer"
+    if key.name == HEAD:
+        return "head"
     return f"train {key.round}"
 
 

@@ -189,6 +189,8 @@ def task_to_proto(task: tasks.Task) -> pb.Task:
             return pb.Task(task_id=task_id, evaluate=pb.Evaluate(epoch=epoch, rows=rows.tolist()))
         case tasks.Infer(task_id, request_id, rows):
             return pb.Task(task_id=task_id, infer=pb.Infer(request_id=request_id, rows=rows.tolist()))
+        case tasks.ShareHead(task_id, round_):
+            return pb.Task(task_id=task_id, share_head=pb.ShareHead(round=round_))
         case tasks.Finish(task_id, success, message):
             return pb.Task(task_id=task_id, finish=pb.Finish(success=success, message=message))
     raise TypeError(f"not a task: {task!r}")
@@ -204,6 +206,8 @@ def task_from_proto(msg: pb.Task) -> tasks.Task:
         return tasks.Evaluate(msg.task_id, msg.evaluate.epoch, np.asarray(msg.evaluate.rows, dtype=np.int64))
     if kind == "infer":
         return tasks.Infer(msg.task_id, msg.infer.request_id, np.asarray(msg.infer.rows, dtype=np.int64))
+    if kind == "share_head":
+        return tasks.ShareHead(msg.task_id, msg.share_head.round)
     if kind == "finish":
         return tasks.Finish(msg.task_id, msg.finish.success, msg.finish.message)
     raise ValueError(f"task {msg.task_id} has no kind this client understands ({kind!r}); upgrade the client")

@@ -23,7 +23,7 @@ from vflcore.errors import JobAborted, JoinRejected, NotBuiltYet, PartyUnavailab
 from vflcore.identity import party_from_auth_context
 from vflcore.proto import federation_pb2 as pb
 from vflcore.proto import federation_pb2_grpc as pb_grpc
-from vflcore.tasks import Finish, is_admm_name, is_psi_name
+from vflcore.tasks import HEAD, Finish, is_admm_name, is_psi_name
 from vflcore.tensors import TensorError, TensorKey
 from vflserver.federation import Federation
 
@@ -35,15 +35,22 @@ INSECURE_PARTY_HEADER = "x-vfl-insecure-party"
 
 @dataclass(frozen=True)
 class _Kind:
-    """Which tensor names one download RPC carries: each exchange keeps to its own call."""
+    """Which tensor names one RPC carries: each exchange keeps to its own call."""
 
     rpc: str
     carries: Callable[[str], bool]
 
 
-_TRAINING = _Kind("ReturnGradients (training tensors)", lambda name: not (is_psi_name(name) or is_admm_name(name)))
+def _is_training_name(name: str) -> bool:
+    return not (is_psi_name(name) or is_admm_name(name) or name == HEAD)
+
+
+_UPLOAD = _Kind("SendEmbeddings (training tensors)", _is_training_name)
+_TRAINING = _Kind("ReturnGradients (training tensors)", _is_training_name)
+_PSI_UP = _Kind("PsiUpload (PSI tensors)", is_psi_name)
 _PSI = _Kind("PsiDownload (PSI tensors)", is_psi_name)
 _ADMM = _Kind("PushADMMState (VIMADMM state)", is_admm_name)
+_HEAD = _Kind("FetchHead (a party's head)", lambda name: name == HEAD)
 
 #: The most batches one ReturnGradients, PushADMMState or PsiDownload call may ask for.
 MAX_STREAMED_TENSORS = 1 << 20
@@ -176,13 +183,13 @@ class FederationService(pb_grpc.FederationServicer):
 
     @_handler
     def SendEmbeddings(self, request_iterator: Iterator[pb.TensorChunk], context: grpc.ServicerContext) -> pb.SendAck:
-        return self._upload(request_iterator, context, psi=False)
+        return self._upload(request_iterator, context, _UPLOAD)
 
     @_handler
     def PsiUpload(self, request_iterator: Iterator[pb.TensorChunk], context: grpc.ServicerContext) -> pb.SendAck:
-        return self._upload(request_iterator, context, psi=True)
+        return self._upload(request_iterator, context, _PSI_UP)
 
-    def _upload(self, chunks: Iterator[pb.TensorChunk], context: grpc.ServicerContext, *, psi: bool) -> pb.SendAck:
+    def _upload(self, chunks: Iterator[pb.TensorChunk], context: grpc.ServicerContext, kind: _Kind) -> pb.SendAck:
         """Accept every tensor the stream carries, each as soon as it is whole.
 
         A refused tensor ends the stream with its error; the tensors before it stay accepted,
@@ -192,10 +199,8 @@ class FederationService(pb_grpc.FederationServicer):
         last: TensorKey | None = None
         count = received = 0
         for key, array in wire.tensors_from_chunks(self.federation.traffic.receiving(party, chunks)):
-            if is_psi_name(key.name) != psi:
-                raise TensorError(
-                    "key.name", f"{key.name!r} does not travel on this call ({'PSI' if psi else 'training'})"
-                )
+            if not kind.carries(key.name):
+                raise TensorError("key.name", f"{key.name!r} does not travel on {kind.rpc}")
             self.federation.accept_upload(party, key, array)
             last, count, received = key, count + 1, received + array.nbytes
         assert last is not None  # tensors_from_chunks refuses an empty stream
@@ -240,9 +245,8 @@ class FederationService(pb_grpc.FederationServicer):
             yield from traffic.sending(party, key, wire.tensor_to_chunks(key, array))
 
     @_handler
-    def FetchHead(self, request: pb.TensorRequest, context: grpc.ServicerContext) -> Iterator[pb.TensorChunk]:
-        self._caller(context)
-        raise NotBuiltYet("FetchHead returns a VIM linear head; no algorithm of this release uses it")
+    def FetchHead(self, request_iterator: Iterator[pb.TensorChunk], context: grpc.ServicerContext) -> pb.SendAck:
+        return self._upload(request_iterator, context, _HEAD)
 
     @_handler
     def ReportFailure(self, request: pb.FailureReport, context: grpc.ServicerContext) -> pb.FailureAck:

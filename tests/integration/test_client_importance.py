@@ -45,9 +45,12 @@ def _with_noise(digits: Path, out: Path) -> Path:
     return out
 
 
-def test_noise_party_gets_the_smallest_head(pki: Pki, digits_data: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("algorithm", ["vimadmm", "vimadmm_j"])
+def test_noise_party_gets_the_smallest_head(pki: Pki, digits_data: Path, tmp_path: Path, algorithm: str) -> None:
+    """VIMADMM keeps the heads on the server; VIMADMM-J fetches them from the parties (FetchHead)."""
     data = _with_noise(digits_data, tmp_path / "data")
-    summary = run_whole_job(pki, data, tmp_path, JOB).summary()
+    job = replace(JOB, job_id=f"denoising-{algorithm}", algorithm=algorithm)
+    summary = run_whole_job(pki, data, tmp_path, job).summary()
     norms = summary.client_importance
     assert norms is not None and set(norms) == {1, 2, 3}
     assert min(norms, key=norms.__getitem__) == NOISY_PARTY, norms

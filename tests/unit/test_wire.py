@@ -123,6 +123,8 @@ class TestSerde:
         [
             tasks.TrainEpoch(1, 4),
             tasks.Finish(2, False, "bye"),
+            tasks.ShareHead(3, 12),
+            tasks.Align(4, b"key", True),
         ],
     )
     def test_simple_task_round_trip(self, task: tasks.Task) -> None:

@@ -120,3 +120,7 @@ class ClientAlgorithm(ABC):
     @abstractmethod
     def state(self) -> dict[str, Any]:
         """Model and optimizer state for this party's checkpoint."""
+
+    def head(self) -> np.ndarray | None:
+        """This party's own linear head W_k, if its algorithm gives it one (VIMADMM-J)."""
+        return None

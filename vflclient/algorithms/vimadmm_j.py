@@ -33,24 +33,33 @@ class VIMADMMJClient(VIMADMMClient):
         job = ctx.job
         if job.num_outputs < 1:
             raise TensorError("job.num_outputs", "the server's job does not say how many outputs the model has")
-        self.head = linear_head(job.embedding_dim, job.num_outputs, model_seed(job.seed, ctx.party, "head"))
-        self.head_optimizer = make_optimizer(job.optimizer, self.head.parameters(), job.learning_rate)
+        self.head_layer = linear_head(job.embedding_dim, job.num_outputs, model_seed(job.seed, ctx.party, "head"))
+        self.head_optimizer = make_optimizer(job.optimizer, self.head_layer.parameters(), job.learning_rate)
 
     def _upload(self, h: torch.Tensor) -> np.ndarray:
         """The party's logits o^k = f(x^k) W_k."""
-        out: np.ndarray = self.head(h).detach().numpy()
+        out: np.ndarray = self.head_layer(h).detach().numpy()
         return out
 
     def _local_step(self, h: torch.Tensor, state: dict[str, torch.Tensor]) -> None:
         duals, slack = state[ADMM_DUAL], state[ADMM_RESIDUAL]
-        joint_local_step(h, self.head, self.head_optimizer, self.optimizer, duals, slack, self.rho)
+        joint_local_step(h, self.head_layer, self.head_optimizer, self.optimizer, duals, slack, self.rho)
 
     @torch.no_grad()
     def embed(self, rows: np.ndarray) -> np.ndarray:
         """This party's logits o^k = f(x^k) W_k: what the server sums to predict."""
         self.bottom.eval()
-        out: np.ndarray = self.head(self.bottom(self.ctx.features[rows])).numpy()
+        out: np.ndarray = self.head_layer(self.bottom(self.ctx.features[rows])).numpy()
+        return out
+
+    def head(self) -> np.ndarray:
+        """W_k, (outputs, embedding_dim): what the server's client-importance report measures."""
+        out: np.ndarray = self.head_layer.weight.detach().numpy().copy()
         return out
 
     def state(self) -> dict[str, Any]:
-        return {**super().state(), "head": self.head.state_dict(), "head_optimizer": self.head_optimizer.state_dict()}
+        return {
+            **super().state(),
+            "head": self.head_layer.state_dict(),
+            "head_optimizer": self.head_optimizer.state_dict(),
+        }

@@ -155,20 +155,28 @@ class Finish(_message.Message):
     def __init__(self, success: _Optional[bool] = ..., message: _Optional[str] = ...) -> None: ...
 
 class Task(_message.Message):
-    __slots__ = ("task_id", "train_epoch", "evaluate", "infer", "finish", "align")
+    __slots__ = ("task_id", "train_epoch", "evaluate", "infer", "finish", "align", "share_head")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     TRAIN_EPOCH_FIELD_NUMBER: _ClassVar[int]
     EVALUATE_FIELD_NUMBER: _ClassVar[int]
     INFER_FIELD_NUMBER: _ClassVar[int]
     FINISH_FIELD_NUMBER: _ClassVar[int]
     ALIGN_FIELD_NUMBER: _ClassVar[int]
+    SHARE_HEAD_FIELD_NUMBER: _ClassVar[int]
     task_id: int
     train_epoch: TrainEpoch
     evaluate: Evaluate
     infer: Infer
     finish: Finish
     align: Align
-    def __init__(self, task_id: _Optional[int] = ..., train_epoch: _Optional[_Union[TrainEpoch, _Mapping]] = ..., evaluate: _Optional[_Union[Evaluate, _Mapping]] = ..., infer: _Optional[_Union[Infer, _Mapping]] = ..., finish: _Optional[_Union[Finish, _Mapping]] = ..., align: _Optional[_Union[Align, _Mapping]] = ...) -> None: ...
+    share_head: ShareHead
+    def __init__(self, task_id: _Optional[int] = ..., train_epoch: _Optional[_Union[TrainEpoch, _Mapping]] = ..., evaluate: _Optional[_Union[Evaluate, _Mapping]] = ..., infer: _Optional[_Union[Infer, _Mapping]] = ..., finish: _Optional[_Union[Finish, _Mapping]] = ..., align: _Optional[_Union[Align, _Mapping]] = ..., share_head: _Optional[_Union[ShareHead, _Mapping]] = ...) -> None: ...
+
+class ShareHead(_message.Message):
+    __slots__ = ("round",)
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    round: int
+    def __init__(self, round: _Optional[int] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
     __slots__ = ("job_id",)

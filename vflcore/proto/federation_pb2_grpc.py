@@ -64,10 +64,10 @@ class FederationStub:
                 request_serializer=vflcore_dot_proto_dot_federation__pb2.TensorRequest.SerializeToString,
                 response_deserializer=vflcore_dot_proto_dot_federation__pb2.TensorChunk.FromString,
                 _registered_method=True)
-        self.FetchHead = channel.unary_stream(
+        self.FetchHead = channel.stream_unary(
                 '/vfl.v1.Federation/FetchHead',
-                request_serializer=vflcore_dot_proto_dot_federation__pb2.TensorRequest.SerializeToString,
-                response_deserializer=vflcore_dot_proto_dot_federation__pb2.TensorChunk.FromString,
+                request_serializer=vflcore_dot_proto_dot_federation__pb2.TensorChunk.SerializeToString,
+                response_deserializer=vflcore_dot_proto_dot_federation__pb2.SendAck.FromString,
                 _registered_method=True)
         self.PsiUpload = channel.stream_unary(
                 '/vfl.v1.Federation/PsiUpload',
@@ -139,8 +139,10 @@ class FederationServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def FetchHead(self, request, context):
-        """VIM: a linear head W_k, for client importance and inference.
+    def FetchHead(self, request_iterator, context):
+        """VIMADMM-J: the server fetches a party's linear head W_k (for client importance). Only the
+        server listens, so it asks with a ShareHead task and the party answers on this call,
+        uploading W_k under the key the task names ("head" tensors only).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -203,10 +205,10 @@ def add_FederationServicer_to_server(servicer, server):
                     request_deserializer=vflcore_dot_proto_dot_federation__pb2.TensorRequest.FromString,
                     response_serializer=vflcore_dot_proto_dot_federation__pb2.TensorChunk.SerializeToString,
             ),
-            'FetchHead': grpc.unary_stream_rpc_method_handler(
+            'FetchHead': grpc.stream_unary_rpc_method_handler(
                     servicer.FetchHead,
-                    request_deserializer=vflcore_dot_proto_dot_federation__pb2.TensorRequest.FromString,
-                    response_serializer=vflcore_dot_proto_dot_federation__pb2.TensorChunk.SerializeToString,
+                    request_deserializer=vflcore_dot_proto_dot_federation__pb2.TensorChunk.FromString,
+                    response_serializer=vflcore_dot_proto_dot_federation__pb2.SendAck.SerializeToString,
             ),
             'PsiUpload': grpc.stream_unary_rpc_method_handler(
                     servicer.PsiUpload,
@@ -397,7 +399,7 @@ class Federation:
             _registered_method=True)
 
     @staticmethod
-    def FetchHead(request,
+    def FetchHead(request_iterator,
             target,
             options=(),
             channel_credentials=None,
@@ -407,12 +409,12 @@ class Federation:
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.unary_stream(
-            request,
+        return grpc.experimental.stream_unary(
+            request_iterator,
             target,
             '/vfl.v1.Federation/FetchHead',
-            vflcore_dot_proto_dot_federation__pb2.TensorRequest.SerializeToString,
-            vflcore_dot_proto_dot_federation__pb2.TensorChunk.FromString,
+            vflcore_dot_proto_dot_federation__pb2.TensorChunk.SerializeToString,
+            vflcore_dot_proto_dot_federation__pb2.SendAck.FromString,
             options,
             channel_credentials,
             insecure,

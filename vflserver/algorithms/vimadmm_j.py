@@ -7,7 +7,8 @@ and s^k_B back by PushADMMState. Each party then takes τ local steps, each upda
 (Eq. 19) and then its bottom model (Eq. 20). The prediction is Σ_k o^k.
 
 The active party's own features, if any, are one more such party: its bottom and head live
-here and take the same τ steps.
+here and take the same τ steps. After training, the client-importance report fetches every
+party's head (a ShareHead task, answered on the FetchHead call).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from torch import nn
 from vflcore.admm import dual_update, joint_local_step, residuals, solve_z
 from vflcore.job import ACTIVE_PARTY, model_seed
 from vflcore.models import linear_head, make_optimizer
-from vflcore.tasks import ADMM_DUAL, ADMM_RESIDUAL
+from vflcore.tasks import ADMM_DUAL, ADMM_RESIDUAL, HEAD, ShareHead
 from vflserver.algorithms.base import ActiveContext, Publish
 from vflserver.algorithms.splitnn import SplitNNServer
 
@@ -72,6 +73,18 @@ class VIMADMMJServer(SplitNNServer):
                 h = own[0] if step == 0 else self._own(rows)[0]
                 joint_local_step(h, self.head, self.head_optimizer, self.optimizer, duals, slack[0], self.rho)
         return float(loss.item())
+
+    def client_importance(self) -> dict[int, float]:
+        """‖W_k‖_F per party (004 §4.2). The heads live on the parties, so the server fetches them:
+        a ShareHead task asks, and each party uploads its W_k by FetchHead."""
+        ctx, fed = self.ctx, self.ctx.federation
+        round_ = ctx.job.epochs  # after the last training epoch
+        fed.expect(HEAD, round_, 0, (ctx.num_outputs, ctx.job.embedding_dim))
+        fed.dispatch(lambda tid: ShareHead(tid, round_))
+        norms = {party: float(np.linalg.norm(head)) for party, head in fed.gather(HEAD, round_, 0).items()}
+        if self.head is not None:
+            norms[ACTIVE_PARTY] = float(torch.linalg.matrix_norm(self.head.weight.detach()))
+        return dict(sorted(norms.items()))
 
     def state(self) -> dict[str, Any]:
         out = {**super().state(), "duals": self.duals}

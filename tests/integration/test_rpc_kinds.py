@@ -1,30 +1,39 @@
-"""An RPC whose algorithm has not landed answers UNIMPLEMENTED, never fake data; the others keep to their tensors."""
+"""Every tensor RPC carries only its own kind of tensor: training, PSI, ADMM state or a head."""
 
 from __future__ import annotations
 
 import grpc
+import numpy as np
 import pytest
 
 from tests.conftest import Pki
+from vflcore import wire
 from vflcore.proto import federation_pb2 as pb
 from vflcore.proto import federation_pb2_grpc as pb_grpc
+from vflcore.tensors import TensorKey
 from vflcore.tls import channel_credentials
 
 pytestmark = pytest.mark.integration
 
 
-class TestUnbuiltRpcs:
-    def test_fetch_head_is_unimplemented(self, job_factory, pki: Pki) -> None:
-        """FetchHead (VIMADMM-J) returns UNIMPLEMENTED with a sentence saying why."""
+class TestRpcKinds:
+    @pytest.mark.parametrize(
+        ("rpc", "name", "field"),
+        [("FetchHead", "embedding", "key.name"), ("SendEmbeddings", "head", "key.name"), ("FetchHead", "head", "key")],
+    )
+    def test_each_upload_carries_only_its_own_tensors(
+        self, job_factory, pki: Pki, rpc: str, name: str, field: str
+    ) -> None:
+        """A head only on FetchHead, and only when the server asked for it; training tensors never on it."""
         running = job_factory()
-        request = pb.TensorRequest(key=pb.TensorKey(job_id="test-job", name="head"))
+        chunks = wire.tensor_to_chunks(TensorKey("test-job", 0, 0, name), np.zeros((2, 3), np.float32))
         with (
             grpc.secure_channel(running.address, channel_credentials(pki.party_files(2))) as channel,
             pytest.raises(grpc.RpcError) as caught,
         ):
-            list(pb_grpc.FederationStub(channel).FetchHead(request, timeout=10))
-        assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
-        assert "no algorithm of this release uses it" in caught.value.details()
+            getattr(pb_grpc.FederationStub(channel), rpc)(chunks, timeout=10)
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert caught.value.details().startswith(field + ":"), caught.value.details()
 
     @pytest.mark.parametrize(
         ("rpc", "name"), [("PushADMMState", "gradient"), ("ReturnGradients", "admm/dual"), ("PsiDownload", "gradient")]
