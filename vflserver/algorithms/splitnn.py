@@ -28,6 +28,16 @@ from vflcore.tensors import TensorKey
 from vflserver.algorithms.base import ActiveContext, Publish, ServerAlgorithm
 
 
+def own_bottom(ctx: ActiveContext) -> nn.Module | None:
+    """The active party's own bottom model f_1, seeded; None if it has no features of its own."""
+    job, own = ctx.job, ctx.features.shape[1]
+    if not own:
+        return None
+    return build_seeded(
+        lambda: mlp(own, job.bottom_hidden, job.embedding_dim), model_seed(job.seed, ACTIVE_PARTY, "bottom")
+    )
+
+
 class SplitNNServer(ServerAlgorithm):
     """Top model over the concatenated representations of every party."""
 
@@ -38,14 +48,7 @@ class SplitNNServer(ServerAlgorithm):
     def __init__(self, ctx: ActiveContext) -> None:
         super().__init__(ctx)
         job = ctx.job
-        own = ctx.features.shape[1]
-        self.bottom: nn.Module | None = (
-            build_seeded(
-                lambda: mlp(own, job.bottom_hidden, job.embedding_dim), model_seed(job.seed, ACTIVE_PARTY, "bottom")
-            )
-            if own
-            else None
-        )
+        self.bottom = own_bottom(ctx)
         parts = len(job.passive_parties) + (1 if self.bottom is not None else 0)
         self.top = build_seeded(lambda: self._build_top(parts), model_seed(job.seed, ACTIVE_PARTY, "top"))
         params = list(self.top.parameters()) + (list(self.bottom.parameters()) if self.bottom is not None else [])

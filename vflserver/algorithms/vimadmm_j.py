@@ -21,10 +21,11 @@ from torch import nn
 
 from vflcore.admm import dual_update, joint_local_step, residuals, solve_z
 from vflcore.job import ACTIVE_PARTY, model_seed
+from vflcore.losses import task_loss
 from vflcore.models import linear_head, make_optimizer
 from vflcore.tasks import ADMM_DUAL, ADMM_RESIDUAL, HEAD, ShareHead
-from vflserver.algorithms.base import ActiveContext, Publish
-from vflserver.algorithms.splitnn import SplitNNServer
+from vflserver.algorithms.base import ActiveContext, Publish, ServerAlgorithm
+from vflserver.algorithms.splitnn import SplitNNServer, own_bottom
 
 
 class VIMADMMJServer(SplitNNServer):
@@ -33,20 +34,24 @@ class VIMADMMJServer(SplitNNServer):
     name = "vimadmm_j"
 
     def __init__(self, ctx: ActiveContext) -> None:
-        super().__init__(ctx)
+        # Not SplitNN's constructor: there is no server model to optimise, and an active party
+        # without features of its own has no parameters at all.
+        ServerAlgorithm.__init__(self, ctx)
         job = ctx.job
         self.rho = float(job.option("rho"))
         self.local_steps = int(job.option("local_steps"))
+        self.loss_fn = task_loss(job.task)
         self.duals = torch.zeros(job.num_rows, ctx.num_outputs)
+        self.top = nn.Identity()  # the prediction is the sum of the parties' logits
+        self.bottom = own_bottom(ctx)
         self.head: nn.Linear | None = None
-        self.head_optimizer: torch.optim.Optimizer | None = None
+        self.own_optimizers: tuple[torch.optim.Optimizer, torch.optim.Optimizer] | None = None
         if self.bottom is not None:
             self.head = linear_head(job.embedding_dim, ctx.num_outputs, model_seed(job.seed, ACTIVE_PARTY, "head"))
-            self.head_optimizer = make_optimizer(job.optimizer, self.head.parameters(), job.learning_rate)
-            self.optimizer = make_optimizer(job.optimizer, self.bottom.parameters(), job.learning_rate)
-
-    def _build_top(self, parts: int) -> nn.Module:
-        return nn.Identity()  # no server model: the prediction is the sum of the parties' logits
+            self.own_optimizers = (
+                make_optimizer(job.optimizer, self.head.parameters(), job.learning_rate),
+                make_optimizer(job.optimizer, self.bottom.parameters(), job.learning_rate),
+            )
 
     @property
     def upload_width(self) -> int:
@@ -68,10 +73,11 @@ class VIMADMMJServer(SplitNNServer):
         slack = residuals(contributions, z)  # Eq. 18
         mine = len(own)
         publish([{ADMM_DUAL: duals, ADMM_RESIDUAL: s} for s in slack[mine:]])
-        if self.head is not None and self.head_optimizer is not None:
+        if self.head is not None and self.own_optimizers is not None:
+            head_optimizer, bottom_optimizer = self.own_optimizers
             for step in range(self.local_steps):  # Eq. 19, then Eq. 20, τ times
                 h = own[0] if step == 0 else self._own(rows)[0]
-                joint_local_step(h, self.head, self.head_optimizer, self.optimizer, duals, slack[0], self.rho)
+                joint_local_step(h, self.head, head_optimizer, bottom_optimizer, duals, slack[0], self.rho)
         return float(loss.item())
 
     def client_importance(self) -> dict[int, float]:
@@ -87,8 +93,8 @@ class VIMADMMJServer(SplitNNServer):
         return dict(sorted(norms.items()))
 
     def state(self) -> dict[str, Any]:
-        out = {**super().state(), "duals": self.duals}
-        if self.head is not None and self.head_optimizer is not None:
-            out["head"] = self.head.state_dict()
-            out["head_optimizer"] = self.head_optimizer.state_dict()
+        out: dict[str, Any] = {"duals": self.duals}
+        if self.bottom is not None and self.head is not None and self.own_optimizers is not None:
+            out["bottom"], out["head"] = self.bottom.state_dict(), self.head.state_dict()
+            out["head_optimizer"], out["optimizer"] = (o.state_dict() for o in self.own_optimizers)
         return out
