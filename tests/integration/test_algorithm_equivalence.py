@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from tests.conftest import Pki
+from tests.integration.conftest import run_whole_job
 from tests.integration.equivalence import TOP_HIDDEN, Comparison, assert_same_steps, compare
 from tests.integration.test_reference_equivalence import DIGITS_JOB
 from vflclient import read_party_csv
@@ -129,3 +130,20 @@ class TestVIMADMMJ:
     def test_federated_model_reaches_the_accuracy_bar(self, joint: Comparison) -> None:
         """The prediction is the sum of every party's logits; each party's head never left it."""
         assert joint.federated.final_metrics["accuracy"] >= VIMADMM_J_ACCURACY_BAR
+
+
+def test_vimadmm_j_with_a_labels_only_active_party(pki: Pki, digits_data: Path, tmp_path: Path) -> None:
+    """The active party may hold labels and no features: then the server has no parameters at all,
+    only the ADMM state, and the prediction is the passive parties' logits alone."""
+    data = tmp_path / "data"
+    data.mkdir()
+    lines = (digits_data / "party1.csv").read_text().splitlines()
+    header = lines[0].split(",")
+    keep = [header.index("id"), header.index("label")]
+    (data / "party1.csv").write_text("\n".join(",".join(line.split(",")[i] for i in keep) for line in lines) + "\n")
+    for party in (2, 3):
+        (data / f"party{party}.csv").write_text((digits_data / f"party{party}.csv").read_text())
+    job = replace(VIMADMM_J_JOB, job_id="vimadmm-j-labels-only", epochs=2)
+    running = run_whole_job(pki, data, tmp_path, job)
+    assert running.active.table.features.shape[1] == 0
+    assert running.summary().final_metrics["accuracy"] >= 0.88  # seen: 0.936 (rows 3-7 of each digit, 2 epochs)
