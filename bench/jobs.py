@@ -12,14 +12,13 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from vflcore.certs import create_ca, issue_party_cert, issue_server_cert, load_ca
 from vflcore.job import JobSpec
-from vflcore.localrun import wait_for_port
+from vflcore.localrun import stop_all, wait_all, wait_for_port
 
 BIN = Path(sys.executable).parent
 
@@ -146,13 +145,9 @@ def run_federated(root: Path, job: JobSpec, *, torch_threads: int = 1, timeout_s
                 stderr=log_files[f"party-{party}"].open("wb"),
                 env=env,
             )
-        deadline = time.monotonic() + timeout_s
-        codes = {name: proc.wait(timeout=max(1.0, deadline - time.monotonic())) for name, proc in procs.items()}
+        codes = wait_all(procs, timeout_s)
     finally:
-        for proc in procs.values():
-            if proc.poll() is None:
-                proc.terminate()
-                proc.wait(timeout=10)
+        stop_all(procs)  # also if starting one of them failed
     if any(codes.values()):
         tails = "\n".join(
             f"--- {name}:\n{path.read_text(errors='replace')[-2000:]}" for name, path in log_files.items()

@@ -12,10 +12,9 @@ import argparse
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-from vflcore.localrun import wait_for_port
+from vflcore.localrun import stop_all, wait_all, wait_for_port
 
 HERE = Path(__file__).resolve().parent
 BIN = Path(sys.executable).parent
@@ -92,18 +91,14 @@ def main() -> int:
                 ],
                 stderr=log_files[f"party-{party}"].open("wb"),
             )
-        deadline = time.monotonic() + args.timeout
-        codes = {name: proc.wait(timeout=max(1.0, deadline - time.monotonic())) for name, proc in procs.items()}
+        codes = wait_all(procs, args.timeout)
     except (RuntimeError, subprocess.TimeoutExpired, KeyboardInterrupt) as exc:
         print(f"demo failed: {exc or type(exc).__name__}", file=sys.stderr)
         for name, path in log_files.items():
             print(f"--- last lines of {name} ({path}):\n{_tail(path)}", file=sys.stderr)
         return 1
     finally:
-        for proc in procs.values():
-            if proc.poll() is None:
-                proc.terminate()
-                proc.wait(timeout=10)
+        stop_all(procs)  # also if starting one of them failed
 
     if any(codes.values()):
         print(f"demo failed: exit codes {codes}", file=sys.stderr)

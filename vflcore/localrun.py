@@ -21,3 +21,24 @@ def wait_for_port(port_file: Path, server: subprocess.Popen[bytes], timeout_s: f
             raise RuntimeError(f"vfl-server exited with code {server.returncode} before listening")
         time.sleep(0.05)
     raise RuntimeError(f"vfl-server did not listen within {timeout_s:.0f} s")
+
+
+def wait_all(procs: dict[str, subprocess.Popen[bytes]], timeout_s: float) -> dict[str, int]:
+    """Every process's exit code, waiting at most ``timeout_s`` in all.
+
+    Whatever happens (a timeout, Ctrl-C), no process is left running: stragglers are terminated
+    before this returns or raises.
+    """
+    deadline = time.monotonic() + timeout_s
+    try:
+        return {name: proc.wait(timeout=max(1.0, deadline - time.monotonic())) for name, proc in procs.items()}
+    finally:
+        stop_all(procs)
+
+
+def stop_all(procs: dict[str, subprocess.Popen[bytes]]) -> None:
+    """Terminate every process still running, and reap it."""
+    for proc in procs.values():
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(timeout=10)

@@ -145,19 +145,20 @@ class ReferenceSplitNN:
         batches = self.schedule.batches(epoch)
         total = 0.0
         for rows in batches:
-            round_ = (
-                self._joint_round
-                if self.joint
-                else self._admm_round
-                if self.admm
-                else self._vim_round
-                if self.vim
-                else self._round
-            )
-            value = round_(rows)
+            value = self._train_round(rows)
             self.step_losses.append(value)
             total += value * len(rows)
         return total / max(1, sum(len(rows) for rows in batches))
+
+    def _train_round(self, rows: np.ndarray) -> float:
+        """One communication round of the job's algorithm on ``rows``; returns its loss."""
+        if self.joint:
+            return self._joint_round(rows)
+        if self.admm:
+            return self._admm_round(rows)
+        if self.vim:
+            return self._vim_round(rows)
+        return self._round(rows)
 
     def _round(self, rows: np.ndarray) -> float:
         """SplitNN, or FedBCD with Q = ``local_steps``: the loss of the round's first update."""

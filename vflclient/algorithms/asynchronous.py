@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from vflclient.algorithms.base import PassiveContext
 from vflclient.algorithms.splitnn import SplitNNClient
 from vflcore.tasks import WARMUP_EMBEDDING
 from vflcore.tensors import TensorKey
@@ -20,8 +21,12 @@ class AsyncClient(SplitNNClient):
 
     name = "async"
 
+    def __init__(self, ctx: PassiveContext) -> None:
+        super().__init__(ctx)
+        self._warm = False  # the warm-up upload happens once, before the first epoch
+
     def train_epoch(self, epoch: int) -> None:
-        if not getattr(self, "_warm", False):
+        if not self._warm:
             rows = self.ctx.schedule.train_rows
             with torch.no_grad():
                 self.bottom.train()
