@@ -28,6 +28,11 @@ DEFAULTS: Mapping[str, Mapping[str, Any]] = {
     "vimadmm": {"rho": 1.0, "local_steps": 10},
     # The same for VIMADMM-J (004 §3.3): each local step updates the party's head, then its bottom.
     "vimadmm_j": {"rho": 1.0, "local_steps": 10},
+    # APFed (000 §3): λ_p, the weight of passive party p's loss in ∂L/∂h^A (Eq. 8-9), as one
+    # ``weight`` for every party or per party in ``party_weights`` ({"2": 0.5}); APFed-C adds
+    # the temperature of its contrastive loss (Eq. 14).
+    "apfed_r": {"weight": 1.0, "party_weights": {}},
+    "apfed_c": {"weight": 1.0, "party_weights": {}, "temperature": 0.5},
 }
 
 
@@ -43,10 +48,22 @@ def algorithm_options(algorithm: str, given: Mapping[str, Any]) -> dict[str, Any
         value = options.get(key)
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
             raise ConfigError(f"[algorithm] {key} must be a whole number of at least 1, got {value!r}")
-    for key in ("rho", "delay_s"):
+    for key in ("rho", "delay_s", "temperature"):
         value = options.get(key)
         if value is not None and (not isinstance(value, int | float) or isinstance(value, bool) or not value > 0):
             raise ConfigError(f"[algorithm] {key} must be a positive number, got {value!r}")
+    if not isinstance(options.get("party_weights", {}), Mapping):
+        raise ConfigError(
+            f"[algorithm] party_weights must be a table of party id = weight, got {options['party_weights']!r}"
+        )
+    weights = {"weight": options.get("weight", 0.0), **options.get("party_weights", {})}
+    for key, value in weights.items():
+        if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
+            where = "weight" if key == "weight" else f"party_weights.{key}"
+            raise ConfigError(f"[algorithm] {where} must be a number of at least 0, got {value!r}")
+    for key in options.get("party_weights", {}):
+        if not str(key).isdigit():
+            raise ConfigError(f'[algorithm] party_weights keys are party ids such as "2", got {key!r}')
     probability = options.get("delay_probability")
     if probability is not None and not (isinstance(probability, int | float) and 0 <= probability <= 1):
         raise ConfigError(f"[algorithm] delay_probability must be in [0, 1], got {probability!r}")
