@@ -67,6 +67,10 @@ proto: venv
 	  assert v('grpcio-tools') == '$(GRPC_TOOLS_VERSION)', 'grpcio-tools must be $(GRPC_TOOLS_VERSION), found ' + v('grpcio-tools')"
 	$(PY) -m grpc_tools.protoc -I proto --python_out=. --pyi_out=. --grpc_python_out=. \
 	  proto/vflcore/proto/federation.proto
+	# No gRPC stubs for the inference service: they would carry this file's package in their
+	# method paths, but the service answers under KServe's `inference.GRPCInferenceService`.
+	$(PY) -m grpc_tools.protoc -I proto --python_out=. --pyi_out=. \
+	  proto/vflcore/proto/open_inference.proto
 
 proto-check: proto
 	@git diff --exit-code -- vflcore/proto || { echo "generated code in vflcore/proto is stale: run 'make proto' and commit"; exit 1; }
