@@ -14,7 +14,7 @@ functions, so the two cannot drift apart.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -73,13 +73,20 @@ def active_classifier(job: JobSpec, top_hidden: Sequence[int], outputs: int) -> 
     return build_seeded(lambda: mlp(job.embedding_dim, top_hidden, outputs), model_seed(job.seed, ACTIVE_PARTY, "top"))
 
 
-def passive_model(job: JobSpec, party: int, width: int) -> nn.Module:
-    """Passive party ``party``'s own network: DEC_p (h^A → x^p) for APFed-R, ENC_p (x^p → h^p) for APFed-C."""
+def passive_model(
+    job: JobSpec, party: int, width: int, factory: Callable[[int, int], nn.Module] | None = None
+) -> nn.Module:
+    """Passive party ``party``'s own network: DEC_p (h^A → x^p) for APFed-R, ENC_p (x^p → h^p) for APFed-C.
+
+    ``factory(n_in, n_out)`` is the party's own model builder, if it brings one (``vfl-client
+    --model``); the default is an MLP, the decoder mirroring the encoder's hidden widths.
+    """
     if job.algorithm == APFED_R:
-        factory = lambda: mlp(job.embedding_dim, tuple(reversed(job.bottom_hidden)), width)  # noqa: E731
+        n_in, n_out, hidden = job.embedding_dim, width, tuple(reversed(job.bottom_hidden))
     else:
-        factory = lambda: mlp(width, job.bottom_hidden, job.embedding_dim)  # noqa: E731
-    return build_seeded(factory, model_seed(job.seed, party, "bottom"))
+        n_in, n_out, hidden = width, job.embedding_dim, tuple(job.bottom_hidden)
+    build = factory or (lambda i, o: mlp(i, hidden, o))
+    return build_seeded(lambda: build(n_in, n_out), model_seed(job.seed, party, "bottom"))
 
 
 def passive_loss(job: JobSpec, model: nn.Module, active: torch.Tensor, features: torch.Tensor) -> torch.Tensor:

@@ -25,7 +25,30 @@ from vflcore.losses import label_tensor, task_loss
 from vflcore.models import LinearHeads, build_seeded, linear_head, make_optimizer, mlp
 from vflcore.options import algorithm_options
 
-__all__ = ["ACTIVE_PARTY", "ReferenceSplitNN"]
+__all__ = ["ACTIVE_PARTY", "ReferenceSplitNN", "aligned_tables"]
+
+
+def aligned_tables(
+    job: JobSpec, tables: Mapping[int, PartyTable]
+) -> tuple[JobSpec, dict[int, torch.Tensor], torch.Tensor, np.ndarray]:
+    """(job with num_rows, features per party, labels, IDs) of the rows every party holds.
+
+    Rows are aligned in plaintext, to what PSI agrees on: the IDs every party holds, ordered
+    by their UTF-8 bytes (for ``str`` that is the same as Python's string order).
+    """
+    common = sorted(set.intersection(*(set(table.ids.tolist()) for table in tables.values())))
+    if not common:
+        raise ValueError("the parties' tables share no ID")
+    ids = np.asarray(common, dtype=object)
+    aligned = {party: select_rows(table, ids) for party, table in tables.items()}
+    labels = aligned[ACTIVE_PARTY].labels
+    if labels is None:
+        raise ValueError("party 1's table needs a label column")
+    features = {
+        party: torch.from_numpy(np.ascontiguousarray(table.features, dtype=np.float32))
+        for party, table in aligned.items()
+    }
+    return replace(job, num_rows=len(ids)), features, torch.from_numpy(np.asarray(labels, dtype=np.float64)), ids
 
 
 class ReferenceSplitNN:
@@ -104,25 +127,9 @@ class ReferenceSplitNN:
     def from_tables(
         cls, job: JobSpec, tables: Mapping[int, PartyTable], *, top_hidden: Sequence[int] = (64,)
     ) -> ReferenceSplitNN:
-        """Build from each party's table as read from its file; party 1's table holds the labels.
-
-        Rows are aligned in plaintext, to what PSI agrees on: the IDs every party holds, ordered
-        by their UTF-8 bytes (for ``str`` that is the same as Python's string order).
-        """
-        common = sorted(set.intersection(*(set(table.ids.tolist()) for table in tables.values())))
-        if not common:
-            raise ValueError("the parties' tables share no ID")
-        ids = np.asarray(common, dtype=object)
-        aligned = {party: select_rows(table, ids) for party, table in tables.items()}
-        labels = aligned[ACTIVE_PARTY].labels
-        if labels is None:
-            raise ValueError("party 1's table needs a label column")
-        features = {
-            party: torch.from_numpy(np.ascontiguousarray(table.features, dtype=np.float32))
-            for party, table in aligned.items()
-        }
-        job = replace(job, num_rows=len(ids))
-        model = cls(job, features, torch.from_numpy(np.asarray(labels, dtype=np.float64)), top_hidden=top_hidden)
+        """Build from each party's table as read from its file; party 1's table holds the labels."""
+        job, features, labels, ids = aligned_tables(job, tables)
+        model = cls(job, features, labels, top_hidden=top_hidden)
         model.ids = ids
         return model
 

@@ -75,6 +75,12 @@ EVAL_EMBEDDING = "eval/embedding"
 WARMUP_EMBEDDING = "warmup/embedding"
 
 
+# APFed (000 §3): the active party's h^A = f_A(x^A_B) goes down to every passive party (on
+# ReturnGradients); each answers with ∂L_p/∂h^A (on SendEmbeddings). Both are (rows, embedding_dim).
+ACTIVE_EMBEDDING = "apfed/active-embedding"
+PASSIVE_GRADIENT = "apfed/passive-gradient"
+
+
 # VIMADMM (004 §3.2): what the server pushes to client k per batch, on PushADMMState.
 ADMM_DUAL = "admm/dual"  # λ_B, (rows, outputs) float32
 ADMM_RESIDUAL = "admm/residual"  # s^k_B, (rows, outputs) float32

@@ -12,7 +12,7 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,7 @@ import torch
 
 from vflcore.checkpoint import party_dir, save_checkpoint
 from vflcore.data import PartyTable, write_aligned_ids
-from vflcore.errors import ConfigError, JobAborted
+from vflcore.errors import ConfigError, JobAborted, PartyUnavailable
 from vflcore.job import ACTIVE_PARTY, JobSpec, Schedule
 from vflcore.losses import label_tensor, task_loss
 from vflcore.metrics import task_metrics
@@ -33,6 +33,10 @@ from vflserver.algorithms import ActiveContext, ServerAlgorithm, server_algorith
 from vflserver.alignment import AlignmentResult, align_active
 from vflserver.federation import Federation
 from vflserver.importance import write_client_importance
+from vflserver.serving.artifact import ArtifactInfo, save_artifact
+
+#: The standalone model's file in the active party's run directory.
+ARTIFACT_FILE = "model.safetensors"
 
 log = structlog.get_logger(__name__)
 
@@ -62,6 +66,8 @@ class RunSummary:
     wire: dict[int, dict[str, dict[str, int]]] = field(default_factory=dict)
     #: ‖W_k‖ per party for the VIM family (``vflserver.importance``), else None.
     client_importance: dict[int, float] | None = None
+    #: The standalone model artifact (APFed), which serves without any passive party; else None.
+    artifact: Path | None = None
 
 
 class ActiveParty:
@@ -196,6 +202,7 @@ class ActiveParty:
                 log.info(
                     "client_importance", **{f"party_{p}": round(n, 4) for p, n in summary.client_importance.items()}
                 )
+            summary.artifact = self._export_standalone()
             self._write_summary(summary)
             if not keep_serving:
                 self.shutdown("training finished")
@@ -215,37 +222,69 @@ class ActiveParty:
         rows = self.schedule.test_rows
         if len(rows) == 0:
             return float("nan"), {}
-        fed = self.federation
-        fed.expect(EVAL_EMBEDDING, epoch, 0, (len(rows), self.algorithm.upload_width))
-        fed.dispatch(lambda tid: Evaluate(tid, epoch, rows))
-        output = self.algorithm.predict(rows, fed.gather(EVAL_EMBEDDING, epoch, 0))
+        if self.algorithm.needs_parties_to_predict:
+            fed = self.federation
+            fed.expect(EVAL_EMBEDDING, epoch, 0, (len(rows), self.algorithm.upload_width))
+            fed.dispatch(lambda tid: Evaluate(tid, epoch, rows))
+            output = self.algorithm.predict(rows, fed.gather(EVAL_EMBEDDING, epoch, 0))
+        else:
+            output = self.algorithm.predict(rows, {})
         loss = float(self._loss_fn(output, self.labels[rows]))
         return loss, task_metrics(self.job.task, self._label_array(rows), output.numpy())
 
     # ---- inference --------------------------------------------------------------------------
 
-    def predict_rows(self, rows: np.ndarray) -> np.ndarray:
-        """Federated inference on aligned rows: every passive party must be online."""
+    def predict_rows(self, rows: np.ndarray, *, substitutes: Mapping[int, np.ndarray] | None = None) -> np.ndarray:
+        """Inference on aligned rows; federated unless the algorithm's model is the active party's alone.
+
+        Every passive party must be online, except those given a stand-in representation in
+        ``substitutes`` (one row, broadcast over ``rows``): the degraded TVFL-0 / TVFL-A modes.
+        """
+        if not self.algorithm.needs_parties_to_predict:
+            return self.algorithm.predict(rows, {}).numpy()
+        with self._inference_lock:
+            return self.algorithm.predict(rows, self._representations(rows, substitutes or {})).numpy()
+
+    def _representations(self, rows: np.ndarray, substitutes: Mapping[int, np.ndarray]) -> dict[int, np.ndarray]:
+        """Each passive party's representation of ``rows``: asked of the online ones, stood in for the rest."""
         request_id = uuid.uuid4().hex[:12]
         name = infer_embedding_name(request_id)
-        fed = self.federation
-        with self._inference_lock:
-            for party in self.job.passive_parties:
-                fed.check_online(party)
-            fed.expect(name, 0, 0, (len(rows), self.algorithm.upload_width))
-            fed.dispatch(lambda tid: Infer(tid, request_id, rows))
+        fed, width = self.federation, self.algorithm.upload_width
+        asked: list[int] = []
+        for party in self.job.passive_parties:
             try:
-                output = self.algorithm.predict(rows, fed.gather(name, 0, 0))
-            finally:
-                fed.forget(name, 0, 0)
-        return output.numpy()
+                fed.check_online(party)
+                asked.append(party)
+            except PartyUnavailable:
+                if party not in substitutes:
+                    raise
+                log.warning("degraded_inference", party=party, stand_in="substitute representation")
+        for party in asked:
+            fed.expect(name, 0, 0, (len(rows), width), party=party)
+        fed.dispatch(lambda tid: Infer(tid, request_id, rows), parties=asked)
+        try:
+            found = {party: fed.gather_from(party, name, 0, 0) for party in asked}
+        finally:
+            fed.forget(name, 0, 0)
+        for party in self.job.passive_parties:
+            if party not in found:
+                found[party] = np.broadcast_to(np.asarray(substitutes[party], dtype=np.float32), (len(rows), width))
+        return found
 
-    def predict_ids(self, ids: Sequence[str]) -> np.ndarray:
-        """Federated inference by sample ID; an unknown ID is an error that names it."""
+    def representation_means(self) -> dict[int, np.ndarray]:
+        """Each passive party's mean representation over the training rows (the TVFL-A stand-in)."""
+        rows = self.schedule.train_rows
+        with self._inference_lock:
+            found = self._representations(rows, {})
+        return {party: array.mean(axis=0, dtype=np.float64).astype(np.float32) for party, array in found.items()}
+
+    def predict_ids(self, ids: Sequence[str], *, substitutes: Mapping[int, np.ndarray] | None = None) -> np.ndarray:
+        """Inference by sample ID (see ``predict_rows``); an unknown ID is an error that names it."""
         missing = [i for i in ids if str(i) not in self._row_of_id]
         if missing:
             raise KeyError(f"{len(missing)} ID(s) are not among the aligned rows, e.g. {missing[:3]}")
-        return self.predict_rows(np.asarray([self._row_of_id[str(i)] for i in ids], dtype=np.int64))
+        rows = np.asarray([self._row_of_id[str(i)] for i in ids], dtype=np.int64)
+        return self.predict_rows(rows, substitutes=substitutes)
 
     def _final_inference(self) -> dict[str, float]:
         rows = self.schedule.test_rows
@@ -257,6 +296,23 @@ class ActiveParty:
         self._write_predictions(ids, rows, output)
         log.info("federated_inference_done", rows=len(rows), **metrics)
         return metrics
+
+    def _export_standalone(self) -> Path | None:
+        """Write ``model.safetensors`` if the trained model needs no passive party (APFed)."""
+        model = self.algorithm.standalone_model()
+        if model is None:
+            return None
+        info = ArtifactInfo(
+            model_name=self.job.job_id,
+            job_id=self.job.job_id,
+            algorithm=self.job.algorithm,
+            task=self.job.task,
+            feature_names=tuple(self.table.feature_names),
+            num_outputs=self.job.num_outputs,
+        )
+        path = save_artifact(self.run_dir / ARTIFACT_FILE, model, info)
+        log.info("standalone_model_exported", path=str(path))
+        return path
 
     def _label_array(self, rows: np.ndarray) -> np.ndarray:
         return self.labels[rows].numpy().reshape(len(rows), -1).squeeze(-1)
@@ -282,5 +338,6 @@ class ActiveParty:
             "epochs": [vars(e) for e in summary.epochs],
             "final_metrics": summary.final_metrics,
             "wire_bytes": {str(party): phases for party, phases in summary.wire.items()},
+            "artifact": None if summary.artifact is None else str(summary.artifact),
         }
         (self.run_dir / "summary.json").write_text(json.dumps(payload, indent=2))

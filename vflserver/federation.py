@@ -12,7 +12,7 @@ import itertools
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -158,9 +158,10 @@ class Federation:
 
     # ---- work -------------------------------------------------------------------------------
 
-    def dispatch(self, make_task: Callable[[int], Task]) -> None:
-        """Queue the same task (with a fresh id) for every passive party."""
-        for member in self._members.values():
+    def dispatch(self, make_task: Callable[[int], Task], *, parties: Iterable[int] | None = None) -> None:
+        """Queue the same task (with a fresh id) for every passive party, or only for ``parties``."""
+        members = self._members.values() if parties is None else [self.member(p) for p in parties]
+        for member in members:
             member.tasks.put(make_task(next(self._task_ids)))
 
     def finish(self, success: bool, message: str) -> None:

@@ -16,6 +16,8 @@ import numpy as np
 from tests.conftest import Pki
 from tests.integration.conftest import run_whole_job
 from vflclient import read_party_csv
+from vflcore.apfed import APFED_C, APFED_R
+from vflcore.apfed_reference import ReferenceAPFed
 from vflcore.job import JobSpec
 from vflcore.reference import ReferenceSplitNN
 from vflserver.active_party import RunSummary
@@ -33,7 +35,7 @@ class Comparison:
 
     federated: RunSummary
     federated_losses: list[float]
-    reference: ReferenceSplitNN
+    reference: ReferenceSplitNN | ReferenceAPFed
     test_rows: np.ndarray
     algorithm: ServerAlgorithm  # the server's half, as it ended
 
@@ -45,7 +47,8 @@ def compare(job: JobSpec, data: Path, pki: Pki, tmp_path: Path) -> Comparison:
     tables = {1: read_party_csv(data / "party1.csv", label_column="label")}
     tables.update({p: read_party_csv(data / f"party{p}.csv") for p in job.passive_parties})
     # The reference aligns in plaintext (sorted common IDs), which must be what PSI agreed on.
-    reference = ReferenceSplitNN.from_tables(job, tables, top_hidden=TOP_HIDDEN)
+    builder = ReferenceAPFed if job.algorithm in (APFED_R, APFED_C) else ReferenceSplitNN
+    reference = builder.from_tables(job, tables, top_hidden=TOP_HIDDEN)
     assert summary.alignment is not None
     assert np.array_equal(summary.alignment.table.ids, reference.ids)
     for epoch in range(job.epochs):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from vflclient.algorithms.apfed import APFedCClient, APFedClient
 from vflclient.algorithms.asynchronous import AsyncClient
 from vflclient.algorithms.base import ClientAlgorithm, ModelFactory, PassiveContext, ServerLink
 from vflclient.algorithms.fedbcd import FedBCDClient
@@ -18,6 +19,8 @@ CLIENT_ALGORITHMS: dict[str, type[ClientAlgorithm]] = {
     VIMSGDClient.name: VIMSGDClient,
     VIMADMMClient.name: VIMADMMClient,
     VIMADMMJClient.name: VIMADMMJClient,
+    APFedClient.name: APFedClient,
+    APFedCClient.name: APFedCClient,
 }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from vflcore.errors import ConfigError
+from vflserver.algorithms.apfed import APFedCServer, APFedServer
 from vflserver.algorithms.asynchronous import AsyncServer
 from vflserver.algorithms.base import ActiveContext, ServerAlgorithm
 from vflserver.algorithms.fedbcd import FedBCDServer
@@ -18,6 +19,8 @@ SERVER_ALGORITHMS: dict[str, type[ServerAlgorithm]] = {
     VIMSGDServer.name: VIMSGDServer,
     VIMADMMServer.name: VIMADMMServer,
     VIMADMMJServer.name: VIMADMMJServer,
+    APFedServer.name: APFedServer,
+    APFedCServer.name: APFedCServer,
 }
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
 from vflcore.job import JobSpec, Schedule
 from vflserver.federation import Federation
@@ -45,6 +46,10 @@ class ServerAlgorithm(ABC):
         #: The training loss of every step, in order: what reference tests compare.
         self.step_losses: list[float] = []
 
+    #: Whether ``predict`` needs each passive party's representation. APFed's does not: the
+    #: active party evaluates and serves alone, and no party is asked for anything.
+    needs_parties_to_predict = True
+
     @property
     def upload_width(self) -> int:
         """Columns of what a passive party uploads per row: its embedding, or (VIMADMM-J) its logits."""
@@ -61,6 +66,13 @@ class ServerAlgorithm(ABC):
     @abstractmethod
     def state(self) -> dict[str, Any]:
         """Model and optimizer state for the active party's checkpoint."""
+
+    def standalone_model(self) -> nn.Module | None:
+        """The whole trained model on the active party's own features, if it needs no other party.
+
+        APFed's f_A followed by g_T; None for the algorithms whose model spans every party.
+        """
+        return None
 
     def client_importance(self) -> dict[int, float] | None:
         """How much the trained model relies on each party, if the algorithm can tell (VIM: ‖W_k‖)."""
