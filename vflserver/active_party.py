@@ -23,7 +23,7 @@ import torch
 
 from vflcore.checkpoint import party_dir, save_checkpoint
 from vflcore.data import PartyTable, write_aligned_ids
-from vflcore.errors import ConfigError, JobAborted, PartyUnavailable
+from vflcore.errors import ConfigError, JobAborted
 from vflcore.job import ACTIVE_PARTY, JobSpec, Schedule
 from vflcore.losses import label_tensor, task_loss
 from vflcore.metrics import task_metrics
@@ -250,15 +250,13 @@ class ActiveParty:
         request_id = uuid.uuid4().hex[:12]
         name = infer_embedding_name(request_id)
         fed, width = self.federation, self.algorithm.upload_width
+        online = set(fed.online_parties())
         asked: list[int] = []
         for party in self.job.passive_parties:
-            try:
-                fed.check_online(party)
-                asked.append(party)
-            except PartyUnavailable:
-                if party not in substitutes:
-                    raise
-                log.warning("degraded_inference", party=party, stand_in="substitute representation")
+            if party in substitutes and party not in online:
+                continue  # stood in for below (the caller warns: it knows the mode)
+            fed.check_online(party)  # raises once the party has been gone longer than the grace period
+            asked.append(party)
         for party in asked:
             fed.expect(name, 0, 0, (len(rows), width), party=party)
         fed.dispatch(lambda tid: Infer(tid, request_id, rows), parties=asked)
