@@ -89,7 +89,12 @@ class ActiveParty:
             raise ConfigError(f"{table.source}: the active party's data needs a label column")
         if not job.job_id:
             job = replace(job, job_id=f"job-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}")
-        server_algorithm(job.algorithm)  # an unknown algorithm fails now, not after PSI
+        algorithm = server_algorithm(job.algorithm)  # an unknown algorithm fails now, not after PSI
+        if algorithm.needs_own_features and not table.features.shape[1] and not psi_only:
+            raise ConfigError(
+                f"{table.source}: {job.algorithm} needs feature columns on the active party (it predicts from "
+                "them alone), but this file has only IDs and labels"
+            )
         if table.labels is not None and not psi_only:
             # From the whole label column, not the aligned rows: a class absent from the
             # intersection must still have an output, and every party must agree on the width.

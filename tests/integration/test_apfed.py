@@ -20,6 +20,8 @@ from tests.conftest import Pki
 from tests.integration.equivalence import Comparison, assert_same_steps, compare
 from tests.integration.test_reference_equivalence import DIGITS_JOB
 from vflclient import read_party_csv
+from vflcore.errors import ConfigError
+from vflserver.active_party import ActiveParty
 from vflserver.serving.artifact import FEATURES, LABEL, PROBABILITIES, ArtifactServable
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_torch_thread")]
@@ -70,3 +72,10 @@ def test_standalone_artifact_reproduces_the_server(run: Comparison, digits_data:
     out = servable.predict({FEATURES: features})
     assert np.array_equal(out[LABEL], expected.argmax(dim=1).numpy())
     assert np.allclose(out[PROBABILITIES], torch.softmax(expected, dim=1).numpy(), atol=1e-6)
+
+
+def test_a_labels_only_active_party_is_refused_before_training(digits_data: Path) -> None:
+    """APFed predicts from the active party's own features, so a file without any is a config error."""
+    table = read_party_csv(digits_data / "party1.csv", label_column="label", feature_columns=())
+    with pytest.raises(ConfigError, match="needs feature columns on the active party"):
+        ActiveParty(replace(DIGITS_JOB, algorithm="apfed_c"), table)

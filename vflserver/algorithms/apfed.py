@@ -32,6 +32,7 @@ class APFedServer(ServerAlgorithm):
 
     name = apfed.APFED_R
     needs_parties_to_predict = False
+    needs_own_features = True
 
     def __init__(self, ctx: ActiveContext) -> None:
         super().__init__(ctx)

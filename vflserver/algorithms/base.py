@@ -49,6 +49,8 @@ class ServerAlgorithm(ABC):
     #: Whether ``predict`` needs each passive party's representation. APFed's does not: the
     #: active party evaluates and serves alone, and no party is asked for anything.
     needs_parties_to_predict = True
+    #: Whether the active party must hold features of its own (APFed: it predicts from them alone).
+    needs_own_features = False
 
     @property
     def upload_width(self) -> int:
