@@ -1,4 +1,4 @@
-"""Turn the certificate files on disk into gRPC mutual-TLS credentials and keepalive options.
+"""Turn the certificate files on disk into mutual-TLS credentials (gRPC, and stdlib ssl for REST).
 
 Both daemons load their files here, so a missing or unreadable file fails the same way on every
 party: with the path and the command that creates it, before any socket is opened.
@@ -6,6 +6,7 @@ party: with the path and the command that creates it, before any socket is opene
 
 from __future__ import annotations
 
+import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,13 +33,36 @@ class TlsFiles:
         return ca, cert, key
 
 
-def server_credentials(files: TlsFiles) -> grpc.ServerCredentials:
+def server_credentials(files: TlsFiles, *, require_client_auth: bool = True) -> grpc.ServerCredentials:
     """Server credentials that demand a client certificate signed by the project CA.
 
     ``require_client_auth`` is what makes the peer's certificate (and so its party id) verified.
+    Only the inference endpoint may turn it off (``client_auth = "optional"``); gRPC then does not
+    ask callers for a certificate at all.
     """
     ca, cert, key = files.read()
-    return grpc.ssl_server_credentials([(key, cert)], root_certificates=ca, require_client_auth=True)
+    return grpc.ssl_server_credentials([(key, cert)], root_certificates=ca, require_client_auth=require_client_auth)
+
+
+def server_ssl_context(files: TlsFiles, *, require_client_cert: bool = True) -> ssl.SSLContext:
+    """A TLS server context for stdlib servers (the REST endpoint), trusting only the project CA.
+
+    With ``require_client_cert`` a caller must present a certificate the CA signed; without it a
+    caller may present none, but a certificate it does present must still verify.
+    """
+    ca, _cert, _key = files.read()  # the same checks and messages as the gRPC credentials
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(certfile=files.cert, keyfile=files.key)
+        context.load_verify_locations(cadata=ca.decode("ascii", errors="replace"))
+    except ssl.SSLError as exc:
+        raise TlsConfigError(
+            f"cannot use {files.cert} with {files.key} (and CA {files.ca}): {exc.reason or exc}; "
+            "check that the key belongs to the certificate"
+        ) from exc
+    context.verify_mode = ssl.CERT_REQUIRED if require_client_cert else ssl.CERT_OPTIONAL
+    return context
 
 
 def channel_credentials(files: TlsFiles) -> grpc.ChannelCredentials:

@@ -5,6 +5,10 @@ An endpoint knows nothing about torch or the federation: it validates a request 
 caller's fault raise ``InferenceInputError`` (gRPC INVALID_ARGUMENT, HTTP 400); a passive party
 that federated inference needs but cannot reach raises ``PartyUnavailable`` (gRPC UNAVAILABLE,
 HTTP 503). Anything else is a server fault (INTERNAL, HTTP 500).
+
+The endpoints add two of their own: ``ModelNotFound`` (NOT_FOUND, HTTP 404) for a name or
+version the registry does not hold, and ``ModelNotReady`` (UNAVAILABLE, HTTP 503) for a call
+on a model whose ``ready()`` is false.
 """
 
 from __future__ import annotations
@@ -15,15 +19,17 @@ from typing import Protocol
 
 import numpy as np
 
-#: KServe v2 datatype names and the numpy dtypes they travel as (little-endian on the wire).
-DATATYPES: dict[str, np.dtype[np.generic]] = {
-    "BOOL": np.dtype(np.bool_),
-    "INT32": np.dtype("<i4"),
-    "INT64": np.dtype("<i8"),
-    "FP32": np.dtype("<f4"),
-    "FP64": np.dtype("<f8"),
-    "BYTES": np.dtype(np.object_),
-}
+from vflcore.oip import DATATYPES, TensorMetadata
+
+__all__ = [
+    "DATATYPES",
+    "InferenceInputError",
+    "ModelNotFound",
+    "ModelNotReady",
+    "PartyUnavailable",
+    "Servable",
+    "TensorSpec",
+]
 
 
 class InferenceInputError(ValueError):
@@ -32,6 +38,14 @@ class InferenceInputError(ValueError):
 
 class PartyUnavailable(RuntimeError):
     """Federated inference needs a passive party that is not connected."""
+
+
+class ModelNotFound(LookupError):
+    """No model of that name (or that version) is being served."""
+
+
+class ModelNotReady(RuntimeError):
+    """The model exists but its ``ready()`` is false (e.g. a passive party has not connected yet)."""
 
 
 @dataclass(frozen=True)
@@ -44,16 +58,26 @@ class TensorSpec:
 
     def check(self, array: np.ndarray) -> None:
         """Raise InferenceInputError unless ``array`` fits this spec."""
-        if array.ndim != len(self.shape):
+        self.check_shape(array.shape)
+
+    def check_shape(self, shape: tuple[int, ...]) -> None:
+        """Raise InferenceInputError unless a tensor of ``shape`` fits this spec (before any decoding)."""
+        if len(shape) != len(self.shape):
             raise InferenceInputError(
                 f"input {self.name!r}: expected {len(self.shape)} dimensions {list(self.shape)}, got shape "
-                f"{list(array.shape)}"
+                f"{list(shape)}"
             )
-        for axis, (want, got) in enumerate(zip(self.shape, array.shape, strict=True)):
+        for axis, (want, got) in enumerate(zip(self.shape, shape, strict=True)):
             if want != -1 and want != got:
                 raise InferenceInputError(
                     f"input {self.name!r}: dimension {axis} must be {want} (shape {list(self.shape)}), got {got}"
                 )
+            if got < 0:
+                raise InferenceInputError(f"input {self.name!r}: dimension {axis} is negative ({got})")
+
+    def metadata(self) -> TensorMetadata:
+        """This spec as the protocol's tensor metadata."""
+        return TensorMetadata(self.name, self.datatype, self.shape)
 
 
 class Servable(Protocol):

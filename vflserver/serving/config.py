@@ -1,0 +1,72 @@
+"""The ``[serving]`` table of ``vfl-server``'s config: where the inference endpoints listen, and who may call.
+
+    [serving]
+    grpc_listen = "127.0.0.1:8001"   # KServe v2 gRPC; port 0 picks a free port
+    rest_listen = "127.0.0.1:8000"   # KServe v2 REST over HTTPS
+    client_auth = "required"         # or "optional": callers without a certificate are let in
+
+The defaults are Triton's and KServe's ports, on loopback. Every error is a ConfigError that
+names the file and the key, in the style of ``vflcore.config``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from vflcore.config import _Section
+from vflcore.errors import ConfigError
+
+CLIENT_AUTH = ("required", "optional")
+_KEYS = ("grpc_listen", "rest_listen", "client_auth")
+
+
+@dataclass(frozen=True)
+class ServingConfig:
+    """Where the two inference endpoints listen, and whether callers must show a certificate."""
+
+    grpc_listen: str = "127.0.0.1:8001"
+    rest_listen: str = "127.0.0.1:8000"
+    client_auth: str = "required"
+
+    @property
+    def require_client_cert(self) -> bool:
+        return self.client_auth == "required"
+
+
+def serving_config_from(doc: Mapping[str, Any], source: Path | None = None) -> ServingConfig:
+    """Build a ServingConfig from a parsed TOML document; a missing ``[serving]`` table gives the defaults."""
+    sec = _Section(doc, "serving", source)
+    unknown = sorted(set(sec.raw) - set(_KEYS))
+    if unknown:
+        raise ConfigError(f"{sec.where}: [serving] has no key {unknown[0]!r}; the keys are {list(_KEYS)}")
+    defaults = ServingConfig()
+    config = ServingConfig(
+        grpc_listen=sec.text("grpc_listen", defaults.grpc_listen),
+        rest_listen=sec.text("rest_listen", defaults.rest_listen),
+        client_auth=sec.text("client_auth", defaults.client_auth),
+    )
+    for key in ("grpc_listen", "rest_listen"):
+        try:
+            split_listen(getattr(config, key))
+        except ValueError as exc:
+            raise ConfigError(f"{sec.where}: [serving] {key}: {exc}") from None
+    if config.client_auth not in CLIENT_AUTH:
+        raise ConfigError(
+            f"{sec.where}: [serving] client_auth = {config.client_auth!r}; choose one of {list(CLIENT_AUTH)}"
+        )
+    if config.grpc_listen == config.rest_listen and not config.grpc_listen.endswith(":0"):
+        raise ConfigError(f"{sec.where}: [serving] grpc_listen and rest_listen are both {config.grpc_listen!r}")
+    return config
+
+
+def split_listen(address: str) -> tuple[str, int]:
+    """``host:port`` (or ``[v6 address]:port``) as (host, port); ValueError says what is wrong."""
+    host, sep, port_text = address.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not sep or not host or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise ValueError(f"{address!r} must look like host:port, e.g. 127.0.0.1:8001 (port 0 picks a free port)")
+    return host, int(port_text)

@@ -1,0 +1,174 @@
+"""Start and stop the inference endpoints: KServe v2 over gRPC and over REST, both on TLS.
+
+``InferenceEndpoint`` owns its own ``grpc.server`` (separate from the federation's, so inference
+traffic never queues behind training RPCs and can listen on another interface) and a REST server
+in a thread. Both serve the same ``ModelRegistry``, so a model added when training finishes is
+visible on both at once. Certificates are the server's ``TlsFiles``; whether callers must show a
+client certificate is ``ServingConfig.client_auth``. Plaintext needs ``insecure=True`` and logs
+a loud warning. gRPC health checking and server reflection are registered, as on the federation
+server, so grpc_health_probe and grpcurl work.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent import futures
+from dataclasses import dataclass
+from types import TracebackType
+
+import grpc
+import structlog
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from vflcore.oip import SERVICE
+from vflcore.tls import TlsFiles, server_credentials, server_ssl_context
+from vflserver.serving.config import ServingConfig, serving_config_from, split_listen
+from vflserver.serving.grpc_endpoint import add_inference_service
+from vflserver.serving.handler import InferenceHandler
+from vflserver.serving.reflection import reflection_pool
+from vflserver.serving.registry import ModelRegistry
+from vflserver.serving.rest import RestServer
+
+__all__ = ["BoundPorts", "InferenceEndpoint", "ServingConfig", "serving_config_from"]
+
+log = structlog.get_logger(__name__)
+
+INSECURE_WARNING = (
+    "INSECURE MODE: the inference endpoints speak plaintext gRPC and HTTP, with no certificates. "
+    "Anyone who can reach these ports can query every model and read its answers. Development only."
+)
+
+# Enough threads that 8-16 concurrent callers never queue behind each other; more only adds GIL
+# contention, since a request holds the GIL for nearly all of its time.
+GRPC_WORKERS = 16
+
+# Large batches travel in one message; gRPC's 4 MiB default would refuse 45,000 rows of 24 floats.
+MAX_MESSAGE_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class BoundPorts:
+    """The ports the endpoints actually listen on (useful when the config asked for port 0)."""
+
+    grpc: int
+    rest: int
+
+
+class InferenceEndpoint:
+    """Both inference endpoints over one model registry; ``start()`` binds, ``stop()`` ends them."""
+
+    def __init__(
+        self,
+        registry: ModelRegistry,
+        config: ServingConfig | None = None,
+        tls: TlsFiles | None = None,
+        *,
+        insecure: bool = False,
+        server_version: str | None = None,
+    ) -> None:
+        if tls is None and not insecure:
+            raise ValueError("TLS files are required; plaintext needs insecure=True (the --insecure flag)")
+        self.registry = registry
+        self.config = config or ServingConfig()
+        self.handler = InferenceHandler(registry, server_version)
+        self._tls, self._insecure = tls, insecure
+        self._grpc: grpc.Server | None = None
+        self._rest: RestServer | None = None
+        self._rest_thread: threading.Thread | None = None
+        self._ports: BoundPorts | None = None
+
+    @property
+    def ports(self) -> BoundPorts:
+        if self._ports is None:
+            raise RuntimeError("the inference endpoint is not started")
+        return self._ports
+
+    def start(self) -> BoundPorts:
+        """Bind both endpoints and start serving; OSError if an address cannot be bound."""
+        if self._insecure:
+            log.warning("insecure_mode", warning=INSECURE_WARNING)
+        grpc_server, grpc_port = self._build_grpc()
+        try:
+            rest = self._build_rest()
+        except BaseException:
+            grpc_server.stop(grace=None)
+            raise
+        grpc_server.start()
+        thread = threading.Thread(target=rest.serve_forever, kwargs={"poll_interval": 0.2}, name="oip-rest")
+        thread.daemon = True
+        thread.start()
+        self._grpc, self._rest, self._rest_thread = grpc_server, rest, thread
+        self._ports = BoundPorts(grpc=grpc_port, rest=rest.port)
+        log.info(
+            "inference_endpoint_listening",
+            grpc=f"{split_listen(self.config.grpc_listen)[0]}:{grpc_port}",
+            rest=f"{split_listen(self.config.rest_listen)[0]}:{rest.port}",
+            client_auth=self.config.client_auth if not self._insecure else "none (insecure)",
+        )
+        return self._ports
+
+    def stop(self, grace_s: float | None = 1.0) -> None:
+        """Stop both endpoints; in-flight gRPC calls get ``grace_s`` to finish. Safe to call twice."""
+        if self._rest is not None:
+            self._rest.shutdown()  # returns once serve_forever has left its loop
+            self._rest.close_connections()
+            self._rest.server_close()
+            self._rest = None
+        if self._rest_thread is not None:
+            self._rest_thread.join()
+            self._rest_thread = None
+        if self._grpc is not None:
+            self._grpc.stop(grace=grace_s).wait()
+            self._grpc = None
+
+    def __enter__(self) -> InferenceEndpoint:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    # ---- building ---------------------------------------------------------------------------
+
+    def _build_grpc(self) -> tuple[grpc.Server, int]:
+        options = [
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ]
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=GRPC_WORKERS), options=options)
+        add_inference_service(server, self.handler)
+        health_servicer = health.HealthServicer()
+        for name in ("", SERVICE):
+            health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+        reflection.enable_server_reflection(
+            (SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME), server, pool=reflection_pool()
+        )
+        listen = self.config.grpc_listen
+        try:
+            if self._insecure:
+                port = server.add_insecure_port(listen)
+            else:
+                assert self._tls is not None
+                credentials = server_credentials(self._tls, require_client_auth=self.config.require_client_cert)
+                port = server.add_secure_port(listen, credentials)
+        except RuntimeError as exc:  # grpcio raises instead of returning 0 on a busy or foreign address
+            raise OSError(f"could not listen on {listen} (gRPC inference): in use or not local ({exc})") from exc
+        if port == 0:
+            raise OSError(f"could not listen on {listen} (gRPC inference): the address is in use or not local")
+        return server, port
+
+    def _build_rest(self) -> RestServer:
+        context = None
+        if not self._insecure:
+            assert self._tls is not None
+            context = server_ssl_context(self._tls, require_client_cert=self.config.require_client_cert)
+        try:
+            return RestServer(split_listen(self.config.rest_listen), self.handler, context)
+        except OSError as exc:
+            raise OSError(
+                f"could not listen on {self.config.rest_listen} (REST inference): {exc.strerror or exc}"
+            ) from exc

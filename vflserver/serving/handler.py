@@ -1,0 +1,199 @@
+"""Answer Open Inference Protocol calls on plain types, for both endpoints (gRPC and REST).
+
+The endpoints only translate between their wire format and ``vflcore.oip``'s dataclasses; this
+module does the work they share: look the model up, check every input against the model's specs
+before decoding a byte (name, datatype, shape, data size), refuse non-finite floats and batch
+sizes that disagree, call ``predict`` and pick the requested outputs. ``failure`` sorts any
+exception into the four outcomes the protocol distinguishes, so each endpoint maps errors to its
+own status codes in exactly one place.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from importlib.metadata import PackageNotFoundError, version
+
+import numpy as np
+import structlog
+
+from vflcore import errors
+from vflcore.oip import (
+    DATATYPES,
+    FLOAT_DATATYPES,
+    InferRequest,
+    InferResponse,
+    ModelMetadata,
+    OutputTensor,
+    ProtocolError,
+    RequestTensor,
+    ServerMetadata,
+    array_from_raw,
+    array_from_values,
+    first_non_finite,
+)
+from vflserver.serving.registry import ModelRegistry, ServedModel
+from vflserver.serving.servable import InferenceInputError, ModelNotFound, ModelNotReady, PartyUnavailable, TensorSpec
+
+log = structlog.get_logger(__name__)
+
+SERVER_NAME = "vfl-service"
+
+#: The REST binary tensor data extension (Triton's name for it), which tritonclient.http uses.
+EXTENSIONS = ("binary_tensor_data",)
+
+
+class Failure(enum.Enum):
+    """What went wrong, in the protocol's terms; each endpoint maps these to its status codes."""
+
+    INVALID = "invalid"  # the caller's request is wrong
+    NOT_FOUND = "not_found"  # no such model or version
+    UNAVAILABLE = "unavailable"  # the model cannot answer now (party offline, not ready)
+    INTERNAL = "internal"  # a server fault, logged here
+
+
+def failure(exc: Exception, *, call: str) -> tuple[Failure, str]:
+    """Sort ``exc`` into a Failure with a message for the caller; log the server's own faults."""
+    if isinstance(exc, InferenceInputError | ProtocolError):
+        return Failure.INVALID, str(exc)
+    if isinstance(exc, ModelNotFound):
+        return Failure.NOT_FOUND, str(exc)
+    if isinstance(exc, PartyUnavailable | ModelNotReady | errors.PartyUnavailable):
+        return Failure.UNAVAILABLE, str(exc)
+    log.error("inference_internal_error", call=call, error=repr(exc), exc_info=exc)
+    return Failure.INTERNAL, f"internal error ({type(exc).__name__}); the server log has the details"
+
+
+class InferenceHandler:
+    """The six calls of the protocol over a model registry."""
+
+    def __init__(self, registry: ModelRegistry, server_version: str | None = None) -> None:
+        self.registry = registry
+        self.metadata = ServerMetadata(SERVER_NAME, server_version or _package_version(), EXTENSIONS)
+
+    def live(self) -> bool:
+        """The process answers, so it is live."""
+        return True
+
+    def ready(self) -> bool:
+        """At least one model is served and every served model is ready.
+
+        An endpoint with no model yet (training still running) is not ready: a load balancer
+        should not send it inference traffic.
+        """
+        models = self.registry.models()
+        return bool(models) and all(entry.servable.ready() for entry in models)
+
+    def model_ready(self, name: str, version: str = "") -> bool:
+        return self.registry.get(name, version).servable.ready()
+
+    def model_metadata(self, name: str, version: str = "") -> ModelMetadata:
+        servable = self.registry.get(name, version).servable
+        return ModelMetadata(
+            name=servable.name,
+            versions=(servable.version,),
+            platform=servable.platform,
+            inputs=tuple(spec.metadata() for spec in servable.inputs),
+            outputs=tuple(spec.metadata() for spec in servable.outputs),
+        )
+
+    def infer(self, request: InferRequest) -> InferResponse:
+        """Check, decode, predict, and return the requested outputs in the requested order."""
+        model = self.registry.get(request.model, request.version)
+        servable = model.servable
+        if not servable.ready():
+            raise ModelNotReady(f"model {servable.name!r} is not ready (a party it needs may be offline)")
+        arrays = decode_inputs(model, request.inputs)
+        wanted = _requested(model, request)
+        results = servable.predict(arrays)
+        return InferResponse(
+            model=servable.name,
+            version=servable.version,
+            id=request.id,
+            outputs=tuple(
+                OutputTensor(spec.name, spec.datatype, _output(results, spec, servable.name), binary)
+                for spec, binary in wanted
+            ),
+        )
+
+
+def decode_inputs(model: ServedModel, tensors: tuple[RequestTensor, ...]) -> dict[str, np.ndarray]:
+    """Every declared input as an array, or InferenceInputError naming the first bad input."""
+    arrays: dict[str, np.ndarray] = {}
+    for tensor in tensors:
+        spec = model.inputs.get(tensor.name)
+        if spec is None:
+            raise InferenceInputError(f"unknown input {tensor.name!r}; model takes {sorted(model.inputs)}")
+        if tensor.name in arrays:
+            raise InferenceInputError(f"input {tensor.name!r} is given twice")
+        arrays[tensor.name] = _decode(tensor, spec)
+    missing = [name for name in model.inputs if name not in arrays]
+    if missing:
+        raise InferenceInputError(f"missing input {missing[0]!r}; model takes {sorted(model.inputs)}")
+    _check_batch(model, arrays)
+    return arrays
+
+
+def _decode(tensor: RequestTensor, spec: TensorSpec) -> np.ndarray:
+    if tensor.datatype != spec.datatype:
+        raise InferenceInputError(
+            f"input {tensor.name!r}: datatype {tensor.datatype or '(none)'} does not match the model's {spec.datatype}"
+        )
+    spec.check_shape(tensor.shape)
+    try:
+        if tensor.raw is not None:
+            array = array_from_raw(tensor.raw, tensor.datatype, tensor.shape)
+        elif tensor.values is not None:
+            array = array_from_values(tensor.values, tensor.datatype, tensor.shape)
+        else:
+            raise ProtocolError("has no data (neither raw contents nor values)")
+    except ProtocolError as exc:
+        raise InferenceInputError(f"input {tensor.name!r}: {exc}") from None
+    if tensor.datatype in FLOAT_DATATYPES:
+        bad = first_non_finite(array)
+        if bad is not None:
+            raise InferenceInputError(f"input {tensor.name!r}: values must be finite, found {bad}")
+    return array
+
+
+def _check_batch(model: ServedModel, arrays: Mapping[str, np.ndarray]) -> None:
+    """Inputs whose first dimension is free (the batch) must agree on its size."""
+    batch: tuple[str, int] | None = None
+    for name, spec in model.inputs.items():
+        if not spec.shape or spec.shape[0] != -1:
+            continue
+        rows = arrays[name].shape[0]
+        if batch is None:
+            batch = (name, rows)
+        elif rows != batch[1]:
+            raise InferenceInputError(
+                f"input {name!r} has {rows} rows but input {batch[0]!r} has {batch[1]}; the batch sizes must agree"
+            )
+
+
+def _requested(model: ServedModel, request: InferRequest) -> list[tuple[TensorSpec, bool]]:
+    """(spec, send as binary) for each output to return: the requested ones, or all in declared order."""
+    if not request.outputs:
+        return [(spec, request.binary_output) for spec in model.outputs.values()]
+    wanted = []
+    for output in request.outputs:
+        spec = model.outputs.get(output.name)
+        if spec is None:
+            raise InferenceInputError(f"unknown output {output.name!r}; model returns {sorted(model.outputs)}")
+        wanted.append((spec, request.binary_output if output.binary is None else output.binary))
+    return wanted
+
+
+def _output(results: Mapping[str, np.ndarray], spec: TensorSpec, model: str) -> np.ndarray:
+    array = results.get(spec.name)
+    if array is None:
+        raise RuntimeError(f"model {model!r} returned no output {spec.name!r} (it returned {sorted(results)})")
+    dtype = DATATYPES[spec.datatype]
+    return array if array.dtype == dtype else np.asarray(array).astype(dtype)
+
+
+def _package_version() -> str:
+    try:
+        return version("vfl-service")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        return "0.0.0"
