@@ -1,9 +1,11 @@
 """The ``[serving]`` table of ``vfl-server``'s config: where the inference endpoints listen, and who may call.
 
     [serving]
+    enabled = false                  # serve the trained model after training (`vfl-server --serve`)
     grpc_listen = "127.0.0.1:8001"   # KServe v2 gRPC; port 0 picks a free port
     rest_listen = "127.0.0.1:8000"   # KServe v2 REST over HTTPS
     client_auth = "required"         # or "optional": callers without a certificate are let in
+    degraded = "none"                # federated models with a party offline: fail, or "zeros" / "mean"
 
 The defaults are Triton's and KServe's ports, on loopback. Every error is a ConfigError that
 names the file and the key, in the style of ``vflcore.config``.
@@ -20,16 +22,21 @@ from vflcore.config import _Section
 from vflcore.errors import ConfigError
 
 CLIENT_AUTH = ("required", "optional")
-_KEYS = ("grpc_listen", "rest_listen", "client_auth")
+#: What stands in for an offline passive party in federated inference (``serving.federated``):
+#: nothing (the request fails with UNAVAILABLE), zeros, or its mean representation over training.
+DEGRADED_MODES = ("none", "zeros", "mean")
+_KEYS = ("enabled", "grpc_listen", "rest_listen", "client_auth", "degraded")
 
 
 @dataclass(frozen=True)
 class ServingConfig:
-    """Where the two inference endpoints listen, and whether callers must show a certificate."""
+    """Whether to serve, where the two endpoints listen, who may call, and how to answer with a party offline."""
 
+    enabled: bool = False
     grpc_listen: str = "127.0.0.1:8001"
     rest_listen: str = "127.0.0.1:8000"
     client_auth: str = "required"
+    degraded: str = "none"
 
     @property
     def require_client_cert(self) -> bool:
@@ -43,10 +50,15 @@ def serving_config_from(doc: Mapping[str, Any], source: Path | None = None) -> S
     if unknown:
         raise ConfigError(f"{sec.where}: [serving] has no key {unknown[0]!r}; the keys are {list(_KEYS)}")
     defaults = ServingConfig()
+    enabled = sec.raw.get("enabled", defaults.enabled)
+    if not isinstance(enabled, bool):
+        raise ConfigError(f"{sec.where}: [serving] enabled = {enabled!r} must be true or false")
     config = ServingConfig(
+        enabled=enabled,
         grpc_listen=sec.text("grpc_listen", defaults.grpc_listen),
         rest_listen=sec.text("rest_listen", defaults.rest_listen),
         client_auth=sec.text("client_auth", defaults.client_auth),
+        degraded=sec.text("degraded", defaults.degraded),
     )
     for key in ("grpc_listen", "rest_listen"):
         try:
@@ -56,6 +68,10 @@ def serving_config_from(doc: Mapping[str, Any], source: Path | None = None) -> S
     if config.client_auth not in CLIENT_AUTH:
         raise ConfigError(
             f"{sec.where}: [serving] client_auth = {config.client_auth!r}; choose one of {list(CLIENT_AUTH)}"
+        )
+    if config.degraded not in DEGRADED_MODES:
+        raise ConfigError(
+            f"{sec.where}: [serving] degraded = {config.degraded!r}; choose one of {list(DEGRADED_MODES)}"
         )
     if config.grpc_listen == config.rest_listen and not config.grpc_listen.endswith(":0"):
         raise ConfigError(f"{sec.where}: [serving] grpc_listen and rest_listen are both {config.grpc_listen!r}")
