@@ -2,12 +2,14 @@
 
 A passive party holds features, not labels. It dials the active party's server over mutual
 TLS, joins the job, and trains its own bottom model; its raw features and weights never leave
-the process. See ``PassiveParty`` for a complete example.
+the process. See ``PassiveParty`` for a complete example. ``InferenceClient`` queries a trained
+model on the server's inference endpoint.
 """
 
-from vflclient._exceptions import ServerUnavailable, TensorRejected
+from vflclient._exceptions import ModelNotFound, ServerUnavailable, TensorRejected
 from vflclient.algorithms import ModelFactory
 from vflclient.connection import Connection
+from vflclient.inference import InferenceClient
 from vflclient.passive_party import PassiveParty, RunResult
 from vflcore.data import DataError, PartyTable, read_party_csv
 from vflcore.errors import JobAborted, JoinRejected, NotBuiltYet, PermissionDenied, VflError
@@ -17,10 +19,12 @@ from vflcore.tls import TlsFiles
 __all__ = [
     "Connection",
     "DataError",
+    "InferenceClient",
     "JobAborted",
     "JobSpec",
     "JoinRejected",
     "ModelFactory",
+    "ModelNotFound",
     "NotBuiltYet",
     "PartyTable",
     "PassiveParty",

@@ -6,7 +6,8 @@
     ├── JoinRejected              the job will not take this party                FAILED_PRECONDITION
     ├── TensorRejected            the server refused a tensor this party sent     INVALID_ARGUMENT
     ├── JobAborted                the job stopped                                 ABORTED, CANCELLED
-    └── NotBuiltYet               the server does not implement the call          UNIMPLEMENTED
+    ├── NotBuiltYet               the server does not implement the call          UNIMPLEMENTED
+    └── ModelNotFound             the inference endpoint serves no such model     NOT_FOUND
 
 Everything else from gRPC surfaces as ``VflError`` with the status name in the message.
 """
@@ -29,6 +30,10 @@ class TensorRejected(VflError):
     """The server refused a tensor this party sent (shape, dtype or values)."""
 
 
+class ModelNotFound(VflError):
+    """The inference endpoint serves no model of that name or version."""
+
+
 _BY_STATUS: dict[grpc.StatusCode, type[VflError]] = {
     grpc.StatusCode.UNAVAILABLE: ServerUnavailable,
     grpc.StatusCode.DEADLINE_EXCEEDED: ServerUnavailable,
@@ -39,6 +44,7 @@ _BY_STATUS: dict[grpc.StatusCode, type[VflError]] = {
     grpc.StatusCode.ABORTED: JobAborted,
     grpc.StatusCode.CANCELLED: JobAborted,
     grpc.StatusCode.UNIMPLEMENTED: NotBuiltYet,
+    grpc.StatusCode.NOT_FOUND: ModelNotFound,
 }
 
 

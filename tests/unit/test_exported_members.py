@@ -7,10 +7,12 @@ import vflclient
 EXPECTED = [
     "Connection",
     "DataError",
+    "InferenceClient",
     "JobAborted",
     "JobSpec",
     "JoinRejected",
     "ModelFactory",
+    "ModelNotFound",
     "NotBuiltYet",
     "PartyTable",
     "PassiveParty",
@@ -37,5 +39,5 @@ class TestExportedMembers:
     def test_no_other_public_module_attributes(self) -> None:
         """Anything public that is not in ``__all__`` is a submodule, not an accidental export."""
         public = {n for n in dir(vflclient) if not n.startswith("_")}
-        submodules = {"algorithms", "alignment", "cli", "connection", "passive_party"}
+        submodules = {"algorithms", "alignment", "cli", "connection", "inference", "passive_party"}
         assert public - set(EXPECTED) <= submodules
