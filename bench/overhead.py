@@ -38,14 +38,12 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
 
 import numpy as np
 
 from bench.jobs import make_certs, run_federated, write_configs
+from bench.machine import Window, measured
 from vflcore.daemon import prepare_compute
 from vflcore.data import read_party_csv
 from vflcore.datasets import write_synthetic_split
@@ -76,8 +74,6 @@ TORCH_THREADS = 1
 TIMEOUT_S = 240.0
 RUNS = 3  # federated jobs
 REFERENCE_EPOCHS = 4  # in-process epochs before, between and after the federated jobs
-
-_T = TypeVar("_T")
 
 
 def run_job(root: Path, certs: Path, data: Path) -> list[float]:
@@ -111,43 +107,6 @@ def time_reference(model: ReferenceSplitNN, epochs: range) -> tuple[list[float],
     return train_s, eval_s
 
 
-@dataclass(frozen=True)
-class _Window:
-    """Wall time and machine-wide CPU use over one phase of the bench (Linux ``/proc/stat``)."""
-
-    wall_s: float
-    others: float | None  # CPUs used by processes other than this one (and its children, if any)
-    steal: float | None  # CPUs the hypervisor gave to other virtual machines
-
-
-def _cpu_counters() -> tuple[float, float] | None:
-    """(busy, stolen) CPU seconds of the whole machine since boot, or None off Linux."""
-    try:
-        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
-    except OSError:
-        return None
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[:8])
-    tick = os.sysconf("SC_CLK_TCK")
-    return (user + nice + system + irq + softirq) / tick, steal / tick
-
-
-def _measured(run: Callable[[], _T], *, own_children: bool = False) -> tuple[_T, _Window]:
-    """Run a phase; also return how much of the machine others (and the hypervisor) took meanwhile.
-
-    For the in-process reference, "others" is everything but this process: competition the
-    daemons would also have met. For a federated run the daemons are this process's children,
-    so ``own_children`` leaves "others" unknown and reports only the steal.
-    """
-    counters, own, wall = _cpu_counters(), time.process_time(), time.perf_counter()
-    result = run()
-    counters_end, elapsed = _cpu_counters(), time.perf_counter() - wall
-    if counters is None or counters_end is None:
-        return result, _Window(elapsed, None, None)
-    busy = counters_end[0] - counters[0]
-    others = None if own_children else max(0.0, busy - (time.process_time() - own)) / elapsed
-    return result, _Window(elapsed, others, (counters_end[1] - counters[1]) / elapsed)
-
-
 def _row(name: str, seconds: list[float]) -> str:
     return f"{name:<44} {statistics.median(seconds):8.3f} {min(seconds):8.3f} {max(seconds):8.3f}   " + " ".join(
         f"{s:.3f}" for s in seconds
@@ -175,9 +134,9 @@ def main() -> int:
     # with the blocks right before and after it: on a shared machine whose speed drifts by tens
     # of percent within minutes, that keeps each ratio's two sides in the same weather.
     blocks: list[tuple[list[float], list[float]]] = []
-    block_windows: list[_Window] = []
+    block_windows: list[Window] = []
     runs: list[list[float]] = []
-    run_windows: list[_Window] = []
+    run_windows: list[Window] = []
     with tempfile.TemporaryDirectory(prefix="vfl-bench-") as tmp:
         root = Path(tmp)
         make_certs(root / "certs", JOB.passive_parties)
@@ -185,7 +144,7 @@ def main() -> int:
         model = build_reference(root / "data")
         for run in range(RUNS + 1):
             epochs = range(run * REFERENCE_EPOCHS, (run + 1) * REFERENCE_EPOCHS)  # training continues
-            block, window = _measured(functools.partial(time_reference, model, epochs))
+            block, window = measured(functools.partial(time_reference, model, epochs))
             blocks.append(block)
             block_windows.append(window)
             if run == RUNS:
@@ -193,7 +152,7 @@ def main() -> int:
             job_root = root / f"run-{run}"
             job_root.mkdir()
             try:
-                federated, window = _measured(
+                federated, window = measured(
                     functools.partial(run_job, job_root, root / "certs", root / "data"), own_children=True
                 )
             except RuntimeError as exc:
