@@ -14,17 +14,24 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import grpc
 import structlog
 
 from vflcore import daemon
 from vflcore.config import document_with_flags, server_config_from
 from vflcore.data import DataError, read_party_csv
-from vflcore.errors import ConfigError, JobAborted
-from vflcore.tls import TlsConfigError
+from vflcore.errors import ConfigError, JobAborted, VflError
+from vflcore.tls import TlsConfigError, TlsFiles
 from vflcore.traffic import summary_lines
-from vflserver.active_party import ActiveParty, EpochReport
+from vflserver.active_party import ActiveParty, EpochReport, RunSummary
+from vflserver.algorithms import server_algorithm
 from vflserver.alignment import AlignmentResult
 from vflserver.server import build_server
+from vflserver.serving.artifact import ArtifactServable
+from vflserver.serving.config import ServingConfig, serving_config_from
+from vflserver.serving.federated import FederatedServable
+from vflserver.serving.run import serve_until
+from vflserver.serving.servable import Servable
 
 log = structlog.get_logger(__name__)
 
@@ -48,6 +55,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="align IDs by PSI with every party, write aligned_ids.csv for each party, then stop",
     )
+    p.add_argument(
+        "--serve",
+        action="store_true",
+        help="after training, serve the model on the inference endpoints ([serving]) until SIGINT/SIGTERM",
+    )
+    p.add_argument("--serving-port-file", type=Path, help="with --serve: write 'grpc_port rest_port' here")
     p.add_argument("--insecure", action="store_true", help="DEVELOPMENT ONLY: plaintext, no certificates")
     daemon.add_logging_flags(p)
     return p
@@ -69,6 +82,7 @@ def _document(args: argparse.Namespace) -> dict[str, Any]:
             ("tls", "key"): args.key,
             ("job", "epochs"): args.epochs,
             ("job", "job_id"): args.job_id,
+            ("serving", "enabled"): True if args.serve else None,
         },
     )
 
@@ -92,7 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     daemon.setup_logging(args)
     structlog.contextvars.bind_contextvars(party=1)
     try:
-        config = server_config_from(_document(args), args.config)
+        document = _document(args)
+        config = server_config_from(document, args.config)
+        serving = serving_config_from(document, args.config)
         if args.psi_only:  # only the ID column matters: labels and features may be absent or anything
             table = read_party_csv(config.data.path, id_column=config.data.id_column, feature_columns=())
         else:
@@ -144,10 +160,18 @@ def main(argv: list[str] | None = None) -> int:
     signals = daemon.ShutdownSignals(request_stop).install()
     outcome: dict[str, Any] = {}
 
+    # A model that spans every party keeps them connected while it is served; APFed's does not.
+    federated = (
+        serving.enabled and not args.psi_only and server_algorithm(active.job.algorithm).needs_parties_to_predict
+    )
+
     def run_job() -> None:
         try:
             outcome["summary"] = active.run(
-                join_timeout_s=config.join_timeout_s, on_epoch=_print_epoch, on_aligned=_print_alignment
+                join_timeout_s=config.join_timeout_s,
+                on_epoch=_print_epoch,
+                on_aligned=_print_alignment,
+                keep_serving=federated,
             )
         except BaseException as exc:  # reported on the main thread
             outcome["error"] = exc
@@ -155,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     worker = threading.Thread(target=run_job, name="job", daemon=True)
     worker.start()
     worker.join()
-    server.stop(grace=5).wait()
+    if not federated or "error" in outcome or signals.fired:
+        server.stop(grace=5).wait()
 
     if signals.exit_code is not None:
         print("vfl-server: stopped by signal; checkpoints of finished epochs are kept", file=sys.stderr)
@@ -174,6 +199,38 @@ def main(argv: list[str] | None = None) -> int:
     for line in summary_lines(summary.wire, own="server"):
         print(line, flush=True)
     print(f"checkpoints and reports: {summary.run_dir}", flush=True)
+    if summary.artifact is not None:
+        print(f"standalone model (serves with no passive party): {summary.artifact}", flush=True)
+    if not serving.enabled or args.psi_only:
+        return daemon.EXIT_OK
+    return _serve(active, summary, serving, None if args.insecure else config.tls, args, server if federated else None)
+
+
+def _serve(
+    active: ActiveParty,
+    summary: RunSummary,
+    serving: ServingConfig,
+    tls: TlsFiles | None,
+    args: argparse.Namespace,
+    federation_server: grpc.Server | None,
+) -> int:
+    """Serve the trained model until a signal: the artifact alone (APFed), or federated inference."""
+    try:
+        servable: Servable = (
+            ArtifactServable(summary.artifact)
+            if summary.artifact is not None
+            else FederatedServable(active, degraded=serving.degraded)
+        )
+        serve_until(servable, serving, tls, active.stop_event, insecure=args.insecure, port_file=args.serving_port_file)
+    except (OSError, VflError, ValueError) as exc:  # TlsConfigError is a ValueError
+        log.error("serving_failed", error=str(exc))
+        print(f"vfl-server: could not serve the model: {exc}", file=sys.stderr)
+        return daemon.EXIT_UNREACHABLE if isinstance(exc, OSError) else daemon.EXIT_JOB_FAILED
+    finally:
+        if federation_server is not None:
+            active.shutdown("the active party stopped serving")
+            federation_server.stop(grace=5).wait()
+    print("vfl-server: stopped serving", flush=True)
     return daemon.EXIT_OK
 
 

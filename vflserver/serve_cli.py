@@ -1,0 +1,82 @@
+"""``vfl-serve``: serve a standalone model artifact on the inference endpoints, with no federation at all.
+
+    vfl-serve --model runs/<job>/party-1/model.safetensors [--config server.toml] [--grpc-listen ...]
+
+The artifact is what an APFed job (``apfed_r``, ``apfed_c``) leaves in the active party's run
+folder: the active party's whole model, which predicts from its own features. Nothing of the
+training run is needed, and no passive party. TLS files and the ``[serving]`` table come from
+the server config (``docs/inference.md``); flags override it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+from pathlib import Path
+
+import structlog
+
+from vflcore import daemon
+from vflcore.config import _tls, document_with_flags
+from vflcore.errors import ConfigError, VflError
+from vflcore.tls import TlsConfigError
+from vflserver.serving.artifact import ArtifactServable
+from vflserver.serving.config import serving_config_from
+from vflserver.serving.run import serve_until
+
+log = structlog.get_logger(__name__)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="vfl-serve", description="Serve a standalone model artifact (KServe v2).")
+    p.add_argument("--model", type=Path, required=True, help="the artifact, e.g. runs/<job>/party-1/model.safetensors")
+    p.add_argument("--name", help="model name in requests (default: the job id stored in the artifact)")
+    p.add_argument("--config", type=Path, help="server TOML file: its [tls] and [serving] tables are used")
+    p.add_argument("--grpc-listen", help="gRPC address, e.g. 0.0.0.0:8001 (port 0 picks a free port)")
+    p.add_argument("--rest-listen", help="REST address, e.g. 0.0.0.0:8000")
+    p.add_argument("--client-auth", choices=("required", "optional"), help="must callers show a certificate")
+    p.add_argument("--ca", type=Path, help="CA that signs callers' certificates (default: certs/ca.pem)")
+    p.add_argument("--cert", type=Path, help="this endpoint's certificate (default: certs/server.pem)")
+    p.add_argument("--key", type=Path, help="its private key (default: certs/server.key)")
+    p.add_argument("--port-file", type=Path, help="write 'grpc_port rest_port' here once listening")
+    p.add_argument("--insecure", action="store_true", help="DEVELOPMENT ONLY: plaintext, no certificates")
+    daemon.add_logging_flags(p)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    daemon.setup_logging(args)
+    try:
+        document = document_with_flags(
+            args.config,
+            {
+                ("serving", "grpc_listen"): args.grpc_listen,
+                ("serving", "rest_listen"): args.rest_listen,
+                ("serving", "client_auth"): args.client_auth,
+                ("tls", "ca"): args.ca,
+                ("tls", "cert"): args.cert,
+                ("tls", "key"): args.key,
+            },
+        )
+        serving = serving_config_from(document, args.config)
+        tls = None if args.insecure else _tls(document, args.config, "server")
+        servable = ArtifactServable(args.model, name=args.name)
+    except (ConfigError, TlsConfigError, VflError, ValueError) as exc:
+        print(f"vfl-serve: {exc}", file=sys.stderr)
+        return daemon.EXIT_CONFIG
+    daemon.prepare_compute(1)  # batch-1 requests: one intra-op thread answers fastest
+    stop = threading.Event()
+    signals = daemon.ShutdownSignals(stop.set).install()
+    try:
+        serve_until(servable, serving, tls, stop, insecure=args.insecure, port_file=args.port_file)
+    except (OSError, VflError, TlsConfigError) as exc:
+        print(f"vfl-serve: {exc}", file=sys.stderr)
+        return daemon.EXIT_UNREACHABLE if isinstance(exc, OSError) else daemon.EXIT_CONFIG
+    log.info("stopped", signal_exit_code=signals.exit_code)
+    return daemon.EXIT_OK
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
