@@ -156,6 +156,27 @@ def issue_party_cert(
     return issued
 
 
+def issue_caller_cert(
+    out_dir: Path, ca: CertificateAuthority, name: str, *, days: int = 825, force: bool = False
+) -> IssuedCert:
+    """Issue an inference caller's client certificate: CN ``name``, no party identity.
+
+    It lets an application call the inference endpoints when they require client certificates
+    (``[serving] client_auth``). It carries no ``vfl://party/N`` SAN, so the federation server
+    refuses it: a caller can ask for predictions but never join a job as a party.
+    """
+    if not name or not all(c.isalnum() or c in "-_." for c in name) or name.startswith("party-"):
+        raise CertsError(f"caller name {name!r}: use letters, digits, '-', '_' or '.', and not a party-N name")
+    issued = _paths(out_dir, name)
+    _refuse_overwrite(issued, force)
+    key = ec.generate_private_key(ec.SECP256R1())
+    not_before, not_after = _validity(days, None, None)
+    builder = _leaf_builder(ca, name, key, not_before, not_after, ExtendedKeyUsageOID.CLIENT_AUTH)
+    cert = builder.sign(ca.key, hashes.SHA256())
+    _write_pair(issued, cert, key)
+    return issued
+
+
 def issue_self_signed_party_cert(out_dir: Path, party: int, name: str, *, force: bool = False) -> IssuedCert:
     """Issue a party certificate that no CA signed, so tests can show that the server rejects it."""
     _check_party(party)

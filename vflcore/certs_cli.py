@@ -3,6 +3,7 @@
     vfl-certs init --out certs [--dns NAME ...] [--ip ADDR ...] [--parties 2 3] [--force]
     vfl-certs server --out certs --dns vfl.example.org --ip 10.0.0.5 [--force]
     vfl-certs party N --out certs [--force]
+    vfl-certs caller NAME --out certs [--force]      # an inference caller, not a party
     vfl-certs show FILE.pem
 
 Every run says in plain words which files it wrote or kept. A problem is one line on stderr that
@@ -30,6 +31,7 @@ from vflcore.certs import (
     create_ca,
     is_ca,
     is_signed_by,
+    issue_caller_cert,
     issue_party_cert,
     issue_server_cert,
     load_ca,
@@ -82,6 +84,13 @@ def _parser() -> argparse.ArgumentParser:
     party.add_argument("--days", type=int, default=825)
     party.add_argument("--force", action="store_true", help="replace an existing certificate of this party")
     party.set_defaults(run=_party_command)
+
+    caller = commands.add_parser("caller", help="issue a client certificate for an inference caller (no party)")
+    caller.add_argument("name", help="the caller's name, e.g. scoring-app; files NAME.pem and NAME.key")
+    _add_out(caller)
+    caller.add_argument("--days", type=int, default=825)
+    caller.add_argument("--force", action="store_true", help="replace an existing certificate of this name")
+    caller.set_defaults(run=_caller_command)
 
     show = commands.add_parser("show", help="print what a certificate says")
     show.add_argument("file", type=Path, metavar="FILE.pem")
@@ -176,6 +185,13 @@ def _party_command(args: argparse.Namespace) -> None:
     issued = issue_party_cert(args.out, ca, args.party, days=args.days, force=args.force)
     _say_wrote(issued, f"certificate of party {args.party}")
     print(f"Give party {args.party}: {ca.cert_path}, {issued.cert_path} and {issued.key_path}.")
+
+
+def _caller_command(args: argparse.Namespace) -> None:
+    ca = load_ca(args.out)
+    issued = issue_caller_cert(args.out, ca, args.name, days=args.days, force=args.force)
+    _say_wrote(issued, f"inference caller certificate {args.name!r}")
+    print(f"Give the caller: {ca.cert_path}, {issued.cert_path} and {issued.key_path} (it cannot join as a party).")
 
 
 def _show(args: argparse.Namespace) -> None:

@@ -18,6 +18,7 @@ from vflcore.certs import (
     create_ca,
     is_ca,
     is_signed_by,
+    issue_caller_cert,
     issue_party_cert,
     issue_self_signed_party_cert,
     issue_server_cert,
@@ -326,3 +327,25 @@ class TestCertsCli:
         """--help prints usage and returns 0 instead of exiting the process."""
         assert main(["--help"]) == 0
         assert "init" in capsys.readouterr().out
+
+
+class TestIssueCallerCert:
+    def test_is_a_client_certificate_with_no_party_identity(self, tmp_path: Path, ca: CertificateAuthority) -> None:
+        """An inference caller may show this certificate, but it names no party: it cannot join a job."""
+        issued = issue_caller_cert(tmp_path, ca, "scoring-app")
+        cert = load_certificate(issued.cert_path)
+        assert cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == "scoring-app"
+        assert _usages(cert) == [ExtendedKeyUsageOID.CLIENT_AUTH]
+        assert is_signed_by(cert, ca.cert)
+        assert party_from_certificate(cert) is None
+        assert _mode(issued.key_path) == 0o600
+
+    @pytest.mark.parametrize("name", ["", "party-2", "a b", "../x"])
+    def test_refuses_a_bad_name(self, tmp_path: Path, ca: CertificateAuthority, name: str) -> None:
+        with pytest.raises(CertsError, match="caller name"):
+            issue_caller_cert(tmp_path, ca, name)
+
+    def test_command_line(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        create_ca(tmp_path)
+        assert main(["caller", "scoring-app", "--out", str(tmp_path)]) == 0
+        assert (tmp_path / "scoring-app.pem").exists() and "cannot join as a party" in capsys.readouterr().out
