@@ -162,11 +162,12 @@ def main(argv: list[str] | None = None) -> int:
         return daemon.EXIT_JOB_FAILED
     if signals.exit_code is not None:
         return signals.exit_code
-    print(
+    # One write, newline included: parties sharing a terminal must not splice their lines.
+    sys.stdout.write(
         f"vfl-client party {config.party}: job {result.job_id} {'finished' if result.success else 'ended'}: "
-        f"{result.message}; {result.epochs_trained} epochs; checkpoints in {result.run_dir}",
-        flush=True,
+        f"{result.message}; {result.epochs_trained} epochs; checkpoints in {result.run_dir}\n"
     )
+    sys.stdout.flush()
     return daemon.EXIT_OK if result.success else daemon.EXIT_JOB_FAILED
 
 

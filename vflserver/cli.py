@@ -195,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"aligned IDs written to {summary.run_dir / 'aligned_ids.csv'} (and on every passive party)", flush=True)
         return daemon.EXIT_OK
     final = "  ".join(f"{k} {v:.4f}" for k, v in summary.final_metrics.items())
-    print(f"federated inference on {len(active.schedule.test_rows)} held-out rows: {final}", flush=True)
+    how = "inference by the active party alone" if summary.artifact is not None else "federated inference"
+    print(f"{how} on {len(active.schedule.test_rows)} held-out rows: {final}", flush=True)
     for line in summary_lines(summary.wire, own="server"):
         print(line, flush=True)
     print(f"checkpoints and reports: {summary.run_dir}", flush=True)
