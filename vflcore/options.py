@@ -7,6 +7,7 @@ is refused when the server starts, naming the key, rather than halfway through t
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -58,9 +59,9 @@ def algorithm_options(algorithm: str, given: Mapping[str, Any]) -> dict[str, Any
         )
     weights = {"weight": options.get("weight", 0.0), **options.get("party_weights", {})}
     for key, value in weights.items():
-        if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
+        if not isinstance(value, int | float) or isinstance(value, bool) or not 0 <= value < math.inf:
             where = "weight" if key == "weight" else f"party_weights.{key}"
-            raise ConfigError(f"[algorithm] {where} must be a number of at least 0, got {value!r}")
+            raise ConfigError(f"[algorithm] {where} must be a finite number of at least 0, got {value!r}")
     for key in options.get("party_weights", {}):
         if not str(key).isdigit():
             raise ConfigError(f'[algorithm] party_weights keys are party ids such as "2", got {key!r}')

@@ -17,7 +17,8 @@ BIN = Path(sys.executable).parent
 
 class TestDemoProcesses:
     def test_demo_reaches_the_accuracy_bar(self, tmp_path: Path) -> None:
-        """vfl-certs, the data script and run_demo.py (server + 2 clients) exit 0 with test accuracy >= 0.93."""
+        """vfl-certs, the data script and run_demo.py (server + 2 clients, twice) exit 0; SplitNN reaches >= 0.93
+        and the APFed-C endpoint answers alone."""
         certs, data, runs = tmp_path / "certs", tmp_path / "data", tmp_path / "runs"
         subprocess.run([str(BIN / "vfl-certs"), "init", "--out", str(certs), "--parties", "2", "3"], check=True)
         subprocess.run([sys.executable, str(ROOT / "examples/make_digits_data.py"), "--out", str(data)], check=True)
@@ -36,3 +37,8 @@ class TestDemoProcesses:
         for party in (2, 3):
             assert (runs / "digits-splitnn" / f"party-{party}" / "latest.pt").exists()
             assert f"party {party}: job digits-splitnn finished" in demo.stdout
+        # Part 2: APFed-C, served by the active party with both passive parties gone.
+        assert "both passive parties have exited" in demo.stdout
+        assert "same predictions as the server's final inference: True" in demo.stdout
+        assert (runs / "digits-apfed-c" / "party-1" / "model.safetensors").exists()
+        assert (certs / "demo-app.pem").exists()

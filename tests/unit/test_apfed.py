@@ -143,11 +143,17 @@ class TestOptions:
     @pytest.mark.parametrize(
         ("algorithm", "given", "message"),
         [
-            (APFED_R, {"weight": -0.5}, r"\[algorithm\] weight must be a number of at least 0"),
-            (APFED_R, {"weight": "1"}, r"\[algorithm\] weight must be a number"),
-            (APFED_C, {"weight": True}, r"\[algorithm\] weight must be a number"),
-            (APFED_R, {"party_weights": {"2": -1}}, r"\[algorithm\] party_weights\.2 must be a number of at least 0"),
-            (APFED_C, {"party_weights": {"3": "half"}}, r"\[algorithm\] party_weights\.3 must be a number"),
+            (APFED_R, {"weight": -0.5}, r"\[algorithm\] weight must be a finite number of at least 0"),
+            (APFED_R, {"weight": float("nan")}, r"\[algorithm\] weight must be a finite number"),
+            (APFED_R, {"weight": float("inf")}, r"\[algorithm\] weight must be a finite number"),
+            (APFED_R, {"weight": "1"}, r"\[algorithm\] weight must be a finite number"),
+            (APFED_C, {"weight": True}, r"\[algorithm\] weight must be a finite number"),
+            (
+                APFED_R,
+                {"party_weights": {"2": -1}},
+                r"\[algorithm\] party_weights\.2 must be a finite number of at least 0",
+            ),
+            (APFED_C, {"party_weights": {"3": "half"}}, r"\[algorithm\] party_weights\.3 must be a finite number"),
             (APFED_R, {"party_weights": [0.5, 1.0]}, r"\[algorithm\] party_weights must be a table"),
             (APFED_R, {"party_weights": 0.5}, r"\[algorithm\] party_weights must be a table"),
             (APFED_C, {"party_weights": {"two": 1.0}}, r"\[algorithm\] party_weights keys are party ids.*'two'"),
