@@ -29,12 +29,14 @@ class DigitsClassifier:
         *,
         seed: int = 0,
         version: str = "1",
+        compute_only: bool = True,
     ) -> None:
         self._name, self._version = name, version
         self.widths = dict(widths or {"features": 24})
         width = sum(self.widths.values())
         self.network = build_seeded(lambda: mlp(width, (32,), 10), seed).eval()
         self.is_ready = True
+        self.compute_only = compute_only  # False: the gRPC endpoint calls predict in its thread pool
         self.offline_party: int | None = None  # set to make predict fail like federated inference
 
     @property

@@ -42,7 +42,7 @@ def model() -> DigitsClassifier:
 @pytest.fixture(scope="module")
 def offline() -> DigitsClassifier:
     """A federated-style model whose passive party dropped out: predict raises PartyUnavailable."""
-    servable = DigitsClassifier("splitnn", seed=1)
+    servable = DigitsClassifier("splitnn", seed=1, compute_only=False)
     servable.offline_party = 3
     return servable
 

@@ -10,7 +10,12 @@ from vflcore import errors
 from vflcore.oip import InferRequest, RequestedOutput, RequestTensor, array_to_raw
 from vflserver.serving.handler import Failure, InferenceHandler, failure
 from vflserver.serving.registry import ModelRegistry
-from vflserver.serving.servable import InferenceInputError, ModelNotFound, ModelNotReady, PartyUnavailable
+from vflserver.serving.servable import (
+    InferenceInputError,
+    ModelNotFound,
+    PartyUnavailable,
+    computes_inline,
+)
 
 
 def _raw(name: str, array: np.ndarray, datatype: str = "FP32") -> RequestTensor:
@@ -131,9 +136,12 @@ class TestInfer:
         with pytest.raises(InferenceInputError, match="unknown output 'logits'"):
             handler.infer(_request(_raw("features", digits_rows(1)), outputs=("logits",)))
 
-    def test_a_model_that_is_not_ready_is_not_called(self, handler: InferenceHandler, model: DigitsClassifier) -> None:
+    def test_predict_decides_even_when_not_ready(self, handler: InferenceHandler, model: DigitsClassifier) -> None:
+        """ready() is for probes; predict names the missing party, or answers in a degraded mode."""
         model.is_ready = False
-        with pytest.raises(ModelNotReady):
+        assert handler.infer(_request(_raw("features", digits_rows(1)))).outputs
+        model.offline_party = 2
+        with pytest.raises(PartyUnavailable, match="party 2"):
             handler.infer(_request(_raw("features", digits_rows(1))))
 
 
@@ -159,6 +167,14 @@ class TestReadinessAndMetadata:
         assert "binary_tensor_data" in handler.metadata.extensions
 
 
+class TestComputesInline:
+    def test_only_an_explicit_true_counts(self) -> None:
+        """A servable runs on the gRPC event loop only if it says `compute_only = True`."""
+        assert computes_inline(DigitsClassifier(compute_only=True))
+        assert not computes_inline(DigitsClassifier(compute_only=False))
+        assert not computes_inline(object())
+
+
 class TestFailureKinds:
     @pytest.mark.parametrize(
         ("exc", "kind"),
@@ -167,7 +183,6 @@ class TestFailureKinds:
             (ModelNotFound("unknown model"), Failure.NOT_FOUND),
             (PartyUnavailable("party 2 is not connected"), Failure.UNAVAILABLE),
             (errors.PartyUnavailable(3, "timed out"), Failure.UNAVAILABLE),
-            (ModelNotReady("not ready"), Failure.UNAVAILABLE),
         ],
     )
     def test_kinds_keep_the_message(self, exc: Exception, kind: Failure) -> None:

@@ -1,6 +1,6 @@
 """Start and stop the inference endpoints: KServe v2 over gRPC and over REST, both on TLS.
 
-``InferenceEndpoint`` owns its own ``grpc.server`` (separate from the federation's, so inference
+``InferenceEndpoint`` owns its own gRPC server (separate from the federation's, so inference
 traffic never queues behind training RPCs and can listen on another interface) and a REST server
 in a thread. Both serve the same ``ModelRegistry``, so a model added when training finishes is
 visible on both at once. Certificates are the server's ``TlsFiles``; whether callers must show a
@@ -12,21 +12,15 @@ server, so grpc_health_probe and grpcurl work.
 from __future__ import annotations
 
 import threading
-from concurrent import futures
 from dataclasses import dataclass
 from types import TracebackType
 
-import grpc
 import structlog
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
-from vflcore.oip import SERVICE
 from vflcore.tls import TlsFiles, server_credentials, server_ssl_context
 from vflserver.serving.config import ServingConfig, serving_config_from, split_listen
-from vflserver.serving.grpc_endpoint import add_inference_service
+from vflserver.serving.grpc_endpoint import GrpcInferenceServer
 from vflserver.serving.handler import InferenceHandler
-from vflserver.serving.reflection import reflection_pool
 from vflserver.serving.registry import ModelRegistry
 from vflserver.serving.rest import RestServer
 
@@ -38,10 +32,6 @@ INSECURE_WARNING = (
     "INSECURE MODE: the inference endpoints speak plaintext gRPC and HTTP, with no certificates. "
     "Anyone who can reach these ports can query every model and read its answers. Development only."
 )
-
-# Enough threads that 8-16 concurrent callers never queue behind each other; more only adds GIL
-# contention, since a request holds the GIL for nearly all of its time.
-GRPC_WORKERS = 16
 
 # Large batches travel in one message; gRPC's 4 MiB default would refuse 45,000 rows of 24 floats.
 MAX_MESSAGE_BYTES = 64 << 20
@@ -73,7 +63,7 @@ class InferenceEndpoint:
         self.config = config or ServingConfig()
         self.handler = InferenceHandler(registry, server_version)
         self._tls, self._insecure = tls, insecure
-        self._grpc: grpc.Server | None = None
+        self._grpc: GrpcInferenceServer | None = None
         self._rest: RestServer | None = None
         self._rest_thread: threading.Thread | None = None
         self._ports: BoundPorts | None = None
@@ -88,13 +78,12 @@ class InferenceEndpoint:
         """Bind both endpoints and start serving; OSError if an address cannot be bound."""
         if self._insecure:
             log.warning("insecure_mode", warning=INSECURE_WARNING)
-        grpc_server, grpc_port = self._build_grpc()
+        grpc_server, grpc_port = self._start_grpc()
         try:
             rest = self._build_rest()
         except BaseException:
-            grpc_server.stop(grace=None)
+            grpc_server.stop(None)
             raise
-        grpc_server.start()
         thread = threading.Thread(target=rest.serve_forever, kwargs={"poll_interval": 0.2}, name="oip-rest")
         thread.daemon = True
         thread.start()
@@ -119,7 +108,7 @@ class InferenceEndpoint:
             self._rest_thread.join()
             self._rest_thread = None
         if self._grpc is not None:
-            self._grpc.stop(grace=grace_s).wait()
+            self._grpc.stop(grace_s)
             self._grpc = None
 
     def __enter__(self) -> InferenceEndpoint:
@@ -133,33 +122,17 @@ class InferenceEndpoint:
 
     # ---- building ---------------------------------------------------------------------------
 
-    def _build_grpc(self) -> tuple[grpc.Server, int]:
+    def _start_grpc(self) -> tuple[GrpcInferenceServer, int]:
         options = [
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ]
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=GRPC_WORKERS), options=options)
-        add_inference_service(server, self.handler)
-        health_servicer = health.HealthServicer()
-        for name in ("", SERVICE):
-            health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-        reflection.enable_server_reflection(
-            (SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME), server, pool=reflection_pool()
-        )
-        listen = self.config.grpc_listen
-        try:
-            if self._insecure:
-                port = server.add_insecure_port(listen)
-            else:
-                assert self._tls is not None
-                credentials = server_credentials(self._tls, require_client_auth=self.config.require_client_cert)
-                port = server.add_secure_port(listen, credentials)
-        except RuntimeError as exc:  # grpcio raises instead of returning 0 on a busy or foreign address
-            raise OSError(f"could not listen on {listen} (gRPC inference): in use or not local ({exc})") from exc
-        if port == 0:
-            raise OSError(f"could not listen on {listen} (gRPC inference): the address is in use or not local")
-        return server, port
+        credentials = None
+        if not self._insecure:
+            assert self._tls is not None
+            credentials = server_credentials(self._tls, require_client_auth=self.config.require_client_cert)
+        server = GrpcInferenceServer(self.handler, options)
+        return server, server.start(self.config.grpc_listen, credentials)
 
     def _build_rest(self) -> RestServer:
         context = None

@@ -1,23 +1,38 @@
-"""The gRPC half of the inference endpoint: KServe's ``inference.GRPCInferenceService``.
+"""The gRPC half of the inference endpoint: KServe's ``inference.GRPCInferenceService`` on grpc.aio.
 
 The servicer is thin: it turns messages into ``vflcore.oip`` types (``vflcore.oip_wire``), asks
 the ``InferenceHandler``, and maps failures to status codes in ``_abort``. Handlers are
 registered by hand under the wire name ``inference.GRPCInferenceService`` rather than through
 generated stubs, because our proto package is ``vfl.oip.v2`` (so that our messages and
 tritonclient's can live in one process); stock clients therefore reach it unchanged.
+
+Why grpc.aio, on an event loop in its own thread: at batch 1 the model's arithmetic is small
+next to gRPC's own Python work, and the synchronous server hands every call from its polling
+thread to a pool thread and back, fighting over the GIL. Measured with 8 callers on this
+2-core machine, the asyncio server used about a quarter less CPU per request, and its p99 was
+lower. ModelInfer runs on the loop itself only for models that declare that ``predict`` just
+computes (``servable.computes_inline``); any other model, such as federated inference waiting
+on passive parties, runs in a thread pool so that it cannot stall other calls.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+import threading
+from collections.abc import Callable, Sequence
+from concurrent import futures
 from typing import Any, NoReturn
 
 import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
 
 from vflcore import oip_wire
-from vflcore.oip import SERVICE
+from vflcore.oip import SERVICE, InferRequest
 from vflcore.proto import open_inference_pb2 as pb
 from vflserver.serving.handler import Failure, InferenceHandler, failure
+from vflserver.serving.reflection import reflection_pool
+from vflserver.serving.servable import computes_inline
 
 _STATUS = {
     Failure.INVALID: grpc.StatusCode.INVALID_ARGUMENT,
@@ -26,53 +41,134 @@ _STATUS = {
     Failure.INTERNAL: grpc.StatusCode.INTERNAL,
 }
 
+# Threads for models whose predict may wait (federated inference): concurrent requests wait in
+# parallel, up to this many.
+BLOCKING_WORKERS = 16
+
 
 class InferenceServicer:
     """The six RPCs of GRPCInferenceService over one handler (and so one model registry)."""
 
-    def __init__(self, handler: InferenceHandler) -> None:
+    def __init__(self, handler: InferenceHandler, pool: futures.Executor) -> None:
         self.handler = handler
+        self._pool = pool
 
-    def server_live(self, request: pb.ServerLiveRequest, context: grpc.ServicerContext) -> pb.ServerLiveResponse:
+    async def server_live(
+        self, request: pb.ServerLiveRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ServerLiveResponse:
         return pb.ServerLiveResponse(live=self.handler.live())
 
-    def server_ready(self, request: pb.ServerReadyRequest, context: grpc.ServicerContext) -> pb.ServerReadyResponse:
+    async def server_ready(
+        self, request: pb.ServerReadyRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ServerReadyResponse:
         try:
             return pb.ServerReadyResponse(ready=self.handler.ready())
         except Exception as exc:
-            _abort(context, exc, "ServerReady")
+            await _abort(context, exc, "ServerReady")
 
-    def model_ready(self, request: pb.ModelReadyRequest, context: grpc.ServicerContext) -> pb.ModelReadyResponse:
+    async def model_ready(
+        self, request: pb.ModelReadyRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ModelReadyResponse:
         try:
             return pb.ModelReadyResponse(ready=self.handler.model_ready(request.name, request.version))
         except Exception as exc:
-            _abort(context, exc, "ModelReady")
+            await _abort(context, exc, "ModelReady")
 
-    def server_metadata(
-        self, request: pb.ServerMetadataRequest, context: grpc.ServicerContext
+    async def server_metadata(
+        self, request: pb.ServerMetadataRequest, context: grpc.aio.ServicerContext
     ) -> pb.ServerMetadataResponse:
         return oip_wire.server_metadata_to_proto(self.handler.metadata)
 
-    def model_metadata(
-        self, request: pb.ModelMetadataRequest, context: grpc.ServicerContext
+    async def model_metadata(
+        self, request: pb.ModelMetadataRequest, context: grpc.aio.ServicerContext
     ) -> pb.ModelMetadataResponse:
         try:
             return oip_wire.model_metadata_to_proto(self.handler.model_metadata(request.name, request.version))
         except Exception as exc:
-            _abort(context, exc, "ModelMetadata")
+            await _abort(context, exc, "ModelMetadata")
 
-    def model_infer(self, request: pb.ModelInferRequest, context: grpc.ServicerContext) -> pb.ModelInferResponse:
+    async def model_infer(
+        self, request: pb.ModelInferRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ModelInferResponse:
         try:
-            answer = self.handler.infer(oip_wire.infer_request_from_proto(request))
-            return oip_wire.infer_response_to_proto(answer)
+            ask = oip_wire.infer_request_from_proto(request)
+            if self._inline(ask):
+                return self._infer(ask)
+            return await asyncio.get_running_loop().run_in_executor(self._pool, self._infer, ask)
         except Exception as exc:
-            _abort(context, exc, "ModelInfer")
+            await _abort(context, exc, "ModelInfer")
+
+    def _inline(self, ask: InferRequest) -> bool:
+        try:
+            return computes_inline(self.handler.registry.get(ask.model, ask.version).servable)
+        except LookupError:
+            return True  # infer raises ModelNotFound at once; nothing to wait for
+
+    def _infer(self, ask: InferRequest) -> pb.ModelInferResponse:
+        return oip_wire.infer_response_to_proto(self.handler.infer(ask))
 
 
-def add_inference_service(server: grpc.Server, handler: InferenceHandler) -> None:
+class GrpcInferenceServer:
+    """A grpc.aio server for GRPCInferenceService (plus health and reflection) on its own event loop thread."""
+
+    def __init__(self, handler: InferenceHandler, options: Sequence[tuple[str, Any]] = ()) -> None:
+        self.handler = handler
+        self._options = list(options)
+        self._pool = futures.ThreadPoolExecutor(max_workers=BLOCKING_WORKERS, thread_name_prefix="oip-predict")
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="oip-grpc", daemon=True)
+        self._server: grpc.aio.Server | None = None
+
+    def start(self, listen: str, credentials: grpc.ServerCredentials | None) -> int:
+        """Bind ``listen`` (plaintext when ``credentials`` is None), start serving; returns the port."""
+        self._thread.start()
+        try:
+            return asyncio.run_coroutine_threadsafe(self._start(listen, credentials), self._loop).result()
+        except BaseException:
+            self.stop(None)
+            raise
+
+    def stop(self, grace_s: float | None) -> None:
+        """Stop serving; in-flight calls get ``grace_s`` seconds. Safe to call twice."""
+        if self._loop.is_closed():
+            return
+        if self._server is not None:
+            asyncio.run_coroutine_threadsafe(self._server.stop(grace_s), self._loop).result()
+            self._server = None
+        if self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join()
+        self._loop.close()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    async def _start(self, listen: str, credentials: grpc.ServerCredentials | None) -> int:
+        server = grpc.aio.server(options=self._options)
+        add_inference_service(server, self.handler, self._pool)
+        health_servicer = health.aio.HealthServicer()
+        for name in ("", SERVICE):
+            await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+        reflection.enable_server_reflection(
+            (SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME), server, pool=reflection_pool()
+        )
+        try:
+            if credentials is None:
+                port: int = server.add_insecure_port(listen)
+            else:
+                port = server.add_secure_port(listen, credentials)
+        except RuntimeError as exc:  # grpcio raises instead of returning 0 on a busy or foreign address
+            raise OSError(f"could not listen on {listen} (gRPC inference): in use or not local ({exc})") from exc
+        if port == 0:
+            raise OSError(f"could not listen on {listen} (gRPC inference): the address is in use or not local")
+        await server.start()
+        self._server = server
+        return port
+
+
+def add_inference_service(server: grpc.aio.Server, handler: InferenceHandler, pool: futures.Executor) -> None:
     """Serve GRPCInferenceService on ``server`` under its KServe wire name."""
-    servicer = InferenceServicer(handler)
-    methods: dict[str, tuple[Callable[[Any, grpc.ServicerContext], Any], Any, Any]] = {
+    servicer = InferenceServicer(handler, pool)
+    methods: dict[str, tuple[Callable[..., Any], Any, Any]] = {
         "ServerLive": (servicer.server_live, pb.ServerLiveRequest, pb.ServerLiveResponse),
         "ServerReady": (servicer.server_ready, pb.ServerReadyRequest, pb.ServerReadyResponse),
         "ModelReady": (servicer.model_ready, pb.ModelReadyRequest, pb.ModelReadyResponse),
@@ -91,7 +187,7 @@ def add_inference_service(server: grpc.Server, handler: InferenceHandler) -> Non
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
 
 
-def _abort(context: grpc.ServicerContext, exc: Exception, call: str) -> NoReturn:
+async def _abort(context: grpc.aio.ServicerContext, exc: Exception, call: str) -> NoReturn:
     kind, message = failure(exc, call=call)
-    context.abort(_STATUS[kind], message)
+    await context.abort(_STATUS[kind], message)
     raise AssertionError("context.abort returned")  # it always raises

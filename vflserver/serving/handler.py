@@ -33,7 +33,7 @@ from vflcore.oip import (
     first_non_finite,
 )
 from vflserver.serving.registry import ModelRegistry, ServedModel
-from vflserver.serving.servable import InferenceInputError, ModelNotFound, ModelNotReady, PartyUnavailable, TensorSpec
+from vflserver.serving.servable import InferenceInputError, ModelNotFound, PartyUnavailable, TensorSpec
 
 log = structlog.get_logger(__name__)
 
@@ -48,7 +48,7 @@ class Failure(enum.Enum):
 
     INVALID = "invalid"  # the caller's request is wrong
     NOT_FOUND = "not_found"  # no such model or version
-    UNAVAILABLE = "unavailable"  # the model cannot answer now (party offline, not ready)
+    UNAVAILABLE = "unavailable"  # the model cannot answer now (a passive party is offline)
     INTERNAL = "internal"  # a server fault, logged here
 
 
@@ -58,7 +58,7 @@ def failure(exc: Exception, *, call: str) -> tuple[Failure, str]:
         return Failure.INVALID, str(exc)
     if isinstance(exc, ModelNotFound):
         return Failure.NOT_FOUND, str(exc)
-    if isinstance(exc, PartyUnavailable | ModelNotReady | errors.PartyUnavailable):
+    if isinstance(exc, PartyUnavailable | errors.PartyUnavailable):
         return Failure.UNAVAILABLE, str(exc)
     log.error("inference_internal_error", call=call, error=repr(exc), exc_info=exc)
     return Failure.INTERNAL, f"internal error ({type(exc).__name__}); the server log has the details"
@@ -98,11 +98,13 @@ class InferenceHandler:
         )
 
     def infer(self, request: InferRequest) -> InferResponse:
-        """Check, decode, predict, and return the requested outputs in the requested order."""
+        """Check, decode, predict, and return the requested outputs in the requested order.
+
+        ``ready()`` is not consulted: ``predict`` raises PartyUnavailable naming the missing party,
+        or answers anyway in a degraded mode.
+        """
         model = self.registry.get(request.model, request.version)
         servable = model.servable
-        if not servable.ready():
-            raise ModelNotReady(f"model {servable.name!r} is not ready (a party it needs may be offline)")
         arrays = decode_inputs(model, request.inputs)
         wanted = _requested(model, request)
         results = servable.predict(arrays)

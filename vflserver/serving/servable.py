@@ -6,9 +6,10 @@ caller's fault raise ``InferenceInputError`` (gRPC INVALID_ARGUMENT, HTTP 400); 
 that federated inference needs but cannot reach raises ``PartyUnavailable`` (gRPC UNAVAILABLE,
 HTTP 503). Anything else is a server fault (INTERNAL, HTTP 500).
 
-The endpoints add two of their own: ``ModelNotFound`` (NOT_FOUND, HTTP 404) for a name or
-version the registry does not hold, and ``ModelNotReady`` (UNAVAILABLE, HTTP 503) for a call
-on a model whose ``ready()`` is false.
+The endpoints add one of their own: ``ModelNotFound`` (NOT_FOUND, HTTP 404) for a name or
+version the registry does not hold. They call ``predict`` even when ``ready()`` is false: the
+servable knows best why it cannot answer (which party is missing), and a degraded mode may
+answer anyway.
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ __all__ = [
     "DATATYPES",
     "InferenceInputError",
     "ModelNotFound",
-    "ModelNotReady",
     "PartyUnavailable",
     "Servable",
     "TensorSpec",
+    "computes_inline",
 ]
 
 
@@ -42,10 +43,6 @@ class PartyUnavailable(RuntimeError):
 
 class ModelNotFound(LookupError):
     """No model of that name (or that version) is being served."""
-
-
-class ModelNotReady(RuntimeError):
-    """The model exists but its ``ready()`` is false (e.g. a passive party has not connected yet)."""
 
 
 @dataclass(frozen=True)
@@ -115,3 +112,14 @@ class Servable(Protocol):
     def predict(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Outputs by name for validated inputs (every declared input present, shapes checked)."""
         ...
+
+
+def computes_inline(servable: Servable) -> bool:
+    """Whether ``predict`` only computes in this process: no network, no waiting on anyone.
+
+    A servable says so with a class attribute ``compute_only = True`` (optional, not a protocol
+    member; a standalone artifact qualifies, federated inference does not). The gRPC endpoint
+    then calls ``predict`` on its event loop and saves a thread hand-off per request; any other
+    servable runs in a thread pool, so a slow or waiting ``predict`` cannot stall other calls.
+    """
+    return getattr(servable, "compute_only", False) is True
