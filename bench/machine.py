@@ -38,6 +38,15 @@ def cpu_counters() -> tuple[float, float] | None:
     return (user + nice + system + irq + softirq) / tick, steal / tick
 
 
+def process_cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds process ``pid`` has used (its threads included), or None off Linux."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def measured(run: Callable[[], _T], *, own_children: bool = False) -> tuple[_T, Window]:
     """Run a phase; also return how much of the machine others (and the hypervisor) took meanwhile.
 

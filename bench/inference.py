@@ -1,0 +1,356 @@
+"""Inference endpoint latency and throughput: 8 concurrent callers at batch 1, gRPC then REST, over mTLS.
+
+The server is the product's ``InferenceEndpoint`` in its own process, serving a digits-sized MLP
+(``features`` FP32 [-1, 24] -> 64 -> 10; outputs ``probabilities`` FP32 [-1, 10] and ``label``
+INT64 [-1]) with one torch thread, as ``vfl-server`` runs it. Each caller is a separate process,
+so callers do not share the server's GIL (they do share the machine's two cores with it). Every
+caller holds one connection and sends requests back to back, one at a time, for 30 s (``--seconds``):
+
+- gRPC: ``inference.GRPCInferenceService/ModelInfer`` with the tensor in ``raw_input_contents``.
+  Requests are serialised before the clock starts (64 different rows, cycled) and each reply is
+  parsed and checked for its two outputs, so the figure is the server's cost plus a lean client.
+- REST: ``POST /v2/models/digits/infer`` with a JSON tensor on an HTTPS keep-alive connection
+  (``http.client``, the way curl or a small script would call it); each reply is parsed as JSON.
+
+Before timing, the answers of both endpoints are checked against the model run in-process.
+Latency is per request, measured by the caller; p50 and p99 are over every request of every
+caller. Errors are non-OK statuses and malformed replies. The hypervisor's CPU steal over each
+phase is printed too (``bench.machine``): this virtual machine is noisy.
+
+Last line: ``BENCH inference_grpc_p99 <ms> ms target <= 10 MET|MISSED``; MET needs p99 <= 10 ms,
+at least 1000 requests/s and no errors over gRPC. The exit code is 0 either way, 1 only if the
+bench itself could not run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import multiprocessing
+import ssl
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from multiprocessing.synchronize import Event
+from pathlib import Path
+from typing import Any
+
+import grpc
+import numpy as np
+
+from bench.jobs import make_certs
+from bench.machine import Window, measured, process_cpu_seconds
+from vflcore.oip import method
+from vflcore.proto import open_inference_pb2 as pb
+from vflcore.tls import TlsFiles, channel_credentials
+
+CALLERS = 8
+DURATION_S = 30.0
+WARMUP_REQUESTS = 200
+FEATURES, HIDDEN, CLASSES = 24, (64,), 10
+MODEL = "digits"
+TARGET_P99_MS = 10.0
+TARGET_RPS = 1000.0
+DISTINCT_ROWS = 64
+
+
+@dataclass(frozen=True)
+class PhaseResult:
+    """What every caller of one protocol measured."""
+
+    protocol: str
+    seconds: float
+    latencies_ms: np.ndarray
+    errors: int
+    window: Window
+    server_cpu_s: float | None  # the server process's CPU over the timed phase
+    callers_cpu_s: float  # all callers' CPU over the timed phase
+
+    @property
+    def rps(self) -> float:
+        return len(self.latencies_ms) / self.seconds
+
+    def line(self) -> str:
+        p50, p99 = np.percentile(self.latencies_ms, [50, 99]) if len(self.latencies_ms) else (float("nan"),) * 2
+        steal = "n/a" if self.window.steal is None else f"{self.window.steal:.2f}"
+        count = max(len(self.latencies_ms), 1)
+        server = "n/a" if self.server_cpu_s is None else f"{1e6 * self.server_cpu_s / count:.0f}"
+        return (
+            f"{self.protocol:<5} {len(self.latencies_ms):>7} requests in {self.seconds:.0f} s  {self.rps:8.1f} req/s  "
+            f"p50 {p50:6.2f} ms  p99 {p99:6.2f} ms  max {self.latencies_ms.max():7.2f} ms  errors {self.errors}\n"
+            f"      CPU per request: server {server} µs, callers {1e6 * self.callers_cpu_s / count:.0f} µs; "
+            f"hypervisor steal {steal} CPUs over the phase"
+        )
+
+
+# ---- the server process -------------------------------------------------------------------------
+
+
+class DigitsMlp:
+    """A seeded MLP behind the Servable contract, written for batch-1 speed.
+
+    One torch thread (``prepare_compute``), ``torch.inference_mode``, and the layers called as
+    functions on weights taken out of the ``nn.Sequential`` once: at batch 1 the modules' own
+    call machinery costs about as much as the arithmetic. Softmax and argmax come back as numpy
+    views of torch's outputs, not copies.
+    """
+
+    name, version, platform = MODEL, "1", "pytorch"
+    compute_only = True  # predict never waits: the gRPC endpoint may call it on its event loop
+
+    def __init__(self) -> None:
+        import torch  # only the server process (and the answer check) pay for importing torch
+
+        from vflcore.models import build_seeded, mlp
+        from vflserver.serving.servable import TensorSpec
+
+        self._torch = torch
+        network = build_seeded(lambda: mlp(FEATURES, HIDDEN, CLASSES), 0).eval()
+        self.network = network
+        linears = [layer for layer in network.modules() if isinstance(layer, torch.nn.Linear)]
+        self._layers = [(layer.weight.detach(), layer.bias.detach()) for layer in linears]
+        self.inputs = [TensorSpec("features", "FP32", (-1, FEATURES))]
+        self.outputs = [TensorSpec("probabilities", "FP32", (-1, CLASSES)), TensorSpec("label", "INT64", (-1,))]
+
+    def ready(self) -> bool:
+        return True
+
+    def predict(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        torch = self._torch
+        linear, relu = torch.nn.functional.linear, torch.relu
+        with torch.inference_mode():
+            hidden = torch.from_numpy(inputs["features"])
+            for weight, bias in self._layers[:-1]:
+                hidden = relu(linear(hidden, weight, bias))
+            logits = linear(hidden, *self._layers[-1])
+            probabilities, label = torch.softmax(logits, dim=1), logits.argmax(dim=1)
+        return {"probabilities": probabilities.numpy(), "label": label.numpy()}
+
+    def predict_with_modules(self, features: np.ndarray) -> dict[str, np.ndarray]:
+        """The same network through its nn.Sequential: the reference the fast path must match."""
+        torch = self._torch
+        with torch.inference_mode():
+            logits = self.network(torch.from_numpy(features))
+            return {"probabilities": torch.softmax(logits, dim=1).numpy(), "label": logits.argmax(dim=1).numpy()}
+
+
+def serve(tls: TlsFiles, ports: Connection, stop: Event) -> None:
+    """The server process: the inference endpoint on two free loopback ports until ``stop``."""
+    from vflcore.daemon import prepare_compute
+    from vflserver.serving.config import ServingConfig
+    from vflserver.serving.endpoint import InferenceEndpoint
+    from vflserver.serving.registry import ModelRegistry
+
+    prepare_compute(1)
+    config = ServingConfig(grpc_listen="127.0.0.1:0", rest_listen="127.0.0.1:0")
+    with InferenceEndpoint(ModelRegistry(DigitsMlp()), config, tls) as endpoint:
+        ports.send((endpoint.ports.grpc, endpoint.ports.rest))
+        stop.wait()
+
+
+# ---- the callers --------------------------------------------------------------------------------
+
+
+def _rows(seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 17, size=(DISTINCT_ROWS, FEATURES)).astype(np.float32)
+
+
+def _grpc_requests(seed: int) -> list[bytes]:
+    requests = []
+    for row in _rows(seed):
+        msg = pb.ModelInferRequest(model_name=MODEL, raw_input_contents=[row.tobytes()])
+        msg.inputs.add(name="features", datatype="FP32", shape=[1, FEATURES])
+        requests.append(msg.SerializeToString())
+    return requests
+
+
+def _rest_bodies(seed: int) -> list[bytes]:
+    return [
+        json.dumps(
+            {"inputs": [{"name": "features", "shape": [1, FEATURES], "datatype": "FP32", "data": row.tolist()}]}
+        ).encode()
+        for row in _rows(seed)
+    ]
+
+
+def grpc_caller(port: int, tls: TlsFiles, seed: int, seconds: float, go: Event, results: Connection) -> None:
+    """One gRPC caller: warm up, wait for the start, then call back to back for ``seconds``."""
+    channel = grpc.secure_channel(f"127.0.0.1:{port}", channel_credentials(tls))
+    infer = channel.unary_unary(
+        method("ModelInfer"), request_serializer=None, response_deserializer=pb.ModelInferResponse.FromString
+    )
+    requests = _grpc_requests(seed)
+    latencies: list[float] = []
+    errors = 0
+
+    def call(request: bytes) -> bool:
+        try:
+            reply = infer(request, timeout=10)
+        except grpc.RpcError:
+            return False
+        return len(reply.raw_output_contents) == 2
+
+    for i in range(WARMUP_REQUESTS):
+        call(requests[i % DISTINCT_ROWS])
+    results.send("warm")
+    go.wait()
+    cpu, deadline = time.process_time(), time.perf_counter() + seconds
+    i = 0
+    while (start := time.perf_counter()) < deadline:
+        ok = call(requests[i % DISTINCT_ROWS])
+        latencies.append(time.perf_counter() - start)
+        errors += not ok
+        i += 1
+    cpu = time.process_time() - cpu
+    channel.close()
+    results.send((latencies, errors, cpu))
+
+
+def rest_caller(port: int, tls: TlsFiles, seed: int, seconds: float, go: Event, results: Connection) -> None:
+    """One REST caller on one HTTPS keep-alive connection, like ``grpc_caller``."""
+    context = ssl.create_default_context(cafile=str(tls.ca))
+    context.load_cert_chain(str(tls.cert), str(tls.key))
+    connection = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=10)
+    bodies = _rest_bodies(seed)
+    headers = {"Content-Type": "application/json"}
+    latencies: list[float] = []
+    errors = 0
+
+    def call(body: bytes) -> bool:
+        try:
+            connection.request("POST", f"/v2/models/{MODEL}/infer", body, headers)
+            response = connection.getresponse()
+            reply = json.loads(response.read())
+        except (OSError, http.client.HTTPException, ValueError):
+            connection.close()  # reconnects on the next request
+            return False
+        return response.status == 200 and len(reply["outputs"]) == 2
+
+    for i in range(WARMUP_REQUESTS):
+        call(bodies[i % DISTINCT_ROWS])
+    results.send("warm")
+    go.wait()
+    cpu, deadline = time.process_time(), time.perf_counter() + seconds
+    i = 0
+    while (start := time.perf_counter()) < deadline:
+        ok = call(bodies[i % DISTINCT_ROWS])
+        latencies.append(time.perf_counter() - start)
+        errors += not ok
+        i += 1
+    cpu = time.process_time() - cpu
+    connection.close()
+    results.send((latencies, errors, cpu))
+
+
+def run_phase(protocol: str, port: int, callers_tls: list[TlsFiles], seconds: float, server_pid: int) -> PhaseResult:
+    """Start CALLERS processes, let them warm up, time them together, collect their latencies."""
+    ctx = multiprocessing.get_context("spawn")
+    target = grpc_caller if protocol == "gRPC" else rest_caller
+    go = ctx.Event()
+    pipes, procs = [], []
+    for index in range(CALLERS):
+        receive, send = ctx.Pipe(duplex=False)
+        proc = ctx.Process(target=target, args=(port, callers_tls[index % len(callers_tls)], index, seconds, go, send))
+        proc.start()
+        pipes.append(receive)
+        procs.append(proc)
+    for receive in pipes:
+        if receive.recv() != "warm":
+            raise RuntimeError(f"a {protocol} caller failed to warm up")
+
+    def timed() -> list[tuple[list[float], int, float]]:
+        go.set()
+        return [receive.recv() for receive in pipes]
+
+    server_cpu = process_cpu_seconds(server_pid)
+    outcomes, window = measured(timed, own_children=True)
+    server_cpu_end = process_cpu_seconds(server_pid)
+    for proc in procs:
+        proc.join(30)
+    return PhaseResult(
+        protocol,
+        seconds,
+        latencies_ms=np.array([s for samples, _, _ in outcomes for s in samples]) * 1000,
+        errors=sum(errors for _, errors, _ in outcomes),
+        window=window,
+        server_cpu_s=None if server_cpu is None or server_cpu_end is None else server_cpu_end - server_cpu,
+        callers_cpu_s=sum(cpu for _, _, cpu in outcomes),
+    )
+
+
+# ---- checks and report --------------------------------------------------------------------------
+
+
+def check_answers(grpc_port: int, rest_port: int, tls: TlsFiles) -> None:
+    """Both endpoints must answer exactly what the model computes in this process."""
+    from vflclient.inference import InferenceClient
+
+    rows = _rows(seed=99)[:5]
+    expected = DigitsMlp().predict_with_modules(rows)
+    with InferenceClient(f"127.0.0.1:{grpc_port}", tls=tls) as client:
+        got = client.infer(MODEL, {"features": rows})
+    context = ssl.create_default_context(cafile=str(tls.ca))
+    context.load_cert_chain(str(tls.cert), str(tls.key))
+    connection = http.client.HTTPSConnection("127.0.0.1", rest_port, context=context, timeout=10)
+    body = {"inputs": [{"name": "features", "shape": list(rows.shape), "datatype": "FP32", "data": rows.tolist()}]}
+    connection.request("POST", f"/v2/models/{MODEL}/infer", json.dumps(body), {"Content-Type": "application/json"})
+    rest: dict[str, Any] = {o["name"]: o["data"] for o in json.loads(connection.getresponse().read())["outputs"]}
+    connection.close()
+    for name, want in expected.items():
+        if not np.array_equal(got[name], want) or not np.array_equal(np.array(rest[name]).reshape(want.shape), want):
+            raise RuntimeError(f"output {name!r} differs from the in-process model")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--seconds", type=float, default=DURATION_S, help=f"per protocol (default {DURATION_S:.0f})")
+    seconds = parser.parse_args(argv).seconds
+    print(
+        f"== inference endpoint: KServe v2 over mTLS, MLP {FEATURES} -> {list(HIDDEN)} -> {CLASSES}, batch 1, "
+        f"{CALLERS} caller processes, {seconds:.0f} s per protocol =="
+    )
+    ctx = multiprocessing.get_context("spawn")
+    with tempfile.TemporaryDirectory(prefix="vfl-bench-inference-") as tmp:
+        certs = Path(tmp)
+        make_certs(certs, (2, 3))
+        server_tls = TlsFiles(certs / "ca.pem", certs / "server.pem", certs / "server.key")
+        callers_tls = [TlsFiles(certs / "ca.pem", certs / f"party-{p}.pem", certs / f"party-{p}.key") for p in (2, 3)]
+        receive, send = ctx.Pipe(duplex=False)
+        stop = ctx.Event()
+        server = ctx.Process(target=serve, args=(server_tls, send, stop), name="inference-server")
+        server.start()
+        try:
+            if not receive.poll(120):
+                print("bench failed: the server did not start within 120 s", file=sys.stderr)
+                return 1
+            grpc_port, rest_port = receive.recv()
+            check_answers(grpc_port, rest_port, callers_tls[0])
+            print("answers over gRPC and REST equal the in-process model", flush=True)
+            assert server.pid is not None
+            phases = [run_phase("gRPC", grpc_port, callers_tls, seconds, server.pid)]
+            print(phases[0].line(), flush=True)
+            phases.append(run_phase("REST", rest_port, callers_tls, seconds, server.pid))
+            print(phases[1].line(), flush=True)
+        except RuntimeError as exc:
+            print(f"bench failed: {exc}", file=sys.stderr)
+            return 1
+        finally:
+            stop.set()
+            server.join(30)
+    grpc_phase = phases[0]
+    p99 = float(np.percentile(grpc_phase.latencies_ms, 99))
+    met = p99 <= TARGET_P99_MS and grpc_phase.rps >= TARGET_RPS and grpc_phase.errors == 0
+    print(
+        f"target: gRPC p99 <= {TARGET_P99_MS:.0f} ms at >= {TARGET_RPS:.0f} req/s with 0 errors; "
+        f"measured p99 {p99:.2f} ms at {grpc_phase.rps:.0f} req/s with {grpc_phase.errors} errors"
+    )
+    print(f"BENCH inference_grpc_p99 {p99:.2f} ms target <= {TARGET_P99_MS:.0f} {'MET' if met else 'MISSED'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
