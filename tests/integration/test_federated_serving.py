@@ -20,8 +20,12 @@ import structlog
 from tests.conftest import Pki
 from tests.integration.conftest import SMALL_JOB, RunningJob, start_job
 from tests.integration.test_party_offline import _Party
+from vflclient import InferenceClient, ServerUnavailable
 from vflserver.serving.artifact import LABEL, PROBABILITIES
+from vflserver.serving.config import ServingConfig
+from vflserver.serving.endpoint import InferenceEndpoint
 from vflserver.serving.federated import IDS, FederatedServable
+from vflserver.serving.registry import ModelRegistry
 from vflserver.serving.servable import PartyUnavailable
 
 pytestmark = pytest.mark.integration
@@ -88,3 +92,23 @@ def test_degraded_mode_stands_in_and_warns(serving: tuple[RunningJob, dict[int, 
         assert not stand_in.any()
     else:
         assert stand_in.shape == (running.active.algorithm.upload_width,) and stand_in.any()
+
+
+def test_the_endpoint_serves_it_by_id_and_reports_a_missing_party(
+    pki: Pki, serving: tuple[RunningJob, dict[int, _Party]]
+) -> None:
+    """Through the KServe v2 gRPC endpoint (SDK client, mTLS): predictions by ID, then UNAVAILABLE naming party 3."""
+    running, parties = serving
+    ids = [str(i) for i in running.active.table.ids[:3]]
+    expected = running.active.predict_ids(ids).argmax(axis=1)
+    config = ServingConfig(grpc_listen="127.0.0.1:0", rest_listen="127.0.0.1:0")
+    with (
+        InferenceEndpoint(ModelRegistry(FederatedServable(running.active)), config, pki.server_files()) as endpoint,
+        InferenceClient(f"127.0.0.1:{endpoint.ports.grpc}", tls=pki.party_files(4)) as client,
+    ):
+        assert client.metadata(running.active.job.job_id).inputs[0].name == IDS
+        out = client.infer(running.active.job.job_id, {IDS: np.array([i.encode() for i in ids], dtype=object)})
+        assert np.array_equal(out[LABEL], expected)
+        _cut(running, parties[3], 3)
+        with pytest.raises(ServerUnavailable, match="party 3"):
+            client.infer(running.active.job.job_id, {IDS: np.array([ids[0].encode()], dtype=object)})
