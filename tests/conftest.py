@@ -15,7 +15,7 @@ import pytest
 import structlog
 
 from vflcore.certs import create_ca, issue_party_cert, issue_server_cert, load_ca
-from vflcore.datasets import write_diabetes_split, write_digits_split
+from vflcore.datasets import write_diabetes_split, write_digits_quadrants, write_digits_split
 from vflcore.tls import TlsFiles
 
 
@@ -52,6 +52,14 @@ def digits_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """party1.csv (labels + image rows 0-2), party2.csv (rows 3-5), party3.csv (rows 6-7)."""
     out = tmp_path_factory.mktemp("digits")
     write_digits_split(out, seed=0)
+    return out
+
+
+@pytest.fixture(scope="session")
+def digits_quadrants(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """party1.csv (labels + the top-left 4x4 quadrant) and party2-4.csv (the other quadrants), every sample."""
+    out = tmp_path_factory.mktemp("quadrants")
+    write_digits_quadrants(out, seed=0)
     return out
 
 

@@ -96,6 +96,32 @@ def write_digits_split(out_dir: Path, *, seed: int = 0, keep: Sequence[float] | 
     )
 
 
+def digit_quadrants() -> list[list[int]]:
+    """Pixel columns of the four 4x4 quadrants of an 8x8 digit, row-major within each quadrant.
+
+    Row-major order of the grid: top-left, top-right, bottom-left, bottom-right (AdptVFedConv's
+    default piece positions for parties 1, 2, 3, 4).
+    """
+    return [
+        [row * 8 + col for row in range(r0, r0 + 4) for col in range(c0, c0 + 4)] for r0 in (0, 4) for c0 in (0, 4)
+    ]
+
+
+def write_digits_quadrants(out_dir: Path, *, seed: int = 0, keep: Sequence[float] | None = None) -> list[Path]:
+    """Split the 8x8 digits into four 4x4 quadrants for parties 1-4 (party 1: labels + top-left)."""
+    digits = load_digits()
+    names = [f"r{row}c{col}" for row in range(8) for col in range(8)]
+    return write_vertical_split(
+        out_dir,
+        features=digits.data.astype(np.float64) / 16.0,
+        labels=digits.target.astype(np.int64),
+        feature_names=names,
+        party_columns=digit_quadrants(),
+        seed=seed,
+        keep=keep,
+    )
+
+
 def write_diabetes_split(out_dir: Path, *, seed: int = 0) -> list[Path]:
     """Split sklearn's diabetes regression set (442 rows, 10 features) across three parties.
 

@@ -34,6 +34,22 @@ DEFAULTS: Mapping[str, Mapping[str, Any]] = {
     # the temperature of its contrastive loss (Eq. 14).
     "apfed_r": {"weight": 1.0, "party_weights": {}},
     "apfed_c": {"weight": 1.0, "party_weights": {}, "temperature": 0.5},
+    # AdptVFedConv (003): the piece layout, W_e's feature channels, the edge padding (§3.3), the
+    # active party's pre-training epochs (phase 1), each passive party's autoencoder epochs and
+    # learning rates (phase 2: a small one for W_e^k, a normal one for W_g^k). [job] epochs
+    # counts the epochs of the server classifier W_s (phase 3).
+    "adptvfedconv": {
+        "image_channels": 1,
+        "piece": [4, 4],
+        "grid": [2, 2],
+        "positions": {},
+        "channels": 16,
+        "padding": "replication",
+        "pretrain_epochs": 20,
+        "finetune_epochs": 10,
+        "encoder_lr": 1e-5,
+        "decoder_lr": 1e-3,
+    },
 }
 
 
@@ -65,6 +81,31 @@ def algorithm_options(algorithm: str, given: Mapping[str, Any]) -> dict[str, Any
     for key in options.get("party_weights", {}):
         if not str(key).isdigit():
             raise ConfigError(f'[algorithm] party_weights keys are party ids such as "2", got {key!r}')
+    for key in ("image_channels", "channels", "pretrain_epochs", "finetune_epochs"):
+        value = options.get(key)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise ConfigError(f"[algorithm] {key} must be a whole number of at least 1, got {value!r}")
+    for key in ("piece", "grid"):
+        value = options.get(key)
+        if value is not None and not (
+            isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) and v >= 1 for v in value)
+        ):
+            raise ConfigError(f"[algorithm] {key} must be [rows, columns] of whole numbers >= 1, got {value!r}")
+    piece = options.get("piece")
+    if piece is not None and any(v % 2 for v in piece):
+        raise ConfigError(f"[algorithm] piece {piece} must have even sides (the extractor halves them)")
+    if options.get("padding", "replication") not in ("replication", "zero"):
+        raise ConfigError(f"[algorithm] padding = {options['padding']!r}; choose replication or zero")
+    for key in ("encoder_lr", "decoder_lr"):
+        value = options.get(key)
+        if value is not None and (not isinstance(value, int | float) or isinstance(value, bool) or not value > 0):
+            raise ConfigError(f"[algorithm] {key} must be a positive number, got {value!r}")
+    positions = options.get("positions", {})
+    if not isinstance(positions, Mapping) or not all(
+        str(k).isdigit() and isinstance(v, list) and len(v) == 2 and all(isinstance(x, int) for x in v)
+        for k, v in positions.items()
+    ):
+        raise ConfigError(f"[algorithm] positions must map party ids to [row, column], got {positions!r}")
     probability = options.get("delay_probability")
     if probability is not None and not (isinstance(probability, int | float) and 0 <= probability <= 1):
         raise ConfigError(f"[algorithm] delay_probability must be in [0, 1], got {probability!r}")

@@ -111,3 +111,9 @@ PSI_ALIGNED_DIGEST = "psi/aligned-digest"  # passive -> active: SHA-256 of the a
 def is_psi_name(name: str) -> bool:
     """PSI tensors travel on the PSI calls only, training tensors never do."""
     return name.startswith("psi/")
+
+
+# AdptVFedConv (003 §3.2): W_e^1's tensors go down once (names EXTRACTOR_PREFIX + parameter name,
+# on ReturnGradients); each passive party's feature maps H^k of every aligned row come up once
+# (on SendEmbeddings, chunked like any tensor). Both with round 0 and batch 0.
+FEATURE_MAPS = "adptvfedconv/feature-maps"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from vflclient.algorithms.adptvfedconv import AdptVFedConvClient
 from vflclient.algorithms.apfed import APFedCClient, APFedClient
 from vflclient.algorithms.asynchronous import AsyncClient
 from vflclient.algorithms.base import ClientAlgorithm, ModelFactory, PassiveContext, ServerLink
@@ -21,6 +22,7 @@ CLIENT_ALGORITHMS: dict[str, type[ClientAlgorithm]] = {
     VIMADMMJClient.name: VIMADMMJClient,
     APFedClient.name: APFedClient,
     APFedCClient.name: APFedCClient,
+    AdptVFedConvClient.name: AdptVFedConvClient,
 }
 
 

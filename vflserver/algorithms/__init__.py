@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from vflcore.errors import ConfigError
+from vflserver.algorithms.adptvfedconv import AdptVFedConvServer
 from vflserver.algorithms.apfed import APFedCServer, APFedServer
 from vflserver.algorithms.asynchronous import AsyncServer
 from vflserver.algorithms.base import ActiveContext, ServerAlgorithm
@@ -21,6 +22,7 @@ SERVER_ALGORITHMS: dict[str, type[ServerAlgorithm]] = {
     VIMADMMJServer.name: VIMADMMJServer,
     APFedServer.name: APFedServer,
     APFedCServer.name: APFedCServer,
+    AdptVFedConvServer.name: AdptVFedConvServer,
 }
 
 

@@ -1,0 +1,101 @@
+"""AdptVFedConv over real gRPC and mTLS (003): digits cut into four 4x4 quadrants, one per party.
+
+The server and three passive parties run in this process (servers on port 0, certificates from
+the session PKI). The run must reach the stated accuracy bar; the broadcast extractor W_e^1 must
+arrive bit-identical at every party (both ends log a SHA-256 of its tensors); feature maps larger
+than one chunk must travel in chunks no bigger than the wire's limit; and a party that vanishes in
+phase 2 must fail the job with its name, leaving no checkpoint behind.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import structlog
+
+from tests.conftest import Pki
+from tests.integration.conftest import run_whole_job, start_job
+from tests.integration.test_party_offline import _Party
+from vflcore import wire
+from vflcore.errors import PartyUnavailable
+from vflcore.job import JobSpec
+from vflcore.tasks import FEATURE_MAPS
+from vflcore.tensors import TensorKey
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_torch_thread")]
+
+JOB = JobSpec(
+    job_id="adptvfedconv-digits",
+    algorithm="adptvfedconv",
+    seed=3,
+    epochs=12,
+    batch_size=64,
+    optimizer="adam",
+    learning_rate=0.003,
+    test_fraction=0.2,
+    passive_parties=(2, 3, 4),
+    algorithm_options={"pretrain_epochs": 10, "finetune_epochs": 5, "channels": 16},
+)
+# On the 360 held-out digits; this job measured 0.975 (a centralised MLP reaches about 0.97).
+ACCURACY_BAR = 0.93
+
+
+@pytest.fixture(scope="module")
+def trained(pki: Pki, digits_quadrants: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[object, list[dict]]:
+    with structlog.testing.capture_logs() as logs:
+        running = run_whole_job(pki, digits_quadrants, tmp_path_factory.mktemp("adptvfedconv"), JOB, top_hidden=(64,))
+    return running, logs
+
+
+def test_reaches_the_accuracy_bar(trained: tuple[object, list[dict]]) -> None:
+    running, _ = trained
+    metrics = running.summary().final_metrics  # type: ignore[attr-defined]
+    assert metrics["accuracy"] >= ACCURACY_BAR, metrics
+
+
+def test_broadcast_extractor_arrives_bit_identical(trained: tuple[object, list[dict]]) -> None:
+    _, logs = trained
+    sent = [e["sha256"] for e in logs if e["event"] == "extractor_broadcast"]
+    received = [e["sha256"] for e in logs if e["event"] == "extractor_received"]
+    assert len(sent) == 1 and len(received) == 3
+    assert set(received) == set(sent)
+
+
+def test_feature_maps_travel_in_chunks_under_the_message_limit() -> None:
+    """H^k of every digit at 64 channels (1.8 MB) is cut into chunks of at most 1 MiB, and reassembles exactly."""
+    maps = np.random.default_rng(0).standard_normal((1797, 64 * 2 * 2)).astype(np.float32)
+    key = TensorKey("job", 0, 0, FEATURE_MAPS)
+    chunks = list(wire.tensor_to_chunks(key, maps))
+    assert len(chunks) == 2
+    assert all(chunk.ByteSize() <= wire.CHUNK_BYTES + 1024 for chunk in chunks)  # + the key and header
+    assert all(chunk.ByteSize() < 4 * 1024 * 1024 for chunk in chunks)  # gRPC's default message limit
+    got_key, got = wire.tensor_from_chunks(iter(chunks))
+    assert got_key == key and np.array_equal(got, maps)
+
+
+def test_a_party_lost_in_phase_2_fails_the_job_by_name_and_saves_nothing(
+    pki: Pki, digits_quadrants: Path, tmp_path: Path
+) -> None:
+    """Party 3 disconnects once the extractor is broadcast: the job fails naming party 3, with no checkpoint."""
+    job = replace(JOB, job_id="adptvfedconv-lost", algorithm_options={**JOB.algorithm_options, "finetune_epochs": 10})
+    running = start_job(pki, digits_quadrants, tmp_path, job, offline_grace_s=0.0)
+    try:
+        parties = {p: _Party(running.address, pki, digits_quadrants, tmp_path, p) for p in job.passive_parties}
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            algorithm = getattr(running.active, "algorithm", None)
+            if algorithm is not None and getattr(algorithm, "phase", "") == "transfer":
+                break
+            time.sleep(0.01)
+        parties[3].cut()
+        running.thread.join(120)
+        error = running.outcome.get("error")
+        assert isinstance(error, PartyUnavailable) and error.party == 3, running.outcome
+        run_dir = running.active.run_dir
+        assert not list(run_dir.glob("*.pt")) and not (run_dir / "summary.json").exists()
+    finally:
+        running.server.stop(grace=None)
