@@ -102,9 +102,7 @@ def digit_quadrants() -> list[list[int]]:
     Row-major order of the grid: top-left, top-right, bottom-left, bottom-right (AdptVFedConv's
     default piece positions for parties 1, 2, 3, 4).
     """
-    return [
-        [row * 8 + col for row in range(r0, r0 + 4) for col in range(c0, c0 + 4)] for r0 in (0, 4) for c0 in (0, 4)
-    ]
+    return [[row * 8 + col for row in range(r0, r0 + 4) for col in range(c0, c0 + 4)] for r0 in (0, 4) for c0 in (0, 4)]
 
 
 def write_digits_quadrants(out_dir: Path, *, seed: int = 0, keep: Sequence[float] | None = None) -> list[Path]:
