@@ -83,8 +83,15 @@ class PhaseResult:
             f"{self.protocol:<5} {len(self.latencies_ms):>7} requests in {self.seconds:.0f} s  {self.rps:8.1f} req/s  "
             f"p50 {p50:6.2f} ms  p99 {p99:6.2f} ms  max {self.latencies_ms.max():7.2f} ms  errors {self.errors}\n"
             f"      CPU per request: server {server} µs, callers {1e6 * self.callers_cpu_s / count:.0f} µs; "
-            f"hypervisor steal {steal} CPUs over the phase"
+            f"over the phase, hypervisor steal {steal} CPUs, other processes {self._others()} CPUs"
         )
+
+    def _others(self) -> str:
+        """CPUs that neither the server nor the callers used (other work on this shared machine)."""
+        if self.window.busy is None or self.server_cpu_s is None:
+            return "n/a"
+        ours = (self.server_cpu_s + self.callers_cpu_s) / self.window.wall_s
+        return f"{max(0.0, self.window.busy - ours):.2f}"
 
 
 # ---- the server process -------------------------------------------------------------------------

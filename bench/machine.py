@@ -25,6 +25,7 @@ class Window:
     wall_s: float
     others: float | None  # CPUs used by processes other than this one (and its children, if any)
     steal: float | None  # CPUs the hypervisor gave to other virtual machines
+    busy: float | None = None  # CPUs busy machine-wide, this process and its children included
 
 
 def cpu_counters() -> tuple[float, float] | None:
@@ -61,4 +62,4 @@ def measured(run: Callable[[], _T], *, own_children: bool = False) -> tuple[_T, 
         return result, Window(elapsed, None, None)
     busy = counters_end[0] - counters[0]
     others = None if own_children else max(0.0, busy - (time.process_time() - own)) / elapsed
-    return result, Window(elapsed, others, (counters_end[1] - counters[1]) / elapsed)
+    return result, Window(elapsed, others, (counters_end[1] - counters[1]) / elapsed, busy / elapsed)
