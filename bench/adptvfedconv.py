@@ -31,9 +31,7 @@ line: centralised mean − AdptVFedConv mean, in accuracy points (target ≤ 3; 
 
 from __future__ import annotations
 
-import multiprocessing
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 
 from bench.adptvfedconv_report import gap_to_centralised, markdown_table, ordering_lines, plot_table
 from bench.adptvfedconv_runs import (
@@ -49,32 +47,22 @@ from bench.adptvfedconv_runs import (
     init_worker,
 )
 from bench.curves import OUT
+from bench.pool import WORKERS, run_in_pool
 
 TARGET_PTS = 3.0
 SEEDS = (0, 1, 2, 3, 4)
-WORKERS = 2
 #: Rough seconds per run, measured once, so that the slowest runs start first and both workers finish together.
 _COST = {"AdptVFedConv": 14, "Centralised": 12, "No model transfer": 12, "Zero padding": 11, "Non-cooperation": 8}
 
 
+def _describe(result: Result) -> str:
+    run = result.run
+    return f"{run.method:<17} seed {run.seed}: {100 * result.accuracy:.2f} % ({result.seconds:.1f} s)"
+
+
 def run_all(runs: list[Run]) -> dict[Run, Result]:
     """Train every run in a pool of ``WORKERS`` processes, printing each as it finishes."""
-    results: dict[Run, Result] = {}
-    started = time.perf_counter()
-    # spawn: a fresh interpreter per worker, so no torch thread pool is inherited through fork.
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(WORKERS, mp_context=context, initializer=init_worker) as pool:
-        futures = [pool.submit(execute, run) for run in runs]
-        for done, future in enumerate(as_completed(futures), start=1):
-            result = future.result()
-            results[result.run] = result
-            run = result.run
-            print(
-                f"[{done:2d}/{len(runs)}] {run.method:<17} seed {run.seed}: {100 * result.accuracy:.2f} % "
-                f"({result.seconds:.1f} s; {time.perf_counter() - started:.0f} s elapsed)",
-                flush=True,
-            )
-    return results
+    return {result.run: result for result in run_in_pool(runs, execute, init_worker, _describe, WORKERS)}
 
 
 def main() -> int:

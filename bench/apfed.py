@@ -29,9 +29,7 @@ BENCH line: the mean over settings of max(APFed-R, APFed-C) − SingleVL, in acc
 
 from __future__ import annotations
 
-import multiprocessing
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 
 from bench.apfed_report import (
     APFED,
@@ -46,13 +44,13 @@ from bench.apfed_report import (
 )
 from bench.apfed_runs import SETTINGS, STRIPS, Result, Run, execute, init_worker
 from bench.curves import OUT
+from bench.pool import WORKERS, run_in_pool
 
 TARGET_PTS = 0.8
 TABLE_SEEDS = (0, 1, 2, 3, 4)
 SWEEP_SETTING = "2-1"
 SWEEP_SEEDS = (0, 1, 2)
 LAMBDAS = (0.0, 0.1, 0.5, 1.0, 2.0, 5.0, 10.0)
-WORKERS = 2
 _KIND = {"APFed-R": "apfed_r", "APFed-C": "apfed_c"}
 
 
@@ -73,25 +71,15 @@ def plan() -> list[Run]:
     return sorted(runs, key=lambda r: (-cost[r.kind] * int(r.setting[0]), r.setting, r.kind, r.seed, r.weight))
 
 
+def _describe(result: Result) -> str:
+    r = result.run
+    scores = ", ".join(f"{label} {100 * acc:.2f}" for label, acc in result.accuracy.items())
+    return f"{r.setting} {r.kind:<7} seed {r.seed} λ={r.weight:g}: {scores} ({result.seconds:.1f} s)"
+
+
 def run_all(runs: list[Run]) -> dict[Run, Result]:
     """Train every run in a pool of ``WORKERS`` processes, printing each as it finishes."""
-    results: dict[Run, Result] = {}
-    started = time.perf_counter()
-    # spawn: a fresh interpreter per worker, so no torch thread pool is inherited through fork.
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(WORKERS, mp_context=context, initializer=init_worker) as pool:
-        futures = [pool.submit(execute, run) for run in runs]
-        for done, future in enumerate(as_completed(futures), start=1):
-            result = future.result()
-            results[result.run] = result
-            r = result.run
-            scores = ", ".join(f"{label} {100 * acc:.2f}" for label, acc in result.accuracy.items())
-            print(
-                f"[{done:3d}/{len(runs)}] {r.setting} {r.kind:<7} seed {r.seed} λ={r.weight:g}: {scores} "
-                f"({result.seconds:.1f} s; {time.perf_counter() - started:.0f} s elapsed)",
-                flush=True,
-            )
-    return results
+    return {result.run: result for result in run_in_pool(runs, execute, init_worker, _describe, WORKERS)}
 
 
 def _accuracy(results: dict[Run, Result], run: Run, method: str) -> float:
