@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from vflcore import adptvfedconv as conv
-from vflcore.job import ACTIVE_PARTY, JobSpec, model_seed
+from vflcore.job import ACTIVE_PARTY, JobSpec, epoch_mean, model_seed
 from vflcore.losses import label_tensor, task_loss
 from vflcore.models import build_seeded, make_optimizer
 
@@ -98,16 +98,16 @@ class ReferenceAdptVFedConv:
                 self.finetune(party)
             self.maps = self.full_maps(np.arange(self.job.num_rows))
         self.classifier.train()
-        batches = self.schedule.batches(epoch)
-        total = 0.0
-        for rows in batches:
+        maps = self.maps
+
+        def step(rows: np.ndarray) -> float:
             self.optimizer.zero_grad()
-            loss = self.loss_fn(self.classifier(self.maps[rows]), self.labels[rows])
+            loss: torch.Tensor = self.loss_fn(self.classifier(maps[rows]), self.labels[rows])
             torch.autograd.backward(loss)
             self.optimizer.step()
-            self.step_losses.append(loss.item())
-            total += loss.item() * len(rows)
-        return total / max(1, sum(len(r) for r in batches))
+            return float(loss.item())
+
+        return epoch_mean(self.schedule.batches(epoch), step, self.step_losses)
 
     def pretrain(self) -> None:
         """Phase 1 (Eq. 1): W_e^1 and W_clst on the active party's piece and the labels."""

@@ -16,7 +16,7 @@ import torch
 
 from vflcore import apfed
 from vflcore.data import PartyTable
-from vflcore.job import ACTIVE_PARTY, JobSpec
+from vflcore.job import ACTIVE_PARTY, JobSpec, epoch_mean
 from vflcore.losses import label_tensor, task_loss
 from vflcore.models import make_optimizer
 from vflcore.options import algorithm_options
@@ -77,13 +77,7 @@ class ReferenceAPFed:
         self.classifier.train()
         for model in self.models.values():
             model.train()
-        batches = self.schedule.batches(epoch)
-        total = 0.0
-        for rows in batches:
-            value = self._step(rows)
-            self.step_losses.append(value)
-            total += value * len(rows)
-        return total / max(1, sum(len(r) for r in batches))
+        return epoch_mean(self.schedule.batches(epoch), self._step, self.step_losses)
 
     def _step(self, rows: np.ndarray) -> float:
         h = self.encoder(self.features[ACTIVE_PARTY][rows])

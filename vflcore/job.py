@@ -8,6 +8,7 @@ same numbers on every party, so no party has to tell another which rows it is wo
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,3 +74,19 @@ class Schedule:
     def batches(self, epoch: int) -> list[np.ndarray]:
         """The batches of one epoch, identical on every party."""
         return epoch_batches(self.train_rows, self.job.batch_size, self.job.seed, epoch)
+
+
+def epoch_mean(
+    batches: Iterable[np.ndarray], step: Callable[[np.ndarray], float], losses: list[float] | None = None
+) -> float:
+    """Run ``step`` on each batch of rows, append each loss to ``losses``; the row-weighted mean loss.
+
+    The loop every algorithm's epoch shares, in the daemons and in the in-process references.
+    """
+    total, count = 0.0, 0
+    for rows in batches:
+        value = step(rows)
+        if losses is not None:
+            losses.append(value)
+        total, count = total + value * len(rows), count + len(rows)
+    return total / max(1, count)

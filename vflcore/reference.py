@@ -20,7 +20,7 @@ from torch import nn
 
 from vflcore import admm
 from vflcore.data import PartyTable, select_rows
-from vflcore.job import ACTIVE_PARTY, JobSpec, model_seed
+from vflcore.job import ACTIVE_PARTY, JobSpec, epoch_mean, model_seed
 from vflcore.losses import label_tensor, task_loss
 from vflcore.models import LinearHeads, build_seeded, linear_head, make_optimizer, mlp
 from vflcore.options import algorithm_options
@@ -149,13 +149,7 @@ class ReferenceSplitNN:
         """One epoch over the shared batch schedule; returns the row-weighted mean training loss."""
         for module in [self.top, *self.bottoms.values()]:
             module.train()
-        batches = self.schedule.batches(epoch)
-        total = 0.0
-        for rows in batches:
-            value = self._train_round(rows)
-            self.step_losses.append(value)
-            total += value * len(rows)
-        return total / max(1, sum(len(rows) for rows in batches))
+        return epoch_mean(self.schedule.batches(epoch), self._train_round, self.step_losses)
 
     def _train_round(self, rows: np.ndarray) -> float:
         """One communication round of the job's algorithm on ``rows``; returns its loss."""

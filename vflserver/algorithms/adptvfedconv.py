@@ -24,7 +24,7 @@ import torch
 
 from vflcore import adptvfedconv as conv
 from vflcore.errors import ConfigError
-from vflcore.job import ACTIVE_PARTY, model_seed
+from vflcore.job import ACTIVE_PARTY, epoch_mean, model_seed
 from vflcore.logs import progress
 from vflcore.losses import task_loss
 from vflcore.models import build_seeded, make_optimizer
@@ -122,16 +122,15 @@ class AdptVFedConvServer(ServerAlgorithm):
         ctx = self.ctx
         self.classifier.train()
         batches = ctx.schedule.batches(epoch)
-        total = 0.0
-        for rows in progress(batches, total=len(batches), desc=f"epoch {epoch + 1}"):
+
+        def step(rows: np.ndarray) -> float:
             self.optimizer.zero_grad()
-            loss = self.loss_fn(self.classifier(maps[rows]), ctx.labels[rows])
+            loss: torch.Tensor = self.loss_fn(self.classifier(maps[rows]), ctx.labels[rows])
             torch.autograd.backward(loss)
             self.optimizer.step()
-            value = float(loss.item())
-            self.step_losses.append(value)
-            total += value * len(rows)
-        return total / max(1, sum(len(r) for r in batches))
+            return float(loss.item())
+
+        return epoch_mean(progress(batches, total=len(batches), desc=f"epoch {epoch + 1}"), step, self.step_losses)
 
     @torch.no_grad()
     def predict(self, rows: np.ndarray, embeddings: dict[int, np.ndarray]) -> torch.Tensor:
