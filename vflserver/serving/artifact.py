@@ -142,6 +142,8 @@ class ArtifactServable:
     """A standalone artifact behind the inference endpoints: the active party's features in, predictions out."""
 
     platform = "pytorch"
+    #: predict only computes (no waiting on anyone), so the gRPC endpoint runs it on its event loop.
+    compute_only = True
 
     def __init__(self, path: Path, *, name: str | None = None) -> None:
         self.path = path

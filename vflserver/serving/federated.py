@@ -18,13 +18,12 @@ import structlog
 from vflcore.errors import PartyUnavailable as PartyOffline
 from vflserver.active_party import ActiveParty
 from vflserver.serving.artifact import LABEL, PREDICTION, PROBABILITIES
+from vflserver.serving.config import DEGRADED_MODES
 from vflserver.serving.servable import InferenceInputError, PartyUnavailable, TensorSpec
 
 log = structlog.get_logger(__name__)
 
 IDS = "id"
-#: What stands in for an offline party's representation: nothing (fail), zeros, or the training mean.
-DEGRADED_MODES = ("none", "zeros", "mean")
 
 
 class FederatedServable:
