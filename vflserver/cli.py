@@ -136,6 +136,13 @@ def main(argv: list[str] | None = None) -> int:
         return daemon.EXIT_UNREACHABLE
 
     daemon.prepare_compute(config.torch_threads)
+
+    def request_stop() -> None:
+        active.stop_event.set()
+        active.federation.abort(JobAborted("the server is shutting down (signal)"))
+
+    # Before anything announces the port: a signal that follows the announcement must find them.
+    signals = daemon.ShutdownSignals(request_stop).install()
     server.start()
     log.info(
         "listening",
@@ -153,11 +160,6 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
 
-    def request_stop() -> None:
-        active.stop_event.set()
-        active.federation.abort(JobAborted("the server is shutting down (signal)"))
-
-    signals = daemon.ShutdownSignals(request_stop).install()
     outcome: dict[str, Any] = {}
 
     # A model that spans every party keeps them connected while it is served; APFed's does not.

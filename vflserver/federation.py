@@ -7,7 +7,6 @@ a malformed or unexpected tensor is refused without touching any training state.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import queue
 import threading
@@ -197,20 +196,38 @@ class Federation:
         self.uploads.put(party, key, array)
 
     def gather(self, name: str, round_: int, batch: int, *, timeout_s: float | None = None) -> dict[int, np.ndarray]:
-        """Wait for one upload from every party; each expectation is retired once it is taken."""
-        return {party: self.gather_from(party, name, round_, batch, timeout_s=timeout_s) for party in self._members}
+        """Wait for one upload from every party; each expectation is retired once it is taken.
+
+        While waiting for one party, every party's liveness is checked: the step needs them all,
+        so a party that vanished fails it at once, by name, not after the others have answered.
+        """
+        parties = list(self._members)
+        return {
+            party: self.gather_from(party, name, round_, batch, timeout_s=timeout_s, watch=parties) for party in parties
+        }
 
     def gather_from(
-        self, party: int, name: str, round_: int, batch: int, *, timeout_s: float | None = None
+        self,
+        party: int,
+        name: str,
+        round_: int,
+        batch: int,
+        *,
+        timeout_s: float | None = None,
+        watch: list[int] | None = None,
     ) -> np.ndarray:
-        """Wait for one party's upload; its expectation is retired once it is taken."""
+        """Wait for one party's upload (checking it, or every party in ``watch``, is still there).
+
+        Its expectation is retired once it is taken.
+        """
         key = TensorKey(self.job.job_id, round_, batch, name)
-        array = self.uploads.take(
-            party,
-            key,
-            timeout=timeout_s or self.step_timeout_s,
-            check=functools.partial(self.check_online, party),
-        )
+        watched = watch or [party]
+
+        def check() -> None:
+            for each in watched:
+                self.check_online(each)
+
+        array = self.uploads.take(party, key, timeout=timeout_s or self.step_timeout_s, check=check)
         with self._lock:
             self._expected.pop((party, name, round_, batch), None)
         return array
