@@ -20,9 +20,12 @@ import structlog
 from tests.conftest import Pki
 from tests.integration.conftest import run_whole_job, start_job
 from tests.integration.test_party_offline import _Party
+from vflclient import read_party_csv
 from vflcore import wire
+from vflcore.adptvfedconv_reference import ReferenceAdptVFedConv
 from vflcore.errors import PartyUnavailable
 from vflcore.job import JobSpec
+from vflcore.reference import aligned_tables
 from vflcore.tasks import FEATURE_MAPS
 from vflcore.tensors import TensorKey
 
@@ -55,6 +58,23 @@ def test_reaches_the_accuracy_bar(trained: tuple[object, list[dict]]) -> None:
     running, _ = trained
     metrics = running.summary().final_metrics  # type: ignore[attr-defined]
     assert metrics["accuracy"] >= ACCURACY_BAR, metrics
+
+
+def test_every_classifier_step_matches_the_reference(
+    trained: tuple[object, list[dict]], digits_quadrants: Path
+) -> None:
+    """Each W_s step's loss agrees with ``ReferenceAdptVFedConv`` (all phases in one process) within 1e-5."""
+    running, _ = trained
+    tables = {1: read_party_csv(digits_quadrants / "party1.csv", label_column="label")}
+    tables.update({p: read_party_csv(digits_quadrants / f"party{p}.csv") for p in JOB.passive_parties})
+    job, pieces, labels, _ = aligned_tables(JOB, tables)
+    reference = ReferenceAdptVFedConv(job, pieces, labels, top_hidden=(64,))
+    for epoch in range(JOB.epochs):
+        reference.train_epoch(epoch)
+    federated = np.array(running.active.algorithm.step_losses)  # type: ignore[attr-defined]
+    expected = np.array(reference.step_losses)
+    assert len(federated) == len(expected) >= 100
+    assert np.allclose(federated, expected, rtol=0, atol=1e-5), np.abs(federated - expected).max()
 
 
 def test_broadcast_extractor_arrives_bit_identical(trained: tuple[object, list[dict]]) -> None:
