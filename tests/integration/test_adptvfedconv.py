@@ -1,7 +1,9 @@
 """AdptVFedConv over real gRPC and mTLS (003): digits cut into four 4x4 quadrants, one per party.
 
 The server and three passive parties run in this process (servers on port 0, certificates from
-the session PKI). The run must reach the stated accuracy bar; the broadcast extractor W_e^1 must
+the session PKI). The run must reach the stated accuracy bar and agree step for step with the
+in-process reference the benchmark trains (``vflcore.adptvfedconv_reference``); the broadcast
+extractor W_e^1 must
 arrive bit-identical at every party (both ends log a SHA-256 of its tensors); feature maps larger
 than one chunk must travel in chunks no bigger than the wire's limit; and a party that vanishes in
 phase 2 must fail the job with its name, leaving no checkpoint behind.
