@@ -25,11 +25,19 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from vflcore.errors import VflError
-from vflserver.serving.servable import InferenceInputError, TensorSpec
+from vflserver.serving.servable import (
+    LABEL,
+    PREDICTION,
+    PROBABILITIES,
+    InferenceInputError,
+    TensorSpec,
+    prediction_outputs,
+    prediction_specs,
+)
+
+__all__ = ["FEATURES", "LABEL", "PREDICTION", "PROBABILITIES", "ArtifactServable", "load_artifact", "save_artifact"]
 
 FORMAT = "vfl-model/1"
-#: Output names a served artifact answers with.
-PROBABILITIES, LABEL, PREDICTION = "probabilities", "label", "prediction"
 FEATURES = "features"
 _ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid, "gelu": nn.GELU}
 
@@ -148,32 +156,10 @@ class ArtifactServable:
     def __init__(self, path: Path, *, name: str | None = None) -> None:
         self.path = path
         self.model, self.info = load_artifact(path)
-        self._name = name or self.info.model_name
-        width = len(self.info.feature_names)
-        self._inputs = [TensorSpec(FEATURES, "FP32", (-1, width))]
-        if self.info.task == "classification":
-            self._outputs = [
-                TensorSpec(PROBABILITIES, "FP32", (-1, self.info.num_outputs)),
-                TensorSpec(LABEL, "INT64", (-1,)),
-            ]
-        else:
-            self._outputs = [TensorSpec(PREDICTION, "FP32", (-1, 1))]
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def version(self) -> str:
-        return "1"
-
-    @property
-    def inputs(self) -> list[TensorSpec]:
-        return self._inputs
-
-    @property
-    def outputs(self) -> list[TensorSpec]:
-        return self._outputs
+        self.name = name or self.info.model_name
+        self.version = "1"
+        self.inputs = [TensorSpec(FEATURES, "FP32", (-1, len(self.info.feature_names)))]
+        self.outputs = prediction_specs(self.info.task, self.info.num_outputs)
 
     def ready(self) -> bool:
         return True
@@ -183,10 +169,5 @@ class ArtifactServable:
         if not np.isfinite(features).all():
             raise InferenceInputError(f"input {FEATURES!r}: values must be finite (no NaN or infinity)")
         with torch.inference_mode():
-            output = self.model(torch.from_numpy(features))
-        if self.info.task != "classification":
-            return {PREDICTION: output.numpy().astype(np.float32, copy=False)}
-        return {
-            PROBABILITIES: torch.softmax(output, dim=1).numpy(),
-            LABEL: output.argmax(dim=1).numpy().astype(np.int64, copy=False),
-        }
+            output = self.model(torch.from_numpy(features)).numpy()
+        return prediction_outputs(self.info.task, output)

@@ -17,9 +17,14 @@ import structlog
 
 from vflcore.errors import PartyUnavailable as PartyOffline
 from vflserver.active_party import ActiveParty
-from vflserver.serving.artifact import LABEL, PREDICTION, PROBABILITIES
 from vflserver.serving.config import DEGRADED_MODES
-from vflserver.serving.servable import InferenceInputError, PartyUnavailable, TensorSpec
+from vflserver.serving.servable import (
+    InferenceInputError,
+    PartyUnavailable,
+    TensorSpec,
+    prediction_outputs,
+    prediction_specs,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -36,12 +41,10 @@ class FederatedServable:
             raise ValueError(f"degraded = {degraded!r}; choose one of {DEGRADED_MODES}")
         self.active = active
         self.degraded = degraded
-        self._name = name or active.job.job_id
-        outputs = active.job.num_outputs
-        if active.job.task == "classification":
-            self._outputs = [TensorSpec(PROBABILITIES, "FP32", (-1, outputs)), TensorSpec(LABEL, "INT64", (-1,))]
-        else:
-            self._outputs = [TensorSpec(PREDICTION, "FP32", (-1, 1))]
+        self.name = name or active.job.job_id
+        self.version = "1"
+        self.inputs = [TensorSpec(IDS, "BYTES", (-1,))]
+        self.outputs = prediction_specs(active.job.task, active.job.num_outputs)
         self._substitutes = self._stand_ins()
 
     def _stand_ins(self) -> dict[int, np.ndarray]:
@@ -52,22 +55,6 @@ class FederatedServable:
         if self.degraded == "zeros":
             return {p: np.zeros(width, dtype=np.float32) for p in self.active.job.passive_parties}
         return self.active.representation_means()
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def version(self) -> str:
-        return "1"
-
-    @property
-    def inputs(self) -> list[TensorSpec]:
-        return [TensorSpec(IDS, "BYTES", (-1,))]
-
-    @property
-    def outputs(self) -> list[TensorSpec]:
-        return self._outputs
 
     def ready(self) -> bool:
         if self.degraded != "none":
@@ -93,13 +80,7 @@ class FederatedServable:
             raise PartyUnavailable(
                 f"{exc}; federated inference needs every passive party (or serving.degraded = zeros | mean)"
             ) from None
-        if self.active.job.task != "classification":
-            return {PREDICTION: output.astype(np.float32, copy=False)}
-        shifted = np.exp(output - output.max(axis=1, keepdims=True))
-        return {
-            PROBABILITIES: (shifted / shifted.sum(axis=1, keepdims=True)).astype(np.float32),
-            LABEL: output.argmax(axis=1).astype(np.int64),
-        }
+        return prediction_outputs(self.active.job.task, output)
 
 
 def _as_text(value: object) -> str:

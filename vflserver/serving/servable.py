@@ -123,3 +123,25 @@ def computes_inline(servable: Servable) -> bool:
     servable runs in a thread pool, so a slow or waiting ``predict`` cannot stall other calls.
     """
     return getattr(servable, "compute_only", False) is True
+
+
+#: The outputs every trained model answers with: class probabilities and the class, or a value.
+PROBABILITIES, LABEL, PREDICTION = "probabilities", "label", "prediction"
+
+
+def prediction_specs(task: str, outputs: int) -> list[TensorSpec]:
+    """What a model of ``task`` returns: probabilities (FP32) and label (INT64), or prediction (FP32)."""
+    if task == "classification":
+        return [TensorSpec(PROBABILITIES, "FP32", (-1, outputs)), TensorSpec(LABEL, "INT64", (-1,))]
+    return [TensorSpec(PREDICTION, "FP32", (-1, 1))]
+
+
+def prediction_outputs(task: str, output: np.ndarray) -> dict[str, np.ndarray]:
+    """The model's raw output (logits, or values for regression) as the outputs ``prediction_specs`` names."""
+    if task != "classification":
+        return {PREDICTION: output.astype(np.float32, copy=False)}
+    shifted = np.exp(output - output.max(axis=1, keepdims=True))
+    return {
+        PROBABILITIES: (shifted / shifted.sum(axis=1, keepdims=True)).astype(np.float32),
+        LABEL: output.argmax(axis=1).astype(np.int64),
+    }
