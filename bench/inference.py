@@ -32,12 +32,12 @@ import ssl
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.synchronize import Event
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 import numpy as np
@@ -47,6 +47,8 @@ from bench.machine import Window, measured, process_cpu_seconds
 from vflcore.oip import method
 from vflcore.proto import open_inference_pb2 as pb
 from vflcore.tls import TlsFiles, channel_credentials
+
+T = TypeVar("T")
 
 CALLERS = 8
 DURATION_S = 30.0
@@ -191,8 +193,6 @@ def grpc_caller(port: int, tls: TlsFiles, seed: int, seconds: float, go: Event, 
         method("ModelInfer"), request_serializer=None, response_deserializer=pb.ModelInferResponse.FromString
     )
     requests = _grpc_requests(seed)
-    latencies: list[float] = []
-    errors = 0
 
     def call(request: bytes) -> bool:
         try:
@@ -201,6 +201,18 @@ def grpc_caller(port: int, tls: TlsFiles, seed: int, seconds: float, go: Event, 
             return False
         return len(reply.raw_output_contents) == 2
 
+    try:
+        _timed_calls(call, requests, seconds, go, results)
+    finally:
+        channel.close()
+
+
+def _timed_calls(
+    call: Callable[[T], bool], requests: Sequence[T], seconds: float, go: Event, results: Connection
+) -> None:
+    """Warm up, report ready, wait for the start signal, then call for ``seconds``; send the latencies back."""
+    latencies: list[float] = []
+    errors = 0
     for i in range(WARMUP_REQUESTS):
         call(requests[i % DISTINCT_ROWS])
     results.send("warm")
@@ -212,9 +224,7 @@ def grpc_caller(port: int, tls: TlsFiles, seed: int, seconds: float, go: Event, 
         latencies.append(time.perf_counter() - start)
         errors += not ok
         i += 1
-    cpu = time.process_time() - cpu
-    channel.close()
-    results.send((latencies, errors, cpu))
+    results.send((latencies, errors, time.process_time() - cpu))
 
 
 def rest_caller(port: int, tls: TlsFiles, seed: int, seconds: float, go: Event, results: Connection) -> None:
@@ -224,8 +234,6 @@ def rest_caller(port: int, tls: TlsFiles, seed: int, seconds: float, go: Event, 
     connection = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=10)
     bodies = _rest_bodies(seed)
     headers = {"Content-Type": "application/json"}
-    latencies: list[float] = []
-    errors = 0
 
     def call(body: bytes) -> bool:
         try:
@@ -237,20 +245,10 @@ def rest_caller(port: int, tls: TlsFiles, seed: int, seconds: float, go: Event, 
             return False
         return response.status == 200 and len(reply["outputs"]) == 2
 
-    for i in range(WARMUP_REQUESTS):
-        call(bodies[i % DISTINCT_ROWS])
-    results.send("warm")
-    go.wait()
-    cpu, deadline = time.process_time(), time.perf_counter() + seconds
-    i = 0
-    while (start := time.perf_counter()) < deadline:
-        ok = call(bodies[i % DISTINCT_ROWS])
-        latencies.append(time.perf_counter() - start)
-        errors += not ok
-        i += 1
-    cpu = time.process_time() - cpu
-    connection.close()
-    results.send((latencies, errors, cpu))
+    try:
+        _timed_calls(call, bodies, seconds, go, results)
+    finally:
+        connection.close()
 
 
 def run_phase(protocol: str, port: int, callers_tls: list[TlsFiles], seconds: float, server_pid: int) -> PhaseResult:
