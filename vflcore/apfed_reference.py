@@ -15,15 +15,14 @@ import numpy as np
 import torch
 
 from vflcore import apfed
-from vflcore.data import PartyTable
 from vflcore.job import ACTIVE_PARTY, JobSpec, epoch_mean
 from vflcore.losses import label_tensor, task_loss
 from vflcore.models import make_optimizer
 from vflcore.options import algorithm_options
-from vflcore.reference import aligned_tables
+from vflcore.reference import FromTables
 
 
-class ReferenceAPFed:
+class ReferenceAPFed(FromTables):
     """The active party's f_A and g_T, and every passive party's own network, trained together."""
 
     def __init__(
@@ -55,21 +54,9 @@ class ReferenceAPFed:
         self.passive_optimizers = {
             p: make_optimizer(job.optimizer, m.parameters(), job.learning_rate) for p, m in self.models.items()
         }
-        #: The aligned IDs, row by row, when built by ``from_tables``.
-        self.ids: np.ndarray | None = None
         #: L_A of every step, in order (what the server records), and each party's L_p.
         self.step_losses: list[float] = []
         self.passive_losses: dict[int, list[float]] = {p: [] for p in self.passive}
-
-    @classmethod
-    def from_tables(
-        cls, job: JobSpec, tables: Mapping[int, PartyTable], *, top_hidden: Sequence[int] = (64,)
-    ) -> ReferenceAPFed:
-        """Build from each party's table as read from its file (``vflcore.reference.aligned_tables``)."""
-        job, features, labels, ids = aligned_tables(job, tables)
-        model = cls(job, features, labels, top_hidden=top_hidden)
-        model.ids = ids
-        return model
 
     def train_epoch(self, epoch: int) -> float:
         """One pass over the training rows; returns the mean L_A."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import Self
 
 import numpy as np
 import torch
@@ -51,7 +52,27 @@ def aligned_tables(
     return replace(job, num_rows=len(ids)), features, torch.from_numpy(np.asarray(labels, dtype=np.float64)), ids
 
 
-class ReferenceSplitNN:
+class FromTables:
+    """``from_tables`` for an in-process reference whose constructor takes (job, features, labels, top_hidden)."""
+
+    #: The aligned IDs, row by row, when built by ``from_tables``.
+    ids: np.ndarray | None = None
+
+    def __init__(
+        self, job: JobSpec, features: Mapping[int, torch.Tensor], labels: torch.Tensor, *, top_hidden: Sequence[int]
+    ) -> None:
+        raise NotImplementedError  # each reference defines its own
+
+    @classmethod
+    def from_tables(cls, job: JobSpec, tables: Mapping[int, PartyTable], *, top_hidden: Sequence[int] = (64,)) -> Self:
+        """Build from each party's table as read from its file; party 1's table holds the labels."""
+        job, features, labels, ids = aligned_tables(job, tables)
+        model = cls(job, features, labels, top_hidden=top_hidden)
+        model.ids = ids
+        return model
+
+
+class ReferenceSplitNN(FromTables):
     """Every party's half of the job's algorithm (SplitNN and its relatives, by ``job.algorithm``) in one process."""
 
     def __init__(
@@ -120,18 +141,6 @@ class ReferenceSplitNN:
         self.optimizers += list(self.bottom_optimizers.values())
         #: The training loss of every step, in order.
         self.step_losses: list[float] = []
-        #: The aligned IDs, row by row, when built by ``from_tables``.
-        self.ids: np.ndarray | None = None
-
-    @classmethod
-    def from_tables(
-        cls, job: JobSpec, tables: Mapping[int, PartyTable], *, top_hidden: Sequence[int] = (64,)
-    ) -> ReferenceSplitNN:
-        """Build from each party's table as read from its file; party 1's table holds the labels."""
-        job, features, labels, ids = aligned_tables(job, tables)
-        model = cls(job, features, labels, top_hidden=top_hidden)
-        model.ids = ids
-        return model
 
     def _top(self, rows: np.ndarray, passive: list[torch.Tensor], *, own: bool = True) -> torch.Tensor:
         """The server's model over [own embedding, passive embeddings in party order], as the server builds it.
