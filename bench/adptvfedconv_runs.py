@@ -31,7 +31,7 @@ from vflcore import adptvfedconv as conv
 from vflcore.adptvfedconv_reference import ReferenceAdptVFedConv
 from vflcore.job import ACTIVE_PARTY, JobSpec, model_seed
 from vflcore.losses import task_loss
-from vflcore.models import build_seeded, make_optimizer
+from vflcore.models import build_seeded, job_optimizer
 
 # Fixed before measuring, not tuned afterwards (see bench.adptvfedconv).
 PRETRAIN_EPOCHS = 20
@@ -139,7 +139,7 @@ def _train_end_to_end(job: JobSpec, images: torch.Tensor, labels: torch.Tensor) 
         model_seed(job.seed, ACTIVE_PARTY, "top"),
     )
     model = torch.nn.Sequential(extractor, classifier)
-    optimizer = make_optimizer(job.optimizer, model.parameters(), job.learning_rate)
+    optimizer = job_optimizer(job, model.parameters())
     loss_fn = task_loss(job.task)
     schedule = job.schedule()
     model.train()

@@ -46,6 +46,7 @@ def write_configs(
     certs: Path,
     data: Path,
     top_hidden: tuple[int, ...],
+    top_dropout: float = 0.0,
     torch_threads: int = 1,
 ) -> None:
     """``root/server.toml`` with the job, and ``root/party{k}.toml`` per passive party; runs go to ``root/runs``."""
@@ -81,12 +82,14 @@ embedding_dim = {job.embedding_dim}
 bottom_hidden = {_toml_list(job.bottom_hidden)}
 optimizer = "{job.optimizer}"
 learning_rate = {job.learning_rate}
+weight_decay = {job.weight_decay}
 test_fraction = {job.test_fraction}
 
 [algorithm]
 {options}
 [model]
 top_hidden = {_toml_list(top_hidden)}
+top_dropout = {top_dropout}
 """
     )
     for party in job.passive_parties:

@@ -27,6 +27,7 @@ from torch import nn
 
 from vflcore.errors import ConfigError
 from vflcore.job import ACTIVE_PARTY, JobSpec
+from vflcore.models import mlp
 from vflcore.options import algorithm_options
 
 NAME = "adptvfedconv"
@@ -148,7 +149,9 @@ def pretrain_classifier(shape: tuple[int, int, int], outputs: int) -> nn.Sequent
     return nn.Sequential(nn.Flatten(), nn.Linear(c * h * w, outputs))
 
 
-def server_classifier(width: int, map_hw: tuple[int, int], outputs: int, hidden: Sequence[int]) -> nn.Sequential:
+def server_classifier(
+    width: int, map_hw: tuple[int, int], outputs: int, hidden: Sequence[int], *, dropout: float = 0.0
+) -> nn.Sequential:
     """W_s: a conv block over the full map, then fully connected layers (003 §4, scaled to digits)."""
     h, w = map_hw
     layers: list[nn.Module] = [nn.Conv2d(width, 2 * width, 3, padding=1), nn.ReLU()]
@@ -157,10 +160,7 @@ def server_classifier(width: int, map_hw: tuple[int, int], outputs: int, hidden:
         h, w = h // 2, w // 2
     layers.append(nn.Flatten())
     n_in = 2 * width * h * w
-    for n_out in hidden:
-        layers += [nn.Linear(n_in, n_out), nn.ReLU()]
-        n_in = n_out
-    layers.append(nn.Linear(n_in, outputs))
+    layers.extend(mlp(n_in, hidden, outputs, dropout=dropout))
     return nn.Sequential(*layers)
 
 

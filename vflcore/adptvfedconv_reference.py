@@ -28,7 +28,7 @@ from torch import nn
 from vflcore import adptvfedconv as conv
 from vflcore.job import ACTIVE_PARTY, JobSpec, epoch_mean, model_seed
 from vflcore.losses import label_tensor, task_loss
-from vflcore.models import build_seeded, make_optimizer
+from vflcore.models import build_seeded, job_optimizer, seed_dropout
 
 
 class ReferenceAdptVFedConv:
@@ -41,6 +41,7 @@ class ReferenceAdptVFedConv:
         labels: torch.Tensor,
         *,
         top_hidden: Sequence[int] = (64,),
+        top_dropout: float = 0.0,
         model_transfer: bool = True,
     ) -> None:
         """``pieces`` maps party id to its aligned rows, one flattened piece per row (``Geometry.piece_features``)."""
@@ -78,10 +79,10 @@ class ReferenceAdptVFedConv:
         self.decoders = {p: build_seeded(new_decoder, model_seed(job.seed, p, "head")) for p in self.passive}
         full_hw = (geo.map_shape[1] * geo.grid[0], geo.map_shape[2] * geo.grid[1])
         self.classifier = build_seeded(
-            functools.partial(conv.server_classifier, geo.width, full_hw, outputs, top_hidden),
+            functools.partial(conv.server_classifier, geo.width, full_hw, outputs, top_hidden, dropout=top_dropout),
             model_seed(job.seed, ACTIVE_PARTY, "top"),
         )
-        self.optimizer = make_optimizer(job.optimizer, self.classifier.parameters(), job.learning_rate)
+        self.optimizer = job_optimizer(job, self.classifier.parameters())
         #: The full maps of every aligned row (Eq. 4), once phases 1 and 2 have run.
         self.maps: torch.Tensor | None = None
         #: Mean loss per epoch of phase 1 (cross-entropy) and of each party's autoencoder (MSE).
@@ -89,6 +90,7 @@ class ReferenceAdptVFedConv:
         self.autoencoder_losses: dict[int, list[float]] = {p: [] for p in self.passive}
         #: W_s's loss at every step of phase 3, in order (what the server records).
         self.step_losses: list[float] = []
+        seed_dropout(job)  # dropout masks drawn as the server draws them
 
     def train_epoch(self, epoch: int) -> float:
         """One epoch of W_s (phase 3), after phases 1 and 2 on the first call, as the server does; the mean loss."""
@@ -113,7 +115,7 @@ class ReferenceAdptVFedConv:
         """Phase 1 (Eq. 1): W_e^1 and W_clst on the active party's piece and the labels."""
         extractor = self.extractors[ACTIVE_PARTY]
         params = [*extractor.parameters(), *self.pretrain_head.parameters()]
-        optimizer = make_optimizer(self.job.optimizer, params, self.job.learning_rate)
+        optimizer = job_optimizer(self.job, params)
         extractor.train()
         pieces = self.pieces[ACTIVE_PARTY]
         for epoch in range(self.pretrain_epochs):
@@ -140,7 +142,8 @@ class ReferenceAdptVFedConv:
             [
                 {"params": extractor.parameters(), "lr": encoder_lr},
                 {"params": decoder.parameters(), "lr": self.decoder_lr},
-            ]
+            ],
+            weight_decay=self.job.weight_decay,
         )
         extractor.train()
         decoder.train()

@@ -68,9 +68,11 @@ def active_encoder(job: JobSpec, width: int) -> nn.Module:
     )
 
 
-def active_classifier(job: JobSpec, top_hidden: Sequence[int], outputs: int) -> nn.Module:
+def active_classifier(job: JobSpec, top_hidden: Sequence[int], outputs: int, *, dropout: float = 0.0) -> nn.Module:
     """g_T: the task model on h^A alone, so that prediction needs no passive party (Eq. 11)."""
-    return build_seeded(lambda: mlp(job.embedding_dim, top_hidden, outputs), model_seed(job.seed, ACTIVE_PARTY, "top"))
+    return build_seeded(
+        lambda: mlp(job.embedding_dim, top_hidden, outputs, dropout=dropout), model_seed(job.seed, ACTIVE_PARTY, "top")
+    )
 
 
 def passive_model(

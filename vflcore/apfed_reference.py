@@ -17,7 +17,7 @@ import torch
 from vflcore import apfed
 from vflcore.job import ACTIVE_PARTY, JobSpec, epoch_mean
 from vflcore.losses import label_tensor, task_loss
-from vflcore.models import make_optimizer
+from vflcore.models import job_optimizer, seed_dropout
 from vflcore.options import algorithm_options
 from vflcore.reference import FromTables
 
@@ -32,6 +32,7 @@ class ReferenceAPFed(FromTables):
         labels: torch.Tensor,
         *,
         top_hidden: Sequence[int] = (64,),
+        top_dropout: float = 0.0,
     ) -> None:
         """``features`` maps party id to its aligned float32 rows (party 1 is the active party)."""
         if job.algorithm not in (apfed.APFED_R, apfed.APFED_C):
@@ -47,16 +48,15 @@ class ReferenceAPFed(FromTables):
         options = algorithm_options(job.algorithm, job.algorithm_options)
         self.weights = {p: apfed.passive_weight(options, p) for p in self.passive}
         self.encoder = apfed.active_encoder(job, self.features[ACTIVE_PARTY].shape[1])
-        self.classifier = apfed.active_classifier(job, top_hidden, outputs)
+        self.classifier = apfed.active_classifier(job, top_hidden, outputs, dropout=top_dropout)
         params = [*self.encoder.parameters(), *self.classifier.parameters()]
-        self.optimizer = make_optimizer(job.optimizer, params, job.learning_rate)
+        self.optimizer = job_optimizer(job, params)
         self.models = {p: apfed.passive_model(job, p, self.features[p].shape[1]) for p in self.passive}
-        self.passive_optimizers = {
-            p: make_optimizer(job.optimizer, m.parameters(), job.learning_rate) for p, m in self.models.items()
-        }
+        self.passive_optimizers = {p: job_optimizer(job, m.parameters()) for p, m in self.models.items()}
         #: L_A of every step, in order (what the server records), and each party's L_p.
         self.step_losses: list[float] = []
         self.passive_losses: dict[int, list[float]] = {p: [] for p in self.passive}
+        seed_dropout(job)  # dropout masks drawn as the server draws them
 
     def train_epoch(self, epoch: int) -> float:
         """One pass over the training rows; returns the mean L_A."""

@@ -39,6 +39,7 @@ class ServerConfig:
     data: DataSource
     job: JobSpec
     top_hidden: tuple[int, ...] = (64,)
+    top_dropout: float = 0.0
     run_dir: Path = Path("runs")
     join_timeout_s: float = 300.0
     step_timeout_s: float = 300.0
@@ -139,6 +140,7 @@ def _job(doc: Mapping[str, Any], source: Path | None) -> JobSpec:
         bottom_hidden=sec.integers("bottom_hidden", defaults.bottom_hidden),
         optimizer=sec.text("optimizer", defaults.optimizer),
         learning_rate=sec.number("learning_rate", defaults.learning_rate),
+        weight_decay=sec.number("weight_decay", defaults.weight_decay),
         test_fraction=sec.number("test_fraction", defaults.test_fraction),
         passive_parties=sec.integers("passive_parties", defaults.passive_parties),
         algorithm_options=dict(doc.get("algorithm", {})),
@@ -162,6 +164,8 @@ def validate_job(job: JobSpec, where: str = "config") -> None:
         raise ConfigError(f"{where}: [job] test_fraction must be in [0, 1)")
     if job.learning_rate <= 0:
         raise ConfigError(f"{where}: [job] learning_rate must be positive")
+    if not 0.0 <= job.weight_decay < float("inf"):
+        raise ConfigError(f"{where}: [job] weight_decay must be zero or a positive number, got {job.weight_decay}")
     if not job.passive_parties or any(p < 2 for p in job.passive_parties):
         raise ConfigError(f"{where}: [job] passive_parties must list party ids >= 2 (party 1 is the server)")
     if len(set(job.passive_parties)) != len(job.passive_parties):
@@ -182,6 +186,7 @@ def server_config_from(doc: Mapping[str, Any], source: Path | None = None) -> Se
         data=DataSource(data_path, data.text("id_column", "id"), data.text("label_column", "label")),
         job=_job(doc, source),
         top_hidden=_Section(doc, "model", source).integers("top_hidden", (64,)),
+        top_dropout=_top_dropout(doc, source),
         run_dir=srv.path("run_dir", Path("runs")) or Path("runs"),
         join_timeout_s=srv.number("join_timeout_s", 300.0),
         step_timeout_s=srv.number("step_timeout_s", 300.0),
@@ -189,6 +194,15 @@ def server_config_from(doc: Mapping[str, Any], source: Path | None = None) -> Se
         torch_threads=srv.integer("torch_threads", 1),
         psi_workers=_psi_workers(doc, source),
     )
+
+
+def _top_dropout(doc: Mapping[str, Any], source: Path | None) -> float:
+    """``[model] top_dropout``: the dropout rate after each hidden layer of the active party's top."""
+    sec = _Section(doc, "model", source)
+    rate = float(sec.number("top_dropout", 0.0))
+    if not 0.0 <= rate < 1.0:
+        raise ConfigError(f"{sec.where}: [model] top_dropout = {rate}; give a rate in [0, 1) (0 turns it off)")
+    return rate
 
 
 def client_config_from(doc: Mapping[str, Any], source: Path | None = None, party: int | None = None) -> ClientConfig:

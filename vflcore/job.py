@@ -37,6 +37,8 @@ class JobSpec:
     bottom_hidden: tuple[int, ...] = (64,)
     optimizer: str = "adam"
     learning_rate: float = 1e-3
+    #: The L2 penalty every party's optimizer adds to its gradients (0: none).
+    weight_decay: float = 0.0
     test_fraction: float = 0.2
     num_rows: int = 0
     passive_parties: tuple[int, ...] = (2, 3)
@@ -60,7 +62,7 @@ class JobSpec:
 
 def model_seed(job_seed: int, party: int, part: str) -> int:
     """Seed of one model part of one party: distinct per part, equal across runs and processes."""
-    offsets = {"bottom": 0, "top": 1, "head": 2}
+    offsets = {"bottom": 0, "top": 1, "head": 2, "dropout": 3}
     return int(job_seed) * 1009 + party * 17 + offsets[part]
 
 

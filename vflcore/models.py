@@ -11,31 +11,42 @@ import importlib
 import itertools
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import nn
 
-__all__ = ["OPTIMIZERS", "build_seeded", "load_factory", "make_optimizer", "mlp"]
+from vflcore.job import ACTIVE_PARTY, model_seed
+
+if TYPE_CHECKING:
+    from vflcore.job import JobSpec
+
+__all__ = ["OPTIMIZERS", "build_seeded", "job_optimizer", "load_factory", "make_optimizer", "mlp", "seed_dropout"]
 
 OPTIMIZERS = ("adam", "sgd")
 _SGD_MOMENTUM = 0.9
 
 
-def mlp(in_features: int, hidden: Sequence[int], out_features: int) -> nn.Sequential:
+def mlp(in_features: int, hidden: Sequence[int], out_features: int, *, dropout: float = 0.0) -> nn.Sequential:
     """Linear+ReLU blocks of the given hidden widths, then a final Linear with no activation.
 
     The last layer stays linear because its output is either an embedding handed to another
-    party or logits for the loss, and neither should be clipped at zero.
+    party or logits for the loss, and neither should be clipped at zero. ``dropout`` > 0 puts a
+    Dropout after every hidden block (a regulariser that is off in eval mode, so it changes
+    training only; the serving artifact drops it).
     """
     widths = [in_features, *hidden, out_features]
     if any(width < 1 for width in widths):
         raise ValueError(
             f"layer widths must be positive, got in={in_features} hidden={list(hidden)} out={out_features}"
         )
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"dropout must be in [0, 1), got {dropout}")
     layers: list[nn.Module] = []
     for width_in, width_out in itertools.pairwise(widths[:-1]):
         layers += [nn.Linear(width_in, width_out), nn.ReLU()]
+        if dropout:
+            layers.append(nn.Dropout(dropout))
     layers.append(nn.Linear(widths[-2], widths[-1]))
     return nn.Sequential(*layers)
 
@@ -94,16 +105,39 @@ class LinearHeads(nn.Module):
         return [float(torch.linalg.matrix_norm(head.weight.detach())) for head in self.linears()]
 
 
-def make_optimizer(name: str, params: Iterable[nn.Parameter], lr: float) -> torch.optim.Optimizer:
-    """Create the named optimizer: "sgd" (momentum 0.9) or "adam"."""
+def make_optimizer(
+    name: str, params: Iterable[nn.Parameter], lr: float, *, weight_decay: float = 0.0
+) -> torch.optim.Optimizer:
+    """Create the named optimizer: "sgd" (momentum 0.9) or "adam".
+
+    ``weight_decay`` is the coefficient of an L2 penalty on the parameters, added to their
+    gradients (torch's coupled form): the r(Θ) = ‖Θ‖² regularisers of APFed's Table 1.
+    """
     if lr <= 0:
         raise ValueError(f"learning rate must be positive, got {lr}")
+    if not weight_decay >= 0.0:
+        raise ValueError(f"weight decay must be zero or positive, got {weight_decay}")
     key = name.lower()
     if key == "sgd":
-        return torch.optim.SGD(params, lr=lr, momentum=_SGD_MOMENTUM)
+        return torch.optim.SGD(params, lr=lr, momentum=_SGD_MOMENTUM, weight_decay=weight_decay)
     if key == "adam":
-        return torch.optim.Adam(params, lr=lr)
+        return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
     raise ValueError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")
+
+
+def job_optimizer(job: JobSpec, params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
+    """The job's optimizer (name, learning rate, weight decay) over ``params``; every party builds its own this way."""
+    return make_optimizer(job.optimizer, params, job.learning_rate, weight_decay=job.weight_decay)
+
+
+def seed_dropout(job: JobSpec) -> None:
+    """Seed torch's global RNG, which draws the top model's dropout masks, from the job's seed.
+
+    The server calls it just before its first training step and every in-process reference
+    when it is built, so that a run with ``[model] top_dropout`` > 0 is reproducible and still
+    equals its reference mask for mask. Model initialisation does not use this RNG (``build_seeded``).
+    """
+    torch.manual_seed(model_seed(job.seed, ACTIVE_PARTY, "dropout"))
 
 
 _SEEDED_BUILD = threading.Lock()

@@ -23,7 +23,7 @@ from vflcore import admm
 from vflcore.data import PartyTable, select_rows
 from vflcore.job import ACTIVE_PARTY, JobSpec, epoch_mean, model_seed
 from vflcore.losses import label_tensor, task_loss
-from vflcore.models import LinearHeads, build_seeded, linear_head, make_optimizer, mlp
+from vflcore.models import LinearHeads, build_seeded, job_optimizer, linear_head, mlp, seed_dropout
 from vflcore.options import algorithm_options
 
 __all__ = ["ACTIVE_PARTY", "ReferenceSplitNN", "aligned_tables"]
@@ -59,15 +59,28 @@ class FromTables:
     ids: np.ndarray | None = None
 
     def __init__(
-        self, job: JobSpec, features: Mapping[int, torch.Tensor], labels: torch.Tensor, *, top_hidden: Sequence[int]
+        self,
+        job: JobSpec,
+        features: Mapping[int, torch.Tensor],
+        labels: torch.Tensor,
+        *,
+        top_hidden: Sequence[int],
+        top_dropout: float = 0.0,
     ) -> None:
         raise NotImplementedError  # each reference defines its own
 
     @classmethod
-    def from_tables(cls, job: JobSpec, tables: Mapping[int, PartyTable], *, top_hidden: Sequence[int] = (64,)) -> Self:
+    def from_tables(
+        cls,
+        job: JobSpec,
+        tables: Mapping[int, PartyTable],
+        *,
+        top_hidden: Sequence[int] = (64,),
+        top_dropout: float = 0.0,
+    ) -> Self:
         """Build from each party's table as read from its file; party 1's table holds the labels."""
         job, features, labels, ids = aligned_tables(job, tables)
-        model = cls(job, features, labels, top_hidden=top_hidden)
+        model = cls(job, features, labels, top_hidden=top_hidden, top_dropout=top_dropout)
         model.ids = ids
         return model
 
@@ -82,6 +95,7 @@ class ReferenceSplitNN(FromTables):
         labels: torch.Tensor,
         *,
         top_hidden: Sequence[int] = (64,),
+        top_dropout: float = 0.0,
     ) -> None:
         """``features`` maps party id to its aligned float32 rows; party 1 (active) may have 0 columns."""
         if job.num_rows < 1:
@@ -116,7 +130,7 @@ class ReferenceSplitNN(FromTables):
             lambda: (
                 LinearHeads(parts, job.embedding_dim, num_outputs)
                 if self.vim
-                else mlp(job.embedding_dim * parts, top_hidden, num_outputs)
+                else mlp(job.embedding_dim * parts, top_hidden, num_outputs, dropout=top_dropout)
             ),
             model_seed(job.seed, ACTIVE_PARTY, "top"),
         )
@@ -125,9 +139,9 @@ class ReferenceSplitNN(FromTables):
         active_params = list(self.top.parameters())
         if ACTIVE_PARTY in self.bottoms and not self.vim:
             active_params += list(self.bottoms[ACTIVE_PARTY].parameters())
-        self.optimizers = [make_optimizer(job.optimizer, active_params, job.learning_rate)]
+        self.optimizers = [job_optimizer(job, active_params)]
         self.bottom_optimizers = {
-            p: make_optimizer(job.optimizer, self.bottoms[p].parameters(), job.learning_rate)
+            p: job_optimizer(job, self.bottoms[p].parameters())
             for p in self.bottoms
             if p != ACTIVE_PARTY or self.vim or self.joint
         }
@@ -135,12 +149,11 @@ class ReferenceSplitNN(FromTables):
         self.heads = {
             p: linear_head(job.embedding_dim, num_outputs, model_seed(job.seed, p, "head")) for p in self.bottoms
         }
-        self.head_optimizers = {
-            p: make_optimizer(job.optimizer, head.parameters(), job.learning_rate) for p, head in self.heads.items()
-        }
+        self.head_optimizers = {p: job_optimizer(job, head.parameters()) for p, head in self.heads.items()}
         self.optimizers += list(self.bottom_optimizers.values())
         #: The training loss of every step, in order.
         self.step_losses: list[float] = []
+        seed_dropout(job)  # dropout masks drawn as the server draws them
 
     def _top(self, rows: np.ndarray, passive: list[torch.Tensor], *, own: bool = True) -> torch.Tensor:
         """The server's model over [own embedding, passive embeddings in party order], as the server builds it.

@@ -27,6 +27,7 @@ from vflcore.errors import ConfigError, JobAborted
 from vflcore.job import ACTIVE_PARTY, JobSpec, Schedule
 from vflcore.losses import label_tensor, task_loss
 from vflcore.metrics import task_metrics
+from vflcore.models import seed_dropout
 from vflcore.tasks import EVAL_EMBEDDING, Evaluate, Infer, infer_embedding_name
 from vflcore.traffic import MB
 from vflserver.algorithms import ActiveContext, ServerAlgorithm, server_algorithm
@@ -79,6 +80,7 @@ class ActiveParty:
         table: PartyTable,
         *,
         top_hidden: Sequence[int] = (64,),
+        top_dropout: float = 0.0,
         run_dir: Path = Path("runs"),
         step_timeout_s: float = 300.0,
         offline_grace_s: float = 5.0,
@@ -103,6 +105,7 @@ class ActiveParty:
         self.job = job
         self.own_table = table
         self.top_hidden = tuple(top_hidden)
+        self.top_dropout = top_dropout
         self.psi_workers = psi_workers
         self.psi_only = psi_only
         self.federation = Federation(self.job, step_timeout_s=step_timeout_s, offline_grace_s=offline_grace_s)
@@ -137,6 +140,7 @@ class ActiveParty:
                 labels=labels,
                 num_outputs=self.job.num_outputs,
                 top_hidden=self.top_hidden,
+                top_dropout=self.top_dropout,
             )
         )
 
@@ -182,6 +186,7 @@ class ActiveParty:
                 self.shutdown("alignment finished (--psi-only)")
                 return summary
             fed.state = "training"
+            seed_dropout(self.job)
             for epoch in range(self.job.epochs):
                 structlog.contextvars.bind_contextvars(round=epoch)
                 if self.stop_event.is_set():

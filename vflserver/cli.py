@@ -119,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
             config.job,
             table,
             top_hidden=config.top_hidden,
+            top_dropout=config.top_dropout,
             run_dir=config.run_dir,
             step_timeout_s=config.step_timeout_s,
             psi_workers=config.psi_workers,

@@ -136,14 +136,20 @@ __all__ = ["SMALL_JOB", "RunningJob", "replace", "run_party_in_thread", "start_j
 
 
 def run_whole_job(
-    pki: Pki, data: Path, tmp_path: Path, job: JobSpec, *, top_hidden: tuple[int, ...] = (64,)
+    pki: Pki,
+    data: Path,
+    tmp_path: Path,
+    job: JobSpec,
+    *,
+    top_hidden: tuple[int, ...] = (64,),
+    top_dropout: float = 0.0,
 ) -> RunningJob:
     """Serve ``job`` and run every passive party to the end; every party must succeed.
 
     The returned job has finished: ``.summary()`` returns at once, and ``.active.algorithm``
     holds the server's half as it ended.
     """
-    running = start_job(pki, data, tmp_path, job, top_hidden=top_hidden)
+    running = start_job(pki, data, tmp_path, job, top_hidden=top_hidden, top_dropout=top_dropout)
     try:
         waits = [run_party_in_thread(running, pki, data, tmp_path, party) for party in job.passive_parties]
         running.summary()

@@ -40,15 +40,15 @@ class Comparison:
     algorithm: ServerAlgorithm  # the server's half, as it ended
 
 
-def compare(job: JobSpec, data: Path, pki: Pki, tmp_path: Path) -> Comparison:
-    running = run_whole_job(pki, data, tmp_path, job, top_hidden=TOP_HIDDEN)
+def compare(job: JobSpec, data: Path, pki: Pki, tmp_path: Path, *, top_dropout: float = 0.0) -> Comparison:
+    running = run_whole_job(pki, data, tmp_path, job, top_hidden=TOP_HIDDEN, top_dropout=top_dropout)
     summary = running.summary()
 
     tables = {1: read_party_csv(data / "party1.csv", label_column="label")}
     tables.update({p: read_party_csv(data / f"party{p}.csv") for p in job.passive_parties})
     # The reference aligns in plaintext (sorted common IDs), which must be what PSI agreed on.
     builder = ReferenceAPFed if job.algorithm in (APFED_R, APFED_C) else ReferenceSplitNN
-    reference = builder.from_tables(job, tables, top_hidden=TOP_HIDDEN)
+    reference = builder.from_tables(job, tables, top_hidden=TOP_HIDDEN, top_dropout=top_dropout)
     assert summary.alignment is not None
     assert np.array_equal(summary.alignment.table.ids, reference.ids)
     for epoch in range(job.epochs):

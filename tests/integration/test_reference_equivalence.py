@@ -9,9 +9,11 @@ where the computation runs, not what it computes.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.conftest import Pki
 from tests.integration.equivalence import LOSS_TOLERANCE, Comparison, assert_same_steps, compare
@@ -52,6 +54,13 @@ DIABETES_JOB = JobSpec(
     passive_parties=(2, 3),
 )
 
+# The regularisers: an L2 penalty on every party's optimizer and dropout in the server's top.
+# 7 epochs of SGD = 105 steps; the dropout masks come from the job's seed on both sides.
+REGULARISED_JOB = replace(
+    DIGITS_JOB, job_id="reference-regularised", epochs=7, optimizer="sgd", learning_rate=0.05, weight_decay=1e-3
+)
+TOP_DROPOUT = 0.3
+
 
 @pytest.fixture(scope="module")
 def digits(pki: Pki, digits_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Comparison:
@@ -61,6 +70,25 @@ def digits(pki: Pki, digits_data: Path, tmp_path_factory: pytest.TempPathFactory
 @pytest.fixture(scope="module")
 def diabetes(pki: Pki, diabetes_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Comparison:
     return compare(DIABETES_JOB, diabetes_data, pki, tmp_path_factory.mktemp("diabetes-run"))
+
+
+@pytest.fixture(scope="module")
+def regularised(pki: Pki, digits_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Comparison:
+    return compare(
+        REGULARISED_JOB, digits_data, pki, tmp_path_factory.mktemp("regularised-run"), top_dropout=TOP_DROPOUT
+    )
+
+
+class TestRegularised:
+    def test_weight_decay_and_dropout_match_the_reference(self, regularised: Comparison) -> None:
+        """With [job] weight_decay on every party and [model] top_dropout on the server, each step still agrees."""
+        assert_same_steps(regularised)
+
+    def test_the_regularisers_are_in_the_models(self, regularised: Comparison) -> None:
+        """The job reached the server's optimizer and the top holds Dropout layers (the run is not a plain one)."""
+        algorithm = regularised.algorithm
+        assert {g["weight_decay"] for g in algorithm.optimizer.param_groups} == {1e-3}  # type: ignore[attr-defined]
+        assert any(isinstance(m, torch.nn.Dropout) for m in algorithm.top.modules())  # type: ignore[attr-defined]
 
 
 class TestClassification:

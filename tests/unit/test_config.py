@@ -35,12 +35,29 @@ class TestServerConfig:
             ({"passive_parties": [1]}, "passive_parties"),
             ({"passive_parties": [2, 2]}, "twice"),
             ({"epochs": "ten"}, "epochs"),
+            ({"weight_decay": -0.1}, r"\[job\] weight_decay must be zero or a positive number"),
+            ({"weight_decay": float("nan")}, "weight_decay"),
         ],
     )
     def test_bad_job_settings_are_refused(self, tmp_path: Path, job: dict[str, object], message: str) -> None:
         """Each impossible [job] setting is a ConfigError naming it."""
         doc = {"data": {"path": "p.csv"}, "job": job}
         with pytest.raises(ConfigError, match=message):
+            server_config_from(doc, tmp_path / "server.toml")
+
+    def test_regularisers_are_read(self, tmp_path: Path) -> None:
+        """[job] weight_decay reaches the job every party gets; [model] top_dropout stays with the server."""
+        doc = {"data": {"path": "p.csv"}, "job": {"weight_decay": 1e-4}, "model": {"top_dropout": 0.5}}
+        config = server_config_from(doc, tmp_path / "server.toml")
+        assert config.job.weight_decay == 1e-4 and config.top_dropout == 0.5
+        defaults = server_config_from({"data": {"path": "p.csv"}}, tmp_path / "server.toml")
+        assert defaults.job.weight_decay == 0.0 and defaults.top_dropout == 0.0
+
+    @pytest.mark.parametrize("rate", [1.0, -0.2])
+    def test_top_dropout_out_of_range_is_refused(self, tmp_path: Path, rate: float) -> None:
+        """A dropout rate outside [0, 1) names the key and the range."""
+        doc = {"data": {"path": "p.csv"}, "model": {"top_dropout": rate}}
+        with pytest.raises(ConfigError, match=r"\[model\] top_dropout = .*in \[0, 1\)"):
             server_config_from(doc, tmp_path / "server.toml")
 
     def test_invalid_toml_names_the_file(self, tmp_path: Path) -> None:

@@ -6,7 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from vflcore.models import build_seeded, load_factory, make_optimizer, mlp
+from vflcore.job import JobSpec
+from vflcore.models import build_seeded, job_optimizer, load_factory, make_optimizer, mlp, seed_dropout
 
 NOT_CALLABLE = 42
 
@@ -37,6 +38,25 @@ class TestMlp:
         model = build_seeded(lambda: mlp(4, [16], 8), seed=0)
         out = model(torch.randn(64, 4, generator=torch.Generator().manual_seed(0)))
         assert out.shape == (64, 8) and (out < 0).any()
+
+    def test_dropout_follows_every_hidden_block(self) -> None:
+        """dropout > 0 puts a Dropout after each hidden ReLU, never after the output layer."""
+        model = mlp(5, [8, 4], 3, dropout=0.5)
+        kinds = [type(layer) for layer in model]
+        assert kinds == [nn.Linear, nn.ReLU, nn.Dropout, nn.Linear, nn.ReLU, nn.Dropout, nn.Linear]
+
+    def test_dropout_is_off_in_eval_mode(self) -> None:
+        """In eval mode the dropout model computes what the same weights without dropout compute."""
+        plain = build_seeded(lambda: mlp(4, [16], 3), seed=1)
+        dropped = build_seeded(lambda: mlp(4, [16], 3, dropout=0.5), seed=1)
+        x = torch.randn(8, 4, generator=torch.Generator().manual_seed(2))
+        dropped.eval()
+        torch.testing.assert_close(dropped(x), plain(x))
+
+    @pytest.mark.parametrize("rate", [1.0, -0.1])
+    def test_rejects_dropout_outside_unit_interval(self, rate: float) -> None:
+        with pytest.raises(ValueError, match=r"dropout must be in \[0, 1\)"):
+            mlp(4, [8], 2, dropout=rate)
 
     def test_rejects_non_positive_width(self) -> None:
         """Zero-width layers are a configuration error."""
@@ -91,10 +111,49 @@ class TestMakeOptimizer:
         with pytest.raises(ValueError, match="unknown optimizer 'rmsprop'; choose one of adam, sgd"):
             make_optimizer("rmsprop", nn.Linear(2, 2).parameters(), lr=0.1)
 
+    @pytest.mark.parametrize("name", ["sgd", "adam"])
+    def test_weight_decay_reaches_the_optimizer(self, name: str) -> None:
+        """The L2 penalty is set on the optimizer, and the default is none."""
+        assert make_optimizer(name, nn.Linear(2, 2).parameters(), lr=0.1).param_groups[0]["weight_decay"] == 0.0
+        opt = make_optimizer(name, nn.Linear(2, 2).parameters(), lr=0.1, weight_decay=1e-4)
+        assert opt.param_groups[0]["weight_decay"] == 1e-4
+
+    def test_weight_decay_shrinks_weights_with_zero_gradient(self) -> None:
+        """With a zero loss gradient, one SGD step scales every weight by (1 - lr * weight_decay)."""
+        layer = nn.Linear(3, 2)
+        before = layer.weight.detach().clone()
+        opt = make_optimizer("sgd", layer.parameters(), lr=0.1, weight_decay=0.5)
+        (layer.weight.sum() * 0.0).backward()
+        opt.step()
+        torch.testing.assert_close(layer.weight.detach(), before * (1 - 0.1 * 0.5))
+
+    def test_negative_weight_decay(self) -> None:
+        with pytest.raises(ValueError, match="weight decay must be zero or positive"):
+            make_optimizer("sgd", nn.Linear(2, 2).parameters(), lr=0.1, weight_decay=-1.0)
+
+    def test_job_optimizer_uses_the_job(self) -> None:
+        """A party's optimizer takes name, learning rate and weight decay from the job."""
+        job = JobSpec(job_id="j", optimizer="sgd", learning_rate=0.05, weight_decay=1e-4)
+        group = job_optimizer(job, nn.Linear(2, 2).parameters()).param_groups[0]
+        assert (group["lr"], group["weight_decay"], group["momentum"]) == (0.05, 1e-4, 0.9)
+
     def test_non_positive_learning_rate(self) -> None:
         """A learning rate of zero or less is rejected."""
         with pytest.raises(ValueError, match="learning rate must be positive"):
             make_optimizer("sgd", nn.Linear(2, 2).parameters(), lr=0.0)
+
+
+class TestSeedDropout:
+    def test_same_job_seed_same_masks(self) -> None:
+        """Seeding from the job gives the same dropout masks each time, and another seed other masks."""
+        drop = nn.Dropout(0.5)
+        ones = torch.ones(64)
+        seed_dropout(JobSpec(job_id="j", seed=3))
+        first = drop(ones)
+        seed_dropout(JobSpec(job_id="j", seed=3))
+        assert torch.equal(drop(ones), first)
+        seed_dropout(JobSpec(job_id="j", seed=4))
+        assert not torch.equal(drop(ones), first)
 
 
 class TestBuildSeeded:

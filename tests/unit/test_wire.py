@@ -115,7 +115,14 @@ class TestTensorStreams:
 class TestSerde:
     def test_job_round_trip(self) -> None:
         """Every job field, options included, survives the proto boundary."""
-        job = JobSpec(job_id="j", seed=5, bottom_hidden=(8, 4), passive_parties=(2, 5), algorithm_options={"q": 3})
+        job = JobSpec(
+            job_id="j",
+            seed=5,
+            bottom_hidden=(8, 4),
+            weight_decay=1e-4,
+            passive_parties=(2, 5),
+            algorithm_options={"q": 3},
+        )
         assert wire.job_from_proto(wire.job_to_proto(job)) == job
 
     @pytest.mark.parametrize(

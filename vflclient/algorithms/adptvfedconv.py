@@ -77,7 +77,8 @@ class AdptVFedConvClient(ClientAlgorithm):
             [
                 {"params": self.extractor.parameters(), "lr": self.encoder_lr},
                 {"params": self.decoder.parameters(), "lr": self.decoder_lr},
-            ]
+            ],
+            weight_decay=ctx.job.weight_decay,
         )
         self.extractor.train()
         self.decoder.train()

@@ -18,7 +18,7 @@ import torch
 from vflclient.algorithms.base import ClientAlgorithm, PassiveContext
 from vflcore import apfed
 from vflcore.errors import VflError
-from vflcore.models import make_optimizer
+from vflcore.models import job_optimizer
 from vflcore.tasks import ACTIVE_EMBEDDING, PASSIVE_GRADIENT
 from vflcore.tensors import check_shape
 
@@ -32,7 +32,7 @@ class APFedClient(ClientAlgorithm):
         super().__init__(ctx)
         job = ctx.job
         self.model = apfed.passive_model(job, ctx.party, ctx.features.shape[1], ctx.model_factory)
-        self.optimizer = make_optimizer(job.optimizer, self.model.parameters(), job.learning_rate)
+        self.optimizer = job_optimizer(job, self.model.parameters())
         #: L_p of every step, in order, for reference tests and this party's logs.
         self.step_losses: list[float] = []
 

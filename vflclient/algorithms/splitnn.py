@@ -14,7 +14,7 @@ import torch
 from vflclient.algorithms.base import ClientAlgorithm, PassiveContext
 from vflcore.delays import Delay
 from vflcore.job import model_seed
-from vflcore.models import build_seeded, make_optimizer, mlp
+from vflcore.models import build_seeded, job_optimizer, mlp
 from vflcore.tasks import EMBEDDING, GRADIENT
 from vflcore.tensors import check_shape
 
@@ -31,7 +31,7 @@ class SplitNNClient(ClientAlgorithm):
         job, width = ctx.job, ctx.features.shape[1]
         factory = ctx.model_factory or (lambda n_in, n_out: mlp(n_in, job.bottom_hidden, n_out))
         self.bottom = build_seeded(lambda: factory(width, job.embedding_dim), model_seed(job.seed, ctx.party, "bottom"))
-        self.optimizer = make_optimizer(job.optimizer, self.bottom.parameters(), job.learning_rate)
+        self.optimizer = job_optimizer(job, self.bottom.parameters())
         self.delay = Delay(job, ctx.party)  # the thesis's delay scenarios, if the job asks for one
 
     def train_epoch(self, epoch: int) -> None:

@@ -17,7 +17,7 @@ from vflclient.algorithms.base import PassiveContext
 from vflclient.algorithms.vimadmm import VIMADMMClient
 from vflcore.admm import joint_local_step
 from vflcore.job import model_seed
-from vflcore.models import linear_head, make_optimizer
+from vflcore.models import job_optimizer, linear_head
 from vflcore.tasks import ADMM_DUAL, ADMM_RESIDUAL
 from vflcore.tensors import TensorError
 
@@ -34,7 +34,7 @@ class VIMADMMJClient(VIMADMMClient):
         if job.num_outputs < 1:
             raise TensorError("job.num_outputs", "the server's job does not say how many outputs the model has")
         self.head_layer = linear_head(job.embedding_dim, job.num_outputs, model_seed(job.seed, ctx.party, "head"))
-        self.head_optimizer = make_optimizer(job.optimizer, self.head_layer.parameters(), job.learning_rate)
+        self.head_optimizer = job_optimizer(job, self.head_layer.parameters())
 
     def _upload(self, h: torch.Tensor) -> np.ndarray:
         """The party's logits o^k = f(x^k) W_k."""

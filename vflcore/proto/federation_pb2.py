@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1evflcore/proto/federation.proto\x12\x06vfl.v1\"G\n\tTensorKey\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05round\x18\x02 \x01(\r\x12\r\n\x05\x62\x61tch\x18\x03 \x01(\r\x12\x0c\n\x04name\x18\x04 \x01(\t\"~\n\x0bTensorChunk\x12\x1e\n\x03key\x18\x01 \x01(\x0b\x32\x11.vfl.v1.TensorKey\x12\r\n\x05\x64type\x18\x02 \x01(\t\x12\r\n\x05shape\x18\x03 \x03(\x03\x12\x13\n\x0btotal_bytes\x18\x04 \x01(\x04\x12\x0e\n\x06offset\x18\x05 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x06 \x01(\x0c\"M\n\rTensorRequest\x12\x1e\n\x03key\x18\x01 \x01(\x0b\x32\x11.vfl.v1.TensorKey\x12\r\n\x05\x63ount\x18\x02 \x01(\r\x12\r\n\x05names\x18\x03 \x03(\t\"R\n\x07SendAck\x12\x1e\n\x03key\x18\x01 \x01(\x0b\x32\x11.vfl.v1.TensorKey\x12\x16\n\x0e\x62ytes_received\x18\x02 \x01(\x04\x12\x0f\n\x07tensors\x18\x03 \x01(\r\"\x8e\x01\n\x0bJoinRequest\x12\r\n\x05party\x18\x01 \x01(\r\x12\x10\n\x08num_rows\x18\x02 \x01(\x04\x12\x14\n\x0cnum_features\x18\x03 \x01(\r\x12\x15\n\rid_set_digest\x18\x04 \x01(\x0c\x12\x16\n\x0e\x63lient_version\x18\x05 \x01(\t\x12\x19\n\x11\x63\x61\x63hed_alignments\x18\x06 \x03(\x0c\"\xb6\x02\n\x07JobSpec\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\talgorithm\x18\x02 \x01(\t\x12\x0c\n\x04task\x18\x03 \x01(\t\x12\x0c\n\x04seed\x18\x04 \x01(\x04\x12\x12\n\nbatch_size\x18\x05 \x01(\r\x12\x0e\n\x06\x65pochs\x18\x06 \x01(\r\x12\x15\n\rembedding_dim\x18\x07 \x01(\r\x12\x15\n\rbottom_hidden\x18\x08 \x03(\r\x12\x11\n\toptimizer\x18\t \x01(\t\x12\x15\n\rlearning_rate\x18\n \x01(\x01\x12\x15\n\rtest_fraction\x18\x0b \x01(\x01\x12\x10\n\x08num_rows\x18\x0c \x01(\x04\x12\x17\n\x0fpassive_parties\x18\r \x03(\r\x12\x19\n\x11\x61lgorithm_options\x18\x0e \x01(\t\x12\x13\n\x0bnum_outputs\x18\x0f \x01(\r\")\n\tJoinReply\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.vfl.v1.JobSpec\"\"\n\x10SubscribeRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"/\n\x05\x41lign\x12\x15\n\ralignment_key\x18\x01 \x01(\x0c\x12\x0f\n\x07run_psi\x18\x02 \x01(\x08\"\x1b\n\nTrainEpoch\x12\r\n\x05\x65poch\x18\x01 \x01(\r\"\'\n\x08\x45valuate\x12\r\n\x05\x65poch\x18\x01 \x01(\r\x12\x0c\n\x04rows\x18\x02 \x03(\x04\")\n\x05Infer\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0c\n\x04rows\x18\x02 \x03(\x04\"*\n\x06\x46inish\x12\x0f\n\x07success\x18\x01 \x01(\x08\x12\x0f\n\x07message\x18\x02 \x01(\t\"\xfb\x01\n\x04Task\x12\x0f\n\x07task_id\x18\x01 \x01(\x04\x12)\n\x0btrain_epoch\x18\x02 \x01(\x0b\x32\x12.vfl.v1.TrainEpochH\x00\x12$\n\x08\x65valuate\x18\x03 \x01(\x0b\x32\x10.vfl.v1.EvaluateH\x00\x12\x1e\n\x05infer\x18\x04 \x01(\x0b\x32\r.vfl.v1.InferH\x00\x12 \n\x06\x66inish\x18\x05 \x01(\x0b\x32\x0e.vfl.v1.FinishH\x00\x12\x1e\n\x05\x61lign\x18\x06 \x01(\x0b\x32\r.vfl.v1.AlignH\x00\x12\'\n\nshare_head\x18\x07 \x01(\x0b\x32\x11.vfl.v1.ShareHeadH\x00\x42\x06\n\x04kind\"\x1a\n\tShareHead\x12\r\n\x05round\x18\x01 \x01(\r\"\"\n\x10HeartbeatRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\">\n\x0eHeartbeatReply\x12\r\n\x05party\x18\x01 \x01(\r\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\r\n\x05state\x18\x03 \x01(\t\"A\n\rFailureReport\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\x04\x12\x0f\n\x07message\x18\x03 \x01(\t\"\x0c\n\nFailureAck2\xcf\x04\n\nFederation\x12.\n\x04Join\x12\x13.vfl.v1.JoinRequest\x1a\x11.vfl.v1.JoinReply\x12\x35\n\tSubscribe\x12\x18.vfl.v1.SubscribeRequest\x1a\x0c.vfl.v1.Task0\x01\x12=\n\tHeartbeat\x12\x18.vfl.v1.HeartbeatRequest\x1a\x16.vfl.v1.HeartbeatReply\x12\x38\n\x0eSendEmbeddings\x12\x13.vfl.v1.TensorChunk\x1a\x0f.vfl.v1.SendAck(\x01\x12?\n\x0fReturnGradients\x12\x15.vfl.v1.TensorRequest\x1a\x13.vfl.v1.TensorChunk0\x01\x12=\n\rPushADMMState\x12\x15.vfl.v1.TensorRequest\x1a\x13.vfl.v1.TensorChunk0\x01\x12\x33\n\tFetchHead\x12\x13.vfl.v1.TensorChunk\x1a\x0f.vfl.v1.SendAck(\x01\x12\x33\n\tPsiUpload\x12\x13.vfl.v1.TensorChunk\x1a\x0f.vfl.v1.SendAck(\x01\x12;\n\x0bPsiDownload\x12\x15.vfl.v1.TensorRequest\x1a\x13.vfl.v1.TensorChunk0\x01\x12:\n\rReportFailure\x12\x15.vfl.v1.FailureReport\x1a\x12.vfl.v1.FailureAckb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1evflcore/proto/federation.proto\x12\x06vfl.v1\"G\n\tTensorKey\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05round\x18\x02 \x01(\r\x12\r\n\x05\x62\x61tch\x18\x03 \x01(\r\x12\x0c\n\x04name\x18\x04 \x01(\t\"~\n\x0bTensorChunk\x12\x1e\n\x03key\x18\x01 \x01(\x0b\x32\x11.vfl.v1.TensorKey\x12\r\n\x05\x64type\x18\x02 \x01(\t\x12\r\n\x05shape\x18\x03 \x03(\x03\x12\x13\n\x0btotal_bytes\x18\x04 \x01(\x04\x12\x0e\n\x06offset\x18\x05 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x06 \x01(\x0c\"M\n\rTensorRequest\x12\x1e\n\x03key\x18\x01 \x01(\x0b\x32\x11.vfl.v1.TensorKey\x12\r\n\x05\x63ount\x18\x02 \x01(\r\x12\r\n\x05names\x18\x03 \x03(\t\"R\n\x07SendAck\x12\x1e\n\x03key\x18\x01 \x01(\x0b\x32\x11.vfl.v1.TensorKey\x12\x16\n\x0e\x62ytes_received\x18\x02 \x01(\x04\x12\x0f\n\x07tensors\x18\x03 \x01(\r\"\x8e\x01\n\x0bJoinRequest\x12\r\n\x05party\x18\x01 \x01(\r\x12\x10\n\x08num_rows\x18\x02 \x01(\x04\x12\x14\n\x0cnum_features\x18\x03 \x01(\r\x12\x15\n\rid_set_digest\x18\x04 \x01(\x0c\x12\x16\n\x0e\x63lient_version\x18\x05 \x01(\t\x12\x19\n\x11\x63\x61\x63hed_alignments\x18\x06 \x03(\x0c\"\xcc\x02\n\x07JobSpec\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\talgorithm\x18\x02 \x01(\t\x12\x0c\n\x04task\x18\x03 \x01(\t\x12\x0c\n\x04seed\x18\x04 \x01(\x04\x12\x12\n\nbatch_size\x18\x05 \x01(\r\x12\x0e\n\x06\x65pochs\x18\x06 \x01(\r\x12\x15\n\rembedding_dim\x18\x07 \x01(\r\x12\x15\n\rbottom_hidden\x18\x08 \x03(\r\x12\x11\n\toptimizer\x18\t \x01(\t\x12\x15\n\rlearning_rate\x18\n \x01(\x01\x12\x15\n\rtest_fraction\x18\x0b \x01(\x01\x12\x10\n\x08num_rows\x18\x0c \x01(\x04\x12\x17\n\x0fpassive_parties\x18\r \x03(\r\x12\x19\n\x11\x61lgorithm_options\x18\x0e \x01(\t\x12\x13\n\x0bnum_outputs\x18\x0f \x01(\r\x12\x14\n\x0cweight_decay\x18\x10 \x01(\x01\")\n\tJoinReply\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.vfl.v1.JobSpec\"\"\n\x10SubscribeRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"/\n\x05\x41lign\x12\x15\n\ralignment_key\x18\x01 \x01(\x0c\x12\x0f\n\x07run_psi\x18\x02 \x01(\x08\"\x1b\n\nTrainEpoch\x12\r\n\x05\x65poch\x18\x01 \x01(\r\"\'\n\x08\x45valuate\x12\r\n\x05\x65poch\x18\x01 \x01(\r\x12\x0c\n\x04rows\x18\x02 \x03(\x04\")\n\x05Infer\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0c\n\x04rows\x18\x02 \x03(\x04\"*\n\x06\x46inish\x12\x0f\n\x07success\x18\x01 \x01(\x08\x12\x0f\n\x07message\x18\x02 \x01(\t\"\xfb\x01\n\x04Task\x12\x0f\n\x07task_id\x18\x01 \x01(\x04\x12)\n\x0btrain_epoch\x18\x02 \x01(\x0b\x32\x12.vfl.v1.TrainEpochH\x00\x12$\n\x08\x65valuate\x18\x03 \x01(\x0b\x32\x10.vfl.v1.EvaluateH\x00\x12\x1e\n\x05infer\x18\x04 \x01(\x0b\x32\r.vfl.v1.InferH\x00\x12 \n\x06\x66inish\x18\x05 \x01(\x0b\x32\x0e.vfl.v1.FinishH\x00\x12\x1e\n\x05\x61lign\x18\x06 \x01(\x0b\x32\r.vfl.v1.AlignH\x00\x12\'\n\nshare_head\x18\x07 \x01(\x0b\x32\x11.vfl.v1.ShareHeadH\x00\x42\x06\n\x04kind\"\x1a\n\tShareHead\x12\r\n\x05round\x18\x01 \x01(\r\"\"\n\x10HeartbeatRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\">\n\x0eHeartbeatReply\x12\r\n\x05party\x18\x01 \x01(\r\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\r\n\x05state\x18\x03 \x01(\t\"A\n\rFailureReport\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\x04\x12\x0f\n\x07message\x18\x03 \x01(\t\"\x0c\n\nFailureAck2\xcf\x04\n\nFederation\x12.\n\x04Join\x12\x13.vfl.v1.JoinRequest\x1a\x11.vfl.v1.JoinReply\x12\x35\n\tSubscribe\x12\x18.vfl.v1.SubscribeRequest\x1a\x0c.vfl.v1.Task0\x01\x12=\n\tHeartbeat\x12\x18.vfl.v1.HeartbeatRequest\x1a\x16.vfl.v1.HeartbeatReply\x12\x38\n\x0eSendEmbeddings\x12\x13.vfl.v1.TensorChunk\x1a\x0f.vfl.v1.SendAck(\x01\x12?\n\x0fReturnGradients\x12\x15.vfl.v1.TensorRequest\x1a\x13.vfl.v1.TensorChunk0\x01\x12=\n\rPushADMMState\x12\x15.vfl.v1.TensorRequest\x1a\x13.vfl.v1.TensorChunk0\x01\x12\x33\n\tFetchHead\x12\x13.vfl.v1.TensorChunk\x1a\x0f.vfl.v1.SendAck(\x01\x12\x33\n\tPsiUpload\x12\x13.vfl.v1.TensorChunk\x1a\x0f.vfl.v1.SendAck(\x01\x12;\n\x0bPsiDownload\x12\x15.vfl.v1.TensorRequest\x1a\x13.vfl.v1.TensorChunk0\x01\x12:\n\rReportFailure\x12\x15.vfl.v1.FailureReport\x1a\x12.vfl.v1.FailureAckb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -42,33 +42,33 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_JOINREQUEST']._serialized_start=407
   _globals['_JOINREQUEST']._serialized_end=549
   _globals['_JOBSPEC']._serialized_start=552
-  _globals['_JOBSPEC']._serialized_end=862
-  _globals['_JOINREPLY']._serialized_start=864
-  _globals['_JOINREPLY']._serialized_end=905
-  _globals['_SUBSCRIBEREQUEST']._serialized_start=907
-  _globals['_SUBSCRIBEREQUEST']._serialized_end=941
-  _globals['_ALIGN']._serialized_start=943
-  _globals['_ALIGN']._serialized_end=990
-  _globals['_TRAINEPOCH']._serialized_start=992
-  _globals['_TRAINEPOCH']._serialized_end=1019
-  _globals['_EVALUATE']._serialized_start=1021
-  _globals['_EVALUATE']._serialized_end=1060
-  _globals['_INFER']._serialized_start=1062
-  _globals['_INFER']._serialized_end=1103
-  _globals['_FINISH']._serialized_start=1105
-  _globals['_FINISH']._serialized_end=1147
-  _globals['_TASK']._serialized_start=1150
-  _globals['_TASK']._serialized_end=1401
-  _globals['_SHAREHEAD']._serialized_start=1403
-  _globals['_SHAREHEAD']._serialized_end=1429
-  _globals['_HEARTBEATREQUEST']._serialized_start=1431
-  _globals['_HEARTBEATREQUEST']._serialized_end=1465
-  _globals['_HEARTBEATREPLY']._serialized_start=1467
-  _globals['_HEARTBEATREPLY']._serialized_end=1529
-  _globals['_FAILUREREPORT']._serialized_start=1531
-  _globals['_FAILUREREPORT']._serialized_end=1596
-  _globals['_FAILUREACK']._serialized_start=1598
-  _globals['_FAILUREACK']._serialized_end=1610
-  _globals['_FEDERATION']._serialized_start=1613
-  _globals['_FEDERATION']._serialized_end=2204
+  _globals['_JOBSPEC']._serialized_end=884
+  _globals['_JOINREPLY']._serialized_start=886
+  _globals['_JOINREPLY']._serialized_end=927
+  _globals['_SUBSCRIBEREQUEST']._serialized_start=929
+  _globals['_SUBSCRIBEREQUEST']._serialized_end=963
+  _globals['_ALIGN']._serialized_start=965
+  _globals['_ALIGN']._serialized_end=1012
+  _globals['_TRAINEPOCH']._serialized_start=1014
+  _globals['_TRAINEPOCH']._serialized_end=1041
+  _globals['_EVALUATE']._serialized_start=1043
+  _globals['_EVALUATE']._serialized_end=1082
+  _globals['_INFER']._serialized_start=1084
+  _globals['_INFER']._serialized_end=1125
+  _globals['_FINISH']._serialized_start=1127
+  _globals['_FINISH']._serialized_end=1169
+  _globals['_TASK']._serialized_start=1172
+  _globals['_TASK']._serialized_end=1423
+  _globals['_SHAREHEAD']._serialized_start=1425
+  _globals['_SHAREHEAD']._serialized_end=1451
+  _globals['_HEARTBEATREQUEST']._serialized_start=1453
+  _globals['_HEARTBEATREQUEST']._serialized_end=1487
+  _globals['_HEARTBEATREPLY']._serialized_start=1489
+  _globals['_HEARTBEATREPLY']._serialized_end=1551
+  _globals['_FAILUREREPORT']._serialized_start=1553
+  _globals['_FAILUREREPORT']._serialized_end=1618
+  _globals['_FAILUREACK']._serialized_start=1620
+  _globals['_FAILUREACK']._serialized_end=1632
+  _globals['_FEDERATION']._serialized_start=1635
+  _globals['_FEDERATION']._serialized_end=2226
 # @@protoc_insertion_point(module_scope)

@@ -27,7 +27,7 @@ from vflcore.errors import ConfigError
 from vflcore.job import ACTIVE_PARTY, epoch_mean, model_seed
 from vflcore.logs import progress
 from vflcore.losses import task_loss
-from vflcore.models import build_seeded, make_optimizer
+from vflcore.models import build_seeded, job_optimizer
 from vflcore.tasks import FEATURE_MAPS, TrainEpoch
 from vflcore.tensors import TensorKey
 from vflserver.algorithms.base import ActiveContext, ServerAlgorithm
@@ -63,10 +63,12 @@ class AdptVFedConvServer(ServerAlgorithm):
         )
         full_hw = (geo.map_shape[1] * geo.grid[0], geo.map_shape[2] * geo.grid[1])
         self.classifier = build_seeded(
-            lambda: conv.server_classifier(geo.width, full_hw, ctx.num_outputs, ctx.top_hidden),
+            lambda: conv.server_classifier(
+                geo.width, full_hw, ctx.num_outputs, ctx.top_hidden, dropout=ctx.top_dropout
+            ),
             model_seed(job.seed, ACTIVE_PARTY, "top"),
         )
-        self.optimizer = make_optimizer(job.optimizer, self.classifier.parameters(), job.learning_rate)
+        self.optimizer = job_optimizer(job, self.classifier.parameters())
         self.loss_fn = task_loss(job.task)
         #: The full feature maps of every aligned row, once phase 2 has delivered them.
         self.maps: torch.Tensor | None = None
@@ -88,7 +90,7 @@ class AdptVFedConvServer(ServerAlgorithm):
         """Phase 1 (Eq. 1): W_e^1 and W_clst on the active party's own piece and the labels."""
         ctx = self.ctx
         params = [*self.extractor.parameters(), *self.pretrain_head.parameters()]
-        optimizer = make_optimizer(ctx.job.optimizer, params, ctx.job.learning_rate)
+        optimizer = job_optimizer(ctx.job, params)
         self.extractor.train()
         for epoch in progress(range(self.pretrain_epochs), total=self.pretrain_epochs, desc="pre-training W_e^1"):
             for rows in ctx.schedule.batches(epoch):

@@ -20,7 +20,7 @@ from torch import nn
 from vflcore import apfed
 from vflcore.logs import progress
 from vflcore.losses import task_loss
-from vflcore.models import make_optimizer
+from vflcore.models import job_optimizer
 from vflcore.options import algorithm_options
 from vflcore.tasks import ACTIVE_EMBEDDING, PASSIVE_GRADIENT, TrainEpoch
 from vflcore.tensors import TensorKey
@@ -38,9 +38,9 @@ class APFedServer(ServerAlgorithm):
         super().__init__(ctx)
         job = ctx.job
         self.encoder = apfed.active_encoder(job, ctx.features.shape[1])
-        self.classifier = apfed.active_classifier(job, ctx.top_hidden, ctx.num_outputs)
+        self.classifier = apfed.active_classifier(job, ctx.top_hidden, ctx.num_outputs, dropout=ctx.top_dropout)
         params = [*self.encoder.parameters(), *self.classifier.parameters()]
-        self.optimizer = make_optimizer(job.optimizer, params, job.learning_rate)
+        self.optimizer = job_optimizer(job, params)
         self.loss_fn = task_loss(job.task)
         options = algorithm_options(job.algorithm, job.algorithm_options)
         self.weights = {p: apfed.passive_weight(options, p) for p in job.passive_parties}

@@ -33,6 +33,8 @@ class ActiveContext:
     labels: torch.Tensor  # int64 class ids, or float32 (n, 1) targets for regression
     num_outputs: int
     top_hidden: tuple[int, ...]
+    #: Dropout after each hidden layer of the active party's MLP top (``[model] top_dropout``).
+    top_dropout: float = 0.0
 
 
 class ServerAlgorithm(ABC):

@@ -22,7 +22,7 @@ from torch import nn
 from vflcore.job import ACTIVE_PARTY, model_seed
 from vflcore.logs import progress
 from vflcore.losses import task_loss
-from vflcore.models import build_seeded, make_optimizer, mlp
+from vflcore.models import build_seeded, job_optimizer, mlp
 from vflcore.tasks import EMBEDDING, GRADIENT, TrainEpoch
 from vflcore.tensors import TensorKey
 from vflserver.algorithms.base import ActiveContext, Publish, ServerAlgorithm
@@ -52,12 +52,14 @@ class SplitNNServer(ServerAlgorithm):
         parts = len(job.passive_parties) + (1 if self.bottom is not None else 0)
         self.top = build_seeded(lambda: self._build_top(parts), model_seed(job.seed, ACTIVE_PARTY, "top"))
         params = list(self.top.parameters()) + (list(self.bottom.parameters()) if self.bottom is not None else [])
-        self.optimizer = make_optimizer(job.optimizer, params, job.learning_rate)
+        self.optimizer = job_optimizer(job, params)
         self.loss_fn = task_loss(job.task)
 
     def _build_top(self, parts: int) -> nn.Module:
         """The server's model over ``parts`` embeddings: an MLP on their concatenation."""
-        return mlp(self.ctx.job.embedding_dim * parts, self.ctx.top_hidden, self.ctx.num_outputs)
+        return mlp(
+            self.ctx.job.embedding_dim * parts, self.ctx.top_hidden, self.ctx.num_outputs, dropout=self.ctx.top_dropout
+        )
 
     def _own(self, rows: np.ndarray) -> list[torch.Tensor]:
         """The active party's own representation h^1 of ``rows``, if it has features."""

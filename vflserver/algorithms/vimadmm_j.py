@@ -22,7 +22,7 @@ from torch import nn
 from vflcore.admm import dual_update, joint_local_step, residuals, solve_z
 from vflcore.job import ACTIVE_PARTY, model_seed
 from vflcore.losses import task_loss
-from vflcore.models import linear_head, make_optimizer
+from vflcore.models import job_optimizer, linear_head
 from vflcore.tasks import ADMM_DUAL, ADMM_RESIDUAL, HEAD, ShareHead
 from vflserver.algorithms.base import ActiveContext, Publish, ServerAlgorithm
 from vflserver.algorithms.splitnn import SplitNNServer, own_bottom
@@ -49,8 +49,8 @@ class VIMADMMJServer(SplitNNServer):
         if self.bottom is not None:
             self.head = linear_head(job.embedding_dim, ctx.num_outputs, model_seed(job.seed, ACTIVE_PARTY, "head"))
             self.own_optimizers = (
-                make_optimizer(job.optimizer, self.head.parameters(), job.learning_rate),
-                make_optimizer(job.optimizer, self.bottom.parameters(), job.learning_rate),
+                job_optimizer(job, self.head.parameters()),
+                job_optimizer(job, self.bottom.parameters()),
             )
 
     @property

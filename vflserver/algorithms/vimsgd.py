@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from vflcore.job import ACTIVE_PARTY
-from vflcore.models import LinearHeads, make_optimizer
+from vflcore.models import LinearHeads, job_optimizer
 from vflcore.tasks import GRADIENT
 from vflserver.algorithms.base import ActiveContext, Publish
 from vflserver.algorithms.splitnn import SplitNNServer
@@ -36,12 +36,8 @@ class VIMSGDServer(SplitNNServer):
         job = ctx.job
         # Heads first (Eq. 11), then the active party's own bottom from the updated heads (Eq. 14):
         # two optimizers, so that neither step touches the other's parameters.
-        self.optimizer = make_optimizer(job.optimizer, self.top.parameters(), job.learning_rate)
-        self.bottom_optimizer = (
-            make_optimizer(job.optimizer, self.bottom.parameters(), job.learning_rate)
-            if self.bottom is not None
-            else None
-        )
+        self.optimizer = job_optimizer(job, self.top.parameters())
+        self.bottom_optimizer = job_optimizer(job, self.bottom.parameters()) if self.bottom is not None else None
 
     def _build_top(self, parts: int) -> nn.Module:
         return LinearHeads(parts, self.ctx.job.embedding_dim, self.ctx.num_outputs)
