@@ -130,17 +130,20 @@ def job_optimizer(job: JobSpec, params: Iterable[nn.Parameter]) -> torch.optim.O
     return make_optimizer(job.optimizer, params, job.learning_rate, weight_decay=job.weight_decay)
 
 
+_SEEDED_BUILD = threading.Lock()
+
+
 def seed_dropout(job: JobSpec) -> None:
     """Seed torch's global RNG, which draws the top model's dropout masks, from the job's seed.
 
     The server calls it just before its first training step and every in-process reference
     when it is built, so that a run with ``[model] top_dropout`` > 0 is reproducible and still
-    equals its reference mask for mask. Model initialisation does not use this RNG (``build_seeded``).
+    equals its reference mask for mask. Model initialisation does not use this RNG (``build_seeded``),
+    and the lock keeps this seeding out of the middle of another thread's ``build_seeded`` (parties
+    sharing one process, as in the SDK and the tests, would otherwise build from the wrong seed).
     """
-    torch.manual_seed(model_seed(job.seed, ACTIVE_PARTY, "dropout"))
-
-
-_SEEDED_BUILD = threading.Lock()
+    with _SEEDED_BUILD:
+        torch.manual_seed(model_seed(job.seed, ACTIVE_PARTY, "dropout"))
 
 
 def build_seeded(factory: Callable[[], nn.Module], seed: int) -> nn.Module:
