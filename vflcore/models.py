@@ -11,15 +11,12 @@ import importlib
 import itertools
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 import torch
 from torch import nn
 
-from vflcore.job import ACTIVE_PARTY, model_seed
-
-if TYPE_CHECKING:
-    from vflcore.job import JobSpec
+from vflcore.job import ACTIVE_PARTY, JobSpec, model_seed
 
 __all__ = ["OPTIMIZERS", "build_seeded", "job_optimizer", "load_factory", "make_optimizer", "mlp", "seed_dropout"]
 
