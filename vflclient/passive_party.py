@@ -26,6 +26,7 @@ from vflclient.algorithms import ClientAlgorithm, ModelFactory, PassiveContext, 
 from vflclient.alignment import align_passive
 from vflclient.connection import Connection
 from vflcore.checkpoint import party_dir, save_checkpoint
+from vflcore.daemon import adopt_torch_threads
 from vflcore.data import PartyTable, write_aligned_ids
 from vflcore.errors import VflError
 from vflcore.job import ACTIVE_PARTY, JobSpec
@@ -85,6 +86,7 @@ class PassiveParty:
 
     def run(self, connection: Connection) -> RunResult:
         """Join the job and work through its tasks; returns when the server says Finish."""
+        adopt_torch_threads()  # the SDK may run a party on any thread
         job = connection.join(self.own_table, self._saved_alignments())
         client_algorithm(job.algorithm)  # refuse an algorithm this client lacks before any work
         self.job = job

@@ -85,3 +85,18 @@ def prepare_compute(torch_threads: int) -> None:
 
     torch.set_num_threads(torch_threads)
     keep_freed_memory()
+
+
+def adopt_torch_threads() -> None:
+    """Give the calling thread the process's intra-op thread count; call it first in every compute thread.
+
+    ``torch.set_num_threads`` reaches OpenMP and MKL only in the thread that calls it: another
+    thread's first matmul runs with MKL's default (every core), which splits the same GEMM
+    differently and so rounds differently. Measured on a 2-core AMD EPYC: a (10x64)@(64x16)
+    product differs by 2e-6 between the main thread and a fresh one. That broke two promises:
+    ``torch_threads`` did not hold in the job thread, and a federated run and its in-process
+    reference, on different threads, did not agree to float32 rounding.
+    """
+    import torch
+
+    torch.set_num_threads(torch.get_num_threads())

@@ -22,6 +22,7 @@ import structlog
 import torch
 
 from vflcore.checkpoint import party_dir, save_checkpoint
+from vflcore.daemon import adopt_torch_threads
 from vflcore.data import PartyTable, write_aligned_ids
 from vflcore.errors import ConfigError, JobAborted
 from vflcore.job import ACTIVE_PARTY, JobSpec, Schedule
@@ -173,6 +174,7 @@ class ActiveParty:
         With ``keep_serving`` the passive parties stay connected after training, so that
         ``predict_ids`` can go on scoring rows until ``shutdown`` is called.
         """
+        adopt_torch_threads()  # this may be any thread (the daemon's job thread, a test's)
         summary = RunSummary(job_id=self.job.job_id, run_dir=self.run_dir)
         fed = self.federation
         try:
