@@ -40,13 +40,13 @@ $(CERTS)/ca.pem: | $(STAMP)
 
 certs: $(CERTS)/ca.pem
 
-$(DATA)/party1.csv: examples/make_digits_data.py vflcore/datasets.py | $(STAMP)
-	$(PY) examples/make_digits_data.py --out $(DATA)
+$(DATA)/party1.csv: examples/make_digits_data.py vfltesting/datasets.py | $(STAMP)
+	PYTHONPATH=$(CURDIR) $(PY) examples/make_digits_data.py --out $(DATA)
 
 data: $(DATA)/party1.csv
 
 demo: venv certs data
-	$(PY) examples/run_demo.py --certs $(CERTS) --data $(DATA)
+	PYTHONPATH=$(CURDIR) $(PY) examples/run_demo.py --certs $(CERTS) --data $(DATA)
 
 test: venv lint typecheck proto-check
 	$(PY) -m pytest -q

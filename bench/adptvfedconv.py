@@ -17,7 +17,7 @@ process with no network (``bench.adptvfedconv_runs``), scored on the held-out 20
 
 Settings, fixed before measuring and not tuned afterwards: W_e two 3x3 convs of 16 channels and
 one 2x2 max-pool, W_s a 3x3 conv of 32 channels, a max-pool, one hidden layer of 64, dropout none
-(``vflcore.adptvfedconv``); Adam lr 1e-3 for phases 1 and 3, batch 64; 20 pre-training epochs,
+(``vflalgorithms.adptvfedconv.maths``); Adam lr 1e-3 for phases 1 and 3, batch 64; 20 pre-training epochs,
 10 fine-tuning epochs, 30 epochs of W_s; the two end-to-end bounds train 20 + 30 = 50 epochs, as
 long as the active party trains in all. No augmentation (the paper's flips and crops make no sense
 on 8x8 digits). Seeds 0-4: each changes the initialisation and the train/test split, shared by the

@@ -1,6 +1,6 @@
 """One run of the AdptVFedConv experiment (``bench.adptvfedconv``): a method and a seed in, test accuracy out.
 
-sklearn's 8x8 digits are cut into four 4x4 quadrants by ``vflcore.adptvfedconv.Geometry``'s
+sklearn's 8x8 digits are cut into four 4x4 quadrants by ``vflalgorithms.adptvfedconv.maths.Geometry``'s
 default row-major positions: party 1 (active, labels) the top-left, parties 2, 3, 4 the top-right,
 bottom-left and bottom-right. The three federated methods train through the project's in-process
 reference (``ReferenceAdptVFedConv``), so the experiment measures the code the product runs; the
@@ -27,11 +27,11 @@ import numpy as np
 import torch
 from sklearn.datasets import load_digits
 
-from vflcore import adptvfedconv as conv
-from vflcore.adptvfedconv_reference import ReferenceAdptVFedConv
+from vflalgorithms.adptvfedconv import maths as conv
+from vflalgorithms.adptvfedconv.reference import ReferenceAdptVFedConv
 from vflcore.job import ACTIVE_PARTY, JobSpec, model_seed
-from vflcore.losses import task_loss
-from vflcore.models import build_seeded, job_optimizer
+from vflcore.ml.losses import task_loss
+from vflcore.ml.models import build_seeded, job_optimizer
 
 # Fixed before measuring, not tuned afterwards (see bench.adptvfedconv).
 PRETRAIN_EPOCHS = 20

@@ -18,10 +18,10 @@ import numpy as np
 import torch
 from sklearn.datasets import load_digits
 
-from vflcore.apfed import APFED_C, APFED_R
-from vflcore.apfed_reference import ReferenceAPFed
+from vflalgorithms.apfed.maths import APFED_C, APFED_R
+from vflalgorithms.apfed.reference import ReferenceAPFed
+from vflalgorithms.splitnn.reference import ReferenceSplitNN
 from vflcore.job import ACTIVE_PARTY, JobSpec
-from vflcore.reference import ReferenceSplitNN
 
 #: Horizontal strips of the 8x8 digit (pixel rows) for m = 2 and m = 3 views, as in the paper's Fig. 2.
 STRIPS: dict[int, tuple[tuple[int, ...], ...]] = {

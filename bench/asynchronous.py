@@ -1,7 +1,7 @@
 """Wall time for a fixed number of client updates, asynchronous VFL against synchronous, under delay.
 
 The thesis's round-robin delay scenario (002 §5.4.2), from the job's own delay injector
-(``vflcore.delays``): time is cut into 0.2 s slots that alternate between the two passive
+(``vflalgorithms.delays``): time is cut into 0.2 s slots that alternate between the two passive
 parties, and a party about to send during its own slot sleeps until the slot ends, so one
 party at a time is asleep. Synchronous SplitNN must wait for the sleeping party at every step;
 asynchronous VFL (``async``) lets the awake party train on, up to ``max_staleness`` = 15
@@ -21,8 +21,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from bench.jobs import make_certs, run_jobs
-from vflcore.datasets import write_digits_split
 from vflcore.job import JobSpec
+from vfltesting.datasets import write_digits_split
 
 TARGET_FRACTION = 1 / 5
 DELAY = {"delay": "round_robin", "delay_s": 0.2}

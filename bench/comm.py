@@ -5,7 +5,7 @@ separate processes over mTLS on 127.0.0.1. The shape follows the VIM authors' di
 that the issue quotes: four passive clients with two image rows each (the active party holds
 the labels only), batch 256, 60-dim embeddings, τ = 20 and ρ = 1 for VIMADMM. Every algorithm
 uses the same bottom models (64 hidden units), Adam at torch's default learning rate 0.001 and
-the same seed. Bytes are the training traffic both daemons count (``vflcore.traffic``: every
+the same seed. Bytes are the training traffic both daemons count (``vflcore.wire.traffic``: every
 tensor message, both directions, all parties); evaluation, inference and PSI are excluded.
 
 FedBCD (Q = 5), async (no delay) and VIMADMM-J (τ = 20, ρ = 1) run too, so that the plot shows
@@ -26,8 +26,8 @@ from sklearn.datasets import load_digits
 
 from bench.curves import OUT, Curve, plot
 from bench.jobs import make_certs, run_jobs
-from vflcore.datasets import write_vertical_split
 from vflcore.job import JobSpec
+from vfltesting.datasets import write_vertical_split
 
 TARGET_ACCURACY = 0.95
 TARGET_FRACTION = 1 / 15

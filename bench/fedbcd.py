@@ -23,10 +23,10 @@ import numpy as np
 
 from bench.curves import OUT, Curve, plot
 from bench.jobs import make_certs, run_jobs
+from vflalgorithms.base import algorithm_spec, job_options
 from vflclient import read_party_csv
-from vflcore.datasets import write_digits_split
 from vflcore.job import JobSpec
-from vflcore.reference import ReferenceSplitNN
+from vfltesting.datasets import write_digits_split
 
 TARGET_ACCURACY = 0.93
 TARGET_FRACTION = 1 / 3
@@ -67,7 +67,7 @@ def main() -> int:
         for job, summary in runs:
             rows = int(summary["aligned_rows"])
             batches = int(np.ceil(round(rows * (1 - job.test_fraction)) / job.batch_size))
-            q = job.option("local_steps")
+            q = job_options(job)["local_steps"]
             curve = Curve.from_summary(f"Q = {q}", summary, batches)
             curves.append(curve)
             print(f"   Q = {q:<3} accuracy per epoch: {' '.join(f'{a:.3f}' for a in curve.accuracy)}", flush=True)
@@ -98,7 +98,7 @@ def _resolution_check(data: Path) -> None:
     """Information only: the same two jobs read at round resolution, and with a stricter reading.
 
     The daemons are evaluated once per epoch, so rounds-to-target above moves in steps of one
-    epoch. The in-process reference (``vflcore.reference``; it equals the daemons step for step
+    epoch. The in-process reference (``vflalgorithms.reference``; it equals the daemons step for step
     within 1e-5, tested) can be evaluated after every round. Two readings are printed: the first
     round at or above the target, and the first round from which it stays there for a whole epoch.
     They are not the BENCH figure, whose definition was fixed before measuring.
@@ -108,7 +108,7 @@ def _resolution_check(data: Path) -> None:
     tables.update({p: read_party_csv(data / f"party{p}.csv") for p in BASE.passive_parties})
     found: dict[str, tuple[int | None, int | None]] = {}
     for job in JOBS:
-        reference = ReferenceSplitNN.from_tables(job, tables, top_hidden=TOP_HIDDEN)
+        reference = algorithm_spec(job.algorithm).reference_class().from_tables(job, tables, top_hidden=TOP_HIDDEN)
         test, labels = reference.schedule.test_rows, reference.labels[reference.schedule.test_rows]
         accuracy: list[float] = []
         for epoch in range(job.epochs):
@@ -119,7 +119,7 @@ def _resolution_check(data: Path) -> None:
         hit = np.asarray(accuracy) >= TARGET_ACCURACY
         first = int(np.argmax(hit)) + 1 if hit.any() else None
         held = next((i + 1 for i in range(len(hit) - window + 1) if hit[i : i + window].all()), None)
-        found[f"Q = {job.option('local_steps')}"] = (first, held)
+        found[f"Q = {job_options(job)['local_steps']}"] = (first, held)
     print("   resolution check (in-process reference, accuracy after every round; information only):")
     (q1_first, q1_held), (q10_first, q10_held) = found.values()
     for label, (first, held) in found.items():

@@ -44,9 +44,9 @@ import numpy as np
 
 from bench.jobs import make_certs
 from bench.machine import Window, measured, process_cpu_seconds
-from vflcore.oip import method
 from vflcore.proto import open_inference_pb2 as pb
-from vflcore.tls import TlsFiles, channel_credentials
+from vflcore.security.tls import TlsFiles, channel_credentials
+from vflcore.wire.oip import method
 
 T = TypeVar("T")
 
@@ -114,7 +114,7 @@ class DigitsMlp:
     def __init__(self) -> None:
         import torch  # only the server process (and the answer check) pay for importing torch
 
-        from vflcore.models import build_seeded, mlp
+        from vflcore.ml.models import build_seeded, mlp
         from vflserver.serving.servable import TensorSpec
 
         self._torch = torch
@@ -149,7 +149,7 @@ class DigitsMlp:
 
 def serve(tls: TlsFiles, ports: Connection, stop: Event) -> None:
     """The server process: the inference endpoint on two free loopback ports until ``stop``."""
-    from vflcore.daemon import prepare_compute
+    from vflcore.runtime.daemon import prepare_compute
     from vflserver.serving.config import ServingConfig
     from vflserver.serving.endpoint import InferenceEndpoint
     from vflserver.serving.registry import ModelRegistry
@@ -292,7 +292,7 @@ def run_phase(protocol: str, port: int, callers_tls: list[TlsFiles], seconds: fl
 
 def check_answers(grpc_port: int, rest_port: int, tls: TlsFiles) -> None:
     """Both endpoints must answer exactly what the model computes in this process."""
-    from vflclient.inference import InferenceClient
+    from vflclient._inference import InferenceClient
 
     rows = _rows(seed=99)[:5]
     expected = DigitsMlp().predict_with_modules(rows)

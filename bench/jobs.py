@@ -1,7 +1,7 @@
 """Run one job as the product runs it, for the benchmarks: vfl-server and vfl-client processes over mTLS.
 
 ``write_configs`` writes the server's and every party's TOML (certificates from
-``vflcore.certs``, data from a folder of ``party{k}.csv``); ``run_federated`` starts the
+``vflcore.security.certs``, data from a folder of ``party{k}.csv``); ``run_federated`` starts the
 daemons as separate OS processes on 127.0.0.1, waits for them, and returns the server's
 ``summary.json``. A failed job raises with the tail of every daemon's log.
 """
@@ -16,9 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from vflcore.certs import create_ca, issue_party_cert, issue_server_cert, load_ca
 from vflcore.job import JobSpec
-from vflcore.localrun import stop_all, wait_all, wait_for_port
+from vflcore.security.certs import create_ca, issue_party_cert, issue_server_cert, load_ca
+from vfltesting.localrun import stop_all, wait_all, wait_for_port
 
 BIN = Path(sys.executable).parent
 

@@ -1,8 +1,8 @@
 """Federation overhead: SplitNN epoch time over mTLS gRPC, divided by the same training in one process.
 
 The federated side is the real deployment shape: ``vfl-server`` and two ``vfl-client`` daemons
-as separate OS processes, mutual TLS on 127.0.0.1, certificates made with ``vflcore.certs``. The
-yardstick is ``vflcore.reference.ReferenceSplitNN``: the same models, seeds, optimizer and batch
+as separate OS processes, mutual TLS on 127.0.0.1, certificates made with ``vflcore.security.certs``. The
+yardstick is ``vflalgorithms.reference.ReferenceSplitNN``: the same models, seeds, optimizer and batch
 schedule in one process, with no serialisation and no network.
 
 What is timed, and why it is fair:
@@ -11,7 +11,7 @@ What is timed, and why it is fair:
   training epoch plus its evaluation (forward on the held-out rows, loss, task metrics). The
   held-out share is kept small (5 %) so that the number is dominated by training steps.
 - Every process runs torch with one intra-op thread (the daemons' default ``torch_threads``)
-  and glibc tuned to reuse freed buffers (``vflcore.daemon.prepare_compute``), and so does
+  and glibc tuned to reuse freed buffers (``vflcore.runtime.daemon.prepare_compute``), and so does
   the reference. The federated side may still use more than one core in total,
   because three processes run at once; that is part of what federation buys or costs.
 - Each side trains several epochs; the median epoch is reported, so start-up, connection set-up
@@ -44,12 +44,12 @@ import numpy as np
 
 from bench.jobs import make_certs, run_federated, write_configs
 from bench.machine import Window, measured
-from vflcore.daemon import prepare_compute
-from vflcore.data import read_party_csv
-from vflcore.datasets import write_synthetic_split
+from vflalgorithms.splitnn.reference import ReferenceSplitNN
+from vflcore.data.tables import read_party_csv
 from vflcore.job import JobSpec
-from vflcore.metrics import task_metrics
-from vflcore.reference import ReferenceSplitNN
+from vflcore.ml.metrics import task_metrics
+from vflcore.runtime.daemon import prepare_compute
+from vfltesting.datasets import write_synthetic_split
 
 BIN = Path(sys.executable).parent
 TARGET = 1.15

@@ -2,7 +2,7 @@
 
 The deployment shape: the active party (``vfl-server --psi-only``) and passive party 2
 (``vfl-client --party 2``) are separate processes on 127.0.0.1, with certificates made by
-``vflcore.certs``. Each party holds 1,000,000 IDs (``user-0000123``), half of them shared, in its
+``vflcore.security.certs``. Each party holds 1,000,000 IDs (``user-0000123``), half of them shared, in its
 own CSV with only an ``id`` column, rows shuffled differently. The job id is fresh per run and the
 run directory is a new temporary one, so no saved alignment is ever reused.
 
@@ -66,7 +66,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vflcore.certs import create_ca, issue_party_cert, issue_server_cert, load_ca
+from vflcore.security.certs import create_ca, issue_party_cert, issue_server_cert, load_ca
 
 BIN = Path(sys.executable).parent
 TARGET_S = 60.0
@@ -855,7 +855,7 @@ def main() -> int:
         write_id_csv(data / f"party{PARTY}.csv", client_ids, seed=2)
         del server_ids, client_ids
         print(f"data: 2 CSVs of {n:,} IDs (id column only) written in {time.perf_counter() - started:.1f} s (untimed)")
-        from vflcore.data import read_party_csv
+        from vflcore.data.tables import read_party_csv
 
         started = time.perf_counter()
         table = read_party_csv(data / "party1.csv")

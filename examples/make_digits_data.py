@@ -5,7 +5,7 @@
 
 Digits: party1.csv = id, label, pixel rows 0-2; party2.csv = rows 3-5; party3.csv = rows 6-7.
 Diabetes: party1.csv = id, label, features 0-3; party2.csv = 4-6; party3.csv = 7-9.
-The splitting itself lives in `vflcore.datasets`; this script is only its command line.
+The splitting itself lives in `vfltesting.datasets`; this script is only its command line.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from vflcore.datasets import write_diabetes_split, write_digits_split
+from vfltesting.datasets import write_diabetes_split, write_digits_split
 
 _WRITERS = {"classification": write_digits_split, "regression": write_diabetes_split}
 _DEFAULT_OUT = {

@@ -26,7 +26,7 @@ import numpy as np
 
 from vflclient import InferenceClient, TlsFiles, read_party_csv
 from vflcore.errors import VflError
-from vflcore.localrun import stop_all, wait_all, wait_for_port
+from vfltesting.localrun import stop_all, wait_all, wait_for_port
 
 HERE = Path(__file__).resolve().parent
 BIN = Path(sys.executable).parent

@@ -1,6 +1,6 @@
 """Session fixtures every test may use: a PKI made by the project's own tooling, and data files.
 
-Certificates come from ``vflcore.certs`` (what ``vfl-certs`` runs), so the tests exercise the
+Certificates come from ``vflcore.security.certs`` (what ``vfl-certs`` runs), so the tests exercise the
 same issuance a user gets. Everything lives under pytest's tmp dirs; no fixed ports anywhere.
 """
 
@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import structlog
 
-from vflcore.certs import create_ca, issue_party_cert, issue_server_cert, load_ca
-from vflcore.datasets import write_diabetes_split, write_digits_quadrants, write_digits_split
-from vflcore.tls import TlsFiles
+from vflcore.security.certs import create_ca, issue_party_cert, issue_server_cert, load_ca
+from vflcore.security.tls import TlsFiles
+from vfltesting.datasets import write_diabetes_split, write_digits_quadrants, write_digits_split
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 
-from vflcore.models import build_seeded, mlp
+from vflcore.ml.models import build_seeded, mlp
 from vflserver.serving.servable import PartyUnavailable, TensorSpec
 
 

@@ -6,15 +6,15 @@ the process. See ``PassiveParty`` for a complete example. ``InferenceClient`` qu
 model on the server's inference endpoint.
 """
 
+from vflalgorithms.base import ModelFactory
+from vflclient._connection import Connection
 from vflclient._exceptions import ModelNotFound, ServerUnavailable, TensorRejected
-from vflclient.algorithms import ModelFactory
-from vflclient.connection import Connection
-from vflclient.inference import InferenceClient
-from vflclient.passive_party import PassiveParty, RunResult
-from vflcore.data import DataError, PartyTable, read_party_csv
+from vflclient._inference import InferenceClient
+from vflclient._passive_party import PassiveParty, RunResult
+from vflcore.data.tables import DataError, PartyTable, read_party_csv
 from vflcore.errors import JobAborted, JoinRejected, NotBuiltYet, PermissionDenied, VflError
 from vflcore.job import JobSpec
-from vflcore.tls import TlsFiles
+from vflcore.security.tls import TlsFiles
 
 __all__ = [
     "Connection",

@@ -3,7 +3,7 @@
     vfl-client --party 2 --config party2.toml [--server host:50051] [--data party2.csv] ...
     vfl-client --party 2 --config party2.toml --check      # preflight: explain TLS problems
 
-Flags override the config file. Exit codes are listed in ``vflcore.daemon``.
+Flags override the config file. Exit codes are listed in ``vflcore.runtime.daemon``.
 """
 
 from __future__ import annotations
@@ -25,17 +25,17 @@ from vflclient import (
     VflError,
     read_party_csv,
 )
-from vflcore import daemon
-from vflcore.config import ClientConfig, client_config_from, document_with_flags
 from vflcore.errors import ConfigError
-from vflcore.models import load_factory
-from vflcore.preflight import diagnose
-from vflcore.tensors import TensorError
-from vflcore.tls import TlsConfigError
+from vflcore.ml.models import load_factory
+from vflcore.runtime import daemon
+from vflcore.runtime.config import ClientConfig, client_config_from, document_with_flags
+from vflcore.security.preflight import diagnose
+from vflcore.security.tls import TlsConfigError
+from vflcore.wire.tensors import TensorError
 
 log = structlog.get_logger(__name__)
 
-#: Preflight checks that look only at this party's own files (see vflcore.preflight).
+#: Preflight checks that look only at this party's own files (see vflcore.security.preflight).
 _LOCAL_CHECKS = frozenset({"ca-file", "cert-file", "key-file", "key-match", "issuer", "validity", "party"})
 
 

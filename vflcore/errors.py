@@ -10,8 +10,8 @@
     ├── JobAborted             the job stopped (failure or shutdown)     ABORTED
     └── NotBuiltYet            an RPC whose algorithm has not landed     UNIMPLEMENTED
 
-``vflcore.tensors.TensorError`` (a ValueError) becomes INVALID_ARGUMENT. The mapping to status
-codes lives in one place, ``vflserver.service``; the client SDK maps back in ``vflclient``.
+``vflcore.wire.tensors.TensorError`` (a ValueError) becomes INVALID_ARGUMENT. The mapping to status
+codes lives in one place, ``vflserver.servicer``; the client SDK maps back in ``vflclient``.
 """
 
 from __future__ import annotations

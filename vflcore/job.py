@@ -3,6 +3,10 @@
 The server's config decides them; a passive party learns them when it joins. Keeping them in
 one frozen dataclass means the schedule (row split, batches, model seeds) is derived from the
 same numbers on every party, so no party has to tell another which rows it is working on.
+
+The schedule: parties hold the same aligned rows in the same order and the same job seed, so
+seeding NumPy's generator with the seed (and epoch) gives each party the same split and the same
+batches. Nothing depends on process state, which is what makes the agreement hold across machines.
 """
 
 from __future__ import annotations
@@ -13,9 +17,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-
-from vflcore.options import algorithm_options
-from vflcore.sampler import epoch_batches, split_rows
 
 TASKS = ("classification", "regression")
 
@@ -50,10 +51,6 @@ class JobSpec:
     def options_json(self) -> str:
         """Algorithm options as JSON: the only encoding that crosses the wire."""
         return json.dumps(self.algorithm_options, sort_keys=True)
-
-    def option(self, name: str) -> Any:
-        """One of the algorithm's settings (``vflcore.options``), its default if the config omits it."""
-        return algorithm_options(self.algorithm, self.algorithm_options)[name]
 
     def schedule(self) -> Schedule:
         """The row split and batch order, derived from the seed alone."""
@@ -92,3 +89,38 @@ def epoch_mean(
             losses.append(value)
         total, count = total + value * len(rows), count + len(rows)
     return total / max(1, count)
+
+
+def split_rows(num_rows: int, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Split row indices into (train_rows, test_rows), each sorted ascending, as int64 arrays.
+
+    The test rows are the first round(num_rows * test_fraction) entries of a seeded permutation;
+    sorting each part keeps row access in file order, which is cheaper and easier to inspect.
+    """
+    if num_rows < 1:
+        raise ValueError(f"num_rows must be at least 1, got {num_rows}")
+    if not 0.0 <= test_fraction < 1.0:
+        raise ValueError(f"test_fraction must be in [0, 1), got {test_fraction}")
+    num_test = round(num_rows * test_fraction)
+    if num_rows - num_test < 1:
+        raise ValueError(
+            f"test_fraction {test_fraction} leaves no training rows out of {num_rows}; lower test_fraction"
+        )
+    permutation = np.random.default_rng(seed).permutation(num_rows).astype(np.int64)
+    test_rows = np.sort(permutation[:num_test])
+    train_rows = np.sort(permutation[num_test:])
+    return train_rows, test_rows
+
+
+def epoch_batches(train_rows: np.ndarray, batch_size: int, seed: int, epoch: int) -> list[np.ndarray]:
+    """Shuffle train_rows for this epoch and cut them into batches; the last batch may be smaller.
+
+    Seeding with [seed, epoch] gives each epoch its own order that any party can recompute
+    independently, e.g. after a restart, without replaying earlier epochs.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    if epoch < 0:
+        raise ValueError(f"epoch must be non-negative, got {epoch}")
+    shuffled = np.random.default_rng([seed, epoch]).permutation(np.asarray(train_rows, dtype=np.int64))
+    return [shuffled[start : start + batch_size] for start in range(0, len(shuffled), batch_size)]

@@ -3,7 +3,7 @@
 ``ActiveParty.run`` is the whole job as the label holder sees it: wait for every passive party,
 train epoch by epoch through the configured algorithm, evaluate on the held-out rows after each
 epoch, checkpoint, and finally run federated inference on the held-out rows. The gRPC handlers
-never touch this class directly; they talk to its ``Federation``.
+never touch this class directly; they talk to its ``PassiveParties``.
 """
 
 from __future__ import annotations
@@ -21,20 +21,21 @@ import numpy as np
 import structlog
 import torch
 
-from vflcore.checkpoint import party_dir, save_checkpoint
-from vflcore.daemon import adopt_torch_threads
-from vflcore.data import PartyTable, write_aligned_ids
+from vflalgorithms.base import ActiveContext, ServerAlgorithm, algorithm_spec
+from vflcore.data.checkpoints import party_dir, save_checkpoint
+from vflcore.data.tables import PartyTable, write_aligned_ids
 from vflcore.errors import ConfigError, JobAborted
 from vflcore.job import ACTIVE_PARTY, JobSpec, Schedule
-from vflcore.losses import label_tensor, task_loss
-from vflcore.metrics import task_metrics
-from vflcore.models import seed_dropout
-from vflcore.tasks import EVAL_EMBEDDING, Evaluate, Infer, infer_embedding_name
-from vflcore.traffic import MB
-from vflserver.algorithms import ActiveContext, ServerAlgorithm, server_algorithm
+from vflcore.ml.losses import label_tensor, task_loss
+from vflcore.ml.metrics import task_metrics
+from vflcore.ml.models import seed_dropout
+from vflcore.runtime.daemon import adopt_torch_threads
+from vflcore.tasks import Evaluate, Infer
+from vflcore.wire.names import EVAL_EMBEDDING, infer_embedding_name
+from vflcore.wire.traffic import MB
 from vflserver.alignment import AlignmentResult, align_active
-from vflserver.federation import Federation
 from vflserver.importance import write_client_importance
+from vflserver.passive_parties import PassiveParties
 from vflserver.serving.artifact import ArtifactInfo, save_artifact
 
 #: The standalone model's file in the active party's run directory.
@@ -64,7 +65,7 @@ class RunSummary:
     epochs: list[EpochReport] = field(default_factory=list)
     final_metrics: dict[str, float] = field(default_factory=dict)
     run_dir: Path | None = None
-    #: Bytes per passive party and phase (``vflcore.traffic.Traffic.report``).
+    #: Bytes per passive party and phase (``vflcore.wire.traffic.Traffic.report``).
     wire: dict[int, dict[str, dict[str, int]]] = field(default_factory=dict)
     #: ‖W_k‖ per party for the VIM family (``vflserver.importance``), else None.
     client_importance: dict[int, float] | None = None
@@ -92,7 +93,9 @@ class ActiveParty:
             raise ConfigError(f"{table.source}: the active party's data needs a label column")
         if not job.job_id:
             job = replace(job, job_id=f"job-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}")
-        algorithm = server_algorithm(job.algorithm)  # an unknown algorithm fails now, not after PSI
+        spec = algorithm_spec(job.algorithm)  # an unknown algorithm, or a bad option, fails now, not after PSI
+        spec.options(job.algorithm_options)
+        algorithm = spec.active_half()
         if algorithm.needs_own_features and not table.features.shape[1] and not psi_only:
             raise ConfigError(
                 f"{table.source}: {job.algorithm} needs feature columns on the active party (it predicts from "
@@ -109,7 +112,7 @@ class ActiveParty:
         self.top_dropout = top_dropout
         self.psi_workers = psi_workers
         self.psi_only = psi_only
-        self.federation = Federation(self.job, step_timeout_s=step_timeout_s, offline_grace_s=offline_grace_s)
+        self.parties = PassiveParties(self.job, step_timeout_s=step_timeout_s, offline_grace_s=offline_grace_s)
         self.run_dir = party_dir(run_dir, self.job.job_id, ACTIVE_PARTY)
         self.stop_event = threading.Event()
         self._inference_lock = threading.Lock()
@@ -124,7 +127,7 @@ class ActiveParty:
     def _prepare(self, aligned: PartyTable) -> None:
         """Build the schedule and the algorithm's models once the aligned rows are known."""
         self.job = replace(self.job, num_rows=aligned.num_rows)
-        self.federation.job = self.job
+        self.parties.job = self.job
         self.table = aligned
         self.schedule = self.job.schedule()
         self._row_of_id = {str(i): n for n, i in enumerate(aligned.ids)}
@@ -132,11 +135,11 @@ class ActiveParty:
             return
         labels, _ = label_tensor(self.job.task, torch.from_numpy(np.asarray(aligned.labels, dtype=np.float64)))
         self.labels = labels
-        self.algorithm = server_algorithm(self.job.algorithm)(
+        self.algorithm = algorithm_spec(self.job.algorithm).active_half()(
             ActiveContext(
                 job=self.job,
                 schedule=self.schedule,
-                federation=self.federation,
+                parties=self.parties,
                 features=torch.from_numpy(np.ascontiguousarray(aligned.features, dtype=np.float32)),
                 labels=labels,
                 num_outputs=self.job.num_outputs,
@@ -147,7 +150,7 @@ class ActiveParty:
 
     def align(self) -> AlignmentResult:
         """PSI with every passive party (or its saved result); the rows are then ready to train."""
-        result = align_active(self.own_table, self.federation, cache_dir=self.run_dir / "psi", workers=self.psi_workers)
+        result = align_active(self.own_table, self.parties, cache_dir=self.run_dir / "psi", workers=self.psi_workers)
         self._prepare(result.table)
         write_aligned_ids(self.run_dir, result.table.ids)
         log.info(
@@ -176,7 +179,7 @@ class ActiveParty:
         """
         adopt_torch_threads()  # this may be any thread (the daemon's job thread, a test's)
         summary = RunSummary(job_id=self.job.job_id, run_dir=self.run_dir)
-        fed = self.federation
+        fed = self.parties
         try:
             log.info("waiting_for_parties", parties=list(self.job.passive_parties), timeout_s=join_timeout_s)
             fed.wait_until_ready(join_timeout_s, self.stop_event)
@@ -226,8 +229,8 @@ class ActiveParty:
 
     def shutdown(self, message: str) -> None:
         """End the job successfully: every passive party gets Finish and leaves."""
-        self.federation.finish(True, message)
-        self.federation.state = "finished"
+        self.parties.finish(True, message)
+        self.parties.state = "finished"
 
     def evaluate(self, epoch: int) -> tuple[float, dict[str, float]]:
         """Loss and task metrics on the held-out rows, with every party's current model."""
@@ -235,7 +238,7 @@ class ActiveParty:
         if len(rows) == 0:
             return float("nan"), {}
         if self.algorithm.needs_parties_to_predict:
-            fed = self.federation
+            fed = self.parties
             fed.expect(EVAL_EMBEDDING, epoch, 0, (len(rows), self.algorithm.upload_width))
             fed.dispatch(lambda tid: Evaluate(tid, epoch, rows))
             output = self.algorithm.predict(rows, fed.gather(EVAL_EMBEDDING, epoch, 0))
@@ -261,7 +264,7 @@ class ActiveParty:
         """Each passive party's representation of ``rows``: asked of the online ones, stood in for the rest."""
         request_id = uuid.uuid4().hex[:12]
         name = infer_embedding_name(request_id)
-        fed, width = self.federation, self.algorithm.upload_width
+        fed, width = self.parties, self.algorithm.upload_width
         online = set(fed.online_parties())
         asked: list[int] = []
         for party in self.job.passive_parties:

@@ -18,23 +18,23 @@ from pathlib import Path
 import numpy as np
 import structlog
 
-from vflcore.data import PartyTable, aligned_digest, ids_digest, select_rows
+from vflcore.data.tables import PartyTable, aligned_digest, ids_digest, select_rows
 from vflcore.errors import JobAborted
-from vflcore.logs import progress_callback
 from vflcore.psi import BlindingKey, make_dst
 from vflcore.psi.blinding import blinder_for
 from vflcore.psi.cache import alignment_key, load_alignment, save_alignment
 from vflcore.psi.matching import MATCH_BYTES, match, truncate
-from vflcore.tasks import (
+from vflcore.runtime.logs import progress_callback
+from vflcore.tasks import Align
+from vflcore.wire.names import (
     PSI_ALIGNED_DIGEST,
     PSI_CLIENT_BLINDED,
     PSI_MEMBERS,
     PSI_SERVER_BLINDED,
     PSI_SERVER_DOUBLE_BLINDED,
-    Align,
 )
-from vflcore.tensors import TensorKey
-from vflserver.federation import Federation
+from vflcore.wire.tensors import TensorKey
+from vflserver.passive_parties import PassiveParties
 
 log = structlog.get_logger(__name__)
 
@@ -54,45 +54,45 @@ class AlignmentResult:
 
 
 def align_active(
-    table: PartyTable, federation: Federation, *, cache_dir: Path, workers: int | None = None
+    table: PartyTable, passive: PassiveParties, *, cache_dir: Path, workers: int | None = None
 ) -> AlignmentResult:
     """Run (or reuse) the alignment with every joined passive party; returns the aligned table."""
     started = time.perf_counter()
-    job_id = federation.job.job_id
+    job_id = passive.job.job_id
     digest = ids_digest(table.ids)
-    members = {p: federation.member(p) for p in federation.job.passive_parties}
+    members = {p: passive.member(p) for p in passive.job.passive_parties}
     key = alignment_key(job_id, {1: digest, **{p: m.id_set_digest for p, m in members.items()}})
     saved = load_alignment(cache_dir, key, digest)
     reuse = saved is not None and all(key in m.cached_alignments for m in members.values())
-    federation.dispatch(lambda tid: Align(tid, key, run_psi=not reuse))
-    federation.expect(PSI_ALIGNED_DIGEST, 0, 0, (32,), "uint8")
+    passive.dispatch(lambda tid: Align(tid, key, run_psi=not reuse))
+    passive.expect(PSI_ALIGNED_DIGEST, 0, 0, (32,), "uint8")
     pairwise: dict[int, int] = {}
     if reuse:
         assert saved is not None
         aligned_ids = saved
         log.info("alignment_reused", rows=len(aligned_ids))
     else:
-        aligned_ids, pairwise = _run_psi(table.ids, federation, workers)
+        aligned_ids, pairwise = _run_psi(table.ids, passive, workers)
         save_alignment(cache_dir, key, aligned_ids, digest)
     want = aligned_digest(aligned_ids)
-    for party, got in federation.gather(PSI_ALIGNED_DIGEST, 0, 0, timeout_s=federation.psi_timeout_s).items():
+    for party, got in passive.gather(PSI_ALIGNED_DIGEST, 0, 0, timeout_s=passive.psi_timeout_s).items():
         if not np.array_equal(got, want):
             raise JobAborted(f"party {party} aligned its rows differently from the active party; PSI must run again")
     return AlignmentResult(select_rows(table, aligned_ids), reuse, pairwise, time.perf_counter() - started)
 
 
-def _run_psi(ids: np.ndarray, federation: Federation, workers: int | None) -> tuple[np.ndarray, dict[int, int]]:
-    job_id = federation.job.job_id
-    parties = list(federation.job.passive_parties)
+def _run_psi(ids: np.ndarray, passive: PassiveParties, workers: int | None) -> tuple[np.ndarray, dict[int, int]]:
+    job_id = passive.job.job_id
+    parties = list(passive.job.passive_parties)
     for party in parties:
-        count = federation.member(party).id_count
-        federation.expect(PSI_CLIENT_BLINDED, 0, 0, (count, 32), "uint8", party=party)
-    federation.expect(PSI_SERVER_DOUBLE_BLINDED, 0, 0, (len(ids), MATCH_BYTES), "uint8")
+        count = passive.member(party).id_count
+        passive.expect(PSI_CLIENT_BLINDED, 0, 0, (count, 32), "uint8", party=party)
+    passive.expect(PSI_SERVER_DOUBLE_BLINDED, 0, 0, (len(ids), MATCH_BYTES), "uint8")
     order = np.random.default_rng(secrets.randbits(128)).permutation(len(ids))
     shuffled = ids[order]
     key = BlindingKey.generate()
     twice_theirs: dict[int, np.ndarray] = {}
-    largest = max([len(ids), *(federation.member(p).id_count for p in parties)])
+    largest = max([len(ids), *(passive.member(p).id_count for p in parties)])
     with blinder_for(largest, key, workers) as pool:
         mine = pool.hash_and_blind_packed(
             [str(v).encode("utf-8") for v in shuffled],
@@ -101,14 +101,14 @@ def _run_psi(ids: np.ndarray, federation: Federation, workers: int | None) -> tu
         )
         published = np.frombuffer(mine, np.uint8).reshape(-1, 32)
         for party in parties:
-            federation.publish(party, TensorKey(job_id, 0, 0, PSI_SERVER_BLINDED), published)
+            passive.publish(party, TensorKey(job_id, 0, 0, PSI_SERVER_BLINDED), published)
         for party in parties:
-            theirs = federation.gather_from(party, PSI_CLIENT_BLINDED, 0, 0, timeout_s=federation.psi_timeout_s)
+            theirs = passive.gather_from(party, PSI_CLIENT_BLINDED, 0, 0, timeout_s=passive.psi_timeout_s)
             twice = pool.blind_packed(
                 [row.tobytes() for row in theirs], progress=progress_callback(f"PSI: party {party}")
             )
             twice_theirs[party] = truncate(np.frombuffer(twice, np.uint8).reshape(-1, 32))
-    returned = federation.gather(PSI_SERVER_DOUBLE_BLINDED, 0, 0, timeout_s=federation.psi_timeout_s)
+    returned = passive.gather(PSI_SERVER_DOUBLE_BLINDED, 0, 0, timeout_s=passive.psi_timeout_s)
     positions: dict[int, dict[int, int]] = {}  # party -> {server shuffled index: party's upload index}
     pairwise: dict[int, int] = {}
     common: set[int] | None = None
@@ -126,5 +126,5 @@ def _run_psi(ids: np.ndarray, federation: Federation, workers: int | None) -> tu
         )
     for party in parties:
         chosen = np.asarray([positions[party][j] for j in common_idx], dtype=np.int64)
-        federation.publish(party, TensorKey(job_id, 0, 0, PSI_MEMBERS), chosen)
+        passive.publish(party, TensorKey(job_id, 0, 0, PSI_MEMBERS), chosen)
     return shuffled[np.asarray(common_idx, dtype=np.int64)], pairwise

@@ -3,7 +3,7 @@
     vfl-server --config server.toml [--listen 0.0.0.0:50051] [--data party1.csv] ...
 
 Flags override the config file. Results (per-epoch metrics, final federated inference) go to
-stdout; logs go to stderr. Exit codes are listed in ``vflcore.daemon``.
+stdout; logs go to stderr. Exit codes are listed in ``vflcore.runtime.daemon``.
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ from typing import Any
 import grpc
 import structlog
 
-from vflcore import daemon
-from vflcore.config import document_with_flags, server_config_from
-from vflcore.data import DataError, read_party_csv
+from vflalgorithms.base import algorithm_spec
+from vflcore.data.tables import DataError, read_party_csv
 from vflcore.errors import ConfigError, JobAborted, VflError
-from vflcore.tls import TlsConfigError, TlsFiles
-from vflcore.traffic import summary_lines
+from vflcore.runtime import daemon
+from vflcore.runtime.config import document_with_flags, server_config_from
+from vflcore.security.tls import TlsConfigError, TlsFiles
+from vflcore.wire.traffic import summary_lines
 from vflserver.active_party import ActiveParty, EpochReport, RunSummary
-from vflserver.algorithms import server_algorithm
 from vflserver.alignment import AlignmentResult
 from vflserver.server import build_server
 from vflserver.serving.artifact import ArtifactServable
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
             psi_only=args.psi_only,
         )
         server, port = build_server(
-            active.federation, config.listen, None if args.insecure else config.tls, insecure=args.insecure
+            active.parties, config.listen, None if args.insecure else config.tls, insecure=args.insecure
         )
     except (ConfigError, DataError, TlsConfigError, ValueError) as exc:
         log.error("bad_configuration", error=str(exc))
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def request_stop() -> None:
         active.stop_event.set()
-        active.federation.abort(JobAborted("the server is shutting down (signal)"))
+        active.parties.abort(JobAborted("the server is shutting down (signal)"))
 
     # Before anything announces the port: a signal that follows the announcement must find them.
     signals = daemon.ShutdownSignals(request_stop).install()
@@ -165,7 +165,9 @@ def main(argv: list[str] | None = None) -> int:
 
     # A model that spans every party keeps them connected while it is served; APFed's does not.
     federated = (
-        serving.enabled and not args.psi_only and server_algorithm(active.job.algorithm).needs_parties_to_predict
+        serving.enabled
+        and not args.psi_only
+        and algorithm_spec(active.job.algorithm).active_half().needs_parties_to_predict
     )
 
     def run_job() -> None:

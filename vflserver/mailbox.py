@@ -14,7 +14,7 @@ from collections.abc import Callable
 import numpy as np
 
 from vflcore.errors import JobAborted
-from vflcore.tensors import TensorKey
+from vflcore.wire.tensors import TensorKey
 
 # How often a waiter re-checks its peer's liveness while nothing arrives.
 _POLL_S = 0.5

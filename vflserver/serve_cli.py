@@ -17,10 +17,10 @@ from pathlib import Path
 
 import structlog
 
-from vflcore import daemon
-from vflcore.config import _tls, document_with_flags
 from vflcore.errors import ConfigError, VflError
-from vflcore.tls import TlsConfigError
+from vflcore.runtime import daemon
+from vflcore.runtime.config import _tls, document_with_flags
+from vflcore.security.tls import TlsConfigError
 from vflserver.serving.artifact import ArtifactServable
 from vflserver.serving.config import serving_config_from
 from vflserver.serving.run import serve_until

@@ -17,9 +17,9 @@ from grpc_reflection.v1alpha import reflection
 
 from vflcore.proto import federation_pb2 as pb
 from vflcore.proto import federation_pb2_grpc as pb_grpc
-from vflcore.tls import KEEPALIVE_SERVER_OPTIONS, TlsFiles, server_credentials
-from vflserver.federation import Federation
-from vflserver.service import FederationService
+from vflcore.security.tls import KEEPALIVE_SERVER_OPTIONS, TlsFiles, server_credentials
+from vflserver.passive_parties import PassiveParties
+from vflserver.servicer import FederationService
 
 log = structlog.get_logger(__name__)
 
@@ -30,7 +30,7 @@ INSECURE_WARNING = (
 
 
 def build_server(
-    federation: Federation,
+    parties: PassiveParties,
     listen: str,
     tls: TlsFiles | None,
     *,
@@ -41,9 +41,9 @@ def build_server(
         raise ValueError("TLS files are required; plaintext needs insecure=True (the --insecure flag)")
     # Each passive party holds one Subscribe stream for the whole job, plus up to two calls in
     # flight per step; health checks and heartbeats need a few more threads on top.
-    workers = 8 + 4 * len(federation.job.passive_parties)
+    workers = 8 + 4 * len(parties.job.passive_parties)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers), options=KEEPALIVE_SERVER_OPTIONS)
-    servicer = FederationService(federation, insecure=insecure)
+    servicer = FederationService(parties, insecure=insecure)
     pb_grpc.add_FederationServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
 
     health_servicer = health.HealthServicer()

@@ -73,7 +73,7 @@ def start_job(
     """Serve ``data/party1.csv`` as the active party; ``kwargs`` go to ``ActiveParty``."""
     table = read_party_csv(data / "party1.csv", label_column=label_column)
     active = ActiveParty(job, table, run_dir=tmp_path / "runs", step_timeout_s=60, **kwargs)
-    server, port = build_server(active.federation, "127.0.0.1:0", pki.server_files())
+    server, port = build_server(active.parties, "127.0.0.1:0", pki.server_files())
     server.start()
     outcome: dict[str, Any] = {}
 
@@ -127,7 +127,7 @@ def job_factory(pki: Pki, digits_data: Path, tmp_path: Path) -> Iterator[Callabl
     yield make
     for running in started:
         running.active.stop_event.set()
-        running.active.federation.abort(RuntimeError("test over"))
+        running.active.parties.abort(RuntimeError("test over"))
         running.server.stop(grace=None)
         running.thread.join(10)
 

@@ -2,7 +2,7 @@
 
 The server and the passive parties run in the test process (threads, port 0, certificates from
 the session PKI), so every tensor still crosses the wire: serialised, chunked, sent over TLS and
-validated. The reference (``vflcore.reference``) trains the same models with the same seeds and
+validated. The reference (``vflalgorithms.reference``) trains the same models with the same seeds and
 schedule in plain torch.
 """
 
@@ -16,13 +16,12 @@ import numpy as np
 
 from tests.conftest import Pki
 from tests.integration.conftest import run_whole_job
+from vflalgorithms.apfed.reference import ReferenceAPFed
+from vflalgorithms.base import ServerAlgorithm, algorithm_spec
+from vflalgorithms.splitnn.reference import ReferenceSplitNN
 from vflclient import read_party_csv
-from vflcore.apfed import APFED_C, APFED_R
-from vflcore.apfed_reference import ReferenceAPFed
 from vflcore.job import JobSpec
-from vflcore.reference import ReferenceSplitNN
 from vflserver.active_party import RunSummary
-from vflserver.algorithms import ServerAlgorithm
 
 # Per-step losses may differ only by float32 rounding: the wire carries the exact float32 bytes.
 LOSS_TOLERANCE = 1e-5
@@ -48,7 +47,7 @@ def compare(job: JobSpec, data: Path, pki: Pki, tmp_path: Path, *, top_dropout: 
     tables = {1: read_party_csv(data / "party1.csv", label_column="label")}
     tables.update({p: read_party_csv(data / f"party{p}.csv") for p in job.passive_parties})
     # The reference aligns in plaintext (sorted common IDs), which must be what PSI agreed on.
-    builder = ReferenceAPFed if job.algorithm in (APFED_R, APFED_C) else ReferenceSplitNN
+    builder = algorithm_spec(job.algorithm).reference_class()
     reference = builder.from_tables(job, tables, top_hidden=TOP_HIDDEN, top_dropout=top_dropout)
     assert summary.alignment is not None
     assert np.array_equal(summary.alignment.table.ids, reference.ids)

@@ -2,7 +2,7 @@
 
 The server and three passive parties run in this process (servers on port 0, certificates from
 the session PKI). The run must reach the stated accuracy bar and agree step for step with the
-in-process reference the benchmark trains (``vflcore.adptvfedconv_reference``); the broadcast
+in-process reference the benchmark trains (``vflalgorithms.adptvfedconv.reference``); the broadcast
 extractor W_e^1 must
 arrive bit-identical at every party (both ends log a SHA-256 of its tensors); feature maps larger
 than one chunk must travel in chunks no bigger than the wire's limit; and a party that vanishes in
@@ -23,14 +23,14 @@ from tests.conftest import Pki
 from tests.integration.conftest import run_whole_job, start_job
 from tests.integration.equivalence import assert_same_losses
 from tests.integration.test_party_offline import _Party
+from vflalgorithms.adptvfedconv.reference import ReferenceAdptVFedConv
+from vflalgorithms.adptvfedconv.spec import FEATURE_MAPS
+from vflalgorithms.reference import aligned_tables
 from vflclient import read_party_csv
-from vflcore import wire
-from vflcore.adptvfedconv_reference import ReferenceAdptVFedConv
 from vflcore.errors import PartyUnavailable
 from vflcore.job import JobSpec
-from vflcore.reference import aligned_tables
-from vflcore.tasks import FEATURE_MAPS
-from vflcore.tensors import TensorKey
+from vflcore.wire import serde as wire
+from vflcore.wire.tensors import TensorKey
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_torch_thread")]
 

@@ -1,7 +1,7 @@
 """FedBCD and VIMSGD over real gRPC and mTLS compute what their in-process references compute.
 
 Same shape as the SplitNN reference test: one digits job trained federated (server and two
-passive parties in this process, servers on port 0) and by ``vflcore.reference``; every step's
+passive parties in this process, servers on port 0) and by ``vflalgorithms.reference``; every step's
 loss must agree within 1e-5, and the federated model must reach the stated accuracy bar.
 """
 
@@ -18,10 +18,10 @@ from tests.conftest import Pki
 from tests.integration.conftest import run_whole_job
 from tests.integration.equivalence import TOP_HIDDEN, Comparison, assert_same_steps, compare
 from tests.integration.test_reference_equivalence import DIGITS_JOB
+from vflalgorithms.splitnn.reference import ReferenceSplitNN
+from vflalgorithms.vimadmm.active import VIMADMMServer
 from vflclient import read_party_csv
 from vflcore.job import JobSpec
-from vflcore.reference import ReferenceSplitNN
-from vflserver.algorithms.vimadmm import VIMADMMServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_torch_thread")]
 

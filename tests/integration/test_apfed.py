@@ -2,7 +2,7 @@
 the active party serves alone.
 
 One digits job per variant (server and two passive parties in this process, servers on port 0):
-every step's L_A must agree with ``vflcore.apfed_reference`` within 1e-5, the held-out accuracy
+every step's L_A must agree with ``vflalgorithms.apfed.reference`` within 1e-5, the held-out accuracy
 must reach the stated bar, evaluation must not touch any passive party, and the exported
 standalone artifact must reproduce the server's predictions with no federation at all.
 """

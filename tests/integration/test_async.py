@@ -14,10 +14,10 @@ import pytest
 from tests.conftest import Pki
 from tests.integration.conftest import run_whole_job
 from tests.integration.test_reference_equivalence import DIGITS_JOB
+from vflalgorithms.asynchronous.active import AsyncServer
+from vflalgorithms.base import ServerAlgorithm
 from vflcore.job import JobSpec
 from vflserver.active_party import RunSummary
-from vflserver.algorithms import ServerAlgorithm
-from vflserver.algorithms.asynchronous import AsyncServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_torch_thread")]
 

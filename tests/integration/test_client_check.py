@@ -15,7 +15,7 @@ import pytest
 from tests.conftest import Pki
 from tests.integration.conftest import RunningJob
 from vflclient.cli import main
-from vflcore import daemon
+from vflcore.runtime import daemon
 
 pytestmark = pytest.mark.integration
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,8 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
+#: The examples import ``vfltesting``, which is not installed: the repository root goes on the path.
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 
 
 class TestDemoProcesses:
@@ -21,13 +24,16 @@ class TestDemoProcesses:
         and the APFed-C endpoint answers alone."""
         certs, data, runs = tmp_path / "certs", tmp_path / "data", tmp_path / "runs"
         subprocess.run([str(BIN / "vfl-certs"), "init", "--out", str(certs), "--parties", "2", "3"], check=True)
-        subprocess.run([sys.executable, str(ROOT / "examples/make_digits_data.py"), "--out", str(data)], check=True)
+        subprocess.run(
+            [sys.executable, str(ROOT / "examples/make_digits_data.py"), "--out", str(data)], check=True, env=ENV
+        )
         demo = subprocess.run(
             [sys.executable, str(ROOT / "examples/run_demo.py"), "--certs", str(certs), "--data", str(data)]
             + ["--run-dir", str(runs), "--timeout", "300"],
             capture_output=True,
             text=True,
             timeout=360,
+            env=ENV,
         )
         assert demo.returncode == 0, demo.stdout + demo.stderr
         assert "meets the 0.93 bar" in demo.stdout

@@ -24,7 +24,7 @@ from tritonclient.utils import InferenceServerException
 from tests.conftest import Pki
 from tests.servables import DigitsClassifier, digits_rows
 from vflclient import InferenceClient, ModelNotFound, ServerUnavailable, TensorRejected
-from vflcore.tls import channel_credentials
+from vflcore.security.tls import channel_credentials
 from vflserver.serving.config import ServingConfig
 from vflserver.serving.endpoint import InferenceEndpoint
 from vflserver.serving.registry import ModelRegistry

@@ -20,13 +20,13 @@ import torch
 from tests.conftest import Pki
 from tests.integration.conftest import SMALL_JOB, RunningJob
 from vflclient import Connection, TensorRejected, read_party_csv
-from vflclient.alignment import align_passive
-from vflcore import wire
+from vflclient._alignment import align_passive
 from vflcore.proto import federation_pb2 as pb
 from vflcore.proto import federation_pb2_grpc as pb_grpc
+from vflcore.security.tls import channel_credentials
 from vflcore.tasks import Align, TrainEpoch
-from vflcore.tensors import TensorKey
-from vflcore.tls import channel_credentials
+from vflcore.wire import serde as wire
+from vflcore.wire.tensors import TensorKey
 
 pytestmark = pytest.mark.integration
 
@@ -57,7 +57,7 @@ def party2_session(job_factory, pki: Pki, digits_data: Path, tmp_path: Path):
     tasks = connection.tasks("test-job")
     align = next(tasks)
     assert isinstance(align, Align)
-    align_passive(table, "test-job", align, connection.psi_link(), cache_dir=tmp_path / "psi")
+    align_passive(table, "test-job", align, connection, cache_dir=tmp_path / "psi")
     assert isinstance(next(tasks), TrainEpoch)
     channel = grpc.secure_channel(running.address, channel_credentials(pki.party_files(2)))
     stub = pb_grpc.FederationStub(channel)
@@ -110,7 +110,7 @@ class TestMalformedTensors:
             stub.SendEmbeddings(bad[case], timeout=10)
         assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert caught.value.details().startswith(field), caught.value.details()
-        assert len(running.active.federation.uploads) == 0
+        assert len(running.active.parties.uploads) == 0
         assert running.active.algorithm.step_losses == []
         after = _model_snapshot(running)
         assert all(torch.equal(before[k], after[k]) for k in before)
@@ -152,7 +152,7 @@ class TestEpochStreams:
             pb.TensorRequest(key=wire.key_to_proto(key.with_name("gradient")), count=1), timeout=30
         )
         assert [k.batch for k, _ in wire.tensors_from_chunks(gradients)] == [0]
-        assert not running.active.federation.uploads.has(2, bad_key)
+        assert not running.active.parties.uploads.has(2, bad_key)
 
     def test_refused_upload_surfaces_as_the_reason_in_the_exchange(self, party2_session, pki: Pki) -> None:
         """The SDK's exchange raises the server's refusal (TensorRejected, naming the field), not a cancel."""

@@ -22,11 +22,11 @@ import pytest
 from tests.conftest import Pki
 from tests.integration.conftest import SMALL_JOB, RunningJob, run_party_in_thread, start_job
 from vflclient import RunResult
-from vflcore.certs import create_ca, issue_party_cert, issue_self_signed_party_cert, load_ca
-from vflcore.data import ids_digest, read_party_csv
+from vflcore.data.tables import ids_digest, read_party_csv
 from vflcore.proto import federation_pb2 as pb
 from vflcore.proto import federation_pb2_grpc as pb_grpc
-from vflcore.tls import TlsFiles
+from vflcore.security.certs import create_ca, issue_party_cert, issue_self_signed_party_cert, load_ca
+from vflcore.security.tls import TlsFiles
 
 pytestmark = pytest.mark.integration
 
@@ -48,7 +48,7 @@ def server(pki: Pki, digits_data: Path, tmp_path_factory: pytest.TempPathFactory
     )
     yield running
     running.active.stop_event.set()
-    running.active.federation.abort(RuntimeError("test over"))
+    running.active.parties.abort(RuntimeError("test over"))
     running.server.stop(grace=None)
     running.thread.join(10)
 
@@ -152,7 +152,7 @@ def _transport_attempt(case: str, address: str, pki: Pki, bad: BadCerts) -> grpc
 
 def _run_every_bad_attempt(server: RunningJob, pki: Pki, bad: BadCerts, digits_data: Path) -> str:
     """Fire the whole matrix once and return the job state seen at the start; each must be rejected."""
-    state = server.active.federation.state
+    state = server.active.parties.state
     request = _join_request(digits_data, 2, 2)
     for case in TRANSPORT_CASES:
         error = _rejected_join(_transport_attempt(case, server.address, pki, bad), request)
@@ -225,6 +225,6 @@ class TestServerKeepsServing:
         assert all(isinstance(r, RunResult) and r.success for r in results), (results, set(states_attacked))
         summary = server.summary()
         assert len(summary.epochs) == 1 and summary.final_metrics["accuracy"] > 0.1
-        assert server.active.federation.state == "finished"
+        assert server.active.parties.state == "finished"
         # And the finished server still refuses every bad caller the same way.
         _run_every_bad_attempt(server, pki, bad_certs, digits_data)

@@ -14,7 +14,7 @@ from tests.conftest import Pki
 from tests.integration.conftest import SMALL_JOB, start_job
 from vflclient import Connection, PassiveParty, RunResult, read_party_csv
 from vflcore.errors import JobAborted, PartyUnavailable
-from vflserver.service import _status_for
+from vflserver.servicer import _status_for
 
 pytestmark = pytest.mark.integration
 
@@ -53,7 +53,7 @@ class TestPartyOffline:
             assert running.active.predict_ids(ids).shape == (5, 10)  # everyone online: it works
             parties[3].cut()
             deadline = time.monotonic() + 10
-            while 3 in running.active.federation.online_parties() and time.monotonic() < deadline:
+            while 3 in running.active.parties.online_parties() and time.monotonic() < deadline:
                 time.sleep(0.05)
             with pytest.raises(PartyUnavailable, match="party 3") as caught:
                 running.active.predict_ids(ids)

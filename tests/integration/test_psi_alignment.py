@@ -25,8 +25,8 @@ from tests.conftest import Pki
 from tests.integration.conftest import SMALL_JOB, RunningJob, start_job
 from vflclient import Connection, JobAborted, PassiveParty, RunResult, read_party_csv
 from vflclient.cli import main as client_main
-from vflcore import daemon
 from vflcore.psi.blinding import SERIAL_BELOW
+from vflcore.runtime import daemon
 from vflserver.active_party import RunSummary
 from vflserver.alignment import EmptyIntersection
 
@@ -120,7 +120,7 @@ def run_alignment(
     finally:
         if running.thread.is_alive():
             running.active.stop_event.set()
-            running.active.federation.abort(RuntimeError("test over"))
+            running.active.parties.abort(RuntimeError("test over"))
         running.server.stop(grace=None)
     outcome = Outcome(running, runs, job_id, passive, results, inputs={p: list(ids) for p, ids in parties.items()})
     outcome.summary = running.outcome.get("summary")
@@ -282,7 +282,7 @@ class TestEmptyIntersection:
             assert isinstance(result, JobAborted), (party, result)
             assert "share no sample ID" in str(result), (party, result)
             assert outcome.passive[party].table is None and outcome.passive[party].algorithm is None
-        assert outcome.running.active.federation.state == "failed"
+        assert outcome.running.active.parties.state == "failed"
         assert getattr(outcome.running.active, "algorithm", None) is None  # training never set up
         assert list(outcome.runs.rglob("epoch-*.pt")) == []
         assert list(outcome.runs.rglob("aligned_ids.csv")) == []

@@ -2,7 +2,7 @@
 
 The server and two passive parties run in this process (threads, port 0, certificates from the
 session PKI), so every tensor still crosses the wire: serialised, chunked, sent over TLS and
-validated. The reference (``vflcore.reference``) trains the same models with the same seeds and
+validated. The reference (``vflalgorithms.reference``) trains the same models with the same seeds and
 schedule in plain torch. Agreement of every step's loss shows that the federation changes
 where the computation runs, not what it computes.
 """
@@ -18,7 +18,7 @@ import torch
 from tests.conftest import Pki
 from tests.integration.equivalence import LOSS_TOLERANCE, Comparison, assert_same_steps, compare
 from vflcore.job import JobSpec
-from vflcore.metrics import task_metrics
+from vflcore.ml.metrics import task_metrics
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_torch_thread")]
 

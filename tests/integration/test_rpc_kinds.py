@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from tests.conftest import Pki
-from vflcore import wire
 from vflcore.proto import federation_pb2 as pb
 from vflcore.proto import federation_pb2_grpc as pb_grpc
-from vflcore.tensors import TensorKey
-from vflcore.tls import channel_credentials
+from vflcore.security.tls import channel_credentials
+from vflcore.wire import serde as wire
+from vflcore.wire.tensors import TensorKey
 
 pytestmark = pytest.mark.integration
 

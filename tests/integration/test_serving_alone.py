@@ -22,8 +22,8 @@ import tritonclient.http as triton_http
 
 from tests.conftest import Pki
 from vflclient import read_party_csv
-from vflcore.localrun import stop_all, wait_for_port
 from vflserver.serving.artifact import FEATURES, LABEL, PROBABILITIES, ArtifactServable
+from vfltesting.localrun import stop_all, wait_for_port
 
 pytestmark = pytest.mark.integration
 

@@ -13,8 +13,8 @@ import torch
 from tests.conftest import Pki
 from tests.integration.conftest import SMALL_JOB, run_party_in_thread
 from vflclient import Connection, PassiveParty, RunResult, read_party_csv
-from vflcore.checkpoint import load_checkpoint
-from vflcore.models import load_factory
+from vflcore.data.checkpoints import load_checkpoint
+from vflcore.ml.models import load_factory
 
 pytestmark = pytest.mark.integration
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from vflcore.admm import consensus_loss, dual_update, residuals, solve_z
+from vflalgorithms.vimadmm.maths import consensus_loss, dual_update, residuals, solve_z
 
 
 def _objective(z: torch.Tensor, o: torch.Tensor, y: torch.Tensor, lam: torch.Tensor, rho: float) -> torch.Tensor:

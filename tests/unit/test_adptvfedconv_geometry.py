@@ -10,11 +10,11 @@ import torch
 from sklearn.datasets import load_digits
 
 from bench.adptvfedconv_runs import party_pieces
-from vflcore import adptvfedconv as conv
+from vflalgorithms.adptvfedconv import maths as conv
+from vflalgorithms.base import algorithm_options
 from vflcore.errors import ConfigError
 from vflcore.job import JobSpec
-from vflcore.models import build_seeded
-from vflcore.options import algorithm_options
+from vflcore.ml.models import build_seeded
 
 
 def _job(passive: tuple[int, ...] = (2, 3, 4), **options: Any) -> JobSpec:

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from vflcore import adptvfedconv as conv
-from vflcore.adptvfedconv_reference import ReferenceAdptVFedConv
+from vflalgorithms.adptvfedconv import maths as conv
+from vflalgorithms.adptvfedconv.reference import ReferenceAdptVFedConv
 from vflcore.job import JobSpec
 
 ROWS = 48

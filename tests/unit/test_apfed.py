@@ -9,12 +9,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from vflcore.apfed import APFED_C, APFED_R, combine, contrastive_loss, passive_weight, reconstruction_loss
-from vflcore.apfed_reference import ReferenceAPFed
+from vflalgorithms.apfed.maths import APFED_C, APFED_R, combine, contrastive_loss, passive_weight, reconstruction_loss
+from vflalgorithms.apfed.reference import ReferenceAPFed
+from vflalgorithms.base import algorithm_options
 from vflcore.errors import ConfigError
 from vflcore.job import JobSpec
-from vflcore.models import build_seeded
-from vflcore.options import algorithm_options
+from vflcore.ml.models import build_seeded
 
 
 def _cosine(u: torch.Tensor, v: torch.Tensor) -> float:

@@ -1,4 +1,4 @@
-"""Tests for certificate issuance (vflcore.certs), the vfl-certs command and TLS file loading."""
+"""Tests for certificate issuance (vflcore.security.certs), the vfl-certs command and TLS file loading."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from vflcore.certs import (
+from vflcore.security.certs import (
     CertificateAuthority,
     CertsError,
     KeyExistsError,
@@ -25,9 +25,9 @@ from vflcore.certs import (
     load_ca,
     load_certificate,
 )
-from vflcore.certs_cli import main
-from vflcore.identity import party_from_certificate
-from vflcore.tls import TlsConfigError, TlsFiles, channel_credentials, server_credentials
+from vflcore.security.certs_cli import main
+from vflcore.security.identity import party_from_certificate
+from vflcore.security.tls import TlsConfigError, TlsFiles, channel_credentials, server_credentials
 
 
 @pytest.fixture

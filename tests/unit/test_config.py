@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from vflcore.config import client_config_from, load_toml, server_config_from
 from vflcore.errors import ConfigError
+from vflcore.runtime.config import client_config_from, load_toml, server_config_from
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,4 +1,4 @@
-"""Tests for vflcore.data: reading a party's CSV, row alignment and the ID-set digest."""
+"""Tests for vflcore.data.tables: reading a party's CSV, row alignment and the ID-set digest."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import structlog
 
-from vflcore.data import DataError, PartyTable, align_rows, ids_digest, read_party_csv
+from vflcore.data.tables import DataError, PartyTable, align_rows, ids_digest, read_party_csv
 
 
 def write(tmp_path: Path, text: str, name: str = "party.csv") -> Path:

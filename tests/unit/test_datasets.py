@@ -1,4 +1,4 @@
-"""Tests for vflcore.datasets and the example data script: vertical splits that read back intact."""
+"""Tests for vfltesting.datasets and the example data script: vertical splits that read back intact."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from sklearn.datasets import load_digits
 
-from vflcore.data import PartyTable, align_rows, ids_digest, read_party_csv
-from vflcore.datasets import (
+from vflcore.data.tables import PartyTable, align_rows, ids_digest, read_party_csv
+from vfltesting.datasets import (
     write_diabetes_split,
     write_digits_split,
     write_synthetic_split,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from vflcore.delays import Delay
+from vflalgorithms.delays import Delay
 from vflcore.job import JobSpec
 
 

@@ -1,4 +1,4 @@
-"""Tests for party identity in certificates and in gRPC's auth context (vflcore.identity)."""
+"""Tests for party identity in certificates and in gRPC's auth context (vflcore.security.identity)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from vflcore.certs import (
+from vflcore.job import ACTIVE_PARTY
+from vflcore.security.certs import (
     CertificateAuthority,
     create_ca,
     issue_party_cert,
@@ -23,14 +24,13 @@ from vflcore.certs import (
     load_ca,
     load_certificate,
 )
-from vflcore.identity import (
+from vflcore.security.identity import (
     party_common_name,
     party_from_auth_context,
     party_from_certificate,
     party_uri,
 )
-from vflcore.job import ACTIVE_PARTY
-from vflcore.tls import TlsFiles, channel_credentials, server_credentials
+from vflcore.security.tls import TlsFiles, channel_credentials, server_credentials
 
 _METHOD = "/vfltest.Identity/WhoAmI"
 

@@ -1,4 +1,4 @@
-"""Tests for vflcore.logs: JSON or console output, bound context, and terminal-only progress bars."""
+"""Tests for vflcore.runtime.logs: JSON or console output, bound context, and terminal-only progress bars."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 import structlog
 
-from vflcore.logs import configure_logging, get_logger, progress
+from vflcore.runtime.logs import configure_logging, get_logger, progress
 
 
 class FakeTerminal(io.StringIO):

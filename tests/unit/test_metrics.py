@@ -1,4 +1,4 @@
-"""Tests for vflcore.metrics: classification and regression task metrics."""
+"""Tests for vflcore.ml.metrics: classification and regression task metrics."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from vflcore.metrics import classification_metrics, predict_classes, regression_metrics, task_metrics
+from vflcore.ml.metrics import classification_metrics, predict_classes, regression_metrics, task_metrics
 
 
 class TestClassificationMetrics:

@@ -1,4 +1,4 @@
-"""Tests for vflcore.models: MLP layout, factory loading, optimizers and seeded construction."""
+"""Tests for vflcore.ml.models: MLP layout, factory loading, optimizers and seeded construction."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from vflcore.job import JobSpec
-from vflcore.models import build_seeded, job_optimizer, load_factory, make_optimizer, mlp, seed_dropout
+from vflcore.ml.models import build_seeded, job_optimizer, load_factory, make_optimizer, mlp, seed_dropout
 
 NOT_CALLABLE = 42
 
@@ -67,13 +67,13 @@ class TestMlp:
 class TestLoadFactory:
     def test_loads_function(self) -> None:
         """A 'module:function' spec resolves to that function."""
-        assert load_factory("vflcore.models:mlp") is mlp
+        assert load_factory("vflcore.ml.models:mlp") is mlp
 
     def test_loads_dotted_attribute(self) -> None:
         """A dotted attribute after the colon is followed, e.g. a class in a module."""
         assert load_factory("torch.nn:Linear") is nn.Linear
 
-    @pytest.mark.parametrize("spec", ["vflcore.models", "vflcore.models:", ":mlp", "a:b:c"])
+    @pytest.mark.parametrize("spec", ["vflcore.ml.models", "vflcore.ml.models:", ":mlp", "a:b:c"])
     def test_bad_format(self, spec: str) -> None:
         """Specs not shaped like 'package.module:function' are rejected with the expected form."""
         with pytest.raises(ValueError, match=r"must look like 'package\.module:function'"):
@@ -86,8 +86,8 @@ class TestLoadFactory:
 
     def test_attribute_missing(self) -> None:
         """A missing attribute is named along with its module."""
-        with pytest.raises(ValueError, match=r"module 'vflcore\.models' has no attribute 'nope'"):
-            load_factory("vflcore.models:nope")
+        with pytest.raises(ValueError, match=r"module 'vflcore\.ml\.models' has no attribute 'nope'"):
+            load_factory("vflcore.ml.models:nope")
 
     def test_not_callable(self) -> None:
         """An attribute that cannot be called is rejected with its type."""

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 from tritonclient.grpc import service_pb2 as triton_pb
 
-from vflcore import oip_wire
-from vflcore.oip import (
+from vflcore.proto import open_inference_pb2 as pb
+from vflcore.wire import oip_serde as oip_wire
+from vflcore.wire.oip import (
     InferRequest,
     InferResponse,
     ModelMetadata,
@@ -24,7 +25,6 @@ from vflcore.oip import (
     decode_bytes_elements,
     encode_bytes_elements,
 )
-from vflcore.proto import open_inference_pb2 as pb
 
 
 class TestRawLayout:

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from vflalgorithms.base import algorithm_options, job_options
 from vflcore.errors import ConfigError
 from vflcore.job import JobSpec
-from vflcore.options import algorithm_options
 
 
 def test_defaults_fill_what_the_config_omits() -> None:
     assert algorithm_options("fedbcd", {}) == {"local_steps": 5}
-    assert JobSpec("j", algorithm="fedbcd", algorithm_options={"local_steps": 2}).option("local_steps") == 2
+    assert job_options(JobSpec("j", algorithm="fedbcd", algorithm_options={"local_steps": 2}))["local_steps"] == 2
 
 
 def test_unknown_key_is_refused_with_the_options_that_exist() -> None:

@@ -1,4 +1,4 @@
-"""Tests for the TLS preflight diagnosis (vflcore.preflight) against real gRPC servers on loopback."""
+"""Tests for the TLS preflight diagnosis (vflcore.security.preflight) against real gRPC servers on loopback."""
 
 from __future__ import annotations
 
@@ -11,15 +11,15 @@ from pathlib import Path
 import grpc
 import pytest
 
-from vflcore.certs import (
+from vflcore.security.certs import (
     CertificateAuthority,
     create_ca,
     issue_party_cert,
     issue_server_cert,
     load_ca,
 )
-from vflcore.preflight import Finding, diagnose
-from vflcore.tls import TlsFiles, server_credentials
+from vflcore.security.preflight import Finding, diagnose
+from vflcore.security.tls import TlsFiles, server_credentials
 
 StartServer = Callable[[str], str]
 

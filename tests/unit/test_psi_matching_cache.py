@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vflcore.data import ids_digest
+from vflcore.data.tables import ids_digest
 from vflcore.psi.cache import (
     PROTOCOL_VERSION,
     alignment_key,

@@ -7,7 +7,7 @@ import pytest
 
 from tests.servables import DigitsClassifier, digits_rows
 from vflcore import errors
-from vflcore.oip import InferRequest, RequestedOutput, RequestTensor, array_to_raw
+from vflcore.wire.oip import InferRequest, RequestedOutput, RequestTensor, array_to_raw
 from vflserver.serving.handler import Failure, InferenceHandler, failure
 from vflserver.serving.registry import ModelRegistry
 from vflserver.serving.servable import (

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from vflcore.errors import ConfigError
-from vflcore.oip import SERVICE, InferResponse, OutputTensor, ProtocolError, array_to_raw
+from vflcore.wire.oip import SERVICE, InferResponse, OutputTensor, ProtocolError, array_to_raw
 from vflserver.serving.config import ServingConfig, serving_config_from, split_listen
 from vflserver.serving.json_wire import infer_request_from_http, infer_response_to_http
 from vflserver.serving.reflection import reflection_pool

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from vflcore import wire
-from vflcore.tensors import TensorKey
-from vflcore.traffic import Traffic, phase_of, summary_lines
+from vflcore.wire import serde as wire
+from vflcore.wire.codec import TensorCodec
+from vflcore.wire.tensors import TensorKey
+from vflcore.wire.traffic import Traffic, phase_of, summary_lines
 
 
 def test_phases_are_named_after_what_the_tensor_is_for() -> None:
@@ -17,12 +18,16 @@ def test_phases_are_named_after_what_the_tensor_is_for() -> None:
     assert phase_of(TensorKey("j", 0, 0, "psi/members")) == "psi"
 
 
-def test_counted_chunks_pass_through_unchanged_and_sum_to_their_sizes() -> None:
+def test_the_codec_counts_every_chunk_it_encodes_and_decodes() -> None:
+    """Bytes are counted where tensors become messages (``TensorCodec``), not by each caller."""
     traffic = Traffic()
+    codec = TensorCodec(traffic, 2)
     key = TensorKey("j", 0, 0, "embedding")
-    chunks = list(wire.tensor_to_chunks(key, np.ones((1000, 300), np.float32)))  # 1.2 MB: two chunks
-    passed = list(traffic.receiving(2, traffic.sending(2, key, chunks)))
-    assert passed == chunks
+    array = np.ones((1000, 300), np.float32)  # 1.2 MB: two chunks
+    chunks = list(codec.encode(key, array))
+    assert chunks == list(wire.tensor_to_chunks(key, array))
+    got, back = codec.decode(chunks)
+    assert got == key and np.array_equal(back, array)
     size = sum(c.ByteSize() for c in chunks)
     assert traffic.report() == {2: {"train 0": {"sent": size, "received": size}}}
     assert traffic.phase_total("train 0") == 2 * size

@@ -8,10 +8,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from vflcore import tasks, wire
+from vflcore import tasks
 from vflcore.job import JobSpec
 from vflcore.proto import federation_pb2 as pb
-from vflcore.tensors import CHUNK_BYTES, TensorError, TensorKey
+from vflcore.wire import serde as wire
+from vflcore.wire.tensors import CHUNK_BYTES, TensorError, TensorKey
 
 KEY = TensorKey("job", 3, 7, "embedding")
 GRPC_DEFAULT_LIMIT = 4 * 1024 * 1024
@@ -130,7 +131,7 @@ class TestSerde:
         [
             tasks.TrainEpoch(1, 4),
             tasks.Finish(2, False, "bye"),
-            tasks.ShareHead(3, 12),
+            tasks.Share(3, 12, "head"),
             tasks.Align(4, b"key", True),
         ],
     )

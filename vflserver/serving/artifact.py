@@ -137,7 +137,7 @@ def _build(spec: Sequence[Mapping[str, Any]], tensors: Mapping[str, torch.Tensor
         if entry["type"] == "linear":
             # skip_init: the weights come from the file, and drawing throwaway ones from torch's
             # global RNG would disturb a seeded build on another thread (``build_seeded``).
-            layer = torch.nn.utils.skip_init(nn.Linear, int(entry["in"]), int(entry["out"]))
+            layer = torch.nn.utils.skip_init(nn.Linear, int(entry["in"]), int(entry["out"]))  # type: ignore[no-untyped-call]
             layer.load_state_dict({"weight": tensors[f"layer{linear}.weight"], "bias": tensors[f"layer{linear}.bias"]})
             layers.append(layer)
             linear += 1

@@ -8,7 +8,7 @@
     degraded = "none"                # federated models with a party offline: fail, or "zeros" / "mean"
 
 The defaults are Triton's and KServe's ports, on loopback. Every error is a ConfigError that
-names the file and the key, in the style of ``vflcore.config``.
+names the file and the key, in the style of ``vflcore.runtime.config``.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vflcore.config import _Section
 from vflcore.errors import ConfigError
+from vflcore.runtime.config import _Section
 
 CLIENT_AUTH = ("required", "optional")
 #: What stands in for an offline passive party in federated inference (``serving.federated``):

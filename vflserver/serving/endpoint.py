@@ -17,7 +17,7 @@ from types import TracebackType
 
 import structlog
 
-from vflcore.tls import TlsFiles, server_credentials, server_ssl_context
+from vflcore.security.tls import TlsFiles, server_credentials, server_ssl_context
 from vflserver.serving.config import ServingConfig, serving_config_from, split_listen
 from vflserver.serving.grpc_endpoint import GrpcInferenceServer
 from vflserver.serving.handler import InferenceHandler

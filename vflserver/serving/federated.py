@@ -59,12 +59,12 @@ class FederatedServable:
     def ready(self) -> bool:
         if self.degraded != "none":
             return True
-        online = set(self.active.federation.online_parties())
+        online = set(self.active.parties.online_parties())
         return all(p in online for p in self.active.job.passive_parties)
 
     def predict(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         ids = [_as_text(value) for value in np.asarray(inputs[IDS]).reshape(-1)]
-        offline = [p for p in self.active.job.passive_parties if p not in self.active.federation.online_parties()]
+        offline = [p for p in self.active.job.passive_parties if p not in self.active.parties.online_parties()]
         if offline and self._substitutes:
             log.warning(
                 "degraded_inference",

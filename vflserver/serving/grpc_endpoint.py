@@ -1,6 +1,6 @@
 """The gRPC half of the inference endpoint: KServe's ``inference.GRPCInferenceService`` on grpc.aio.
 
-The servicer is thin: it turns messages into ``vflcore.oip`` types (``vflcore.oip_wire``), asks
+The servicer is thin: it turns messages into ``vflcore.wire.oip`` types (``vflcore.wire.oip_serde``), asks
 the ``InferenceHandler``, and maps failures to status codes in ``_abort``. Handlers are
 registered by hand under the wire name ``inference.GRPCInferenceService`` rather than through
 generated stubs, because our proto package is ``vfl.oip.v2`` (so that our messages and
@@ -27,9 +27,9 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from vflcore import oip_wire
-from vflcore.oip import SERVICE, InferRequest
 from vflcore.proto import open_inference_pb2 as pb
+from vflcore.wire import oip_serde as oip_wire
+from vflcore.wire.oip import SERVICE, InferRequest
 from vflserver.serving.handler import Failure, InferenceHandler, failure
 from vflserver.serving.reflection import reflection_pool
 from vflserver.serving.servable import computes_inline

@@ -1,6 +1,6 @@
 """Answer Open Inference Protocol calls on plain types, for both endpoints (gRPC and REST).
 
-The endpoints only translate between their wire format and ``vflcore.oip``'s dataclasses; this
+The endpoints only translate between their wire format and ``vflcore.wire.oip``'s dataclasses; this
 module does the work they share: look the model up, check every input against the model's specs
 before decoding a byte (name, datatype, shape, data size), refuse non-finite floats and batch
 sizes that disagree, call ``predict`` and pick the requested outputs. ``failure`` sorts any
@@ -18,7 +18,7 @@ import numpy as np
 import structlog
 
 from vflcore import errors
-from vflcore.oip import (
+from vflcore.wire.oip import (
     DATATYPES,
     FLOAT_DATATYPES,
     InferRequest,

@@ -1,4 +1,4 @@
-"""The REST side's bodies: KServe v2 JSON, plus the binary tensor data extension, to and from ``vflcore.oip``.
+"""The REST side's bodies: KServe v2 JSON, plus the binary tensor data extension, to and from ``vflcore.wire.oip``.
 
 A JSON tensor is ``{"name", "shape", "datatype", "data"}`` with ``data`` flat or nested in
 row-major order. The binary extension (Triton's, which ``tritonclient.http`` uses by default)
@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from vflcore.oip import (
+from vflcore.wire.oip import (
     InferRequest,
     InferResponse,
     ModelMetadata,

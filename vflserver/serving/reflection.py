@@ -14,8 +14,8 @@ from google.protobuf import descriptor_pb2, descriptor_pool
 from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha import reflection_pb2
 
-from vflcore.oip import SERVICE
 from vflcore.proto import open_inference_pb2 as pb
+from vflcore.wire.oip import SERVICE
 
 _WIRE_PACKAGE = SERVICE.rsplit(".", 1)[0]
 

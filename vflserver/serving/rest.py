@@ -21,7 +21,7 @@ from urllib.parse import unquote, urlsplit
 
 import structlog
 
-from vflcore.oip import ProtocolError
+from vflcore.wire.oip import ProtocolError
 from vflserver.serving.handler import Failure, InferenceHandler, failure
 from vflserver.serving.json_wire import (
     HEADER_LENGTH,

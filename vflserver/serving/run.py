@@ -7,7 +7,7 @@ from pathlib import Path
 
 import structlog
 
-from vflcore.tls import TlsFiles
+from vflcore.security.tls import TlsFiles
 from vflserver.serving.config import ServingConfig
 from vflserver.serving.endpoint import BoundPorts, InferenceEndpoint
 from vflserver.serving.registry import ModelRegistry

@@ -20,7 +20,7 @@ from typing import Protocol
 
 import numpy as np
 
-from vflcore.oip import DATATYPES, TensorMetadata
+from vflcore.wire.oip import DATATYPES, TensorMetadata
 
 __all__ = [
     "DATATYPES",

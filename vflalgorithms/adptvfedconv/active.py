@@ -1,0 +1,156 @@
+"""AdptVFedConv, the active party's half (003 §3.2, Algorithm 1): pre-train, broadcast, classify the maps.
+
+Epoch 0 runs the phases that happen once, before the first epoch of the classifier:
+
+1. the active party trains a CNN on its own piece, a feature extractor W_e^1 and a small
+   classifier W_clst (Eq. 1), for ``pretrain_epochs``;
+2. it broadcasts W_e^1's weights to every passive party (one tensor per parameter, on
+   ReturnGradients) and collects each party's feature maps H^k of every aligned row (on
+   SendEmbeddings, chunked); a party that does not deliver fails the job, naming it, before
+   anything is checkpointed.
+
+Every epoch (phase 3) then trains the server classifier W_s on the full maps, the pieces' maps
+placed by position (Eq. 4–5). Evaluation and inference are federated: each passive party computes
+H^k of the requested rows with its fine-tuned W_e^k.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import structlog
+import torch
+
+from vflalgorithms.adptvfedconv import maths as conv
+from vflalgorithms.adptvfedconv.spec import FEATURE_MAPS
+from vflalgorithms.base import ActiveContext, ServerAlgorithm
+from vflcore.errors import ConfigError
+from vflcore.job import ACTIVE_PARTY, epoch_mean, model_seed
+from vflcore.ml.losses import task_loss
+from vflcore.ml.models import build_seeded, job_optimizer
+from vflcore.runtime.logs import progress
+from vflcore.tasks import TrainEpoch
+from vflcore.wire.tensors import TensorKey
+
+log = structlog.get_logger(__name__)
+
+
+class AdptVFedConvServer(ServerAlgorithm):
+    """W_e^1 and W_clst (pre-training), then W_s over every party's feature maps."""
+
+    name = conv.NAME
+    needs_own_features = True
+
+    def __init__(self, ctx: ActiveContext) -> None:
+        super().__init__(ctx)
+        job = ctx.job
+        self.geometry = conv.geometry(job)
+        geo = self.geometry
+        if ctx.features.shape[1] != geo.piece_features:
+            raise ConfigError(
+                f"the active party's data has {ctx.features.shape[1]} feature columns; its piece "
+                f"({geo.channels} x {geo.piece[0]} x {geo.piece[1]}, [algorithm] piece) needs {geo.piece_features}"
+            )
+        options = conv.options_of(job)
+        self.pretrain_epochs = int(options["pretrain_epochs"])
+        self.pieces = ctx.features.reshape(len(ctx.features), geo.channels, *geo.piece)
+        self.extractor = build_seeded(
+            lambda: conv.extractor(geo.channels, geo.width, conv.padding(job)),
+            model_seed(job.seed, ACTIVE_PARTY, "bottom"),
+        )
+        self.pretrain_head = build_seeded(
+            lambda: conv.pretrain_classifier(geo.map_shape, ctx.num_outputs), model_seed(job.seed, ACTIVE_PARTY, "head")
+        )
+        full_hw = (geo.map_shape[1] * geo.grid[0], geo.map_shape[2] * geo.grid[1])
+        self.classifier = build_seeded(
+            lambda: conv.server_classifier(
+                geo.width, full_hw, ctx.num_outputs, ctx.top_hidden, dropout=ctx.top_dropout
+            ),
+            model_seed(job.seed, ACTIVE_PARTY, "top"),
+        )
+        self.optimizer = job_optimizer(job, self.classifier.parameters())
+        self.loss_fn = task_loss(job.task)
+        #: The full feature maps of every aligned row, once phase 2 has delivered them.
+        self.maps: torch.Tensor | None = None
+        #: "pretraining", "transfer" (waiting for the parties' maps) or "classifier".
+        self.phase = "pretraining"
+
+    @property
+    def upload_width(self) -> int:
+        return self.geometry.map_features
+
+    def train_epoch(self, epoch: int) -> float:
+        if self.maps is None:
+            self._pretrain()
+            self.maps = self._transfer(epoch)
+        self.phase = "classifier"
+        return self._classifier_epoch(epoch, self.maps)
+
+    def _pretrain(self) -> None:
+        """Phase 1 (Eq. 1): W_e^1 and W_clst on the active party's own piece and the labels."""
+        ctx = self.ctx
+        params = [*self.extractor.parameters(), *self.pretrain_head.parameters()]
+        optimizer = job_optimizer(ctx.job, params)
+        self.extractor.train()
+        for epoch in progress(range(self.pretrain_epochs), total=self.pretrain_epochs, desc="pre-training W_e^1"):
+            for rows in ctx.schedule.batches(epoch):
+                optimizer.zero_grad()
+                loss = self.loss_fn(self.pretrain_head(self.extractor(self.pieces[rows])), ctx.labels[rows])
+                torch.autograd.backward(loss)
+                optimizer.step()
+
+    def _transfer(self, epoch: int) -> torch.Tensor:
+        """Phase 2: broadcast W_e^1, collect every party's H^k of every aligned row, place them (Eq. 4)."""
+        ctx, fed, geo = self.ctx, self.ctx.parties, self.geometry
+        self.phase = "transfer"
+        rows = ctx.job.num_rows
+        fed.expect(FEATURE_MAPS, 0, 0, (rows, geo.map_features))
+        fed.dispatch(lambda tid: TrainEpoch(tid, epoch))
+        tensors = conv.extractor_tensors(self.extractor)
+        for party in ctx.job.passive_parties:
+            for name, tensor in tensors.items():
+                fed.publish(party, TensorKey(ctx.job.job_id, 0, 0, conv.EXTRACTOR_PREFIX + name), tensor.numpy())
+        log.info("extractor_broadcast", sha256=conv.extractor_digest(tensors), tensors=len(tensors))
+        uploads = fed.gather(FEATURE_MAPS, 0, 0)
+        with torch.no_grad():
+            self.extractor.eval()
+            own = self.extractor(self.pieces).reshape(rows, -1)
+        maps = {ACTIVE_PARTY: own, **{p: torch.from_numpy(a.copy()) for p, a in uploads.items()}}
+        log.info("feature_maps_collected", parties=sorted(uploads), rows=rows, shape=list(geo.map_shape))
+        return geo.full_map(maps)
+
+    def _classifier_epoch(self, epoch: int, maps: torch.Tensor) -> float:
+        """Phase 3 (Eq. 5): one epoch of W_s on the full maps of the training rows."""
+        ctx = self.ctx
+        self.classifier.train()
+        batches = ctx.schedule.batches(epoch)
+
+        def step(rows: np.ndarray) -> float:
+            self.optimizer.zero_grad()
+            loss: torch.Tensor = self.loss_fn(self.classifier(maps[rows]), ctx.labels[rows])
+            torch.autograd.backward(loss)
+            self.optimizer.step()
+            return float(loss.item())
+
+        return epoch_mean(progress(batches, total=len(batches), desc=f"epoch {epoch + 1}"), step, self.step_losses)
+
+    @torch.no_grad()
+    def predict(self, rows: np.ndarray, embeddings: dict[int, np.ndarray]) -> torch.Tensor:
+        self.extractor.eval()
+        self.classifier.eval()
+        own = self.extractor(self.pieces[rows]).reshape(len(rows), -1)
+        maps = {
+            ACTIVE_PARTY: own,
+            **{p: torch.from_numpy(np.array(a, dtype=np.float32)) for p, a in embeddings.items()},
+        }
+        out: torch.Tensor = self.classifier(self.geometry.full_map(maps))
+        return out
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "extractor": self.extractor.state_dict(),
+            "pretrain_head": self.pretrain_head.state_dict(),
+            "classifier": self.classifier.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+        }

@@ -1,0 +1,101 @@
+"""APFed-R and APFed-C, the active party's half (000 §3): train f_A and g_T, helped by the passive parties.
+
+Per step the active party computes h^A = f_A(x^A_B) and leaves it for every passive party; each
+returns ∂L_p/∂h^A, computed with a model the active party never sees. The active party then
+steps f_A and g_T on L_A + Σ_p λ_p L_p (Eq. 8–10). The passive parties are black boxes: only
+h^A goes down and only gradients come up.
+
+After training the model is g_T(f_A(x^A)) (Eq. 11): the active party evaluates and serves it
+alone, which is why ``needs_parties_to_predict`` is False and ``standalone_model`` exists.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from vflalgorithms.apfed import maths as apfed
+from vflalgorithms.apfed.spec import ACTIVE_EMBEDDING, PASSIVE_GRADIENT
+from vflalgorithms.base import ActiveContext, ServerAlgorithm, algorithm_options
+from vflcore.ml.losses import task_loss
+from vflcore.ml.models import job_optimizer
+from vflcore.runtime.logs import progress
+from vflcore.tasks import TrainEpoch
+from vflcore.wire.tensors import TensorKey
+
+
+class APFedServer(ServerAlgorithm):
+    """APFed-R: the passive parties reconstruct their own features from h^A."""
+
+    name = apfed.APFED_R
+    needs_parties_to_predict = False
+    needs_own_features = True
+
+    def __init__(self, ctx: ActiveContext) -> None:
+        super().__init__(ctx)
+        job = ctx.job
+        self.encoder = apfed.active_encoder(job, ctx.features.shape[1])
+        self.classifier = apfed.active_classifier(job, ctx.top_hidden, ctx.num_outputs, dropout=ctx.top_dropout)
+        params = [*self.encoder.parameters(), *self.classifier.parameters()]
+        self.optimizer = job_optimizer(job, params)
+        self.loss_fn = task_loss(job.task)
+        options = algorithm_options(job.algorithm, job.algorithm_options)
+        self.weights = {p: apfed.passive_weight(options, p) for p in job.passive_parties}
+
+    def train_epoch(self, epoch: int) -> float:
+        ctx, fed = self.ctx, self.ctx.parties
+        batches = ctx.schedule.batches(epoch)
+        for b, rows in enumerate(batches):
+            fed.expect(PASSIVE_GRADIENT, epoch, b, (len(rows), ctx.job.embedding_dim))
+        fed.dispatch(lambda tid: TrainEpoch(tid, epoch))
+        self.encoder.train()
+        self.classifier.train()
+        total = 0.0
+        for b, rows in progress(enumerate(batches), total=len(batches), desc=f"epoch {epoch + 1}"):
+            value = self._step(epoch, b, rows)
+            self.step_losses.append(value)
+            total += value * len(rows)
+        return total / max(1, sum(len(r) for r in batches))
+
+    def _step(self, epoch: int, batch: int, rows: np.ndarray) -> float:
+        ctx, fed = self.ctx, self.ctx.parties
+        self.optimizer.zero_grad()
+        h = self.encoder(ctx.features[rows])
+        sent = h.detach().numpy()
+        key = TensorKey(ctx.job.job_id, epoch, batch, ACTIVE_EMBEDDING)
+        for party in ctx.job.passive_parties:
+            fed.publish(party, key, sent)
+        # L_A while the passive parties compute theirs.
+        active_loss: torch.Tensor = self.loss_fn(self.classifier(h), ctx.labels[rows])
+        uploads = fed.gather(PASSIVE_GRADIENT, epoch, batch)
+        passive = [(self.weights[p], torch.from_numpy(uploads[p].copy())) for p in sorted(uploads)]
+        torch.autograd.backward(apfed.combine(active_loss, h, passive))
+        self.optimizer.step()
+        return active_loss.item()
+
+    @torch.no_grad()
+    def predict(self, rows: np.ndarray, embeddings: dict[int, np.ndarray]) -> torch.Tensor:
+        del embeddings  # APFed predicts from the active party's own features alone (Eq. 11)
+        self.encoder.eval()
+        self.classifier.eval()
+        out: torch.Tensor = self.classifier(self.encoder(self.ctx.features[rows]))
+        return out
+
+    def standalone_model(self) -> nn.Module:
+        return nn.Sequential(self.encoder, self.classifier)
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "encoder": self.encoder.state_dict(),
+            "classifier": self.classifier.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+        }
+
+
+class APFedCServer(APFedServer):
+    """APFed-C: the passive parties score h^A against their own encodings, contrastively."""
+
+    name = apfed.APFED_C

@@ -1,0 +1,68 @@
+"""APFed-R and APFed-C, a passive party's half (000 §3–§4): score h^A with a model of its own.
+
+Per step the party downloads the active party's h^A of the batch, computes its loss L_p (APFed-R:
+reconstruct its own features from h^A; APFed-C: contrast h^A with its own encoding), steps its
+own network, and uploads ∂L_p/∂h^A. Its features, its network and L_p itself stay here.
+
+The trained model belongs to the active party alone, so a passive party is never asked for a
+representation at evaluation or inference time.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from vflalgorithms.apfed import maths as apfed
+from vflalgorithms.apfed.spec import ACTIVE_EMBEDDING, PASSIVE_GRADIENT
+from vflalgorithms.base import ClientAlgorithm, PassiveContext
+from vflcore.errors import VflError
+from vflcore.ml.models import job_optimizer
+from vflcore.wire.tensors import check_shape
+
+
+class APFedClient(ClientAlgorithm):
+    """APFed-R: a decoder DEC_p from h^A back to this party's features (Eq. 12)."""
+
+    name = apfed.APFED_R
+
+    def __init__(self, ctx: PassiveContext) -> None:
+        super().__init__(ctx)
+        job = ctx.job
+        self.model = apfed.passive_model(job, ctx.party, ctx.features.shape[1], ctx.model_factory)
+        self.optimizer = job_optimizer(job, self.model.parameters())
+        #: L_p of every step, in order, for reference tests and this party's logs.
+        self.step_losses: list[float] = []
+
+    def train_epoch(self, epoch: int) -> None:
+        ctx = self.ctx
+        self.model.train()
+        batches = ctx.schedule.batches(epoch)
+        with ctx.link.exchange(
+            ctx.job.job_id, epoch, len(batches), up=PASSIVE_GRADIENT, down=ACTIVE_EMBEDDING
+        ) as exchange:
+            for b, rows in enumerate(batches):
+                received = exchange.receive(b)
+                check_shape(received, (len(rows), ctx.job.embedding_dim), what="h^A from the active party")
+                active = torch.from_numpy(received.astype(np.float32, copy=True)).requires_grad_(True)
+                self.optimizer.zero_grad()
+                loss = apfed.passive_loss(ctx.job, self.model, active, ctx.features[rows])
+                torch.autograd.backward(loss)
+                self.optimizer.step()
+                self.step_losses.append(loss.item())
+                assert active.grad is not None
+                exchange.send(b, active.grad.numpy())
+
+    def embed(self, rows: np.ndarray) -> np.ndarray:
+        raise VflError(f"{self.name}: the active party predicts alone; a passive party has no representation to send")
+
+    def state(self) -> dict[str, Any]:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+
+class APFedCClient(APFedClient):
+    """APFed-C: an encoder ENC_p of this party's features, contrasted with h^A (Eq. 13–16)."""
+
+    name = apfed.APFED_C

@@ -1,0 +1,95 @@
+"""APFed-R and APFed-C in one process, with no federation in the way: the yardstick for APFed.
+
+The same models (shapes and seeds), optimizers, batch schedule and losses as the federated
+algorithm (``vflalgorithms.apfed.active`` and ``vflalgorithms.apfed.passive``), with h^A cut out of
+the graph where the wire cuts it, so that a federated run agrees with this one step for step.
+The APFed experiment (``bench.apfed``) trains with it too: with every λ_p = 0 it is SingleVL,
+the active party alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import torch
+
+from vflalgorithms.apfed import maths as apfed
+from vflalgorithms.base import algorithm_options
+from vflalgorithms.reference import FromTables
+from vflcore.job import ACTIVE_PARTY, JobSpec, epoch_mean
+from vflcore.ml.losses import label_tensor, task_loss
+from vflcore.ml.models import job_optimizer, seed_dropout
+
+
+class ReferenceAPFed(FromTables):
+    """The active party's f_A and g_T, and every passive party's own network, trained together."""
+
+    def __init__(
+        self,
+        job: JobSpec,
+        features: Mapping[int, torch.Tensor],
+        labels: torch.Tensor,
+        *,
+        top_hidden: Sequence[int] = (64,),
+        top_dropout: float = 0.0,
+    ) -> None:
+        """``features`` maps party id to its aligned float32 rows (party 1 is the active party)."""
+        if job.algorithm not in (apfed.APFED_R, apfed.APFED_C):
+            raise ValueError(f"ReferenceAPFed runs apfed_r or apfed_c, not {job.algorithm!r}")
+        if job.num_rows < 1:
+            raise ValueError("job.num_rows must be set to the number of aligned rows")
+        self.job = job
+        self.schedule = job.schedule()
+        self.features = dict(features)
+        self.labels, outputs = label_tensor(job.task, labels)
+        self.loss_fn = task_loss(job.task)
+        self.passive = sorted(job.passive_parties)
+        options = algorithm_options(job.algorithm, job.algorithm_options)
+        self.weights = {p: apfed.passive_weight(options, p) for p in self.passive}
+        self.encoder = apfed.active_encoder(job, self.features[ACTIVE_PARTY].shape[1])
+        self.classifier = apfed.active_classifier(job, top_hidden, outputs, dropout=top_dropout)
+        params = [*self.encoder.parameters(), *self.classifier.parameters()]
+        self.optimizer = job_optimizer(job, params)
+        self.models = {p: apfed.passive_model(job, p, self.features[p].shape[1]) for p in self.passive}
+        self.passive_optimizers = {p: job_optimizer(job, m.parameters()) for p, m in self.models.items()}
+        #: L_A of every step, in order (what the server records), and each party's L_p.
+        self.step_losses: list[float] = []
+        self.passive_losses: dict[int, list[float]] = {p: [] for p in self.passive}
+        seed_dropout(job)  # dropout masks drawn as the server draws them
+
+    def train_epoch(self, epoch: int) -> float:
+        """One pass over the training rows; returns the mean L_A."""
+        self.encoder.train()
+        self.classifier.train()
+        for model in self.models.values():
+            model.train()
+        return epoch_mean(self.schedule.batches(epoch), self._step, self.step_losses)
+
+    def _step(self, rows: np.ndarray) -> float:
+        h = self.encoder(self.features[ACTIVE_PARTY][rows])
+        sent = h.detach().numpy()  # what crosses the wire to every passive party
+        gradients: dict[int, torch.Tensor] = {}
+        for party in self.passive:
+            leaf = torch.from_numpy(sent.copy()).requires_grad_(True)
+            optimizer = self.passive_optimizers[party]
+            optimizer.zero_grad()
+            loss = apfed.passive_loss(self.job, self.models[party], leaf, self.features[party][rows])
+            torch.autograd.backward(loss)
+            optimizer.step()
+            self.passive_losses[party].append(loss.item())
+            gradients[party] = torch.from_numpy(leaf.grad.numpy().copy())  # type: ignore[union-attr]
+        self.optimizer.zero_grad()
+        active_loss: torch.Tensor = self.loss_fn(self.classifier(h), self.labels[rows])
+        combined = apfed.combine(active_loss, h, [(self.weights[p], gradients[p]) for p in self.passive])
+        torch.autograd.backward(combined)
+        self.optimizer.step()
+        return active_loss.item()
+
+    @torch.no_grad()
+    def predict(self, rows: np.ndarray) -> torch.Tensor:
+        """g_T(f_A(x^A)): the active party's prediction, alone (Eq. 11)."""
+        self.encoder.eval()
+        self.classifier.eval()
+        out: torch.Tensor = self.classifier(self.encoder(self.features[ACTIVE_PARTY][rows]))
+        return out

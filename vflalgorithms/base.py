@@ -1,0 +1,281 @@
+"""What every algorithm provides, what each party gives it, and the registry that finds them.
+
+An algorithm is one folder under ``vflalgorithms/``. Its ``spec.py`` registers an
+``AlgorithmSpec``: the name ``[job] algorithm`` uses, the two halves, the in-process reference
+and its options (defaults and checks). The daemons only call the methods below and never branch
+on an algorithm's name, so adding an algorithm adds a folder and nothing else.
+
+Discovery: ``algorithm_spec(name)`` imports ``vflalgorithms.<folder>.spec`` for every folder
+the first time it is called. Code outside this package (a plugin, a test) registers its own
+spec by calling ``register`` when it is imported.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+from torch import nn
+
+from vflcore.errors import ConfigError
+from vflcore.job import JobSpec, Schedule
+from vflcore.tasks import Task
+from vflcore.wire.links import TrainingLink
+from vflcore.wire.tensors import TensorKey
+
+# ---- the active party's half ------------------------------------------------------------------
+
+#: Leaves each passive party of a round its answer: named tensors per party, in party order.
+Publish = Callable[[list[dict[str, torch.Tensor]]], None]
+
+
+class PassivePartiesView(Protocol):
+    """What an algorithm's active half may do with the passive parties (``vflserver.passive_parties``)."""
+
+    def dispatch(self, make_task: Callable[[int], Task], *, parties: Iterable[int] | None = None) -> None: ...
+
+    def expect(
+        self,
+        name: str,
+        round_: int,
+        batch: int,
+        shape: tuple[int, ...],
+        dtype: str = "float32",
+        *,
+        party: int | None = None,
+    ) -> None: ...
+
+    def gather(
+        self, name: str, round_: int, batch: int, *, timeout_s: float | None = None
+    ) -> dict[int, np.ndarray]: ...
+
+    def next_arrival(
+        self, name: str, round_: int, *, timeout_s: float | None = None
+    ) -> tuple[int, int, np.ndarray]: ...
+
+    def forget(self, name: str, round_: int, batch: int) -> None: ...
+
+    def publish(self, party: int, key: TensorKey, array: np.ndarray) -> None: ...
+
+
+@dataclass
+class ActiveContext:
+    """The active party's own data and its link to the passive parties, for one job."""
+
+    job: JobSpec
+    schedule: Schedule
+    parties: PassivePartiesView
+    features: torch.Tensor  # aligned rows x own features (may have 0 columns)
+    labels: torch.Tensor  # int64 class ids, or float32 (n, 1) targets for regression
+    num_outputs: int
+    top_hidden: tuple[int, ...]
+    #: Dropout after each hidden layer of the active party's MLP top (``[model] top_dropout``).
+    top_dropout: float = 0.0
+
+
+class ServerAlgorithm(ABC):
+    """The active party's half of a training algorithm."""
+
+    #: The name used in ``[job] algorithm``.
+    name: str
+
+    def __init__(self, ctx: ActiveContext) -> None:
+        self.ctx = ctx
+        #: The training loss of every step, in order: what reference tests compare.
+        self.step_losses: list[float] = []
+
+    #: Whether ``predict`` needs each passive party's representation. APFed's does not: the
+    #: active party evaluates and serves alone, and no party is asked for anything.
+    needs_parties_to_predict = True
+    #: Whether the active party must hold features of its own (APFed: it predicts from them alone).
+    needs_own_features = False
+
+    @property
+    def upload_width(self) -> int:
+        """Columns of what a passive party uploads per row: its embedding, or (VIMADMM-J) its logits."""
+        return self.ctx.job.embedding_dim
+
+    @abstractmethod
+    def train_epoch(self, epoch: int) -> float:
+        """Run one epoch with every passive party; return the mean training loss."""
+
+    @abstractmethod
+    def predict(self, rows: np.ndarray, embeddings: dict[int, np.ndarray]) -> torch.Tensor:
+        """The model's output for aligned ``rows``, given each passive party's representation."""
+
+    @abstractmethod
+    def state(self) -> dict[str, Any]:
+        """Model and optimizer state for the active party's checkpoint."""
+
+    def standalone_model(self) -> nn.Module | None:
+        """The whole trained model on the active party's own features, if it needs no other party.
+
+        APFed's f_A followed by g_T; None for the algorithms whose model spans every party.
+        """
+        return None
+
+    def client_importance(self) -> dict[int, float] | None:
+        """How much the trained model relies on each party, if the algorithm can tell (VIM: ‖W_k‖)."""
+        return None
+
+
+# ---- a passive party's half -------------------------------------------------------------------
+
+#: Builds a party's own bottom model: ``factory(num_features, embedding_dim) -> nn.Module``.
+ModelFactory = Callable[[int, int], nn.Module]
+
+
+@dataclass
+class PassiveContext:
+    """One passive party's data, model factory and link to the server, for one job."""
+
+    party: int
+    job: JobSpec
+    schedule: Schedule
+    features: torch.Tensor  # aligned rows x this party's features
+    link: TrainingLink
+    model_factory: ModelFactory | None = None
+
+
+class ClientAlgorithm(ABC):
+    """A passive party's half of a training algorithm."""
+
+    name: str
+
+    def __init__(self, ctx: PassiveContext) -> None:
+        self.ctx = ctx
+
+    @abstractmethod
+    def train_epoch(self, epoch: int) -> None:
+        """Take part in one epoch, following the shared batch schedule."""
+
+    @abstractmethod
+    def embed(self, rows: np.ndarray) -> np.ndarray:
+        """This party's representation of aligned ``rows``, for evaluation and inference."""
+
+    @abstractmethod
+    def state(self) -> dict[str, Any]:
+        """Model and optimizer state for this party's checkpoint."""
+
+    def share(self, name: str) -> np.ndarray:
+        """A tensor the active party asks for by name after training (VIMADMM-J: its head W_k)."""
+        raise ConfigError(f"the server asked for {name!r}, which {self.name!r} does not share")
+
+
+# ---- the spec and the registry ----------------------------------------------------------------
+
+#: Checks an algorithm's completed options; raises ConfigError naming the key.
+OptionsCheck = Callable[[Mapping[str, Any]], None]
+
+
+def _no_check(options: Mapping[str, Any]) -> None:
+    """For an algorithm whose options need no check beyond their names."""
+
+
+def _resolve(target: type | str) -> Any:
+    """A class, or the class a ``"package.module:Class"`` string names (imported on first use)."""
+    if not isinstance(target, str):
+        return target
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+@dataclass(frozen=True)
+class AlgorithmSpec:
+    """Everything the daemons need to know about one algorithm, by the name ``[job] algorithm`` uses.
+
+    The halves and the reference may be given as ``"module:Class"`` strings: a ``spec.py`` then
+    need not import the halves, which import its tensor names (no import cycle), and listing the
+    algorithms does not build any of them.
+    """
+
+    name: str
+    active: type[ServerAlgorithm] | str
+    passive: type[ClientAlgorithm] | str
+    #: Each option's default (the ``[algorithm]`` table); an option not listed here is refused.
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+    check: OptionsCheck = _no_check
+    #: The in-process reference (``from_tables``, ``train_epoch``, ``step_losses``), if it has one.
+    reference: type | str | None = None
+
+    def active_half(self) -> type[ServerAlgorithm]:
+        """The active party's half."""
+        half: type[ServerAlgorithm] = _resolve(self.active)
+        return half
+
+    def passive_half(self) -> type[ClientAlgorithm]:
+        """A passive party's half."""
+        half: type[ClientAlgorithm] = _resolve(self.passive)
+        return half
+
+    def reference_class(self) -> Any:
+        """The in-process reference, or None."""
+        return None if self.reference is None else _resolve(self.reference)
+
+    def options(self, given: Mapping[str, Any]) -> dict[str, Any]:
+        """``given`` checked against this algorithm's options and completed with their defaults."""
+        unknown = sorted(set(given) - set(self.defaults))
+        if unknown:
+            allowed = ", ".join(sorted(self.defaults)) or "none"
+            raise ConfigError(f"[algorithm] {unknown[0]} is not an option of {self.name!r} (its options: {allowed})")
+        options = {**self.defaults, **given}
+        self.check(options)
+        return options
+
+
+_REGISTRY: dict[str, AlgorithmSpec] = {}
+_DISCOVERY = threading.Lock()
+_discovered = False
+
+
+def register(spec: AlgorithmSpec) -> AlgorithmSpec:
+    """Make ``spec`` available by its name; returns it, so a ``spec.py`` can write ``SPEC = register(...)``."""
+    known = _REGISTRY.get(spec.name)
+    if known is not None and known != spec:
+        raise ConfigError(f"two algorithms are registered as {spec.name!r}: {known.active} and {spec.active}")
+    _REGISTRY[spec.name] = spec
+    return spec
+
+
+def _discover() -> None:
+    """Import ``vflalgorithms.<folder>.spec`` for every folder, once per process."""
+    global _discovered
+    with _DISCOVERY:
+        if _discovered:
+            return
+        package = importlib.import_module("vflalgorithms")
+        for module in pkgutil.iter_modules(package.__path__):
+            if module.ispkg:
+                importlib.import_module(f"vflalgorithms.{module.name}.spec")
+        _discovered = True
+
+
+def algorithms() -> dict[str, AlgorithmSpec]:
+    """Every registered algorithm, by name."""
+    _discover()
+    return dict(sorted(_REGISTRY.items()))
+
+
+def algorithm_spec(name: str) -> AlgorithmSpec:
+    """The spec registered as ``name``, or a ConfigError listing what exists."""
+    found = algorithms()
+    if name not in found:
+        raise ConfigError(f"[job] algorithm = {name!r} is not available; choose one of {sorted(found)}")
+    return found[name]
+
+
+def algorithm_options(name: str, given: Mapping[str, Any]) -> dict[str, Any]:
+    """``given`` checked against algorithm ``name``'s options and completed with their defaults."""
+    return algorithm_spec(name).options(given)
+
+
+def job_options(job: JobSpec) -> dict[str, Any]:
+    """The job's algorithm options, completed with their defaults: what both halves read."""
+    return algorithm_options(job.algorithm, job.algorithm_options)

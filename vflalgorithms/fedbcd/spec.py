@@ -1,0 +1,24 @@
+"""FedBCD (002 §4.3.1): SplitNN's exchange, then Q local steps on the stale gradient per round."""
+
+from collections.abc import Mapping
+from typing import Any
+
+from vflalgorithms.base import AlgorithmSpec, register
+from vflalgorithms.options import whole_numbers
+
+
+def _check(options: Mapping[str, Any]) -> None:
+    whole_numbers(options, "local_steps")
+
+
+SPEC = register(
+    AlgorithmSpec(
+        name="fedbcd",
+        active="vflalgorithms.fedbcd.active:FedBCDServer",
+        passive="vflalgorithms.fedbcd.passive:FedBCDClient",
+        reference="vflalgorithms.fedbcd.reference:ReferenceFedBCD",
+        # Q, the local updates per communication round; Q = 1 is SplitNN exactly.
+        defaults={"local_steps": 5},
+        check=_check,
+    )
+)

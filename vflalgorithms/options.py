@@ -1,0 +1,53 @@
+"""Checks that several algorithms' ``spec.py`` share, each naming the ``[algorithm]`` key it refuses.
+
+The server's config sets an algorithm's options; they reach every passive party inside the job,
+so both halves read the same values (``vflalgorithms.base.job_options``). An unknown key or a bad
+value is refused when the server starts, naming the key, rather than halfway through training.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from vflcore.errors import ConfigError
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def whole_numbers(options: Mapping[str, Any], *keys: str) -> None:
+    """Each of ``keys`` is a whole number of at least 1."""
+    for key in keys:
+        value = options[key]
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(f"[algorithm] {key} must be a whole number of at least 1, got {value!r}")
+
+
+def positive_numbers(options: Mapping[str, Any], *keys: str) -> None:
+    """Each of ``keys`` is a number above 0."""
+    for key in keys:
+        value = options[key]
+        if not _is_number(value) or not value > 0:
+            raise ConfigError(f"[algorithm] {key} must be a positive number, got {value!r}")
+
+
+def one_of(options: Mapping[str, Any], key: str, choices: tuple[str, ...]) -> None:
+    """``key`` is one of ``choices``."""
+    if options[key] not in choices:
+        raise ConfigError(f"[algorithm] {key} = {options[key]!r}; choose {', '.join(choices[:-1])} or {choices[-1]}")
+
+
+def party_ids(mapping: Any) -> bool:
+    """Whether every key of ``mapping`` is a party id as TOML writes it ("2")."""
+    return isinstance(mapping, Mapping) and all(str(k).isdigit() for k in mapping)
+
+
+def local_steps_and_rho(options: Mapping[str, Any]) -> None:
+    """VIMADMM and VIMADMM-J: τ local steps and the ADMM penalty ρ."""
+    whole_numbers(options, "local_steps")
+    positive_numbers(options, "rho")
+
+
+__all__ = ["local_steps_and_rho", "one_of", "party_ids", "positive_numbers", "whole_numbers"]

@@ -1,0 +1,141 @@
+"""SplitNN, the active party's half (thesis 002 §4.1): concatenate, top model, send gradients back.
+
+Per step: wait for every passive party's h^k of the batch, concatenate them with the active
+party's own h^1 (if it has features), run the top model and the loss, and return ∂L/∂h^k to
+each party.
+
+The step is ordered so that the passive parties wait as little as possible, without changing
+a single number: the active party's own forward pass runs while it waits for theirs; their
+gradients are published as soon as the top model's backward pass produces them, before the
+active party back-propagates into its own bottom model and steps its optimizer.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, cast
+
+import numpy as np
+import torch
+from torch import nn
+
+from vflalgorithms.base import ActiveContext, Publish, ServerAlgorithm
+from vflcore.job import ACTIVE_PARTY, model_seed
+from vflcore.ml.losses import task_loss
+from vflcore.ml.models import build_seeded, job_optimizer, mlp
+from vflcore.runtime.logs import progress
+from vflcore.tasks import TrainEpoch
+from vflcore.wire.names import EMBEDDING, GRADIENT
+from vflcore.wire.tensors import TensorKey
+
+
+def own_bottom(ctx: ActiveContext) -> nn.Module | None:
+    """The active party's own bottom model f_1, seeded; None if it has no features of its own."""
+    job, own = ctx.job, ctx.features.shape[1]
+    if not own:
+        return None
+    return build_seeded(
+        lambda: mlp(own, job.bottom_hidden, job.embedding_dim), model_seed(job.seed, ACTIVE_PARTY, "bottom")
+    )
+
+
+class SplitNNServer(ServerAlgorithm):
+    """Top model over the concatenated representations of every party."""
+
+    name = "splitnn"
+    #: Updates per communication round; FedBCD sets its Q here.
+    local_steps = 1
+
+    def __init__(self, ctx: ActiveContext) -> None:
+        super().__init__(ctx)
+        job = ctx.job
+        self.bottom = own_bottom(ctx)
+        parts = len(job.passive_parties) + (1 if self.bottom is not None else 0)
+        self.top = build_seeded(lambda: self._build_top(parts), model_seed(job.seed, ACTIVE_PARTY, "top"))
+        params = list(self.top.parameters()) + (list(self.bottom.parameters()) if self.bottom is not None else [])
+        self.optimizer = job_optimizer(job, params)
+        self.loss_fn = task_loss(job.task)
+
+    def _build_top(self, parts: int) -> nn.Module:
+        """The server's model over ``parts`` embeddings: an MLP on their concatenation."""
+        return mlp(
+            self.ctx.job.embedding_dim * parts, self.ctx.top_hidden, self.ctx.num_outputs, dropout=self.ctx.top_dropout
+        )
+
+    def _own(self, rows: np.ndarray) -> list[torch.Tensor]:
+        """The active party's own representation h^1 of ``rows``, if it has features."""
+        return [] if self.bottom is None else [self.bottom(self.ctx.features[rows])]
+
+    @staticmethod
+    def _cut(own: list[torch.Tensor]) -> list[torch.Tensor]:
+        """h^1 as a leaf, so the top model's backward pass stops there (see ``train_epoch``)."""
+        return [h.detach().requires_grad_(True) for h in own]
+
+    def _forward(self, own: list[torch.Tensor], passive: list[torch.Tensor]) -> torch.Tensor:
+        output: torch.Tensor = self.top(torch.cat(own + passive, dim=1))
+        return output
+
+    def train_epoch(self, epoch: int) -> float:
+        ctx, fed = self.ctx, self.ctx.parties
+        batches = ctx.schedule.batches(epoch)
+        for b, rows in enumerate(batches):
+            fed.expect(EMBEDDING, epoch, b, (len(rows), self.upload_width))
+        fed.dispatch(lambda tid: TrainEpoch(tid, epoch))
+        self.top.train()
+        if self.bottom is not None:
+            self.bottom.train()
+        total = 0.0
+        for b, rows in progress(enumerate(batches), total=len(batches), desc=f"epoch {epoch + 1}"):
+            own = self._own(rows)  # computed while the passive parties compute theirs
+            uploads = fed.gather(EMBEDDING, epoch, b)
+            parties = sorted(uploads)
+            passive = [torch.from_numpy(uploads[p].copy()) for p in parties]
+            value = self._round(own, passive, rows, publish=functools.partial(self._publish, epoch, b, parties))
+            self.step_losses.append(value)
+            total += value * len(rows)
+        return total / max(1, sum(len(r) for r in batches))
+
+    def _publish(self, epoch: int, batch: int, parties: list[int], answers: list[dict[str, torch.Tensor]]) -> None:
+        """Leave each party its answer for the batch: named tensors, in ``parties`` order."""
+        for party, answer in zip(parties, answers, strict=True):
+            for name, tensor in answer.items():
+                key = TensorKey(self.ctx.job.job_id, epoch, batch, name)
+                self.ctx.parties.publish(party, key, tensor.detach().numpy())
+
+    def _round(self, own: list[torch.Tensor], passive: list[torch.Tensor], rows: np.ndarray, publish: Publish) -> float:
+        """One communication round on the received ``passive`` embeddings; returns its loss.
+
+        ``local_steps`` updates (FedBCD's Q) reuse the same passive embeddings; only the first
+        computes ∂L/∂h^k for the passive parties, and ``own`` is recomputed with the current
+        weights from the second on. With one step this is SplitNN.
+        """
+        first_loss = 0.0
+        for step in range(self.local_steps):
+            self.optimizer.zero_grad()
+            if step:
+                own = self._own(rows)
+            leaves = [h.requires_grad_(step == 0) for h in passive]
+            own_leaf = self._cut(own)
+            loss = self.loss_fn(self._forward(own_leaf, leaves), self.ctx.labels[rows])
+            loss.backward()  # the top model only: it ends at h^1 and every h^k
+            if step == 0:
+                publish([{GRADIENT: cast(torch.Tensor, h.grad)} for h in leaves])
+                first_loss = loss.item()
+            if own:  # now the active party's own bottom model, from h^1's gradient
+                torch.autograd.backward(own, [leaf.grad for leaf in own_leaf])
+            self.optimizer.step()
+        return first_loss
+
+    @torch.no_grad()
+    def predict(self, rows: np.ndarray, embeddings: dict[int, np.ndarray]) -> torch.Tensor:
+        self.top.eval()
+        if self.bottom is not None:
+            self.bottom.eval()
+        passive = [torch.from_numpy(embeddings[p].copy()) for p in sorted(embeddings)]
+        return self._forward(self._own(rows), passive)
+
+    def state(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"top": self.top.state_dict(), "optimizer": self.optimizer.state_dict()}
+        if self.bottom is not None:
+            out["bottom"] = self.bottom.state_dict()
+        return out

@@ -1,0 +1,64 @@
+"""SplitNN, a passive party's half (thesis 002 §4.1): send h^k, get ∂L/∂h^k back, step.
+
+The party never sees labels or the top model, and the server never sees this party's weights
+or raw features: only the representation of a batch and its gradient cross the wire.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from vflalgorithms.base import ClientAlgorithm, PassiveContext
+from vflalgorithms.delays import Delay
+from vflcore.job import model_seed
+from vflcore.ml.models import build_seeded, job_optimizer, mlp
+from vflcore.wire.names import EMBEDDING, GRADIENT
+from vflcore.wire.tensors import check_shape
+
+
+class SplitNNClient(ClientAlgorithm):
+    """A bottom model trained by the gradients the active party returns."""
+
+    name = "splitnn"
+    #: Updates per gradient received; FedBCD sets its Q here.
+    local_steps = 1
+
+    def __init__(self, ctx: PassiveContext) -> None:
+        super().__init__(ctx)
+        job, width = ctx.job, ctx.features.shape[1]
+        factory = ctx.model_factory or (lambda n_in, n_out: mlp(n_in, job.bottom_hidden, n_out))
+        self.bottom = build_seeded(lambda: factory(width, job.embedding_dim), model_seed(job.seed, ctx.party, "bottom"))
+        self.optimizer = job_optimizer(job, self.bottom.parameters())
+        self.delay = Delay(job, ctx.party)  # the thesis's delay scenarios, if the job asks for one
+
+    def train_epoch(self, epoch: int) -> None:
+        ctx = self.ctx
+        self.bottom.train()
+        batches = ctx.schedule.batches(epoch)
+        with ctx.link.exchange(ctx.job.job_id, epoch, len(batches), up=EMBEDDING, down=GRADIENT) as exchange:
+            for b, rows in enumerate(batches):
+                x = ctx.features[rows]
+                h = self.bottom(x)
+                self.delay.before_step()
+                exchange.send(b, h.detach().numpy())
+                received = exchange.receive(b)
+                check_shape(received, tuple(h.shape), what="gradient from the server")
+                gradient = torch.from_numpy(received.astype(np.float32, copy=True))
+                for step in range(self.local_steps):
+                    if step:  # FedBCD: the same gradient, pushed into h^k from the current weights
+                        h = self.bottom(x)
+                    self.optimizer.zero_grad()
+                    h.backward(gradient)
+                    self.optimizer.step()
+
+    @torch.no_grad()
+    def embed(self, rows: np.ndarray) -> np.ndarray:
+        self.bottom.eval()
+        out: np.ndarray = self.bottom(self.ctx.features[rows]).numpy()
+        return out
+
+    def state(self) -> dict[str, Any]:
+        return {"bottom": self.bottom.state_dict(), "optimizer": self.optimizer.state_dict()}

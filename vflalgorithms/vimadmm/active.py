@@ -1,0 +1,70 @@
+"""VIMADMM, the active party's half (004 §3.2, steps 1-6; the maths is in ``vflalgorithms.vimadmm.maths``).
+
+Per round, with every party's embedding h^k of the batch: solve z exactly (Eq. 6), update the
+duals λ (Eq. 7), take one optimizer step on the heads (Eq. 8), and form each party's residual
+s^k with the updated heads (Eq. 9). PushADMMState then carries λ_B, s^k_B and W_k to client k,
+which takes τ local steps on Eq. 10. Only these d_c-wide tensors travel back, instead of
+SplitNN's embedding-wide gradients, and τ local steps make each round count for more.
+
+The active party's own bottom model, if it has features, takes its τ steps here, as a client
+would. The duals λ_j live here for every training row, across epochs.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import numpy as np
+import torch
+
+from vflalgorithms.base import ActiveContext, Publish, job_options
+from vflalgorithms.vimadmm.maths import consensus_loss, dual_update, residuals, solve_z
+from vflalgorithms.vimadmm.spec import ADMM_DUAL, ADMM_HEAD, ADMM_RESIDUAL
+from vflalgorithms.vimsgd.active import VIMSGDServer
+from vflcore.ml.models import LinearHeads
+
+
+class VIMADMMServer(VIMSGDServer):
+    """Linear heads and ADMM state on the server; bottom models trained by τ local steps."""
+
+    name = "vimadmm"
+
+    def __init__(self, ctx: ActiveContext) -> None:
+        super().__init__(ctx)
+        self.rho = float(job_options(ctx.job)["rho"])
+        self.local_steps = int(job_options(ctx.job)["local_steps"])
+        self.duals = torch.zeros(ctx.job.num_rows, ctx.num_outputs)
+
+    def _round(self, own: list[torch.Tensor], passive: list[torch.Tensor], rows: np.ndarray, publish: Publish) -> float:
+        labels, heads = self.ctx.labels[rows], cast(LinearHeads, self.top)
+        embeddings = [h.detach() for h in own + passive]
+        with torch.no_grad():
+            outputs = heads(embeddings)
+            loss = self.loss_fn(outputs, labels)  # the model's loss on the batch, before this round
+        z = solve_z(self.ctx.job.task, outputs, labels, self.duals[rows], self.rho)  # (2) Eq. 6
+        duals = dual_update(self.duals[rows], outputs, z, self.rho)  # (3) Eq. 7
+        self.duals[rows] = duals
+        self.optimizer.zero_grad()  # (4) Eq. 8, one step for every head
+        torch.autograd.backward(consensus_loss(heads(embeddings), duals, z, self.rho))
+        self.optimizer.step()
+        with torch.no_grad():  # (5) Eq. 9, with the updated heads
+            contributions = [head(h) for head, h in zip(heads.heads, embeddings, strict=True)]
+        slack = residuals(contributions, z)
+        weights = [head.weight.detach().clone() for head in heads.linears()]
+        mine = len(own)
+        publish(
+            [
+                {ADMM_DUAL: duals, ADMM_RESIDUAL: s, ADMM_HEAD: w}
+                for s, w in zip(slack[mine:], weights[mine:], strict=True)
+            ]
+        )
+        if own and self.bottom_optimizer is not None:  # (6) Eq. 10 for the active party's own bottom
+            for step in range(self.local_steps):
+                h = own[0] if step == 0 else self._own(rows)[0]
+                self.bottom_optimizer.zero_grad()
+                torch.autograd.backward(consensus_loss(h @ weights[0].T, duals, slack[0], self.rho))
+                self.bottom_optimizer.step()
+        return float(loss.item())
+
+    def state(self) -> dict[str, Any]:
+        return {**super().state(), "duals": self.duals}

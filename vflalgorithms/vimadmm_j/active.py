@@ -1,0 +1,102 @@
+"""VIMADMM-J, the active party's half (VIM without model splitting, 004 §3.3 and Appendix A.3).
+
+Every party holds its whole model, bottom and linear head W_k, and sends its logits
+o^k = f(x^k) W_k. The server keeps only the ADMM state: per round it solves z (Eq. 16), updates
+the duals λ (Eq. 17), forms each party's residual s^k = z − Σ_{i≠k} o^i (Eq. 18), and sends λ_B
+and s^k_B back by PushADMMState. Each party then takes τ local steps, each updating its head
+(Eq. 19) and then its bottom model (Eq. 20). The prediction is Σ_k o^k.
+
+The active party's own features, if any, are one more such party: its bottom and head live
+here and take the same τ steps. After training, the client-importance report fetches every
+party's head (a Share task, answered on the FetchHead call).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from vflalgorithms.base import ActiveContext, Publish, ServerAlgorithm, job_options
+from vflalgorithms.splitnn.active import SplitNNServer, own_bottom
+from vflalgorithms.vimadmm.maths import dual_update, joint_local_step, residuals, solve_z
+from vflalgorithms.vimadmm.spec import ADMM_DUAL, ADMM_RESIDUAL
+from vflcore.job import ACTIVE_PARTY, model_seed
+from vflcore.ml.losses import task_loss
+from vflcore.ml.models import job_optimizer, linear_head
+from vflcore.tasks import Share
+from vflcore.wire.names import HEAD
+
+
+class VIMADMMJServer(SplitNNServer):
+    """ADMM state on the server; every model, heads included, on its own party."""
+
+    name = "vimadmm_j"
+
+    def __init__(self, ctx: ActiveContext) -> None:
+        # Not SplitNN's constructor: there is no server model to optimise, and an active party
+        # without features of its own has no parameters at all.
+        ServerAlgorithm.__init__(self, ctx)
+        job = ctx.job
+        self.rho = float(job_options(job)["rho"])
+        self.local_steps = int(job_options(job)["local_steps"])
+        self.loss_fn = task_loss(job.task)
+        self.duals = torch.zeros(job.num_rows, ctx.num_outputs)
+        self.top = nn.Identity()  # the prediction is the sum of the parties' logits
+        self.bottom = own_bottom(ctx)
+        self.head: nn.Linear | None = None
+        self.own_optimizers: tuple[torch.optim.Optimizer, torch.optim.Optimizer] | None = None
+        if self.bottom is not None:
+            self.head = linear_head(job.embedding_dim, ctx.num_outputs, model_seed(job.seed, ACTIVE_PARTY, "head"))
+            self.own_optimizers = (
+                job_optimizer(job, self.head.parameters()),
+                job_optimizer(job, self.bottom.parameters()),
+            )
+
+    @property
+    def upload_width(self) -> int:
+        return self.ctx.num_outputs
+
+    def _forward(self, own: list[torch.Tensor], passive: list[torch.Tensor]) -> torch.Tensor:
+        own_logits = [self.head(h) for h in own] if self.head is not None else []
+        return torch.stack(own_logits + passive).sum(dim=0)
+
+    def _round(self, own: list[torch.Tensor], passive: list[torch.Tensor], rows: np.ndarray, publish: Publish) -> float:
+        labels = self.ctx.labels[rows]
+        with torch.no_grad():
+            contributions = ([self.head(own[0])] if self.head is not None else []) + passive
+            outputs = torch.stack(contributions).sum(dim=0)
+            loss = self.loss_fn(outputs, labels)  # the model's loss on the batch, before this round
+        z = solve_z(self.ctx.job.task, outputs, labels, self.duals[rows], self.rho)  # Eq. 16
+        duals = dual_update(self.duals[rows], outputs, z, self.rho)  # Eq. 17
+        self.duals[rows] = duals
+        slack = residuals(contributions, z)  # Eq. 18
+        mine = len(own)
+        publish([{ADMM_DUAL: duals, ADMM_RESIDUAL: s} for s in slack[mine:]])
+        if self.head is not None and self.own_optimizers is not None:
+            head_optimizer, bottom_optimizer = self.own_optimizers
+            for step in range(self.local_steps):  # Eq. 19, then Eq. 20, τ times
+                h = own[0] if step == 0 else self._own(rows)[0]
+                joint_local_step(h, self.head, head_optimizer, bottom_optimizer, duals, slack[0], self.rho)
+        return float(loss.item())
+
+    def client_importance(self) -> dict[int, float]:
+        """‖W_k‖_F per party (004 §4.2). The heads live on the parties, so the server fetches them:
+        a Share task asks, and each party uploads its W_k by FetchHead."""
+        ctx, fed = self.ctx, self.ctx.parties
+        round_ = ctx.job.epochs  # after the last training epoch
+        fed.expect(HEAD, round_, 0, (ctx.num_outputs, ctx.job.embedding_dim))
+        fed.dispatch(lambda tid: Share(tid, round_, HEAD))
+        norms = {party: float(np.linalg.norm(head)) for party, head in fed.gather(HEAD, round_, 0).items()}
+        if self.head is not None:
+            norms[ACTIVE_PARTY] = float(torch.linalg.matrix_norm(self.head.weight.detach()))
+        return dict(sorted(norms.items()))
+
+    def state(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"duals": self.duals}
+        if self.bottom is not None and self.head is not None and self.own_optimizers is not None:
+            out["bottom"], out["head"] = self.bottom.state_dict(), self.head.state_dict()
+            out["head_optimizer"], out["optimizer"] = (o.state_dict() for o in self.own_optimizers)
+        return out

@@ -1,0 +1,68 @@
+"""VIMADMM-J, a passive party's half (VIM without model splitting, 004 §3.3, Appendix A.3).
+
+The party holds its whole model: a bottom model and its own linear head W_k. Per batch it sends
+its logits o^k = f(x^k) W_k, receives the duals λ_B and its residual s^k_B by PushADMMState, and
+takes τ local steps, each updating its head (Eq. 19) and then its bottom model (Eq. 20). Its
+head never leaves the party; for evaluation and inference it sends logits too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from vflalgorithms.base import PassiveContext
+from vflalgorithms.vimadmm.maths import joint_local_step
+from vflalgorithms.vimadmm.passive import VIMADMMClient
+from vflalgorithms.vimadmm.spec import ADMM_DUAL, ADMM_RESIDUAL
+from vflcore.job import model_seed
+from vflcore.ml.models import job_optimizer, linear_head
+from vflcore.wire.names import HEAD
+from vflcore.wire.tensors import TensorError
+
+
+class VIMADMMJClient(VIMADMMClient):
+    """VIMADMM's loop, with the head on this party: logits up, λ and s^k down."""
+
+    name = "vimadmm_j"
+    state_names = (ADMM_DUAL, ADMM_RESIDUAL)
+
+    def __init__(self, ctx: PassiveContext) -> None:
+        super().__init__(ctx)
+        job = ctx.job
+        if job.num_outputs < 1:
+            raise TensorError("job.num_outputs", "the server's job does not say how many outputs the model has")
+        self.head_layer = linear_head(job.embedding_dim, job.num_outputs, model_seed(job.seed, ctx.party, "head"))
+        self.head_optimizer = job_optimizer(job, self.head_layer.parameters())
+
+    def _upload(self, h: torch.Tensor) -> np.ndarray:
+        """The party's logits o^k = f(x^k) W_k."""
+        out: np.ndarray = self.head_layer(h).detach().numpy()
+        return out
+
+    def _local_step(self, h: torch.Tensor, state: dict[str, torch.Tensor]) -> None:
+        duals, slack = state[ADMM_DUAL], state[ADMM_RESIDUAL]
+        joint_local_step(h, self.head_layer, self.head_optimizer, self.optimizer, duals, slack, self.rho)
+
+    @torch.no_grad()
+    def embed(self, rows: np.ndarray) -> np.ndarray:
+        """This party's logits o^k = f(x^k) W_k: what the server sums to predict."""
+        self.bottom.eval()
+        out: np.ndarray = self.head_layer(self.bottom(self.ctx.features[rows])).numpy()
+        return out
+
+    def share(self, name: str) -> np.ndarray:
+        """W_k (``HEAD``), (outputs, embedding_dim): what the server's client-importance report measures."""
+        if name != HEAD:
+            return super().share(name)
+        out: np.ndarray = self.head_layer.weight.detach().numpy().copy()
+        return out
+
+    def state(self) -> dict[str, Any]:
+        return {
+            **super().state(),
+            "head": self.head_layer.state_dict(),
+            "head_optimizer": self.head_optimizer.state_dict(),
+        }

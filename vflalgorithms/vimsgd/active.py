@@ -1,0 +1,78 @@
+"""VIMSGD, the active party's half (VIM, 004 §3.1 and Appendix A.1): one linear head per party.
+
+The server's model is Σ_k h^k W_k (004 Eq. 2): a linear head W_k for each party's embedding,
+summed. Each round it first updates every head on the batch (Eq. 11-12), then computes the
+gradient for each party's embedding with the *updated* heads (Eq. 13) and sends it back; the
+parties then update their bottom models as in SplitNN (Eq. 14-15). The heads' weight norms
+show how much the model relies on each party (client importance, 004 §4.2).
+
+The active party's own features, if any, play the part of one more client: its bottom model
+is updated from its embedding's gradient under the updated heads, like everyone else's. The
+paper's regularisers (β R) are not applied; use the optimizer's own settings instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import numpy as np
+import torch
+from torch import nn
+
+from vflalgorithms.base import ActiveContext, Publish
+from vflalgorithms.splitnn.active import SplitNNServer
+from vflcore.job import ACTIVE_PARTY
+from vflcore.ml.models import LinearHeads, job_optimizer
+from vflcore.wire.names import GRADIENT
+
+
+class VIMSGDServer(SplitNNServer):
+    """Linear heads on the server, updated before the embeddings' gradients are computed."""
+
+    name = "vimsgd"
+
+    def __init__(self, ctx: ActiveContext) -> None:
+        super().__init__(ctx)
+        job = ctx.job
+        # Heads first (Eq. 11), then the active party's own bottom from the updated heads (Eq. 14):
+        # two optimizers, so that neither step touches the other's parameters.
+        self.optimizer = job_optimizer(job, self.top.parameters())
+        self.bottom_optimizer = job_optimizer(job, self.bottom.parameters()) if self.bottom is not None else None
+
+    def _build_top(self, parts: int) -> nn.Module:
+        return LinearHeads(parts, self.ctx.job.embedding_dim, self.ctx.num_outputs)
+
+    def _forward(self, own: list[torch.Tensor], passive: list[torch.Tensor]) -> torch.Tensor:
+        output: torch.Tensor = self.top(own + passive)
+        return output
+
+    def _round(self, own: list[torch.Tensor], passive: list[torch.Tensor], rows: np.ndarray, publish: Publish) -> float:
+        labels = self.ctx.labels[rows]
+        # (2) the heads, on the embeddings as received (Eq. 11-12)
+        self.optimizer.zero_grad()
+        loss = self.loss_fn(self._forward([h.detach() for h in own], passive), labels)
+        loss.backward()
+        self.optimizer.step()
+        # (3) each embedding's gradient under the updated heads (Eq. 13)
+        self.optimizer.zero_grad()
+        leaves = [h.requires_grad_(True) for h in passive]
+        own_leaf = self._cut(own)
+        self.loss_fn(self._forward(own_leaf, leaves), labels).backward()
+        publish([{GRADIENT: cast(torch.Tensor, h.grad)} for h in leaves])
+        # (4) for the active party's own bottom model, as a client would (Eq. 14-15)
+        if self.bottom_optimizer is not None:
+            self.bottom_optimizer.zero_grad()
+            torch.autograd.backward(own, [leaf.grad for leaf in own_leaf])
+            self.bottom_optimizer.step()
+        return float(loss.item())
+
+    def client_importance(self) -> dict[int, float]:
+        """‖W_k‖_F per party id (004 §4.2); the active party is 1, if it has features of its own."""
+        parties = ([ACTIVE_PARTY] if self.bottom is not None else []) + sorted(self.ctx.job.passive_parties)
+        return dict(zip(parties, cast(LinearHeads, self.top).norms(), strict=True))
+
+    def state(self) -> dict[str, Any]:
+        out = super().state()
+        if self.bottom_optimizer is not None:
+            out["bottom_optimizer"] = self.bottom_optimizer.state_dict()
+        return out

@@ -1,0 +1,257 @@
+"""A passive party's connection to the active party: the only module that holds a gRPC stub.
+
+It dials out (the party needs no open port), sends and receives chunked tensors, and turns
+every gRPC failure into an SDK error through ``translated``.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Iterator, Sequence
+from types import TracebackType
+
+import grpc
+import numpy as np
+import structlog
+
+from vflclient._exceptions import ServerUnavailable, translated
+from vflcore import tasks
+from vflcore.data.tables import PartyTable, ids_digest
+from vflcore.errors import VflError
+from vflcore.job import ACTIVE_PARTY, JobSpec
+from vflcore.proto import federation_pb2 as pb
+from vflcore.proto import federation_pb2_grpc as pb_grpc
+from vflcore.security.tls import KEEPALIVE_CHANNEL_OPTIONS, TlsFiles, channel_credentials
+from vflcore.wire import serde as wire
+from vflcore.wire.codec import TensorCodec
+from vflcore.wire.links import TensorExchange, TrainingLink
+from vflcore.wire.names import download_rpc, upload_rpc
+from vflcore.wire.tensors import TensorError, TensorKey
+from vflcore.wire.traffic import Traffic
+
+log = structlog.get_logger(__name__)
+
+CLIENT_VERSION = "0.1.0"
+
+# Must match vflserver.servicer.INSECURE_PARTY_HEADER; duplicated here so the SDK does not import
+# the server package.
+_INSECURE_PARTY_HEADER = "x-vfl-insecure-party"
+
+
+class Connection(TrainingLink):
+    """An open, verified channel from one passive party to the server."""
+
+    def __init__(
+        self,
+        address: str,
+        party: int,
+        *,
+        tls: TlsFiles | None,
+        insecure: bool = False,
+        connect_timeout_s: float = 60.0,
+    ) -> None:
+        if tls is None and not insecure:
+            raise ValueError("TLS files are required; plaintext needs insecure=True (the --insecure flag)")
+        self.address, self.party = address, party
+        if insecure:
+            log.warning("insecure_mode", warning="plaintext channel: no encryption, no server verification")
+            self._channel = grpc.insecure_channel(address, options=KEEPALIVE_CHANNEL_OPTIONS)
+            self._metadata: tuple[tuple[str, str], ...] = ((_INSECURE_PARTY_HEADER, str(party)),)
+        else:
+            assert tls is not None
+            self._channel = grpc.secure_channel(address, channel_credentials(tls), options=KEEPALIVE_CHANNEL_OPTIONS)
+            self._metadata = ()
+        try:
+            grpc.channel_ready_future(self._channel).result(timeout=connect_timeout_s)
+        except grpc.FutureTimeoutError:
+            self._channel.close()
+            raise ServerUnavailable(
+                f"could not reach the server at {address} within {connect_timeout_s:.0f} s "
+                "(down, wrong address, or a TLS failure); run `vfl-client --check` for a diagnosis"
+            ) from None
+        self._stub = pb_grpc.FederationStub(self._channel)  # type: ignore[no-untyped-call]
+        #: Bytes this party sent to and received from the server, per phase (``vflcore.wire.traffic``).
+        self.traffic = Traffic()
+        self._codec = TensorCodec(self.traffic, ACTIVE_PARTY)
+        self._subscription: grpc.Call | None = None
+
+    # ---- lifecycle --------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Cancel the task stream and close the channel; safe to call twice."""
+        if self._subscription is not None:
+            self._subscription.cancel()
+        self._channel.close()
+
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # ---- calls ------------------------------------------------------------------------------
+
+    def join(self, table: PartyTable, cached_alignments: Sequence[bytes] = ()) -> JobSpec:
+        """Join the server's job with this party's table; returns the job settings.
+
+        ``cached_alignments`` are the keys of PSI results this party saved earlier; if every
+        party still has the one for the current data, the server skips PSI.
+        """
+        request = pb.JoinRequest(
+            party=self.party,
+            num_rows=table.num_rows,
+            num_features=table.features.shape[1],
+            id_set_digest=ids_digest(table.ids),
+            client_version=CLIENT_VERSION,
+            cached_alignments=list(cached_alignments),
+        )
+        with translated("Join"):
+            reply = self._stub.Join(request, metadata=self._metadata)
+        return wire.job_from_proto(reply.job)
+
+    def tasks(self, job_id: str) -> Iterator[tasks.Task]:
+        """The server's work for this party, in order, until a Finish task."""
+        call = self._stub.Subscribe(pb.SubscribeRequest(job_id=job_id), metadata=self._metadata)
+        self._subscription = call
+        with translated("Subscribe"):
+            for message in call:
+                yield wire.task_from_proto(message)
+
+    def start_heartbeats(self, job_id: str, every_s: float) -> threading.Event:
+        """Call Heartbeat every ``every_s`` seconds in the background; set the returned event to stop.
+
+        gRPC keepalive already keeps the TCP flow open; the heartbeat adds an application-level
+        sign of life that the server records, and shows up in this party's log when it fails.
+        """
+        stop = threading.Event()
+
+        def beat() -> None:
+            while not stop.wait(every_s):
+                try:
+                    self.heartbeat(job_id, timeout_s=every_s)
+                except VflError as exc:
+                    log.warning("heartbeat_failed", reason=str(exc))
+
+        threading.Thread(target=beat, name="heartbeat", daemon=True).start()
+        return stop
+
+    def heartbeat(self, job_id: str = "", timeout_s: float = 10.0) -> tuple[int, str]:
+        """Who the server says this party is, and the job's state."""
+        with translated("Heartbeat"):
+            reply = self._stub.Heartbeat(pb.HeartbeatRequest(job_id=job_id), metadata=self._metadata, timeout=timeout_s)
+        return reply.party, reply.state
+
+    def send(self, key: TensorKey, array: np.ndarray) -> None:
+        """Upload one tensor (chunked) for ``key``, on the call its name travels on (``upload_rpc``)."""
+        rpc = upload_rpc(key.name)
+        with translated(rpc):
+            getattr(self._stub, rpc)(self._codec.encode(key, array), metadata=self._metadata)
+
+    def receive(self, key: TensorKey) -> np.ndarray:
+        """Download the tensor the server holds for ``key``; waits until the server has it."""
+        rpc = download_rpc([key.name])
+        with translated(rpc):
+            chunks = getattr(self._stub, rpc)(pb.TensorRequest(key=wire.key_to_proto(key)), metadata=self._metadata)
+            got, array = self._codec.decode(chunks)
+        if got != key:
+            raise TensorError("key", f"{rpc}: asked for {key}, the server sent {got}")
+        return array
+
+    def exchange(
+        self, job_id: str, round_: int, batches: int, *, up: str, down: str | tuple[str, ...]
+    ) -> TensorExchange:
+        """A round over two streams that stay open: SendEmbeddings up, ReturnGradients (or PushADMMState) down.
+
+        Per batch this costs one message each way instead of two calls, which is most of the
+        difference between federated and in-process training time (``make bench-overhead``).
+        """
+        names = (down,) if isinstance(down, str) else down
+        return _StreamedExchange(self._stub, self._metadata, self._codec, job_id, round_, batches, up=up, down=names)
+
+    def report_failure(self, job_id: str, task_id: int, message: str) -> None:
+        """Tell the server this party's side of a task failed; best effort."""
+        try:
+            self._stub.ReportFailure(
+                pb.FailureReport(job_id=job_id, task_id=task_id, message=message),
+                metadata=self._metadata,
+                timeout=5,
+            )
+        except grpc.RpcError as exc:
+            log.warning("report_failure_lost", reason=str(exc))
+
+
+class _StreamedExchange(TensorExchange):
+    """Uploads queued onto one SendEmbeddings stream; answers read off one ReturnGradients stream.
+
+    The upload stream is fed from a queue by gRPC's own thread, so ``send`` does not wait for
+    the network. If the server refuses an upload, the download stream is cancelled at once, so
+    a ``receive`` waiting on it wakes up and raises the server's reason, not a bare cancel.
+    """
+
+    def __init__(
+        self,
+        stub: pb_grpc.FederationStub,
+        metadata: tuple[tuple[str, str], ...],
+        codec: TensorCodec,
+        job_id: str,
+        round_: int,
+        batches: int,
+        *,
+        up: str,
+        down: tuple[str, ...],
+    ) -> None:
+        self._job_id, self._round, self._up, self._down = job_id, round_, up, down
+        self._rpc = download_rpc(down)
+        self._outbox: queue.SimpleQueue[pb.TensorChunk | None] = queue.SimpleQueue()
+        first = TensorKey(job_id, round_, 0, down[0])
+        request = pb.TensorRequest(key=wire.key_to_proto(first), count=batches, names=list(down))
+        self._download = getattr(stub, self._rpc)(request, metadata=metadata)
+        self._codec = codec
+        self._arrivals = codec.decode_stream(self._download)
+        self._upload = stub.SendEmbeddings.future(iter(self._outbox.get, None), metadata=metadata)
+        self._upload.add_done_callback(self._stop_downloads_if_refused)
+
+    def _stop_downloads_if_refused(self, upload: grpc.Future) -> None:
+        if not upload.cancelled() and upload.exception() is not None:
+            self._download.cancel()
+
+    def _raise_upload_error(self) -> None:
+        if self._upload.done() and not self._upload.cancelled() and self._upload.exception() is not None:
+            with translated("SendEmbeddings"):
+                self._upload.result()
+
+    def send(self, batch: int, array: np.ndarray) -> None:
+        self._raise_upload_error()
+        key = TensorKey(self._job_id, self._round, batch, self._up)
+        for chunk in self._codec.encode(key, array):
+            self._outbox.put(chunk)
+
+    def receive_bundle(self, batch: int) -> dict[str, np.ndarray]:
+        return {name: self._next(TensorKey(self._job_id, self._round, batch, name)) for name in self._down}
+
+    def _next(self, want: TensorKey) -> np.ndarray:
+        try:
+            with translated(self._rpc):
+                got, array = next(self._arrivals)
+        except VflError:
+            self._raise_upload_error()  # the real cause, if the server refused an upload
+            raise
+        except StopIteration:
+            raise TensorError("key", f"{self._rpc}: the server ended the stream before {want}") from None
+        if got != want:
+            raise TensorError("key", f"{self._rpc}: expected {want}, the server sent {got}")
+        return array
+
+    def close(self) -> None:
+        self._outbox.put(None)
+        with translated("SendEmbeddings"):
+            self._upload.result()
+        self._download.cancel()  # a no-op once every answer has arrived
+
+    def cancel(self) -> None:
+        self._outbox.put(None)
+        self._upload.cancel()
+        self._download.cancel()

@@ -1,0 +1,199 @@
+"""A passive party taking part in a job: join, then do what the server's tasks say until Finish.
+
+This is the heart of the public SDK. ``vfl-client`` is a thin program around it, so anything the
+daemon can do, a user's own Python code can do too::
+
+    from pathlib import Path
+    from vflclient import Connection, PassiveParty, TlsFiles, read_party_csv
+    table = read_party_csv(Path("party2.csv"))
+    with Connection("server.example.org:50051", party=2, tls=TlsFiles(...)) as conn:
+        result = PassiveParty(2, table).run(conn)
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import structlog
+import torch
+
+from vflalgorithms.base import ClientAlgorithm, ModelFactory, PassiveContext, algorithm_spec, algorithms
+from vflclient._alignment import align_passive
+from vflclient._connection import Connection
+from vflcore.data.checkpoints import party_dir, save_checkpoint
+from vflcore.data.tables import PartyTable, write_aligned_ids
+from vflcore.errors import ConfigError, JoinRejected
+from vflcore.job import ACTIVE_PARTY, JobSpec
+from vflcore.psi.cache import cached_keys
+from vflcore.runtime.daemon import adopt_torch_threads
+from vflcore.tasks import Align, Evaluate, Finish, Infer, Share, Task, TrainEpoch
+from vflcore.wire.names import EVAL_EMBEDDING, infer_embedding_name
+from vflcore.wire.tensors import TensorKey
+from vflcore.wire.traffic import summary_lines
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """How a job ended for this party."""
+
+    job_id: str
+    success: bool
+    message: str
+    epochs_trained: int
+    run_dir: Path
+
+
+class PassiveParty:
+    """One feature holder: its table, its own model, and its checkpoints."""
+
+    def __init__(
+        self,
+        party: int,
+        table: PartyTable,
+        *,
+        model_factory: ModelFactory | None = None,
+        run_dir: Path = Path("runs"),
+        heartbeat_s: float = 10.0,
+        psi_workers: int | None = None,
+    ) -> None:
+        self.party = party
+        self.own_table = table
+        self.table: PartyTable | None = None  # the aligned rows, once PSI is done
+        self.model_factory = model_factory
+        self.run_dir = run_dir
+        self.heartbeat_s = heartbeat_s
+        self.psi_workers = psi_workers
+        self.stop_event = threading.Event()
+        self.job: JobSpec | None = None
+        self.algorithm: ClientAlgorithm | None = None
+
+    def run(self, connection: Connection) -> RunResult:
+        """Join the job and work through its tasks; returns when the server says Finish."""
+        adopt_torch_threads()  # the SDK may run a party on any thread
+        job = connection.join(self.own_table, self._saved_alignments())
+        _passive_half(job.algorithm)  # refuse an algorithm this client lacks before any work
+        self.job = job
+        structlog.contextvars.bind_contextvars(job=job.job_id)
+        log.info("joined", algorithm=job.algorithm, ids=self.own_table.num_rows, epochs=job.epochs)
+        heartbeats = connection.start_heartbeats(job.job_id, self.heartbeat_s)
+        try:
+            return self._work(connection, job)
+        finally:
+            heartbeats.set()
+
+    def _work(self, connection: Connection, job: JobSpec) -> RunResult:
+        epochs_trained = 0
+        for task in connection.tasks(job.job_id):
+            if self.stop_event.is_set():
+                break
+            if isinstance(task, Finish):
+                log.info("job_finished", success=task.success, message=task.message)
+                self._write_traffic(connection, job)
+                return RunResult(job.job_id, task.success, task.message, epochs_trained, self._dir(job))
+            try:
+                epochs_trained += self._perform(task, connection)
+            except Exception as exc:
+                connection.report_failure(job.job_id, task.task_id, f"{type(exc).__name__}: {exc}")
+                raise
+        return RunResult(job.job_id, False, "stopped before the job finished", epochs_trained, self._dir(job))
+
+    def _write_traffic(self, connection: Connection, job: JobSpec) -> None:
+        """This party's own count of the bytes it exchanged, per phase, next to its checkpoints."""
+        report = connection.traffic.report().get(ACTIVE_PARTY, {})
+        folder = self._dir(job)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "wire_bytes.json").write_text(json.dumps(report, indent=2))
+        for line in summary_lines({ACTIVE_PARTY: report}, own=f"party {self.party}"):
+            log.info("wire", summary=line)
+
+    def _saved_alignments(self) -> list[bytes]:
+        """Keys of the PSI results this party saved in earlier runs, for any job."""
+        return [key for folder in self.run_dir.glob(f"*/party-{self.party}/psi") for key in cached_keys(folder)]
+
+    def _align(self, task: Align, connection: Connection) -> None:
+        """Align this party's rows with the others; the algorithm is built on them at its first task."""
+        assert self.job is not None
+        started = time.perf_counter()
+        aligned = align_passive(
+            self.own_table,
+            self.job.job_id,
+            task,
+            connection,  # PSI names travel on the PSI calls (vflcore.wire.names)
+            cache_dir=self._dir(self.job) / "psi",
+            workers=self.psi_workers,
+        )
+        self.table = aligned
+        self.job = replace(self.job, num_rows=aligned.num_rows)
+        write_aligned_ids(self._dir(self.job), aligned.ids)
+        log.info(
+            "aligned", rows=aligned.num_rows, reused=not task.run_psi, seconds=round(time.perf_counter() - started, 2)
+        )
+        if aligned.features.shape[1]:
+            # Build now, not at the first epoch: the first optimizer of a process imports parts of
+            # torch for seconds, which would otherwise stall the first training step.
+            self._algorithm(connection)
+
+    def _algorithm(self, connection: Connection) -> ClientAlgorithm:
+        """The algorithm on the aligned rows, built at the first task that needs it.
+
+        Not at alignment: a ``--psi-only`` job ends after PSI, and a party whose CSV holds only
+        its ID column (no features, so no bottom model can be built) must still finish it.
+        """
+        assert self.job is not None and self.table is not None, "the server sent work before alignment"
+        if self.algorithm is None:
+            self.algorithm = _passive_half(self.job.algorithm)(
+                PassiveContext(
+                    party=self.party,
+                    job=self.job,
+                    schedule=self.job.schedule(),
+                    features=torch.from_numpy(np.ascontiguousarray(self.table.features, dtype=np.float32)),
+                    link=connection,
+                    model_factory=self.model_factory,
+                )
+            )
+        return self.algorithm
+
+    def _perform(self, task: Task, connection: Connection) -> int:
+        """Do one task; returns 1 for a finished training epoch, else 0."""
+        if isinstance(task, Align):
+            self._align(task, connection)
+            return 0
+        algorithm = self._algorithm(connection)
+        assert self.job is not None
+        job = self.job
+        match task:
+            case TrainEpoch(_, epoch):
+                structlog.contextvars.bind_contextvars(round=epoch)
+                algorithm.train_epoch(epoch)
+                save_checkpoint(self._dir(job), epoch, algorithm.state())
+                log.info("epoch_done")
+                return 1
+            case Evaluate(_, epoch, rows):
+                connection.send(TensorKey(job.job_id, epoch, 0, EVAL_EMBEDDING), algorithm.embed(rows))
+            case Share(_, round_, name):
+                connection.send(TensorKey(job.job_id, round_, 0, name), algorithm.share(name))
+            case Infer(_, request_id, rows):
+                connection.send(TensorKey(job.job_id, 0, 0, infer_embedding_name(request_id)), algorithm.embed(rows))
+                log.info("inference_served", request=request_id, rows=len(rows))
+        return 0
+
+    def _dir(self, job: JobSpec) -> Path:
+        return party_dir(self.run_dir, job.job_id, self.party)
+
+
+def _passive_half(algorithm: str) -> type[ClientAlgorithm]:
+    """This client's half of ``algorithm``; a server asking for one it lacks is refused clearly."""
+    try:
+        return algorithm_spec(algorithm).passive_half()
+    except ConfigError:
+        raise JoinRejected(
+            f"the server's job uses algorithm {algorithm!r}, which this client does not have "
+            f"(it has {sorted(algorithms())}); upgrade vfl-client"
+        ) from None

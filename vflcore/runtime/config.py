@@ -1,0 +1,253 @@
+"""Daemon configuration: TOML files, with command-line flags laid on top.
+
+A relative path in a config file is resolved against the file's own folder, so a config
+copied to another host together with its certs and data keeps working. Every error names the
+file and the key.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from vflcore.errors import ConfigError
+from vflcore.job import TASKS, JobSpec
+from vflcore.security.tls import TlsFiles
+
+DEFAULT_PORT = 50051
+
+
+@dataclass(frozen=True)
+class DataSource:
+    """Where a party's table is and which columns mean what."""
+
+    path: Path
+    id_column: str = "id"
+    label_column: str | None = None
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Everything ``vfl-server`` needs: where to listen, its identity, its data and the job."""
+
+    listen: str
+    tls: TlsFiles | None  # None only with --insecure
+    data: DataSource
+    job: JobSpec
+    top_hidden: tuple[int, ...] = (64,)
+    top_dropout: float = 0.0
+    run_dir: Path = Path("runs")
+    join_timeout_s: float = 300.0
+    step_timeout_s: float = 300.0
+    port_file: Path | None = None
+    torch_threads: int = 1
+    psi_workers: int | None = None  # processes for PSI's curve arithmetic; None: one per core
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    """Everything ``vfl-client`` needs: the server, its identity, its data and its model."""
+
+    server: str
+    party: int
+    tls: TlsFiles | None  # None only with --insecure
+    data: DataSource
+    run_dir: Path = Path("runs")
+    model_factory: str | None = None
+    heartbeat_s: float = 10.0
+    connect_timeout_s: float = 60.0
+    torch_threads: int = 1
+    psi_workers: int | None = None
+
+
+def load_toml(path: Path) -> dict[str, Any]:
+    """Read a TOML file, turning every failure into a ConfigError naming the file."""
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
+
+
+class _Section:
+    """Typed access to one table of a config file, with errors that name file and key."""
+
+    def __init__(self, doc: Mapping[str, Any], name: str, source: Path | None) -> None:
+        raw = doc.get(name, {})
+        where = f"{source}" if source else "config"
+        if not isinstance(raw, Mapping):
+            raise ConfigError(f"{where}: [{name}] must be a table")
+        self.raw, self.name, self.where = raw, name, where
+        self.base = source.parent if source else Path.cwd()
+
+    def _get(self, key: str, kind: type | tuple[type, ...], default: Any) -> Any:
+        value = self.raw.get(key, default)
+        if value is not default and not isinstance(value, kind):
+            raise ConfigError(f"{self.where}: [{self.name}] {key} = {value!r} has the wrong type")
+        return value
+
+    def text(self, key: str, default: Any = None) -> Any:
+        return self._get(key, str, default)
+
+    def integer(self, key: str, default: Any = None) -> Any:
+        return self._get(key, int, default)
+
+    def number(self, key: str, default: Any = None) -> Any:
+        value = self._get(key, (int, float), default)
+        return float(value) if value is not None else None
+
+    def integers(self, key: str, default: tuple[int, ...]) -> tuple[int, ...]:
+        value = self._get(key, list, default)
+        if not all(isinstance(v, int) for v in value):
+            raise ConfigError(f"{self.where}: [{self.name}] {key} must be a list of integers")
+        return tuple(value)
+
+    def path(self, key: str, default: Path | None = None) -> Path | None:
+        value = self.text(key)
+        if value is None:
+            return default
+        p = Path(value).expanduser()
+        return p if p.is_absolute() else self.base / p
+
+
+def _tls(doc: Mapping[str, Any], source: Path | None, default_stem: str) -> TlsFiles:
+    sec = _Section(doc, "tls", source)
+    certs = Path("certs")
+    return TlsFiles(
+        ca=sec.path("ca", certs / "ca.pem") or certs / "ca.pem",
+        cert=sec.path("cert", certs / f"{default_stem}.pem") or certs / f"{default_stem}.pem",
+        key=sec.path("key", certs / f"{default_stem}.key") or certs / f"{default_stem}.key",
+    )
+
+
+def _job(doc: Mapping[str, Any], source: Path | None) -> JobSpec:
+    sec = _Section(doc, "job", source)
+    defaults = JobSpec(job_id="")
+    job = JobSpec(
+        job_id=sec.text("job_id", ""),
+        algorithm=sec.text("algorithm", defaults.algorithm),
+        task=sec.text("task", defaults.task),
+        seed=sec.integer("seed", defaults.seed),
+        batch_size=sec.integer("batch_size", defaults.batch_size),
+        epochs=sec.integer("epochs", defaults.epochs),
+        embedding_dim=sec.integer("embedding_dim", defaults.embedding_dim),
+        bottom_hidden=sec.integers("bottom_hidden", defaults.bottom_hidden),
+        optimizer=sec.text("optimizer", defaults.optimizer),
+        learning_rate=sec.number("learning_rate", defaults.learning_rate),
+        weight_decay=sec.number("weight_decay", defaults.weight_decay),
+        test_fraction=sec.number("test_fraction", defaults.test_fraction),
+        passive_parties=sec.integers("passive_parties", defaults.passive_parties),
+        algorithm_options=dict(doc.get("algorithm", {})),
+    )
+    validate_job(job, sec.where)
+    return job
+
+
+def validate_job(job: JobSpec, where: str = "config") -> None:
+    """Refuse settings no algorithm can run with, before any party joins."""
+    if job.task not in TASKS:
+        raise ConfigError(f"{where}: [job] task = {job.task!r}; choose one of {list(TASKS)}")
+    for key in ("batch_size", "epochs", "embedding_dim"):
+        if getattr(job, key) < 1:
+            raise ConfigError(f"{where}: [job] {key} must be at least 1")
+    if not 0.0 <= job.test_fraction < 1.0:
+        raise ConfigError(f"{where}: [job] test_fraction must be in [0, 1)")
+    if job.learning_rate <= 0:
+        raise ConfigError(f"{where}: [job] learning_rate must be positive")
+    if not 0.0 <= job.weight_decay < float("inf"):
+        raise ConfigError(f"{where}: [job] weight_decay must be zero or a positive number, got {job.weight_decay}")
+    if not job.passive_parties or any(p < 2 for p in job.passive_parties):
+        raise ConfigError(f"{where}: [job] passive_parties must list party ids >= 2 (party 1 is the server)")
+    if len(set(job.passive_parties)) != len(job.passive_parties):
+        raise ConfigError(f"{where}: [job] passive_parties lists a party twice")
+
+
+def server_config_from(doc: Mapping[str, Any], source: Path | None = None) -> ServerConfig:
+    """Build a ServerConfig from a parsed TOML document."""
+    srv = _Section(doc, "server", source)
+    data = _Section(doc, "data", source)
+    data_path = data.path("path")
+    if data_path is None:
+        raise ConfigError(f"{data.where}: [data] path is required (the active party's CSV)")
+    port_file = srv.path("port_file")
+    return ServerConfig(
+        listen=srv.text("listen", f"127.0.0.1:{DEFAULT_PORT}"),
+        tls=_tls(doc, source, "server"),
+        data=DataSource(data_path, data.text("id_column", "id"), data.text("label_column", "label")),
+        job=_job(doc, source),
+        top_hidden=_Section(doc, "model", source).integers("top_hidden", (64,)),
+        top_dropout=_top_dropout(doc, source),
+        run_dir=srv.path("run_dir", Path("runs")) or Path("runs"),
+        join_timeout_s=srv.number("join_timeout_s", 300.0),
+        step_timeout_s=srv.number("step_timeout_s", 300.0),
+        port_file=port_file,
+        torch_threads=srv.integer("torch_threads", 1),
+        psi_workers=_psi_workers(doc, source),
+    )
+
+
+def _top_dropout(doc: Mapping[str, Any], source: Path | None) -> float:
+    """``[model] top_dropout``: the dropout rate after each hidden layer of the active party's top."""
+    sec = _Section(doc, "model", source)
+    rate = float(sec.number("top_dropout", 0.0))
+    if not 0.0 <= rate < 1.0:
+        raise ConfigError(f"{sec.where}: [model] top_dropout = {rate}; give a rate in [0, 1) (0 turns it off)")
+    return rate
+
+
+def client_config_from(doc: Mapping[str, Any], source: Path | None = None, party: int | None = None) -> ClientConfig:
+    """Build a ClientConfig from a parsed TOML document; ``party`` (the flag) wins over the file."""
+    cli = _Section(doc, "client", source)
+    data = _Section(doc, "data", source)
+    party = party if party is not None else cli.integer("party")
+    if party is None:
+        raise ConfigError(f"{cli.where}: no party id: pass --party N or set [client] party")
+    if party < 2:
+        raise ConfigError(f"party {party}: passive parties are numbered from 2 (party 1 is the server)")
+    data_path = data.path("path")
+    if data_path is None:
+        raise ConfigError(f"{data.where}: [data] path is required (this party's CSV); or pass --data")
+    return ClientConfig(
+        server=cli.text("server", f"127.0.0.1:{DEFAULT_PORT}"),
+        party=party,
+        tls=_tls(doc, source, f"party-{party}"),
+        data=DataSource(data_path, data.text("id_column", "id"), None),
+        run_dir=cli.path("run_dir", Path("runs")) or Path("runs"),
+        model_factory=_Section(doc, "model", source).text("factory"),
+        heartbeat_s=cli.number("heartbeat_s", 10.0),
+        connect_timeout_s=cli.number("connect_timeout_s", 60.0),
+        torch_threads=cli.integer("torch_threads", 1),
+        psi_workers=_psi_workers(doc, source),
+    )
+
+
+def _psi_workers(doc: Mapping[str, Any], source: Path | None) -> int | None:
+    sec = _Section(doc, "psi", source)
+    workers: int | None = sec.integer("workers")
+    if workers is not None and workers < 1:
+        raise ConfigError(f"{sec.where}: [psi] workers must be at least 1 (or left out: one per core)")
+    return workers
+
+
+def document_with_flags(config: Path | None, flags: Mapping[tuple[str, str], Any]) -> dict[str, Any]:
+    """A config file's contents with command-line flags laid on top: a flag that is set wins.
+
+    ``flags`` maps (section, key) to the flag's value; None means the flag was not given. A path
+    given on the command line is relative to the working directory, so it is made absolute here
+    (paths in the file stay relative to the file).
+    """
+    doc: dict[str, Any] = load_toml(config) if config else {}
+    for (section, key), value in flags.items():
+        if value is not None:
+            doc.setdefault(section, {})[key] = str(Path.cwd() / value) if isinstance(value, Path) else value
+    return doc
+
+
+def with_overrides(config: Any, **overrides: Any) -> Any:
+    """Lay command-line flags over a config: a flag left unset (None) keeps the file's value."""
+    return replace(config, **{k: v for k, v in overrides.items() if v is not None})

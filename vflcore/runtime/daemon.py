@@ -1,0 +1,102 @@
+"""What both daemons share at their entry points: exit codes, log flags and signal handling.
+
+Exit codes (documented in the README):
+
+    0    the job finished (or ``--check`` found nothing wrong)
+    1    the job failed: a party went away, a peer reported an error, training diverged
+    2    a config, data or certificate file is wrong; the message names it
+    3    could not reach the server or serve on the address (network or TLS)
+    4    the server refused this party (wrong certificate, not in the job, different data)
+    130  stopped by SIGINT (Ctrl-C), after a clean shutdown
+    143  stopped by SIGTERM, after a clean shutdown
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from types import FrameType
+
+from vflcore.runtime.logs import configure_logging
+from vflcore.runtime.memory import keep_freed_memory
+
+EXIT_OK = 0
+EXIT_JOB_FAILED = 1
+EXIT_CONFIG = 2
+EXIT_UNREACHABLE = 3
+EXIT_REFUSED = 4
+EXIT_SIGINT = 130
+EXIT_SIGTERM = 143
+
+
+def add_logging_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--log-format",
+        choices=("auto", "json", "console"),
+        default="auto",
+        help="log rendering on stderr: JSON lines, console, or auto (console on a terminal)",
+    )
+    parser.add_argument("--log-level", default="info", help="debug, info, warning or error (default: info)")
+
+
+def setup_logging(args: argparse.Namespace) -> None:
+    """Logs go to stderr, so stdout stays free for the results a person reads."""
+    as_json = {"auto": None, "json": True, "console": False}[args.log_format]
+    configure_logging(json=as_json, level=args.log_level, stream=sys.stderr)
+
+
+class ShutdownSignals:
+    """Turns SIGINT/SIGTERM into a call of ``on_signal`` and remembers the exit code to use."""
+
+    def __init__(self, on_signal: Callable[[], None]) -> None:
+        self.exit_code: int | None = None
+        self._on_signal = on_signal
+        self._fired = threading.Event()
+
+    def install(self) -> ShutdownSignals:
+        signal.signal(signal.SIGINT, self._handle)
+        signal.signal(signal.SIGTERM, self._handle)
+        return self
+
+    @property
+    def fired(self) -> bool:
+        return self._fired.is_set()
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self._fired.is_set():
+            return
+        self._fired.set()
+        self.exit_code = EXIT_SIGINT if signum == signal.SIGINT else EXIT_SIGTERM
+        self._on_signal()
+
+
+def prepare_compute(torch_threads: int) -> None:
+    """Settings every training process needs before its first step.
+
+    torch's intra-op threads are capped at the configured ``torch_threads`` (a daemon often
+    shares its host), and glibc keeps freed buffers for reuse (``vflcore.runtime.memory``). torch is
+    imported here, not at module level, so that a config error is reported before the seconds
+    torch takes to import.
+    """
+    import torch
+
+    torch.set_num_threads(torch_threads)
+    keep_freed_memory()
+
+
+def adopt_torch_threads() -> None:
+    """Give the calling thread the process's intra-op thread count; call it first in every compute thread.
+
+    ``torch.set_num_threads`` reaches OpenMP and MKL only in the thread that calls it: another
+    thread's first matmul runs with MKL's default (every core), which splits the same GEMM
+    differently and so rounds differently. Measured on a 2-core AMD EPYC: a (10x64)@(64x16)
+    product differs by 2e-6 between the main thread and a fresh one. That broke two promises:
+    ``torch_threads`` did not hold in the job thread, and a federated run and its in-process
+    reference, on different threads, did not agree to float32 rounding.
+    """
+    import torch
+
+    torch.set_num_threads(torch.get_num_threads())

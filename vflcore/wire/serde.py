@@ -1,0 +1,216 @@
+"""The one boundary between protobuf messages and the domain's dataclasses and arrays.
+
+Paired ``*_to_proto`` / ``*_from_proto`` functions live here and nowhere else. Tensors are cut
+into chunks of at most ``CHUNK_BYTES`` and reassembled by ``TensorAssembler``, which validates
+the announced layout before it buffers a byte and never unpickles anything.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+
+import numpy as np
+
+from vflcore import tasks
+from vflcore.job import JobSpec
+from vflcore.proto import federation_pb2 as pb
+from vflcore.wire import names
+from vflcore.wire.tensors import (
+    CHUNK_BYTES,
+    TensorError,
+    TensorKey,
+    as_wire_array,
+    check_header,
+    check_values,
+)
+
+
+def key_to_proto(key: TensorKey) -> pb.TensorKey:
+    return pb.TensorKey(job_id=key.job_id, round=key.round, batch=key.batch, name=key.name)
+
+
+def key_from_proto(msg: pb.TensorKey) -> TensorKey:
+    return TensorKey(job_id=msg.job_id, round=msg.round, batch=msg.batch, name=msg.name)
+
+
+def tensor_to_chunks(key: TensorKey, array: np.ndarray, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pb.TensorChunk]:
+    """Cut a tensor into messages of at most ``chunk_bytes`` payload; an empty tensor is one chunk."""
+    arr = as_wire_array(array)
+    payload = arr.data.cast("B") if arr.size else memoryview(b"")
+    header = {
+        "key": key_to_proto(key),
+        "dtype": arr.dtype.name,
+        "shape": list(arr.shape),
+        "total_bytes": payload.nbytes,
+    }
+    offset = 0
+    while True:
+        end = min(offset + chunk_bytes, payload.nbytes)
+        yield pb.TensorChunk(offset=offset, data=payload[offset:end].tobytes(), **header)  # type: ignore[arg-type]
+        offset = end
+        if offset >= payload.nbytes:
+            return
+
+
+class TensorAssembler:
+    """Rebuilds one tensor from its chunks, refusing anything inconsistent or oversized.
+
+    A tensor that fits one chunk (every training tensor of a usual batch does) is used as the
+    chunk's bytes, without a second buffer and copy. The array is then read-only, like any
+    array received from a peer should be treated.
+    """
+
+    def __init__(self) -> None:
+        self._key: TensorKey | None = None
+        self._dtype = ""
+        self._shape: tuple[int, ...] = ()
+        self._total = -1  # announced payload size; -1 until the first chunk
+        self._whole: bytes | None = None  # the payload, when one chunk carried all of it
+        self._buffer: bytearray | None = None  # else the payload, filled chunk by chunk
+        self._filled = 0
+
+    def add(self, chunk: pb.TensorChunk) -> None:
+        shape = tuple(int(d) for d in chunk.shape)
+        if self._total < 0:
+            check_header(chunk.dtype, shape, chunk.total_bytes)
+            self._key = key_from_proto(chunk.key)
+            self._dtype, self._shape, self._total = chunk.dtype, shape, chunk.total_bytes
+        elif (key_from_proto(chunk.key), chunk.dtype, shape) != (self._key, self._dtype, self._shape):
+            raise TensorError("key", "chunks of one stream must all carry the same key, dtype and shape")
+        if chunk.offset != self._filled:
+            raise TensorError("offset", f"chunk at offset {chunk.offset}, expected {self._filled}")
+        data = chunk.data
+        end = self._filled + len(data)
+        if end > self._total:
+            raise TensorError("data", f"chunks carry more than the announced {self._total} bytes")
+        if self._filled == 0 and end == self._total:
+            self._whole = data
+        else:
+            if self._buffer is None:
+                self._buffer = bytearray(self._total)
+            self._buffer[self._filled : end] = data
+        self._filled = end
+
+    @property
+    def complete(self) -> bool:
+        """Every announced byte has arrived (an empty tensor is complete with its first chunk)."""
+        return self._filled == self._total
+
+    def result(self) -> tuple[TensorKey, np.ndarray]:
+        """The key and the validated array; raises if the stream was empty or truncated."""
+        if self._total < 0 or self._key is None:
+            raise TensorError("chunks", "the stream carried no tensor")
+        if self._filled != self._total:
+            raise TensorError("data", f"truncated: got {self._filled} of {self._total} bytes")
+        payload = self._whole if self._whole is not None else self._buffer or b""
+        array = np.frombuffer(payload, dtype=np.dtype(self._dtype).newbyteorder("<")).reshape(self._shape)
+        check_values(array)
+        return self._key, array
+
+
+def tensor_from_chunks(chunks: Iterable[pb.TensorChunk]) -> tuple[TensorKey, np.ndarray]:
+    """Assemble and validate a chunk stream that carries exactly one tensor."""
+    assembler = TensorAssembler()
+    for chunk in chunks:
+        assembler.add(chunk)
+    return assembler.result()
+
+
+def tensors_from_chunks(chunks: Iterable[pb.TensorChunk]) -> Iterator[tuple[TensorKey, np.ndarray]]:
+    """Assemble a stream of tensors sent back to back; yield each, validated, as soon as it is whole.
+
+    A tensor ends when its announced bytes have all arrived, and the next chunk must then start a
+    new tensor at offset 0. A stream that ends inside a tensor, or carries none, is refused.
+    """
+    assembler = TensorAssembler()
+    for chunk in chunks:
+        if assembler.complete:
+            if chunk.offset != 0:
+                raise TensorError("data", "chunks carry more than the announced bytes of the tensor before")
+            assembler = TensorAssembler()
+        assembler.add(chunk)
+        if assembler.complete:
+            yield assembler.result()
+    if not assembler.complete:
+        assembler.result()  # raises: the stream was empty or ended inside a tensor
+
+
+def job_to_proto(job: JobSpec) -> pb.JobSpec:
+    return pb.JobSpec(
+        job_id=job.job_id,
+        algorithm=job.algorithm,
+        task=job.task,
+        seed=job.seed,
+        batch_size=job.batch_size,
+        epochs=job.epochs,
+        embedding_dim=job.embedding_dim,
+        bottom_hidden=list(job.bottom_hidden),
+        optimizer=job.optimizer,
+        learning_rate=job.learning_rate,
+        weight_decay=job.weight_decay,
+        test_fraction=job.test_fraction,
+        num_rows=job.num_rows,
+        passive_parties=list(job.passive_parties),
+        algorithm_options=job.options_json(),
+        num_outputs=job.num_outputs,
+    )
+
+
+def job_from_proto(msg: pb.JobSpec) -> JobSpec:
+    try:
+        options = json.loads(msg.algorithm_options) if msg.algorithm_options else {}
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"job.algorithm_options is not valid JSON: {exc}") from exc
+    return JobSpec(
+        job_id=msg.job_id,
+        algorithm=msg.algorithm,
+        task=msg.task,
+        seed=msg.seed,
+        batch_size=msg.batch_size,
+        epochs=msg.epochs,
+        embedding_dim=msg.embedding_dim,
+        bottom_hidden=tuple(msg.bottom_hidden),
+        optimizer=msg.optimizer,
+        learning_rate=msg.learning_rate,
+        weight_decay=msg.weight_decay,
+        test_fraction=msg.test_fraction,
+        num_rows=msg.num_rows,
+        passive_parties=tuple(msg.passive_parties),
+        algorithm_options=options,
+        num_outputs=msg.num_outputs,
+    )
+
+
+def task_to_proto(task: tasks.Task) -> pb.Task:
+    match task:
+        case tasks.Align(task_id, key, run_psi):
+            return pb.Task(task_id=task_id, align=pb.Align(alignment_key=key, run_psi=run_psi))
+        case tasks.TrainEpoch(task_id, epoch):
+            return pb.Task(task_id=task_id, train_epoch=pb.TrainEpoch(epoch=epoch))
+        case tasks.Evaluate(task_id, epoch, rows):
+            return pb.Task(task_id=task_id, evaluate=pb.Evaluate(epoch=epoch, rows=rows.tolist()))
+        case tasks.Infer(task_id, request_id, rows):
+            return pb.Task(task_id=task_id, infer=pb.Infer(request_id=request_id, rows=rows.tolist()))
+        case tasks.Share(task_id, round_, names.HEAD):  # the only tensor the protocol asks for
+            return pb.Task(task_id=task_id, share_head=pb.ShareHead(round=round_))
+        case tasks.Finish(task_id, success, message):
+            return pb.Task(task_id=task_id, finish=pb.Finish(success=success, message=message))
+    raise TypeError(f"not a task the protocol can carry: {task!r}")
+
+
+def task_from_proto(msg: pb.Task) -> tasks.Task:
+    kind = msg.WhichOneof("kind")
+    if kind == "align":
+        return tasks.Align(msg.task_id, bytes(msg.align.alignment_key), msg.align.run_psi)
+    if kind == "train_epoch":
+        return tasks.TrainEpoch(msg.task_id, msg.train_epoch.epoch)
+    if kind == "evaluate":
+        return tasks.Evaluate(msg.task_id, msg.evaluate.epoch, np.asarray(msg.evaluate.rows, dtype=np.int64))
+    if kind == "infer":
+        return tasks.Infer(msg.task_id, msg.infer.request_id, np.asarray(msg.infer.rows, dtype=np.int64))
+    if kind == "share_head":
+        return tasks.Share(msg.task_id, msg.share_head.round, names.HEAD)
+    if kind == "finish":
+        return tasks.Finish(msg.task_id, msg.finish.success, msg.finish.message)
+    raise ValueError(f"task {msg.task_id} has no kind this client understands ({kind!r}); upgrade the client")

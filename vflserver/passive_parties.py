@@ -1,0 +1,276 @@
+"""The active party's view of the passive parties: who joined, who is online, what is in flight.
+
+Handlers call in here from gRPC threads; the training loop calls in from its own thread. Every
+upload is checked against what the loop said it expects (key and shape) before it is stored, so
+a malformed or unexpected tensor is refused without touching any training state.
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+import structlog
+
+from vflcore.errors import JobAborted, JoinRejected, PartyUnavailable
+from vflcore.job import JobSpec
+from vflcore.tasks import Finish, Task
+from vflcore.wire.tensors import TensorError, TensorKey, check_shape
+from vflcore.wire.traffic import Traffic
+from vflserver.mailbox import Mailbox
+
+log = structlog.get_logger(__name__)
+
+# A party whose Subscribe stream closed gets this long to reconnect before a waiting step fails.
+OFFLINE_GRACE_S = 5.0
+
+
+@dataclass
+class _Member:
+    party: int
+    joined: bool = False
+    online: bool = False
+    offline_since: float | None = None
+    failure: str | None = None
+    last_seen: float = 0.0
+    id_count: int = 0
+    id_set_digest: bytes = b""
+    cached_alignments: frozenset[bytes] = frozenset()
+    tasks: queue.Queue[Task] = field(default_factory=queue.Queue)
+
+
+@dataclass(frozen=True)
+class _Expectation:
+    shape: tuple[int, ...]
+    dtype: str = "float32"
+
+
+class PassiveParties:
+    """Membership, task dispatch and tensor exchange with every passive party of one job."""
+
+    def __init__(
+        self,
+        job: JobSpec,
+        *,
+        step_timeout_s: float = 300.0,
+        offline_grace_s: float = OFFLINE_GRACE_S,
+        psi_timeout_s: float = 3600.0,
+    ) -> None:
+        self.job = job
+        self.psi_timeout_s = psi_timeout_s
+        self.offline_grace_s = offline_grace_s
+        self.step_timeout_s = step_timeout_s
+        self.state = "waiting"
+        self.uploads = Mailbox()
+        #: Bytes exchanged with each party, per phase (``vflcore.wire.traffic``).
+        self.traffic = Traffic()
+        self.downloads = Mailbox()
+        self._lock = threading.Lock()
+        self._members = {p: _Member(p) for p in job.passive_parties}
+        self._expected: dict[tuple[int, str, int, int], _Expectation] = {}
+        self._task_ids = itertools.count(1)
+        self._everyone_ready = threading.Condition(self._lock)
+
+    # ---- membership -------------------------------------------------------------------------
+
+    def member(self, party: int) -> _Member:
+        try:
+            return self._members[party]
+        except KeyError:
+            raise JoinRejected(
+                f"party {party} is not part of job {self.job.job_id!r}; "
+                f"it expects parties {list(self.job.passive_parties)}"
+            ) from None
+
+    def join(self, party: int, id_set_digest: bytes, id_count: int, cached_alignments: frozenset[bytes]) -> JobSpec:
+        """Admit a party before the job starts; what it holds is settled by PSI afterwards."""
+        member = self.member(party)
+        if self.state != "waiting":
+            raise JoinRejected(f"job {self.job.job_id!r} is already {self.state}; party {party} joined too late")
+        if id_count < 1:
+            raise JoinRejected(f"party {party} has no rows; check its data file")
+        with self._lock:
+            member.joined = True
+            member.last_seen = time.monotonic()
+            member.id_count, member.id_set_digest = id_count, id_set_digest
+            member.cached_alignments = cached_alignments
+        log.info("party_joined", peer=party, ids=id_count)
+        return self.job
+
+    def subscribe(self, party: int) -> queue.Queue[Task]:
+        """Mark a joined party online; its task queue feeds its Subscribe stream."""
+        member = self.member(party)
+        if not member.joined:
+            raise JoinRejected(f"party {party} must call Join before Subscribe")
+        with self._lock:
+            member.online, member.offline_since = True, None
+            self._everyone_ready.notify_all()
+        log.info("party_online", peer=party)
+        return member.tasks
+
+    def leave(self, party: int) -> None:
+        """The party's Subscribe stream closed: it is offline until it subscribes again."""
+        member = self.member(party)
+        with self._lock:
+            member.online, member.offline_since = False, time.monotonic()
+        log.warning("party_offline", peer=party)
+
+    def touch(self, party: int) -> None:
+        self.member(party).last_seen = time.monotonic()
+
+    def report_failure(self, party: int, message: str) -> None:
+        """A party says its side of a task failed; waits on it end with that message."""
+        member = self.member(party)
+        member.failure = message
+        log.error("party_failed", peer=party, reason=message)
+
+    def wait_until_ready(self, timeout_s: float, stop: threading.Event) -> None:
+        """Block until every passive party has joined and subscribed."""
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            while not all(m.joined and m.online for m in self._members.values()):
+                if stop.is_set():
+                    raise JobAborted("shutdown requested while waiting for parties")
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    missing = [p for p, m in self._members.items() if not (m.joined and m.online)]
+                    raise PartyUnavailable(missing[0], f"did not join within {timeout_s:.0f} s (missing: {missing})")
+                self._everyone_ready.wait(min(0.5, remaining))
+
+    def check_online(self, party: int) -> None:
+        """Raise if waiting any longer on this party is hopeless."""
+        member = self.member(party)
+        if member.failure is not None:
+            raise PartyUnavailable(party, f"it reported a failure: {member.failure}")
+        if not member.online:
+            since = member.offline_since or time.monotonic()
+            if time.monotonic() - since >= self.offline_grace_s:
+                raise PartyUnavailable(party, "its connection to the server closed")
+
+    def online_parties(self) -> list[int]:
+        return [p for p, m in self._members.items() if m.online]
+
+    # ---- work -------------------------------------------------------------------------------
+
+    def dispatch(self, make_task: Callable[[int], Task], *, parties: Iterable[int] | None = None) -> None:
+        """Queue the same task (with a fresh id) for every passive party, or only for ``parties``."""
+        members = self._members.values() if parties is None else [self.member(p) for p in parties]
+        for member in members:
+            member.tasks.put(make_task(next(self._task_ids)))
+
+    def finish(self, success: bool, message: str) -> None:
+        """Tell every party the job is over; each Subscribe stream ends after this task."""
+        self.dispatch(lambda tid: Finish(tid, success, message))
+
+    def expect(
+        self,
+        name: str,
+        round_: int,
+        batch: int,
+        shape: tuple[int, ...],
+        dtype: str = "float32",
+        *,
+        party: int | None = None,
+    ) -> None:
+        """Announce an upload every party (or one ``party``) will make, to validate it on arrival."""
+        with self._lock:
+            for each in [party] if party is not None else list(self._members):
+                self._expected[(each, name, round_, batch)] = _Expectation(shape, dtype)
+
+    def accept_upload(self, party: int, key: TensorKey, array: np.ndarray) -> None:
+        """Validate an uploaded tensor against the expectation; store it only if it fits."""
+        if key.job_id != self.job.job_id:
+            raise TensorError("key.job_id", f"{key.job_id!r} is not the running job {self.job.job_id!r}")
+        with self._lock:
+            expectation = self._expected.get((party, key.name, key.round, key.batch))
+        if expectation is None:
+            raise TensorError("key", f"the server expects no {key} from party {party} now")
+        if array.dtype.name != expectation.dtype:
+            raise TensorError("dtype", f"{key} must be {expectation.dtype}, got {array.dtype.name}")
+        check_shape(array, expectation.shape, what=str(key))
+        self.uploads.put(party, key, array)
+
+    def gather(self, name: str, round_: int, batch: int, *, timeout_s: float | None = None) -> dict[int, np.ndarray]:
+        """Wait for one upload from every party; each expectation is retired once it is taken.
+
+        While waiting for one party, every party's liveness is checked: the step needs them all,
+        so a party that vanished fails it at once, by name, not after the others have answered.
+        """
+        parties = list(self._members)
+        return {
+            party: self.gather_from(party, name, round_, batch, timeout_s=timeout_s, watch=parties) for party in parties
+        }
+
+    def gather_from(
+        self,
+        party: int,
+        name: str,
+        round_: int,
+        batch: int,
+        *,
+        timeout_s: float | None = None,
+        watch: list[int] | None = None,
+    ) -> np.ndarray:
+        """Wait for one party's upload (checking it, or every party in ``watch``, is still there).
+
+        Its expectation is retired once it is taken.
+        """
+        key = TensorKey(self.job.job_id, round_, batch, name)
+        watched = watch or [party]
+
+        def check() -> None:
+            for each in watched:
+                self.check_online(each)
+
+        array = self.uploads.take(party, key, timeout=timeout_s or self.step_timeout_s, check=check)
+        with self._lock:
+            self._expected.pop((party, name, round_, batch), None)
+        return array
+
+    def next_arrival(self, name: str, round_: int, *, timeout_s: float | None = None) -> tuple[int, int, np.ndarray]:
+        """(party, batch, tensor) of the earliest upload named ``name`` in ``round_``, from any party.
+
+        For asynchronous training: the server takes whatever arrives first. A party that went
+        away still fails the wait, as in ``gather``.
+        """
+        job_id = self.job.job_id
+
+        def match(party: int, key: TensorKey) -> bool:
+            return key.job_id == job_id and key.name == name and key.round == round_
+
+        def check() -> None:
+            for party in self._members:
+                self.check_online(party)
+
+        party, key, array = self.uploads.take_first(match, timeout=timeout_s or self.step_timeout_s, check=check)
+        with self._lock:
+            self._expected.pop((party, name, round_, key.batch), None)
+        return party, key.batch, array
+
+    def forget(self, name: str, round_: int, batch: int) -> None:
+        """Retire an exchange that failed: its expectation and anything already uploaded for it."""
+        key = TensorKey(self.job.job_id, round_, batch, name)
+        with self._lock:
+            for party in self._members:
+                self._expected.pop((party, name, round_, batch), None)
+        for party in self._members:
+            self.uploads.discard(party, key)
+
+    def publish(self, party: int, key: TensorKey, array: np.ndarray) -> None:
+        """Leave a tensor for a party to collect (a gradient, say)."""
+        self.downloads.put(party, key, array)
+
+    def collect(self, party: int, key: TensorKey, *, timeout_s: float | None = None) -> np.ndarray:
+        """A party's handler waits here for the tensor the loop publishes for it."""
+        return self.downloads.take(party, key, timeout=timeout_s or self.step_timeout_s)
+
+    def abort(self, reason: Exception) -> None:
+        """Wake every waiter in both directions: the job is over."""
+        self.state = "failed"
+        self.uploads.abort(reason)
+        self.downloads.abort(reason)

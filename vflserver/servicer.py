@@ -1,0 +1,236 @@
+"""The Federation gRPC servicer: decode, call the domain, map errors to status codes.
+
+Handlers stay thin. The caller's party id comes from the verified client certificate (or, only
+in ``--insecure`` development mode, from a metadata claim), never from a request field. Every
+domain error becomes one specific status with a sentence the caller can act on, in one place:
+``_status_for``.
+"""
+
+from __future__ import annotations
+
+import functools
+import queue
+import types
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from typing import Any, NoReturn, TypeVar, cast
+
+import grpc
+import structlog
+
+from vflcore.errors import JobAborted, JoinRejected, NotBuiltYet, PartyUnavailable, PermissionDenied
+from vflcore.proto import federation_pb2 as pb
+from vflcore.proto import federation_pb2_grpc as pb_grpc
+from vflcore.security.identity import party_from_auth_context
+from vflcore.tasks import Finish
+from vflcore.wire import serde as wire
+from vflcore.wire.codec import TensorCodec
+from vflcore.wire.names import download_rpc, upload_rpc
+from vflcore.wire.tensors import TensorError, TensorKey
+from vflserver.passive_parties import PassiveParties
+
+log = structlog.get_logger(__name__)
+
+#: Metadata key that carries a party claim in --insecure mode, where no certificate exists.
+INSECURE_PARTY_HEADER = "x-vfl-insecure-party"
+
+
+#: The most batches one ReturnGradients, PushADMMState or PsiDownload call may ask for.
+MAX_STREAMED_TENSORS = 1 << 20
+
+_T = TypeVar("_T")
+
+
+def _status_for(exc: BaseException) -> tuple[grpc.StatusCode, str] | None:
+    """The one mapping from domain errors to gRPC status codes."""
+    table: list[tuple[type[BaseException], grpc.StatusCode]] = [
+        (TensorError, grpc.StatusCode.INVALID_ARGUMENT),
+        (PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
+        (JoinRejected, grpc.StatusCode.FAILED_PRECONDITION),
+        (PartyUnavailable, grpc.StatusCode.UNAVAILABLE),
+        (JobAborted, grpc.StatusCode.ABORTED),
+        (NotBuiltYet, grpc.StatusCode.UNIMPLEMENTED),
+        (TimeoutError, grpc.StatusCode.DEADLINE_EXCEEDED),
+    ]
+    for kind, code in table:
+        if isinstance(exc, kind):
+            return code, str(exc)
+    return None
+
+
+def _abort(exc: Exception, context: grpc.ServicerContext, rpc: str) -> NoReturn:
+    """End the call with the status ``_status_for`` gives ``exc`` (INTERNAL if none)."""
+    mapped = _status_for(exc)
+    if mapped is None:
+        log.exception("handler_failed", rpc=rpc)
+        mapped = (grpc.StatusCode.INTERNAL, f"internal error in {rpc}: {exc}")
+    else:
+        log.warning("rpc_refused", rpc=rpc, code=mapped[0].name, reason=mapped[1])
+    context.abort(*mapped)
+    raise AssertionError("unreachable: abort raises")
+
+
+def _guarded(stream: Iterator[Any], context: grpc.ServicerContext, rpc: str) -> Iterator[Any]:
+    """A response stream whose domain errors, raised mid-stream, also become a status."""
+    try:
+        yield from stream
+    except Exception as exc:
+        _abort(exc, context, rpc)
+
+
+def _handler(method: Callable[..., _T]) -> Callable[..., _T]:
+    """Turn domain errors raised by a handler, or by the stream it returns, into a status."""
+
+    @functools.wraps(method)
+    def wrapper(self: FederationService, request: Any, context: grpc.ServicerContext) -> _T:
+        try:
+            result = method(self, request, context)
+        except Exception as exc:
+            _abort(exc, context, method.__name__)
+        if isinstance(result, types.GeneratorType):
+            return cast(_T, _guarded(result, context, method.__name__))
+        return result
+
+    return wrapper
+
+
+class FederationService(pb_grpc.FederationServicer):
+    """The active party's endpoint for passive parties."""
+
+    def __init__(self, parties: PassiveParties, *, insecure: bool = False) -> None:
+        self.parties = parties
+        self.insecure = insecure
+
+    def _caller(self, context: grpc.ServicerContext) -> int:
+        """The verified party id of the caller."""
+        if self.insecure:
+            claim = dict(context.invocation_metadata()).get(INSECURE_PARTY_HEADER)
+            if not isinstance(claim, str) or not claim.isdigit():
+                raise PermissionDenied(f"--insecure mode: send the party id in the {INSECURE_PARTY_HEADER} header")
+            party = int(claim)
+        else:
+            found = party_from_auth_context(context.auth_context())
+            if found is None:
+                raise PermissionDenied(
+                    "the client certificate carries no party identity (CN party-N with URI SAN vfl://party/N); "
+                    "issue one with: vfl-certs party N"
+                )
+            party = found
+        if party not in self.parties.job.passive_parties:
+            raise PermissionDenied(
+                f"party {party} is not a passive party of job {self.parties.job.job_id!r} "
+                f"(it expects {list(self.parties.job.passive_parties)})"
+            )
+        self.parties.touch(party)
+        return party
+
+    @_handler
+    def Join(self, request: pb.JoinRequest, context: grpc.ServicerContext) -> pb.JoinReply:
+        party = self._caller(context)
+        if request.party != party:
+            raise PermissionDenied(
+                f"this connection's certificate identifies party {party}, but the request claims party "
+                f"{request.party}; run vfl-client with --party {party} or use party {request.party}'s certificate"
+            )
+        log.info("join_request", peer=party, features=request.num_features, client_version=request.client_version)
+        job = self.parties.join(
+            party,
+            bytes(request.id_set_digest),
+            request.num_rows,
+            frozenset(bytes(k) for k in request.cached_alignments),
+        )
+        return pb.JoinReply(job=wire.job_to_proto(job))
+
+    @_handler
+    def Subscribe(self, request: pb.SubscribeRequest, context: grpc.ServicerContext) -> Iterator[pb.Task]:
+        party = self._caller(context)
+        tasks = self.parties.subscribe(party)
+        context.add_callback(lambda: self.parties.leave(party))
+        return self._task_stream(tasks, context)
+
+    @staticmethod
+    def _task_stream(tasks: queue.Queue[Any], context: grpc.ServicerContext) -> Iterator[pb.Task]:
+        while context.is_active():
+            try:
+                task = tasks.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            yield wire.task_to_proto(task)
+            if isinstance(task, Finish):
+                return
+
+    @_handler
+    def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.ServicerContext) -> pb.HeartbeatReply:
+        party = self._caller(context)
+        return pb.HeartbeatReply(party=party, job_id=self.parties.job.job_id, state=self.parties.state)
+
+    @_handler
+    def SendEmbeddings(self, request_iterator: Iterator[pb.TensorChunk], context: grpc.ServicerContext) -> pb.SendAck:
+        return self._upload(request_iterator, context, "SendEmbeddings")
+
+    @_handler
+    def PsiUpload(self, request_iterator: Iterator[pb.TensorChunk], context: grpc.ServicerContext) -> pb.SendAck:
+        return self._upload(request_iterator, context, "PsiUpload")
+
+    def _upload(self, chunks: Iterator[pb.TensorChunk], context: grpc.ServicerContext, rpc: str) -> pb.SendAck:
+        """Accept every tensor the stream carries, each as soon as it is whole.
+
+        A refused tensor ends the stream with its error; the tensors before it stay accepted,
+        and nothing of it or after it is stored.
+        """
+        party = self._caller(context)
+        last: TensorKey | None = None
+        count = received = 0
+        for key, array in TensorCodec(self.parties.traffic, party).decode_stream(chunks):
+            if upload_rpc(key.name) != rpc:
+                raise TensorError("key.name", f"{key.name!r} does not travel on {rpc}, but on {upload_rpc(key.name)}")
+            self.parties.accept_upload(party, key, array)
+            last, count, received = key, count + 1, received + array.nbytes
+        assert last is not None  # tensors_from_chunks refuses an empty stream
+        return pb.SendAck(key=wire.key_to_proto(last), bytes_received=received, tensors=count)
+
+    @_handler
+    def ReturnGradients(self, request: pb.TensorRequest, context: grpc.ServicerContext) -> Iterator[pb.TensorChunk]:
+        return self._download(request, context, "ReturnGradients")
+
+    @_handler
+    def PsiDownload(self, request: pb.TensorRequest, context: grpc.ServicerContext) -> Iterator[pb.TensorChunk]:
+        return self._download(request, context, "PsiDownload")
+
+    @_handler
+    def PushADMMState(self, request: pb.TensorRequest, context: grpc.ServicerContext) -> Iterator[pb.TensorChunk]:
+        return self._download(request, context, "PushADMMState")
+
+    def _download(self, request: pb.TensorRequest, context: grpc.ServicerContext, rpc: str) -> Iterator[pb.TensorChunk]:
+        party = self._caller(context)
+        first = wire.key_from_proto(request.key)
+        if first.job_id != self.parties.job.job_id:
+            raise TensorError("key.job_id", f"{first.job_id!r} is not the running job {self.parties.job.job_id!r}")
+        names = list(request.names) or [first.name]
+        for name in names:
+            if download_rpc([name]) != rpc:
+                raise TensorError("key.name", f"{name!r} does not travel on {rpc}, but on {download_rpc([name])}")
+        if request.count > MAX_STREAMED_TENSORS:
+            raise TensorError("count", f"{request.count} batches in one call; ask for at most {MAX_STREAMED_TENSORS}")
+        timeout = self.parties.psi_timeout_s if rpc == "PsiDownload" else None
+        keys = [
+            replace(first, batch=first.batch + i, name=name) for i in range(max(1, request.count)) for name in names
+        ]
+        return self._stream_downloads(party, keys, timeout)
+
+    def _stream_downloads(self, party: int, keys: list[TensorKey], timeout: float | None) -> Iterator[pb.TensorChunk]:
+        """Each tensor as soon as the training loop publishes it, in order."""
+        codec = TensorCodec(self.parties.traffic, party)
+        for key in keys:
+            array = self.parties.collect(party, key, timeout_s=timeout)
+            yield from codec.encode(key, array)
+
+    @_handler
+    def FetchHead(self, request_iterator: Iterator[pb.TensorChunk], context: grpc.ServicerContext) -> pb.SendAck:
+        return self._upload(request_iterator, context, "FetchHead")
+
+    @_handler
+    def ReportFailure(self, request: pb.FailureReport, context: grpc.ServicerContext) -> pb.FailureAck:
+        party = self._caller(context)
+        self.parties.report_failure(party, request.message or "no reason given")
+        return pb.FailureAck()
