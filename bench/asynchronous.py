@@ -20,9 +20,10 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from bench.jobs import make_certs, run_jobs
+from bench.jobs import run_jobs
 from vflcore.job import JobSpec
 from vfltesting.datasets import write_digits_split
+from vfltesting.pki import issue_pki
 
 TARGET_FRACTION = 1 / 5
 DELAY = {"delay": "round_robin", "delay_s": 0.2}
@@ -50,7 +51,7 @@ def main() -> int:
     walls: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="vfl-bench-async-") as tmp:
         root = Path(tmp)
-        make_certs(root / "certs", BASE.passive_parties)
+        issue_pki(root / "certs", BASE.passive_parties)
         write_digits_split(root / "data")
         try:
             runs = list(run_jobs(root, JOBS, certs=root / "certs", data=root / "data", top_hidden=(64,)))

@@ -25,9 +25,10 @@ import numpy as np
 from sklearn.datasets import load_digits
 
 from bench.curves import OUT, Curve, plot
-from bench.jobs import make_certs, run_jobs
+from bench.jobs import run_jobs
 from vflcore.job import JobSpec
 from vfltesting.datasets import write_vertical_split
+from vfltesting.pki import issue_pki
 
 TARGET_ACCURACY = 0.95
 TARGET_FRACTION = 1 / 15
@@ -97,7 +98,7 @@ def main() -> int:
     curves: list[Curve] = []
     with tempfile.TemporaryDirectory(prefix="vfl-bench-comm-") as tmp:
         root = Path(tmp)
-        make_certs(root / "certs", PASSIVE)
+        issue_pki(root / "certs", PASSIVE)
         rows = write_data(root / "data")
         batches = int(np.ceil(round(rows * (1 - BASE.test_fraction)) / BASE.batch_size))
         try:

@@ -22,11 +22,12 @@ from pathlib import Path
 import numpy as np
 
 from bench.curves import OUT, Curve, plot
-from bench.jobs import make_certs, run_jobs
+from bench.jobs import run_jobs
 from vflalgorithms.base import algorithm_spec, job_options
 from vflclient import read_party_csv
 from vflcore.job import JobSpec
 from vfltesting.datasets import write_digits_split
+from vfltesting.pki import issue_pki
 
 TARGET_ACCURACY = 0.93
 TARGET_FRACTION = 1 / 3
@@ -57,7 +58,7 @@ def main() -> int:
     curves: list[Curve] = []
     with tempfile.TemporaryDirectory(prefix="vfl-bench-fedbcd-") as tmp:
         root = Path(tmp)
-        make_certs(root / "certs", BASE.passive_parties)
+        issue_pki(root / "certs", BASE.passive_parties)
         write_digits_split(root / "data")
         try:
             runs = list(run_jobs(root, JOBS, certs=root / "certs", data=root / "data", top_hidden=TOP_HIDDEN))

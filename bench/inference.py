@@ -42,11 +42,11 @@ from typing import Any, TypeVar
 import grpc
 import numpy as np
 
-from bench.jobs import make_certs
 from bench.machine import Window, measured, process_cpu_seconds
 from vflcore.proto import open_inference_pb2 as pb
 from vflcore.security.tls import TlsFiles, channel_credentials
 from vflcore.wire.oip import method
+from vfltesting.pki import issue_pki
 
 T = TypeVar("T")
 
@@ -321,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     ctx = multiprocessing.get_context("spawn")
     with tempfile.TemporaryDirectory(prefix="vfl-bench-inference-") as tmp:
         certs = Path(tmp)
-        make_certs(certs, (2, 3))
+        issue_pki(certs, (2, 3))
         server_tls = TlsFiles(certs / "ca.pem", certs / "server.pem", certs / "server.key")
         callers_tls = [TlsFiles(certs / "ca.pem", certs / f"party-{p}.pem", certs / f"party-{p}.key") for p in (2, 3)]
         receive, send = ctx.Pipe(duplex=False)

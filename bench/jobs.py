@@ -17,18 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from vflcore.job import JobSpec
-from vflcore.security.certs import create_ca, issue_party_cert, issue_server_cert, load_ca
 from vfltesting.localrun import stop_all, wait_all, wait_for_port
 
 BIN = Path(sys.executable).parent
-
-
-def make_certs(root: Path, parties: tuple[int, ...]) -> None:
-    create_ca(root)
-    ca = load_ca(root)
-    issue_server_cert(root, ca)
-    for party in parties:
-        issue_party_cert(root, ca, party)
 
 
 def _toml_list(values: tuple[int, ...]) -> str:

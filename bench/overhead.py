@@ -2,7 +2,7 @@
 
 The federated side is the real deployment shape: ``vfl-server`` and two ``vfl-client`` daemons
 as separate OS processes, mutual TLS on 127.0.0.1, certificates made with ``vflcore.security.certs``. The
-yardstick is ``vflalgorithms.reference.ReferenceSplitNN``: the same models, seeds, optimizer and batch
+yardstick is ``vflalgorithms.splitnn.reference.ReferenceSplitNN``: the same models, seeds, optimizer and batch
 schedule in one process, with no serialisation and no network.
 
 What is timed, and why it is fair:
@@ -42,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.jobs import make_certs, run_federated, write_configs
+from bench.jobs import run_federated, write_configs
 from bench.machine import Window, measured
 from vflalgorithms.splitnn.reference import ReferenceSplitNN
 from vflcore.data.tables import read_party_csv
@@ -50,6 +50,7 @@ from vflcore.job import JobSpec
 from vflcore.ml.metrics import task_metrics
 from vflcore.runtime.daemon import prepare_compute
 from vfltesting.datasets import write_synthetic_split
+from vfltesting.pki import issue_pki
 
 BIN = Path(sys.executable).parent
 TARGET = 1.15
@@ -139,7 +140,7 @@ def main() -> int:
     run_windows: list[Window] = []
     with tempfile.TemporaryDirectory(prefix="vfl-bench-") as tmp:
         root = Path(tmp)
-        make_certs(root / "certs", JOB.passive_parties)
+        issue_pki(root / "certs", JOB.passive_parties)
         write_synthetic_split(root / "data", rows=ROWS, features_per_party=FEATURES_PER_PARTY, seed=0)
         model = build_reference(root / "data")
         for run in range(RUNS + 1):

@@ -1,50 +1,27 @@
 """Session fixtures every test may use: a PKI made by the project's own tooling, and data files.
 
-Certificates come from ``vflcore.security.certs`` (what ``vfl-certs`` runs), so the tests exercise the
-same issuance a user gets. Everything lives under pytest's tmp dirs; no fixed ports anywhere.
+Certificates come from ``vfltesting.pki``, which uses ``vflcore.security.certs`` (what
+``vfl-certs`` runs), so the tests exercise the same issuance a user gets. Everything lives under
+pytest's tmp dirs; no fixed ports anywhere.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import structlog
 
-from vflcore.security.certs import create_ca, issue_party_cert, issue_server_cert, load_ca
-from vflcore.security.tls import TlsFiles
 from vfltesting.datasets import write_diabetes_split, write_digits_quadrants, write_digits_split
-
-
-@dataclass(frozen=True)
-class Pki:
-    """One project CA with a server certificate and party certificates 2 to 4."""
-
-    root: Path
-
-    @property
-    def ca(self) -> Path:
-        return self.root / "ca.pem"
-
-    def server_files(self) -> TlsFiles:
-        return TlsFiles(ca=self.ca, cert=self.root / "server.pem", key=self.root / "server.key")
-
-    def party_files(self, party: int) -> TlsFiles:
-        return TlsFiles(ca=self.ca, cert=self.root / f"party-{party}.pem", key=self.root / f"party-{party}.key")
+from vfltesting.pki import Pki, issue_pki
 
 
 @pytest.fixture(scope="session")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    root = tmp_path_factory.mktemp("pki")
-    create_ca(root)
-    ca = load_ca(root)
-    issue_server_cert(root, ca)
-    for party in (2, 3, 4):
-        issue_party_cert(root, ca, party)
-    return Pki(root)
+    """One project CA with a server certificate and party certificates 2 to 4."""
+    return issue_pki(tmp_path_factory.mktemp("pki"), (2, 3, 4))
 
 
 @pytest.fixture(scope="session")

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from vflalgorithms.options import _is_number, one_of, positive_numbers
+from vflalgorithms.options import is_number, one_of, positive_numbers
 from vflcore.errors import ConfigError
 from vflcore.job import JobSpec
 
@@ -37,7 +37,7 @@ def check_delay(options: Mapping[str, Any]) -> None:
     """The delay options are usable: a mode, a positive slot, a probability, a list of party ids."""
     positive_numbers(options, "delay_s")
     probability = options["delay_probability"]
-    if not (_is_number(probability) and 0 <= probability <= 1):
+    if not (is_number(probability) and 0 <= probability <= 1):
         raise ConfigError(f"[algorithm] delay_probability must be in [0, 1], got {probability!r}")
     delayed = options["delayed_parties"]
     if not isinstance(delayed, list) or not all(isinstance(p, int) and not isinstance(p, bool) for p in delayed):

@@ -13,7 +13,8 @@ from typing import Any
 from vflcore.errors import ConfigError
 
 
-def _is_number(value: Any) -> bool:
+def is_number(value: Any) -> bool:
+    """A real number, and not a bool (TOML and JSON booleans are ints to Python)."""
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
@@ -29,7 +30,7 @@ def positive_numbers(options: Mapping[str, Any], *keys: str) -> None:
     """Each of ``keys`` is a number above 0."""
     for key in keys:
         value = options[key]
-        if not _is_number(value) or not value > 0:
+        if not is_number(value) or not value > 0:
             raise ConfigError(f"[algorithm] {key} must be a positive number, got {value!r}")
 
 
@@ -50,4 +51,4 @@ def local_steps_and_rho(options: Mapping[str, Any]) -> None:
     positive_numbers(options, "rho")
 
 
-__all__ = ["local_steps_and_rho", "one_of", "party_ids", "positive_numbers", "whole_numbers"]
+__all__ = ["is_number", "local_steps_and_rho", "one_of", "party_ids", "positive_numbers", "whole_numbers"]

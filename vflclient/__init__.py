@@ -4,15 +4,26 @@ A passive party holds features, not labels. It dials the active party's server o
 TLS, joins the job, and trains its own bottom model; its raw features and weights never leave
 the process. See ``PassiveParty`` for a complete example. ``InferenceClient`` queries a trained
 model on the server's inference endpoint.
+
+Every error the SDK raises on purpose is a ``VflError``; the exported subclasses and the gRPC
+statuses they stand for are drawn in ``vflcore.errors``.
 """
 
 from vflalgorithms.base import ModelFactory
 from vflclient._connection import Connection
-from vflclient._exceptions import ModelNotFound, ServerUnavailable, TensorRejected
 from vflclient._inference import InferenceClient
 from vflclient._passive_party import PassiveParty, RunResult
-from vflcore.data.tables import DataError, PartyTable, read_party_csv
-from vflcore.errors import JobAborted, JoinRejected, NotBuiltYet, PermissionDenied, VflError
+from vflcore.data.tables import PartyTable, read_party_csv
+from vflcore.errors import (
+    DataError,
+    JobAborted,
+    JoinRejected,
+    ModelNotFound,
+    PermissionDenied,
+    ServerUnavailable,
+    TensorRejected,
+    VflError,
+)
 from vflcore.job import JobSpec
 from vflcore.security.tls import TlsFiles
 
@@ -25,7 +36,6 @@ __all__ = [
     "JoinRejected",
     "ModelFactory",
     "ModelNotFound",
-    "NotBuiltYet",
     "PartyTable",
     "PassiveParty",
     "PermissionDenied",

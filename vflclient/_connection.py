@@ -15,10 +15,10 @@ import grpc
 import numpy as np
 import structlog
 
-from vflclient._exceptions import ServerUnavailable, translated
+from vflclient._exceptions import translated
 from vflcore import tasks
 from vflcore.data.tables import PartyTable, ids_digest
-from vflcore.errors import VflError
+from vflcore.errors import ServerUnavailable, TensorError, VflError
 from vflcore.job import ACTIVE_PARTY, JobSpec
 from vflcore.proto import federation_pb2 as pb
 from vflcore.proto import federation_pb2_grpc as pb_grpc
@@ -27,7 +27,7 @@ from vflcore.wire import serde as wire
 from vflcore.wire.codec import TensorCodec
 from vflcore.wire.links import TensorExchange, TrainingLink
 from vflcore.wire.names import download_rpc, upload_rpc
-from vflcore.wire.tensors import TensorError, TensorKey
+from vflcore.wire.tensors import TensorKey
 from vflcore.wire.traffic import Traffic
 
 log = structlog.get_logger(__name__)
@@ -169,6 +169,8 @@ class Connection(TrainingLink):
         difference between federated and in-process training time (``make bench-overhead``).
         """
         names = (down,) if isinstance(down, str) else down
+        if upload_rpc(up) != "SendEmbeddings":
+            raise ValueError(f"{up!r} travels on {upload_rpc(up)}, not on a round's upload stream; use send()")
         return _StreamedExchange(self._stub, self._metadata, self._codec, job_id, round_, batches, up=up, down=names)
 
     def report_failure(self, job_id: str, task_id: int, message: str) -> None:
@@ -236,6 +238,8 @@ class _StreamedExchange(TensorExchange):
         try:
             with translated(self._rpc):
                 got, array = next(self._arrivals)
+        except TensorError:
+            raise  # the server sent a malformed tensor: that is the cause, whatever the upload did
         except VflError:
             self._raise_upload_error()  # the real cause, if the server refused an upload
             raise

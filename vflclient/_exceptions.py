@@ -1,15 +1,17 @@
-"""The errors the SDK raises, and the one place gRPC failures are translated into them.
+"""The one place gRPC failures are translated into the SDK's errors.
 
-    VflError                      (vflcore.errors)
-    ├── ServerUnavailable         the server cannot be reached or went away       UNAVAILABLE, DEADLINE_EXCEEDED
-    ├── PermissionDenied          the certificate does not match what was asked   PERMISSION_DENIED, UNAUTHENTICATED
-    ├── JoinRejected              the job will not take this party                FAILED_PRECONDITION
-    ├── TensorRejected            the server refused a tensor this party sent     INVALID_ARGUMENT
-    ├── JobAborted                the job stopped                                 ABORTED, CANCELLED
-    ├── NotBuiltYet               the server does not implement the call          UNIMPLEMENTED
-    └── ModelNotFound             the inference endpoint serves no such model     NOT_FOUND
+The classes live in ``vflcore.errors`` (where the whole tree is drawn); this module only says
+which status becomes which:
 
-Everything else from gRPC surfaces as ``VflError`` with the status name in the message.
+    UNAVAILABLE, DEADLINE_EXCEEDED        ServerUnavailable
+    PERMISSION_DENIED, UNAUTHENTICATED    PermissionDenied
+    FAILED_PRECONDITION                   JoinRejected
+    INVALID_ARGUMENT                      TensorRejected
+    ABORTED, CANCELLED                    JobAborted
+    NOT_FOUND                             ModelNotFound
+
+Everything else from gRPC (UNIMPLEMENTED, INTERNAL, ...) surfaces as ``VflError`` with the status
+name in the message.
 """
 
 from __future__ import annotations
@@ -19,20 +21,15 @@ from contextlib import contextmanager
 
 import grpc
 
-from vflcore.errors import JobAborted, JoinRejected, NotBuiltYet, PermissionDenied, VflError
-
-
-class ServerUnavailable(VflError):
-    """The active party's server cannot be reached, or stopped answering."""
-
-
-class TensorRejected(VflError):
-    """The server refused a tensor this party sent (shape, dtype or values)."""
-
-
-class ModelNotFound(VflError):
-    """The inference endpoint serves no model of that name or version."""
-
+from vflcore.errors import (
+    JobAborted,
+    JoinRejected,
+    ModelNotFound,
+    PermissionDenied,
+    ServerUnavailable,
+    TensorRejected,
+    VflError,
+)
 
 _BY_STATUS: dict[grpc.StatusCode, type[VflError]] = {
     grpc.StatusCode.UNAVAILABLE: ServerUnavailable,
@@ -43,7 +40,6 @@ _BY_STATUS: dict[grpc.StatusCode, type[VflError]] = {
     grpc.StatusCode.INVALID_ARGUMENT: TensorRejected,
     grpc.StatusCode.ABORTED: JobAborted,
     grpc.StatusCode.CANCELLED: JobAborted,
-    grpc.StatusCode.UNIMPLEMENTED: NotBuiltYet,
     grpc.StatusCode.NOT_FOUND: ModelNotFound,
 }
 

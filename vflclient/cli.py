@@ -25,13 +25,11 @@ from vflclient import (
     VflError,
     read_party_csv,
 )
-from vflcore.errors import ConfigError
+from vflcore.errors import ConfigError, TlsConfigError
 from vflcore.ml.models import load_factory
 from vflcore.runtime import daemon
 from vflcore.runtime.config import ClientConfig, client_config_from, document_with_flags
 from vflcore.security.preflight import diagnose
-from vflcore.security.tls import TlsConfigError
-from vflcore.wire.tensors import TensorError
 
 log = structlog.get_logger(__name__)
 
@@ -88,6 +86,8 @@ def _check(config: ClientConfig) -> int:
     try:
         with Connection(config.server, config.party, tls=config.tls, connect_timeout_s=10) as conn:
             party, state = conn.heartbeat()
+    except TlsConfigError:
+        raise  # this party's own files: a configuration error, which main reports
     except VflError as exc:
         print(f"[FAIL] heartbeat: {exc}")
         return daemon.EXIT_REFUSED if isinstance(exc, PermissionDenied) else daemon.EXIT_UNREACHABLE
@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     except (TlsConfigError, DataError) as exc:
         print(f"vfl-client: {exc}", file=sys.stderr)
         return daemon.EXIT_CONFIG
-    except (VflError, TensorError) as exc:
+    except VflError as exc:
         if signals.exit_code is not None:
             return signals.exit_code
         print(f"vfl-client: job failed: {exc}", file=sys.stderr)

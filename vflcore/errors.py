@@ -1,28 +1,96 @@
-"""Domain errors shared by both daemons, each tied to the gRPC status it becomes on the wire.
+"""Every error this project raises on purpose: one tree, each class with the status it becomes.
 
-    VflError
-    ├── ConfigError            a config file or flag is wrong            (never on the wire)
-    ├── PermissionDenied       certificate and claim disagree, or the    PERMISSION_DENIED
-    │                          certified party is not part of the job
-    ├── JoinRejected           the party's data does not fit this job,   FAILED_PRECONDITION
-    │                          or it joined after training started
-    ├── PartyUnavailable       a party is offline or stopped answering   UNAVAILABLE
-    ├── JobAborted             the job stopped (failure or shutdown)     ABORTED
-    └── NotBuiltYet            an RPC whose algorithm has not landed     UNIMPLEMENTED
+    VflError                   the base; a bare one from a handler fails the call       INTERNAL
+    ├── ConfigError            a config file or flag is wrong                           local
+    ├── DataError              a party's CSV table cannot be used                       local
+    ├── TlsConfigError         a TLS file is missing, unreadable or not PEM             local
+    ├── CertsError             a certificate file is missing, unreadable or in the way  local
+    │   └── KeyExistsError     issuing would overwrite a private key (no --force)       local
+    ├── ArtifactError          a model artifact cannot be written or read               local
+    ├── PsiError               a PSI point is malformed or low-order (malicious)        fails the job
+    ├── PermissionDenied       certificate and claim disagree, or the certified party   PERMISSION_DENIED
+    │                          is not part of the job
+    ├── JoinRejected           the party's data does not fit this job, or it joined     FAILED_PRECONDITION
+    │                          after training started
+    ├── PartyUnavailable       a party is offline or stopped answering (``party``)      UNAVAILABLE, 503
+    ├── JobAborted             the job stopped (failure or shutdown)                    ABORTED
+    │   └── EmptyIntersection  the parties share no sample ID: nothing to train on      ABORTED
+    ├── TensorError            a tensor from a peer failed validation (``field``)       INVALID_ARGUMENT
+    ├── InferenceInputError    an inference request does not fit the model's inputs     INVALID_ARGUMENT, 400
+    ├── ProtocolError          an inference message breaks the protocol                 INVALID_ARGUMENT, 400
+    ├── ModelNotFound          no model of that name or version is served               NOT_FOUND, 404
+    ├── ServerUnavailable      SDK: the server cannot be reached, or went away          UNAVAILABLE, DEADLINE_EXCEEDED
+    └── TensorRejected         SDK: the server refused a tensor or an inference input   INVALID_ARGUMENT
 
-``vflcore.wire.tensors.TensorError`` (a ValueError) becomes INVALID_ARGUMENT. The mapping to status
-codes lives in one place, ``vflserver.servicer``; the client SDK maps back in ``vflclient``.
+The last column is the gRPC status a server answers with when a handler raises the error (a
+number: the REST inference endpoint's HTTP status); for the two "SDK:" classes, the statuses the
+SDK turns into them. A "local" error never crosses the wire: the daemon or CLI that meets it
+prints it and exits. Servers map classes to statuses in two places, ``vflserver.servicer._status_for``
+for the federation (where the standard ``TimeoutError`` becomes DEADLINE_EXCEEDED) and
+``vflserver.serving.handler.failure`` for inference. The SDK maps statuses back in one,
+``vflclient._exceptions``: besides the "SDK:" lines, UNAUTHENTICATED is PermissionDenied too,
+CANCELLED is JobAborted too, and a status with no class here (UNIMPLEMENTED, INTERNAL, ...) is a
+bare VflError with the status name in its message.
+
+DataError, TlsConfigError, TensorError, InferenceInputError and ProtocolError are also ValueErrors,
+ModelNotFound is a LookupError and KeyExistsError a FileExistsError, so ``except`` clauses written
+for those still catch them. The modules that used to define a class re-export it, e.g.
+``vflcore.wire.tensors.TensorError``, ``vflserver.serving.servable.ModelNotFound`` and
+``vflclient.ModelNotFound``.
 """
 
 from __future__ import annotations
+
+from typing import overload
 
 
 class VflError(Exception):
     """Base of every error this project raises on purpose."""
 
 
+# ---- local: configuration, input files, certificates, artifacts -------------------------------
+
+
 class ConfigError(VflError):
     """A config file, flag or data file is wrong; the message names it and says what to do."""
+
+
+class DataError(VflError, ValueError):
+    """A party's table cannot be used; the message names the file and says what to fix."""
+
+
+class TlsConfigError(VflError, ValueError):
+    """A TLS file is missing, unreadable or not PEM; the message names it and says how to fix it."""
+
+
+class CertsError(VflError):
+    """A certificate file is missing, unreadable or in the way; the message says what to do."""
+
+
+class KeyExistsError(CertsError, FileExistsError):
+    """Issuing would overwrite an existing private key and ``force`` was not given."""
+
+
+class ArtifactError(VflError):
+    """The artifact cannot be written or read; the message names the file and the problem."""
+
+
+class PsiError(VflError):
+    """A PSI input is unusable: a point that is not 32 bytes, or a low-order (malicious) point.
+
+    ``index`` is the position of the offending item in the sequence that was being blinded.
+    """
+
+    def __init__(self, message: str, index: int | None = None) -> None:
+        super().__init__(message)
+        self.index = index
+
+    def __reduce__(self) -> tuple[type[PsiError], tuple[str, int | None]]:
+        # Raised inside pool workers and re-raised in the parent: keep ``index`` across pickling.
+        return (type(self), (str(self), self.index))
+
+
+# ---- the federation: jobs, parties, tensors ---------------------------------------------------
 
 
 class PermissionDenied(VflError):
@@ -34,16 +102,69 @@ class JoinRejected(VflError):
 
 
 class PartyUnavailable(VflError):
-    """A party needed for this step is offline, or did not answer in time."""
+    """A party needed for this step is offline, or did not answer in time.
 
-    def __init__(self, party: int, reason: str) -> None:
-        super().__init__(f"party {party} is unavailable: {reason}")
-        self.party = party
+    ``PartyUnavailable(3, "it stopped answering")`` reads "party 3 is unavailable: it stopped
+    answering" and sets ``party`` and ``reason``. A servable may also raise it with a message of its
+    own, ``PartyUnavailable("party 3 is not connected")``; then the message is kept as given and
+    ``party`` is None.
+    """
+
+    party: int | None
+    reason: str
+
+    @overload
+    def __init__(self, party: int, reason: str) -> None: ...
+
+    @overload
+    def __init__(self, message: str, /) -> None: ...
+
+    def __init__(self, party: int | str, reason: str | None = None) -> None:
+        if isinstance(party, str):
+            super().__init__(party)
+            self.party, self.reason = None, party
+        else:
+            super().__init__(f"party {party} is unavailable: {reason}")
+            self.party, self.reason = party, str(reason)
 
 
 class JobAborted(VflError):
     """The job stopped before this call could complete."""
 
 
-class NotBuiltYet(VflError):
-    """The RPC exists in the protocol but no algorithm in this release uses it."""
+class EmptyIntersection(JobAborted):
+    """The parties share no sample ID: there is nothing to train on."""
+
+
+class TensorError(VflError, ValueError):
+    """A tensor from a peer failed validation; ``field`` names the offending field."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+# ---- inference --------------------------------------------------------------------------------
+
+
+class InferenceInputError(VflError, ValueError):
+    """The request is wrong (name, shape, datatype, values); the message names the field."""
+
+
+class ProtocolError(VflError, ValueError):
+    """A message does not follow the protocol (sizes, types, counts); the text says what is wrong."""
+
+
+class ModelNotFound(VflError, LookupError):
+    """No model of that name (or that version) is being served."""
+
+
+# ---- the SDK's own: what a failed call's status means to a passive party ---------------------
+
+
+class ServerUnavailable(VflError):
+    """The active party's server cannot be reached, or stopped answering."""
+
+
+class TensorRejected(VflError):
+    """The server refused a tensor this party sent (shape, dtype or values)."""

@@ -23,6 +23,9 @@ TASKS = ("classification", "regression")
 #: The active party (labels, server) is party 1; passive parties are 2, 3, ...
 ACTIVE_PARTY = 1
 
+#: Fields the active party fills in from its data; no config file sets them.
+SET_BY_ACTIVE_PARTY = frozenset({"num_rows", "num_outputs"})
+
 
 @dataclass(frozen=True)
 class JobSpec:
@@ -47,6 +50,10 @@ class JobSpec:
     #: The model's output width (classes, or 1 for regression); the active party sets it from its
     #: label column, for algorithms whose passive parties hold a head of their own (VIMADMM-J).
     num_outputs: int = 0
+
+    # The fields above are the only list of the job's settings. The wire (``vflcore.wire.serde``)
+    # and the config file (``vflcore.runtime.config``) both walk them, so a new setting is a new
+    # field here, in ``JobSpec`` of ``federation.proto`` (same name) and in docs/configuration.md.
 
     def options_json(self) -> str:
         """Algorithm options as JSON: the only encoding that crosses the wire."""

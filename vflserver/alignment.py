@@ -19,6 +19,7 @@ import numpy as np
 import structlog
 
 from vflcore.data.tables import PartyTable, aligned_digest, ids_digest, select_rows
+from vflcore.errors import EmptyIntersection as EmptyIntersection  # re-exported: defined in vflcore.errors
 from vflcore.errors import JobAborted
 from vflcore.psi import BlindingKey, make_dst
 from vflcore.psi.blinding import blinder_for
@@ -37,10 +38,6 @@ from vflcore.wire.tensors import TensorKey
 from vflserver.passive_parties import PassiveParties
 
 log = structlog.get_logger(__name__)
-
-
-class EmptyIntersection(JobAborted):
-    """The parties share no sample ID: there is nothing to train on."""
 
 
 @dataclass(frozen=True)

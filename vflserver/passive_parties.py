@@ -37,7 +37,6 @@ class _Member:
     online: bool = False
     offline_since: float | None = None
     failure: str | None = None
-    last_seen: float = 0.0
     id_count: int = 0
     id_set_digest: bytes = b""
     cached_alignments: frozenset[bytes] = frozenset()
@@ -96,7 +95,6 @@ class PassiveParties:
             raise JoinRejected(f"party {party} has no rows; check its data file")
         with self._lock:
             member.joined = True
-            member.last_seen = time.monotonic()
             member.id_count, member.id_set_digest = id_count, id_set_digest
             member.cached_alignments = cached_alignments
         log.info("party_joined", peer=party, ids=id_count)
@@ -119,9 +117,6 @@ class PassiveParties:
         with self._lock:
             member.online, member.offline_since = False, time.monotonic()
         log.warning("party_offline", peer=party)
-
-    def touch(self, party: int) -> None:
-        self.member(party).last_seen = time.monotonic()
 
     def report_failure(self, party: int, message: str) -> None:
         """A party says its side of a task failed; waits on it end with that message."""

@@ -18,7 +18,7 @@ from typing import Any, NoReturn, TypeVar, cast
 import grpc
 import structlog
 
-from vflcore.errors import JobAborted, JoinRejected, NotBuiltYet, PartyUnavailable, PermissionDenied
+from vflcore.errors import JobAborted, JoinRejected, PartyUnavailable, PermissionDenied, TensorError
 from vflcore.proto import federation_pb2 as pb
 from vflcore.proto import federation_pb2_grpc as pb_grpc
 from vflcore.security.identity import party_from_auth_context
@@ -26,7 +26,7 @@ from vflcore.tasks import Finish
 from vflcore.wire import serde as wire
 from vflcore.wire.codec import TensorCodec
 from vflcore.wire.names import download_rpc, upload_rpc
-from vflcore.wire.tensors import TensorError, TensorKey
+from vflcore.wire.tensors import TensorKey
 from vflserver.passive_parties import PassiveParties
 
 log = structlog.get_logger(__name__)
@@ -49,7 +49,6 @@ def _status_for(exc: BaseException) -> tuple[grpc.StatusCode, str] | None:
         (JoinRejected, grpc.StatusCode.FAILED_PRECONDITION),
         (PartyUnavailable, grpc.StatusCode.UNAVAILABLE),
         (JobAborted, grpc.StatusCode.ABORTED),
-        (NotBuiltYet, grpc.StatusCode.UNIMPLEMENTED),
         (TimeoutError, grpc.StatusCode.DEADLINE_EXCEEDED),
     ]
     for kind, code in table:
@@ -121,7 +120,6 @@ class FederationService(pb_grpc.FederationServicer):
                 f"party {party} is not a passive party of job {self.parties.job.job_id!r} "
                 f"(it expects {list(self.parties.job.passive_parties)})"
             )
-        self.parties.touch(party)
         return party
 
     @_handler

@@ -16,11 +16,11 @@ import grpc
 import pytest
 import torch
 
-from tests.conftest import Pki
 from vflclient import Connection, PassiveParty, RunResult, read_party_csv
 from vflcore.job import JobSpec
 from vflserver.active_party import ActiveParty, RunSummary
 from vflserver.server import build_server
+from vfltesting.pki import Pki
 
 SMALL_JOB = JobSpec(
     job_id="test-job",

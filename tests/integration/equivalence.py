@@ -2,7 +2,7 @@
 
 The server and the passive parties run in the test process (threads, port 0, certificates from
 the session PKI), so every tensor still crosses the wire: serialised, chunked, sent over TLS and
-validated. The reference (``vflalgorithms.reference``) trains the same models with the same seeds and
+validated. The reference (each algorithm's ``reference.py``) trains the same models with the same seeds and
 schedule in plain torch.
 """
 
@@ -14,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 
-from tests.conftest import Pki
 from tests.integration.conftest import run_whole_job
 from vflalgorithms.apfed.reference import ReferenceAPFed
 from vflalgorithms.base import ServerAlgorithm, algorithm_spec
@@ -22,6 +21,7 @@ from vflalgorithms.splitnn.reference import ReferenceSplitNN
 from vflclient import read_party_csv
 from vflcore.job import JobSpec
 from vflserver.active_party import RunSummary
+from vfltesting.pki import Pki
 
 # Per-step losses may differ only by float32 rounding: the wire carries the exact float32 bytes.
 LOSS_TOLERANCE = 1e-5

@@ -19,7 +19,6 @@ import numpy as np
 import pytest
 import structlog
 
-from tests.conftest import Pki
 from tests.integration.conftest import run_whole_job, start_job
 from tests.integration.equivalence import assert_same_losses
 from tests.integration.test_party_offline import _Party
@@ -31,6 +30,7 @@ from vflcore.errors import PartyUnavailable
 from vflcore.job import JobSpec
 from vflcore.wire import serde as wire
 from vflcore.wire.tensors import TensorKey
+from vfltesting.pki import Pki
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_torch_thread")]
 

@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 import torch
 
-from tests.conftest import Pki
 from tests.integration.conftest import run_whole_job
 from tests.integration.equivalence import TOP_HIDDEN, Comparison, assert_same_steps, compare
 from tests.integration.test_reference_equivalence import DIGITS_JOB
@@ -22,6 +21,7 @@ from vflalgorithms.splitnn.reference import ReferenceSplitNN
 from vflalgorithms.vimadmm.active import VIMADMMServer
 from vflclient import read_party_csv
 from vflcore.job import JobSpec
+from vfltesting.pki import Pki
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_torch_thread")]
 

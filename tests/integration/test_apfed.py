@@ -16,13 +16,13 @@ import numpy as np
 import pytest
 import torch
 
-from tests.conftest import Pki
 from tests.integration.equivalence import Comparison, assert_same_steps, compare
 from tests.integration.test_reference_equivalence import DIGITS_JOB
 from vflclient import read_party_csv
 from vflcore.errors import ConfigError
 from vflserver.active_party import ActiveParty
 from vflserver.serving.artifact import FEATURES, LABEL, PROBABILITIES, ArtifactServable
+from vfltesting.pki import Pki
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_torch_thread")]
 

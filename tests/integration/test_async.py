@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Pki
 from tests.integration.conftest import run_whole_job
 from tests.integration.test_reference_equivalence import DIGITS_JOB
 from vflalgorithms.asynchronous.active import AsyncServer
 from vflalgorithms.base import ServerAlgorithm
 from vflcore.job import JobSpec
 from vflserver.active_party import RunSummary
+from vfltesting.pki import Pki
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_torch_thread")]
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Pki
 from tests.integration.conftest import RunningJob
 from vflclient.cli import main
 from vflcore.runtime import daemon
+from vfltesting.pki import Pki
 
 pytestmark = pytest.mark.integration
 

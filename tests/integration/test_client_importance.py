@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import Pki
 from tests.integration.conftest import run_whole_job
 from tests.integration.test_reference_equivalence import DIGITS_JOB
 from vflserver.importance import JSON_NAME, PNG_NAME
+from vfltesting.pki import Pki
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_torch_thread")]
 

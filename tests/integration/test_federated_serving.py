@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 import structlog
 
-from tests.conftest import Pki
 from tests.integration.conftest import SMALL_JOB, RunningJob, start_job
 from tests.integration.test_party_offline import _Party
 from vflclient import InferenceClient, ServerUnavailable
@@ -27,6 +26,7 @@ from vflserver.serving.endpoint import InferenceEndpoint
 from vflserver.serving.federated import IDS, FederatedServable
 from vflserver.serving.registry import ModelRegistry
 from vflserver.serving.servable import PartyUnavailable
+from vfltesting.pki import Pki
 
 pytestmark = pytest.mark.integration
 

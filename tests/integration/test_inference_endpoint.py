@@ -21,13 +21,13 @@ import tritonclient.http as triton_http
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import Pki
 from tests.servables import DigitsClassifier, digits_rows
 from vflclient import InferenceClient, ModelNotFound, ServerUnavailable, TensorRejected
 from vflcore.security.tls import channel_credentials
 from vflserver.serving.config import ServingConfig
 from vflserver.serving.endpoint import InferenceEndpoint
 from vflserver.serving.registry import ModelRegistry
+from vfltesting.pki import Pki
 
 pytestmark = pytest.mark.integration
 

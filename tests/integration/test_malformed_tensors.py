@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 import torch
 
-from tests.conftest import Pki
 from tests.integration.conftest import SMALL_JOB, RunningJob
 from vflclient import Connection, TensorRejected, read_party_csv
 from vflclient._alignment import align_passive
@@ -27,6 +26,7 @@ from vflcore.security.tls import channel_credentials
 from vflcore.tasks import Align, TrainEpoch
 from vflcore.wire import serde as wire
 from vflcore.wire.tensors import TensorKey
+from vfltesting.pki import Pki
 
 pytestmark = pytest.mark.integration
 

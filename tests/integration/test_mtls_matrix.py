@@ -19,7 +19,6 @@ from pathlib import Path
 import grpc
 import pytest
 
-from tests.conftest import Pki
 from tests.integration.conftest import SMALL_JOB, RunningJob, run_party_in_thread, start_job
 from vflclient import RunResult
 from vflcore.data.tables import ids_digest, read_party_csv
@@ -27,6 +26,7 @@ from vflcore.proto import federation_pb2 as pb
 from vflcore.proto import federation_pb2_grpc as pb_grpc
 from vflcore.security.certs import create_ca, issue_party_cert, issue_self_signed_party_cert, load_ca
 from vflcore.security.tls import TlsFiles
+from vfltesting.pki import Pki
 
 pytestmark = pytest.mark.integration
 

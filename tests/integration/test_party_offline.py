@@ -10,11 +10,11 @@ from pathlib import Path
 import grpc
 import pytest
 
-from tests.conftest import Pki
 from tests.integration.conftest import SMALL_JOB, start_job
 from vflclient import Connection, PassiveParty, RunResult, read_party_csv
 from vflcore.errors import JobAborted, PartyUnavailable
 from vflserver.servicer import _status_for
+from vfltesting.pki import Pki
 
 pytestmark = pytest.mark.integration
 

@@ -21,7 +21,6 @@ import grpc
 import pytest
 import structlog
 
-from tests.conftest import Pki
 from tests.integration.conftest import SMALL_JOB, RunningJob, start_job
 from vflclient import Connection, JobAborted, PassiveParty, RunResult, read_party_csv
 from vflclient.cli import main as client_main
@@ -29,6 +28,7 @@ from vflcore.psi.blinding import SERIAL_BELOW
 from vflcore.runtime import daemon
 from vflserver.active_party import RunSummary
 from vflserver.alignment import EmptyIntersection
+from vfltesting.pki import Pki
 
 pytestmark = pytest.mark.integration
 

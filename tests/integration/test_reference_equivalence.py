@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import Pki
 from tests.integration.equivalence import LOSS_TOLERANCE, Comparison, assert_same_steps, compare
 from vflcore.job import JobSpec
 from vflcore.ml.metrics import task_metrics
+from vfltesting.pki import Pki
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_torch_thread")]
 

@@ -6,12 +6,12 @@ import grpc
 import numpy as np
 import pytest
 
-from tests.conftest import Pki
 from vflcore.proto import federation_pb2 as pb
 from vflcore.proto import federation_pb2_grpc as pb_grpc
 from vflcore.security.tls import channel_credentials
 from vflcore.wire import serde as wire
 from vflcore.wire.tensors import TensorKey
+from vfltesting.pki import Pki
 
 pytestmark = pytest.mark.integration
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Pki
 from vflserver.cli import main
+from vfltesting.pki import Pki
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("restore_logging")]
 

@@ -20,10 +20,10 @@ import pytest
 import tritonclient.grpc as triton_grpc
 import tritonclient.http as triton_http
 
-from tests.conftest import Pki
 from vflclient import read_party_csv
 from vflserver.serving.artifact import FEATURES, LABEL, PROBABILITIES, ArtifactServable
 from vfltesting.localrun import stop_all, wait_for_port
+from vfltesting.pki import Pki
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,7 @@ from typing import IO
 
 import pytest
 
-from tests.conftest import Pki
+from vfltesting.pki import Pki
 
 pytestmark = pytest.mark.integration
 

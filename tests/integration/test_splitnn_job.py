@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import Pki
 from tests.integration.conftest import SMALL_JOB, run_party_in_thread
 from vflclient import Connection, PassiveParty, RunResult, read_party_csv
 from vflcore.data.checkpoints import load_checkpoint
 from vflcore.ml.models import load_factory
+from vfltesting.pki import Pki
 
 pytestmark = pytest.mark.integration
 

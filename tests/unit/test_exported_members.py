@@ -13,7 +13,6 @@ EXPECTED = [
     "JoinRejected",
     "ModelFactory",
     "ModelNotFound",
-    "NotBuiltYet",
     "PartyTable",
     "PassiveParty",
     "PermissionDenied",

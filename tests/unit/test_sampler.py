@@ -1,4 +1,4 @@
-"""Tests for vflcore.sampler: the seeded train/test split and per-epoch batches."""
+"""Tests for the schedule in vflcore.job: the seeded train/test split and per-epoch batches."""
 
 from __future__ import annotations
 

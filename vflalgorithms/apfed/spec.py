@@ -6,7 +6,7 @@ from typing import Any
 
 from vflalgorithms.apfed.maths import APFED_C, APFED_R
 from vflalgorithms.base import AlgorithmSpec, register
-from vflalgorithms.options import _is_number, party_ids, positive_numbers
+from vflalgorithms.options import is_number, party_ids, positive_numbers
 from vflcore.errors import ConfigError
 
 # h^A = f_A(x^A_B) goes down to every passive party (on ReturnGradients); each answers with
@@ -22,7 +22,7 @@ def _check_weights(options: Mapping[str, Any]) -> None:
             f"[algorithm] party_weights must be a table of party id = weight, got {options['party_weights']!r}"
         )
     for key, value in {"weight": options["weight"], **options["party_weights"]}.items():
-        if not _is_number(value) or not 0 <= value < math.inf:
+        if not is_number(value) or not 0 <= value < math.inf:
             where = "weight" if key == "weight" else f"party_weights.{key}"
             raise ConfigError(f"[algorithm] {where} must be a finite number of at least 0, got {value!r}")
     if not party_ids(options["party_weights"]):

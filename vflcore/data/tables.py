@@ -23,6 +23,8 @@ from pathlib import Path
 import numpy as np
 import structlog
 
+from vflcore.errors import DataError
+
 __all__ = [
     "DataError",
     "PartyTable",
@@ -38,10 +40,6 @@ __all__ = [
 _MAX_EXAMPLES = 3
 
 log = structlog.get_logger(__name__)
-
-
-class DataError(ValueError):
-    """A party's table cannot be used; the message names the file and says what to fix."""
 
 
 @dataclass(frozen=True, eq=False)  # eq=False: comparing numpy arrays field by field is ambiguous

@@ -42,7 +42,7 @@ from typing import Final, NoReturn
 
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 
-from vflcore.errors import VflError
+from vflcore.errors import PsiError
 from vflcore.psi.hash_to_curve import U_BYTES, encode_many
 
 __all__ = [
@@ -57,21 +57,6 @@ __all__ = [
 
 DEFAULT_CHUNK: Final = 16_384  # items per worker task: ~0.5 s of work, small enough for progress
 Progress = Callable[[int, int], None]  # progress(done, total), called in the caller's process
-
-
-class PsiError(VflError):
-    """A PSI input is unusable: a point that is not 32 bytes, or a low-order (malicious) point.
-
-    ``index`` is the position of the offending item in the sequence that was being blinded.
-    """
-
-    def __init__(self, message: str, index: int | None = None) -> None:
-        super().__init__(message)
-        self.index = index
-
-    def __reduce__(self) -> tuple[type[PsiError], tuple[str, int | None]]:
-        # Raised inside pool workers and re-raised in the parent: keep ``index`` across pickling.
-        return (type(self), (str(self), self.index))
 
 
 class BlindingKey:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, get_type_hints
 
 from vflcore.errors import ConfigError
-from vflcore.job import TASKS, JobSpec
+from vflcore.job import SET_BY_ACTIVE_PARTY, TASKS, JobSpec
 from vflcore.security.tls import TlsFiles
 
 DEFAULT_PORT = 50051
@@ -126,24 +126,17 @@ def _tls(doc: Mapping[str, Any], source: Path | None, default_stem: str) -> TlsF
 
 
 def _job(doc: Mapping[str, Any], source: Path | None) -> JobSpec:
+    """The ``[job]`` table, read field by field from ``JobSpec`` itself; ``[algorithm]`` is the options."""
     sec = _Section(doc, "job", source)
-    defaults = JobSpec(job_id="")
-    job = JobSpec(
-        job_id=sec.text("job_id", ""),
-        algorithm=sec.text("algorithm", defaults.algorithm),
-        task=sec.text("task", defaults.task),
-        seed=sec.integer("seed", defaults.seed),
-        batch_size=sec.integer("batch_size", defaults.batch_size),
-        epochs=sec.integer("epochs", defaults.epochs),
-        embedding_dim=sec.integer("embedding_dim", defaults.embedding_dim),
-        bottom_hidden=sec.integers("bottom_hidden", defaults.bottom_hidden),
-        optimizer=sec.text("optimizer", defaults.optimizer),
-        learning_rate=sec.number("learning_rate", defaults.learning_rate),
-        weight_decay=sec.number("weight_decay", defaults.weight_decay),
-        test_fraction=sec.number("test_fraction", defaults.test_fraction),
-        passive_parties=sec.integers("passive_parties", defaults.passive_parties),
-        algorithm_options=dict(doc.get("algorithm", {})),
-    )
+    readers: dict[Any, Any] = {str: sec.text, int: sec.integer, float: sec.number, tuple[int, ...]: sec.integers}
+    types = get_type_hints(JobSpec)
+    values: dict[str, Any] = {}
+    for spec in fields(JobSpec):
+        if spec.name in SET_BY_ACTIVE_PARTY or spec.name == "algorithm_options":
+            continue
+        default = "" if spec.default is MISSING else spec.default
+        values[spec.name] = readers[types[spec.name]](spec.name, default)
+    job = JobSpec(**values, algorithm_options=dict(doc.get("algorithm", {})))
     validate_job(job, sec.where)
     return job
 
@@ -246,8 +239,3 @@ def document_with_flags(config: Path | None, flags: Mapping[tuple[str, str], Any
         if value is not None:
             doc.setdefault(section, {})[key] = str(Path.cwd() / value) if isinstance(value, Path) else value
     return doc
-
-
-def with_overrides(config: Any, **overrides: Any) -> Any:
-    """Lay command-line flags over a config: a flag left unset (None) keeps the file's value."""
-    return replace(config, **{k: v for k, v in overrides.items() if v is not None})

@@ -22,6 +22,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from vflcore.errors import CertsError as CertsError  # re-exported: defined in vflcore.errors
+from vflcore.errors import KeyExistsError as KeyExistsError
 from vflcore.security.identity import party_common_name, party_uri
 
 CA_CERT_FILE = "ca.pem"
@@ -32,14 +34,6 @@ SERVER_STEM = "server"
 _CLOCK_SKEW = dt.timedelta(minutes=5)
 _PUBLIC_MODE = 0o644
 _PRIVATE_MODE = 0o600
-
-
-class CertsError(Exception):
-    """A certificate file is missing, unreadable or in the way; the message says what to do."""
-
-
-class KeyExistsError(CertsError, FileExistsError):
-    """Issuing would overwrite an existing private key and ``force`` was not given."""
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,7 @@ from pathlib import Path
 
 import grpc
 
-
-class TlsConfigError(ValueError):
-    """A TLS file is missing, unreadable or not PEM; the message names it and says how to fix it."""
+from vflcore.errors import TlsConfigError as TlsConfigError  # re-exported: defined in vflcore.errors
 
 
 @dataclass(frozen=True)

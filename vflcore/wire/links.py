@@ -1,8 +1,8 @@
 """What a passive party's side of the wire offers the code above it: send, receive, and a streamed round.
 
 ``vflclient``'s connection implements these over gRPC; the algorithms and PSI see only these
-interfaces. The RPC that carries a tensor follows from its name (``vflcore.wire.names.rpc_for``),
-so no caller says which call to use.
+interfaces. The RPC that carries a tensor follows from its name (``vflcore.wire.names``:
+``upload_rpc`` and ``download_rpc``), so no caller says which call to use.
 """
 
 from __future__ import annotations

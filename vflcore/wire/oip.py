@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from vflcore.errors import ProtocolError as ProtocolError  # re-exported: defined in vflcore.errors
+
 #: The gRPC service name stock clients (tritonclient, KServe) call. Our own proto package differs
 #: (see proto/vflcore/proto/open_inference.proto), so handlers are registered under this name.
 SERVICE = "inference.GRPCInferenceService"
@@ -50,10 +52,6 @@ _VALUE_TYPES: dict[str, tuple[type, ...]] = {
 def method(name: str) -> str:
     """The full gRPC method path of one RPC, e.g. ``/inference.GRPCInferenceService/ModelInfer``."""
     return f"/{SERVICE}/{name}"
-
-
-class ProtocolError(ValueError):
-    """A message does not follow the protocol (sizes, types, counts); the text says what is wrong."""
 
 
 @dataclass(frozen=True)

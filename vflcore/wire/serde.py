@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
+from dataclasses import fields
+from typing import Any
 
 import numpy as np
 
@@ -137,49 +139,30 @@ def tensors_from_chunks(chunks: Iterable[pb.TensorChunk]) -> Iterator[tuple[Tens
 
 
 def job_to_proto(job: JobSpec) -> pb.JobSpec:
-    return pb.JobSpec(
-        job_id=job.job_id,
-        algorithm=job.algorithm,
-        task=job.task,
-        seed=job.seed,
-        batch_size=job.batch_size,
-        epochs=job.epochs,
-        embedding_dim=job.embedding_dim,
-        bottom_hidden=list(job.bottom_hidden),
-        optimizer=job.optimizer,
-        learning_rate=job.learning_rate,
-        weight_decay=job.weight_decay,
-        test_fraction=job.test_fraction,
-        num_rows=job.num_rows,
-        passive_parties=list(job.passive_parties),
-        algorithm_options=job.options_json(),
-        num_outputs=job.num_outputs,
-    )
+    """Every JobSpec field under its own name; the algorithm options as JSON, tuples as repeated fields."""
+    values: dict[str, Any] = {}
+    for spec in fields(JobSpec):
+        value = getattr(job, spec.name)
+        values[spec.name] = job.options_json() if spec.name == "algorithm_options" else _to_wire(value)
+    return pb.JobSpec(**values)
 
 
 def job_from_proto(msg: pb.JobSpec) -> JobSpec:
+    """The inverse of ``job_to_proto``; malformed algorithm options are refused by name."""
     try:
         options = json.loads(msg.algorithm_options) if msg.algorithm_options else {}
     except json.JSONDecodeError as exc:
         raise ValueError(f"job.algorithm_options is not valid JSON: {exc}") from exc
-    return JobSpec(
-        job_id=msg.job_id,
-        algorithm=msg.algorithm,
-        task=msg.task,
-        seed=msg.seed,
-        batch_size=msg.batch_size,
-        epochs=msg.epochs,
-        embedding_dim=msg.embedding_dim,
-        bottom_hidden=tuple(msg.bottom_hidden),
-        optimizer=msg.optimizer,
-        learning_rate=msg.learning_rate,
-        weight_decay=msg.weight_decay,
-        test_fraction=msg.test_fraction,
-        num_rows=msg.num_rows,
-        passive_parties=tuple(msg.passive_parties),
-        algorithm_options=options,
-        num_outputs=msg.num_outputs,
-    )
+    values: dict[str, Any] = {"algorithm_options": options}
+    for spec in fields(JobSpec):
+        if spec.name != "algorithm_options":
+            value = getattr(msg, spec.name)
+            values[spec.name] = tuple(value) if isinstance(spec.default, tuple) else value
+    return JobSpec(**values)
+
+
+def _to_wire(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
 
 
 def task_to_proto(task: tasks.Task) -> pb.Task:

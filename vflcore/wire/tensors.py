@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from vflcore.errors import TensorError as TensorError  # re-exported: defined in vflcore.errors
+
 # Floats for representations and gradients, int64 for row positions, uint8 for PSI's blinded
 # curve points. Nothing else is needed, and a short list keeps a hostile peer from steering us
 # into odd code paths.
@@ -23,14 +25,6 @@ CHUNK_BYTES = 1 << 20
 
 # A single tensor larger than this is refused before any memory is allocated for it.
 MAX_TENSOR_BYTES = 1 << 30
-
-
-class TensorError(ValueError):
-    """A tensor from a peer failed validation; ``field`` names the offending field."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
 
 
 @dataclass(frozen=True, order=True)

@@ -24,7 +24,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from vflcore.errors import VflError
+from vflcore.errors import ArtifactError
 from vflserver.serving.servable import (
     LABEL,
     PREDICTION,
@@ -40,10 +40,6 @@ __all__ = ["FEATURES", "LABEL", "PREDICTION", "PROBABILITIES", "ArtifactServable
 FORMAT = "vfl-model/1"
 FEATURES = "features"
 _ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid, "gelu": nn.GELU}
-
-
-class ArtifactError(VflError):
-    """The artifact cannot be written or read; the message names the file and the problem."""
 
 
 @dataclass(frozen=True)

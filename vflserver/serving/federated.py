@@ -15,16 +15,10 @@ from collections.abc import Mapping
 import numpy as np
 import structlog
 
-from vflcore.errors import PartyUnavailable as PartyOffline
+from vflcore.errors import InferenceInputError, PartyUnavailable
 from vflserver.active_party import ActiveParty
 from vflserver.serving.config import DEGRADED_MODES
-from vflserver.serving.servable import (
-    InferenceInputError,
-    PartyUnavailable,
-    TensorSpec,
-    prediction_outputs,
-    prediction_specs,
-)
+from vflserver.serving.servable import TensorSpec, prediction_outputs, prediction_specs
 
 log = structlog.get_logger(__name__)
 
@@ -76,7 +70,7 @@ class FederatedServable:
             output = self.active.predict_ids(ids, substitutes=self._substitutes)
         except KeyError as exc:
             raise InferenceInputError(f"input {IDS!r}: {exc.args[0]}") from None
-        except PartyOffline as exc:
+        except PartyUnavailable as exc:
             raise PartyUnavailable(
                 f"{exc}; federated inference needs every passive party (or serving.degraded = zeros | mean)"
             ) from None

@@ -17,7 +17,7 @@ from importlib.metadata import PackageNotFoundError, version
 import numpy as np
 import structlog
 
-from vflcore import errors
+from vflcore.errors import InferenceInputError, ModelNotFound, PartyUnavailable, ProtocolError
 from vflcore.wire.oip import (
     DATATYPES,
     FLOAT_DATATYPES,
@@ -25,7 +25,6 @@ from vflcore.wire.oip import (
     InferResponse,
     ModelMetadata,
     OutputTensor,
-    ProtocolError,
     RequestTensor,
     ServerMetadata,
     array_from_raw,
@@ -33,7 +32,7 @@ from vflcore.wire.oip import (
     first_non_finite,
 )
 from vflserver.serving.registry import ModelRegistry, ServedModel
-from vflserver.serving.servable import InferenceInputError, ModelNotFound, PartyUnavailable, TensorSpec
+from vflserver.serving.servable import TensorSpec
 
 log = structlog.get_logger(__name__)
 
@@ -58,7 +57,7 @@ def failure(exc: Exception, *, call: str) -> tuple[Failure, str]:
         return Failure.INVALID, str(exc)
     if isinstance(exc, ModelNotFound):
         return Failure.NOT_FOUND, str(exc)
-    if isinstance(exc, PartyUnavailable | errors.PartyUnavailable):
+    if isinstance(exc, PartyUnavailable):
         return Failure.UNAVAILABLE, str(exc)
     log.error("inference_internal_error", call=call, error=repr(exc), exc_info=exc)
     return Failure.INTERNAL, f"internal error ({type(exc).__name__}); the server log has the details"

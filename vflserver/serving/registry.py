@@ -11,7 +11,8 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from vflserver.serving.servable import ModelNotFound, Servable, TensorSpec
+from vflcore.errors import ModelNotFound
+from vflserver.serving.servable import Servable, TensorSpec
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ HTTP 503). Anything else is a server fault (INTERNAL, HTTP 500).
 The endpoints add one of their own: ``ModelNotFound`` (NOT_FOUND, HTTP 404) for a name or
 version the registry does not hold. They call ``predict`` even when ``ready()`` is false: the
 servable knows best why it cannot answer (which party is missing), and a degraded mode may
-answer anyway.
+answer anyway. The three error classes live in ``vflcore.errors`` and are re-exported here.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Protocol
 
 import numpy as np
 
+from vflcore.errors import InferenceInputError, ModelNotFound, PartyUnavailable
 from vflcore.wire.oip import DATATYPES, TensorMetadata
 
 __all__ = [
@@ -31,18 +32,6 @@ __all__ = [
     "TensorSpec",
     "computes_inline",
 ]
-
-
-class InferenceInputError(ValueError):
-    """The request is wrong (name, shape, datatype, values); the message names the field."""
-
-
-class PartyUnavailable(RuntimeError):
-    """Federated inference needs a passive party that is not connected."""
-
-
-class ModelNotFound(LookupError):
-    """No model of that name (or that version) is being served."""
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,249 @@
+"""One PSI run: ``vfl-server --psi-only`` and ``vfl-client`` started as OS processes over mTLS.
+
+The deployment shape, not an in-process call: each party is its own process tree on 127.0.0.1,
+started from the installed console scripts, so the measured time includes what a real deployment
+pays (TLS, gRPC, its own interpreter and PSI workers). The server's ``aligned ... in X s`` is the
+headline figure; the run also checks the intersection both parties wrote.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+import secrets
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.psi.inputs import PARTY
+from bench.psi.monitor import SAMPLE_S, Monitor, PartyStats, Sample, lo_tx_bytes
+
+BIN = Path(sys.executable).parent
+PSI_TIMEOUT_S = 1800.0
+SERVER_CMD = [str(BIN / "vfl-server")]  # a profiling wrapper may replace these
+CLIENT_CMD = [str(BIN / "vfl-client")]
+
+
+@dataclass
+class PsiRun:
+    workers: int
+    job_id: str
+    aligned_s: float  # server-reported
+    wall_s: float  # server start -> both exited
+    client_wall_s: float
+    intersection: int
+    parties: dict[str, PartyStats]
+    samples: list[Sample]
+    socket_bytes: dict[str, tuple[int, int]]
+    lo_bytes: int | None
+    events: list[tuple[float, str, str]]  # (seconds since server start, party, event + details)
+    t0_mono: float
+
+
+def write_configs(root: Path, workers: int) -> None:
+    """Both parties get the same ``[psi] workers``: the setting being measured."""
+    (root / "server.toml").write_text(f"[job]\npassive_parties = [{PARTY}]\n\n[psi]\nworkers = {workers}\n")
+    (root / f"party{PARTY}.toml").write_text(f"[psi]\nworkers = {workers}\n")
+
+
+def _wait_for_port(port_file: Path, monitor: Monitor, server: subprocess.Popen[bytes], timeout_s: float) -> int:
+    """The server's port once it listens; the client is started only then. Samples while waiting."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if port_file.exists() and port_file.read_text().strip():
+            return int(port_file.read_text())
+        if server.poll() is not None:
+            raise RuntimeError(f"vfl-server exited with code {server.returncode} before listening")
+        monitor.sample()
+        time.sleep(SAMPLE_S)
+    raise RuntimeError(f"vfl-server did not listen within {timeout_s:.0f} s")
+
+
+def _reap(proc: subprocess.Popen[bytes], stats: PartyStats) -> bool:
+    """os.wait4 without blocking; True once the process has exited (rusage recorded)."""
+    if stats.exited is not None:
+        return True
+    pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+    if pid == 0:
+        return False
+    stats.exited = time.monotonic()
+    stats.exit_code = os.waitstatus_to_exitcode(status)
+    stats.wait4_maxrss_kib = usage.ru_maxrss
+    stats.wait4_cpu_s = usage.ru_utime + usage.ru_stime
+    proc.returncode = stats.exit_code  # reaped here: keep Popen from waiting again
+    return True
+
+
+def _events(path: Path, party: str, t0_wall: float) -> list[tuple[float, str, str]]:
+    """A JSON log's events as (seconds since the server started, party, event + short details).
+
+    Heartbeats are left out; the server's ``party_joined`` and ``aligned`` events bound the PSI
+    window the report computes.
+    """
+    out = []
+    skip = {"heartbeat", "heartbeat_sent", "heartbeat_received"}
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            event = json.loads(line)
+            when = dt.datetime.fromisoformat(event["timestamp"].replace("Z", "+00:00")).timestamp()
+        except (ValueError, KeyError, TypeError):
+            continue
+        name = str(event.get("event", ""))
+        if name in skip:
+            continue
+        details = {
+            k: v
+            for k, v in event.items()
+            if k not in ("event", "timestamp", "level", "logger", "party", "job", "round") and len(str(v)) < 80
+        }
+        out.append((when - t0_wall, party, name + ("  " + json.dumps(details) if details else "")))
+    return out
+
+
+def _aligned_ids(run_dir: Path, party: int) -> list[str]:
+    """The IDs a party wrote to its ``aligned_ids.csv``: what the intersection check compares."""
+    files = sorted(run_dir.glob(f"*/party-{party}/aligned_ids.csv"))
+    if not files:
+        raise RuntimeError(f"no aligned_ids.csv for party {party} under {run_dir}")
+    return files[0].read_text(encoding="utf-8").splitlines()[1:]
+
+
+def run_psi(root: Path, workers: int, n: int, certs: Path, data: Path) -> PsiRun:
+    """One PSI between ``vfl-server --psi-only`` and ``vfl-client``, sampled throughout.
+
+    The job id and run directory are fresh, so no saved alignment is reused. Raises RuntimeError,
+    with both daemons' log tails on stderr, if either fails, the time runs out, or the intersection
+    is not exactly the shared IDs in the agreed order on both sides.
+    """
+    job_id = f"bench-psi-{int(time.time())}-{secrets.token_hex(3)}"
+    run_dir = root / "runs" / job_id  # fresh: nothing saved to reuse
+    logs = root / "logs" / job_id
+    logs.mkdir(parents=True)
+    write_configs(root, workers)
+    port_file = run_dir / "port"
+    common = ["--run-dir", str(run_dir), "--ca", str(certs / "ca.pem"), "--log-format", "json"]
+    monitor = Monitor()
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    lo_before = lo_tx_bytes()
+    t0_wall, t0 = time.time(), time.monotonic()
+    try:
+        procs["server"] = subprocess.Popen(
+            [
+                *SERVER_CMD,
+                "--psi-only",
+                "--config",
+                str(root / "server.toml"),
+                "--listen",
+                "127.0.0.1:0",
+                "--port-file",
+                str(port_file),
+                "--data",
+                str(data / "party1.csv"),
+                "--cert",
+                str(certs / "server.pem"),
+                "--key",
+                str(certs / "server.key"),
+                "--job-id",
+                job_id,
+                *common,
+            ],
+            stdout=(logs / "server.out").open("wb"),
+            stderr=(logs / "server.log").open("wb"),
+        )
+        monitor.add("server", procs["server"].pid)
+        port = _wait_for_port(port_file, monitor, procs["server"], timeout_s=300)
+        monitor.port = port
+        procs["client"] = subprocess.Popen(
+            [
+                *CLIENT_CMD,
+                "--party",
+                str(PARTY),
+                "--config",
+                str(root / f"party{PARTY}.toml"),
+                "--server",
+                f"127.0.0.1:{port}",
+                "--data",
+                str(data / f"party{PARTY}.csv"),
+                "--cert",
+                str(certs / f"party-{PARTY}.pem"),
+                "--key",
+                str(certs / f"party-{PARTY}.key"),
+                *common,
+            ],
+            stdout=(logs / "client.out").open("wb"),
+            stderr=(logs / "client.log").open("wb"),
+        )
+        monitor.add("client", procs["client"].pid)
+        deadline = t0 + PSI_TIMEOUT_S
+        while True:
+            done = [_reap(procs[name], monitor.parties[name]) for name in procs]
+            if all(done):
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the PSI did not finish within {PSI_TIMEOUT_S:.0f} s")
+            monitor.sample()
+            time.sleep(SAMPLE_S)
+    except BaseException:
+        for name, proc in procs.items():
+            stats = monitor.parties.get(name)
+            if stats is not None and stats.exited is None and proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+        _dump_logs(logs)
+        raise
+    wall = max(s.exited or 0.0 for s in monitor.parties.values()) - t0
+    lo_after = lo_tx_bytes()
+    codes = {name: stats.exit_code for name, stats in monitor.parties.items()}
+    if any(codes.values()):
+        _dump_logs(logs)
+        raise RuntimeError(f"PSI failed: exit codes {codes}")
+    out = (logs / "server.out").read_text(errors="replace")
+    match = re.search(r"aligned (\d+) common IDs \((.*?)\) in ([\d.]+) s", out)
+    if match is None:
+        _dump_logs(logs)
+        raise RuntimeError(f"the server did not print its 'aligned ... in X s' line; stdout:\n{out}")
+    events = _events(logs / "server.log", "server", t0_wall) + _events(logs / "client.log", "client", t0_wall)
+    events.sort()
+    aligned_s = float(match.group(3))
+    for _, party, text in events:  # the log has the figure with two decimals
+        if party == "server" and text.startswith("aligned  "):
+            aligned_s = float(json.loads(text.split("  ", 1)[1]).get("seconds", aligned_s))
+    # The intersection must be exactly the shared IDs, in the agreed (sorted) order, on both sides.
+    expected = [f"user-{i:07d}" for i in range(n // 2, n)]
+    server_ids, client_ids = _aligned_ids(run_dir, 1), _aligned_ids(run_dir, PARTY)
+    if int(match.group(1)) != len(expected) or server_ids != expected or client_ids != expected:
+        raise RuntimeError(
+            f"WRONG INTERSECTION: expected {len(expected)} IDs user-{n // 2:07d}..user-{n - 1:07d}; server "
+            f"printed {match.group(1)}, server file has {len(server_ids)}, client file has {len(client_ids)} "
+            f"(equal to expected: server {server_ids == expected}, client {client_ids == expected})"
+        )
+    client = monitor.parties["client"]
+    return PsiRun(
+        workers=workers,
+        job_id=job_id,
+        aligned_s=aligned_s,
+        wall_s=wall,
+        client_wall_s=(client.exited or 0.0) - client.started,
+        intersection=len(server_ids),
+        parties=monitor.parties,
+        samples=monitor.samples,
+        socket_bytes=monitor.socket_bytes,
+        lo_bytes=None if lo_before is None or lo_after is None else lo_after - lo_before,
+        events=events,
+        t0_mono=t0,
+    )
+
+
+def _dump_logs(logs: Path) -> None:
+    """Every daemon's output tail on stderr, so a failed run can be read without ``--keep``."""
+    for path in sorted(logs.iterdir()):
+        text = path.read_text(errors="replace")
+        print(f"--- {path.name} (last 3000 chars):\n{text[-3000:]}", file=sys.stderr)

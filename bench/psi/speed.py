@@ -1,0 +1,68 @@
+"""This box's X25519 speed, measured in the same run as the PSI.
+
+ECDH-PSI costs each party one hash-to-curve and two X25519 multiplications per ID, so these
+per-operation figures let the PSI seconds be scaled to another machine and give the floor the
+report compares the run against.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import statistics
+import subprocess
+import time
+from dataclasses import dataclass
+
+
+@dataclass
+class Speed:
+    openssl_us: float | None  # wall µs per op from `openssl speed` (single thread)
+    crypto_wall_us: float  # cryptography load+exchange, as our blinder calls it: wall
+    crypto_cpu_us: float  # same, process CPU time (insensitive to other load on the box)
+    hash_cpu_us: float  # encode_many (Elligator 2) per ID, CPU
+    note: str = ""
+
+
+def x25519_speed() -> Speed:
+    """``openssl speed`` (the library's best case) and the exact calls the blinder makes, per op.
+
+    CPU time is measured next to wall time because the box is shared: CPU per op is what other load
+    moves least.
+    """
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+
+    from vflcore.psi import encode_many, make_dst
+
+    openssl_us, note = None, ""
+    exe = shutil.which("openssl")
+    if exe is None:
+        note = "openssl not on PATH"
+    else:
+        try:
+            out = subprocess.run(
+                [exe, "speed", "-seconds", "2", "ecdhx25519"], capture_output=True, text=True, timeout=60
+            ).stdout
+            match = re.search(r"ecdh \(X25519\)\s+\S+s\s+([\d.]+)", out)
+            if match:
+                openssl_us = 1e6 / float(match.group(1))
+            else:
+                note = "could not parse `openssl speed` output"
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            note = f"openssl speed failed: {exc}"
+    n = 2000
+    dst = make_dst("bench-psi-speed")
+    ids = [f"user-{i:07d}".encode() for i in range(n)]
+    c0, w0 = time.process_time(), time.perf_counter()
+    points = encode_many(ids, dst)
+    hash_cpu = (time.process_time() - c0) / n
+    key = X25519PrivateKey.generate()
+    load = X25519PublicKey.from_public_bytes
+    walls, cpus = [], []
+    for _ in range(3):
+        c0, w0 = time.process_time(), time.perf_counter()
+        for u in points:
+            key.exchange(load(u))
+        walls.append((time.perf_counter() - w0) / n)
+        cpus.append((time.process_time() - c0) / n)
+    return Speed(openssl_us, statistics.median(walls) * 1e6, statistics.median(cpus) * 1e6, hash_cpu * 1e6, note)

@@ -1,0 +1,63 @@
+"""The job's settings are listed once, in ``JobSpec``: the wire and the config file follow its fields."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import fields
+
+from vflcore.job import SET_BY_ACTIVE_PARTY, JobSpec
+from vflcore.proto import federation_pb2 as pb
+from vflcore.runtime.config import server_config_from
+from vflcore.wire import serde
+
+
+def test_every_field_has_a_proto_field_of_the_same_name() -> None:
+    """A new JobSpec field without its proto field (or the reverse) fails here, not on the wire."""
+    assert {f.name for f in fields(JobSpec)} == set(pb.JobSpec.DESCRIPTOR.fields_by_name)
+
+
+def test_every_field_survives_the_wire() -> None:
+    """A job with no default value left crosses the wire unchanged."""
+    job = JobSpec(
+        job_id="j",
+        algorithm="fedbcd",
+        task="regression",
+        seed=3,
+        batch_size=7,
+        epochs=2,
+        embedding_dim=5,
+        bottom_hidden=(9, 4),
+        optimizer="sgd",
+        learning_rate=0.5,
+        weight_decay=0.25,
+        test_fraction=0.5,
+        num_rows=11,
+        passive_parties=(2, 5),
+        algorithm_options={"local_steps": 2},
+        num_outputs=1,
+    )
+    assert {f.name for f in fields(JobSpec)} == set(vars(job))
+    assert all(getattr(job, f.name) != f.default for f in fields(JobSpec) if f.name != "job_id")
+    assert serde.job_from_proto(serde.job_to_proto(job)) == job
+
+
+def test_every_configurable_field_is_read_from_the_job_table() -> None:
+    """Each field but those the active party fills in is a ``[job]`` key of the server config."""
+    settable = [f for f in fields(JobSpec) if f.name not in SET_BY_ACTIVE_PARTY | {"algorithm_options"}]
+    values = {"job_id": "x", "algorithm": "fedbcd", "task": "regression", "optimizer": "sgd"}
+    lines = []
+    for f in settable:
+        value = values.get(f.name)
+        if value is not None:
+            lines.append(f'{f.name} = "{value}"')
+        elif isinstance(f.default, tuple):
+            lines.append(f"{f.name} = [2, 3]")
+        elif isinstance(f.default, float):
+            lines.append(f"{f.name} = 0.125")
+        else:
+            lines.append(f"{f.name} = 6")
+    job = server_config_from(tomllib.loads('[data]\npath = "p1.csv"\n[job]\n' + "\n".join(lines) + "\n")).job
+    assert job.job_id == "x" and job.task == "regression" and job.optimizer == "sgd"
+    assert job.bottom_hidden == (2, 3) and job.passive_parties == (2, 3)
+    assert job.learning_rate == job.weight_decay == job.test_fraction == 0.125
+    assert job.seed == job.batch_size == job.epochs == job.embedding_dim == 6
