@@ -17,6 +17,7 @@ from grpc_reflection.v1alpha import reflection
 
 from vflcore.proto import federation_pb2 as pb
 from vflcore.proto import federation_pb2_grpc as pb_grpc
+from vflcore.runtime.daemon import adopt_torch_threads
 from vflcore.security.tls import KEEPALIVE_SERVER_OPTIONS, TlsFiles, server_credentials
 from vflserver.passive_parties import PassiveParties
 from vflserver.servicer import FederationService
@@ -42,7 +43,9 @@ def build_server(
     # Each passive party holds one Subscribe stream for the whole job, plus up to two calls in
     # flight per step; health checks and heartbeats need a few more threads on top.
     workers = 8 + 4 * len(parties.job.passive_parties)
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers), options=KEEPALIVE_SERVER_OPTIONS)
+    # Handlers may run torch (a gradient for a passive party): each worker takes the process's thread count.
+    pool = futures.ThreadPoolExecutor(max_workers=workers, initializer=adopt_torch_threads)
+    server = grpc.server(pool, options=KEEPALIVE_SERVER_OPTIONS)
     servicer = FederationService(parties, insecure=insecure)
     pb_grpc.add_FederationServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
 

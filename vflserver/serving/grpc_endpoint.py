@@ -28,6 +28,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from vflcore.proto import open_inference_pb2 as pb
+from vflcore.runtime.daemon import adopt_torch_threads
 from vflcore.wire import oip_serde as oip_wire
 from vflcore.wire.oip import SERVICE, InferRequest
 from vflserver.serving.handler import Failure, InferenceHandler, failure
@@ -114,7 +115,9 @@ class GrpcInferenceServer:
     def __init__(self, handler: InferenceHandler, options: Sequence[tuple[str, Any]] = ()) -> None:
         self.handler = handler
         self._options = list(options)
-        self._pool = futures.ThreadPoolExecutor(max_workers=BLOCKING_WORKERS, thread_name_prefix="oip-predict")
+        self._pool = futures.ThreadPoolExecutor(
+            max_workers=BLOCKING_WORKERS, thread_name_prefix="oip-predict", initializer=adopt_torch_threads
+        )
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="oip-grpc", daemon=True)
         self._server: grpc.aio.Server | None = None
