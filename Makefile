@@ -10,7 +10,7 @@ GRPC_TOOLS_VERSION := 1.81.1
 CERTS := certs
 DATA := examples/data
 
-.PHONY: help venv certs data demo test test-unit test-integration lint typecheck proto proto-check bench-overhead bench-psi bench-comm bench-fedbcd bench-async bench-apfed bench-adptvfedconv bench-inference clean
+.PHONY: help venv certs data demo test test-unit test-integration lint typecheck proto proto-check bench-overhead bench-psi bench-comm bench-fedbcd bench-async bench-apfed bench-adptvfedconv bench-inference bench-service clean
 
 help:
 	@echo "make demo            set up, then run server + 2 clients over mTLS: training and inference"
@@ -18,11 +18,12 @@ help:
 	@echo "make proto           regenerate the committed gRPC code from proto/"
 	@echo "make bench-overhead  federation overhead ratio (SplitNN over mTLS vs in-process)"
 	@echo "make bench-comm      bytes to 95 % accuracy: VIMADMM vs VIMSGD vs SplitNN (digits, 4 clients)"
-	@echo "make bench-fedbcd    rounds to 95 % accuracy: FedBCD Q=10 vs Q=1 (digits)"
+	@echo "make bench-fedbcd    rounds to 93 % accuracy: FedBCD Q=10 vs Q=1 (digits)"
 	@echo "make bench-async     wall time, async vs sync VFL, round-robin delayed parties"
 	@echo "make bench-apfed     APFed Table 2 on digits: APFed-R/-C vs SingleVL and TVFL, plus the λ sweep (10-15 min)"
 	@echo "make bench-adptvfedconv AdptVFedConv Table 2 on digits: 4 quadrant parties vs centralised, ablations (3-7 min)"
 	@echo "make bench-inference KServe v2 endpoint: 8 callers at batch 1, 30 s gRPC + 30 s REST, p50/p99 and req/s"
+	@echo "make bench-service   30 one-epoch SplitNN jobs on one long-running server + 2 daemons: RSS, fds, threads, latency"
 	@echo "make bench-psi       PSI 1M x 1M: vfl-server --psi-only + vfl-client over mTLS (several minutes)"
 
 venv: $(STAMP)
@@ -102,6 +103,9 @@ bench-adptvfedconv: venv
 
 bench-inference: venv
 	$(PY) -m bench.inference
+
+bench-service: venv
+	$(PY) -m bench.service
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .mypy_cache .ruff_cache

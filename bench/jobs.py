@@ -122,7 +122,7 @@ def run_federated(root: Path, job: JobSpec, *, torch_threads: int = 1, timeout_s
     codes: dict[str, int] = {}
     try:
         procs["server"] = subprocess.Popen(
-            [str(BIN / "vfl-server"), "--config", str(root / "server.toml"), "--log-format", "json"],
+            [str(BIN / "vfl-server"), "--once", "--config", str(root / "server.toml"), "--log-format", "json"],
             stdout=subprocess.DEVNULL,
             stderr=log_files["server"].open("wb"),
             env=env,
@@ -132,6 +132,7 @@ def run_federated(root: Path, job: JobSpec, *, torch_threads: int = 1, timeout_s
             procs[f"party-{party}"] = subprocess.Popen(
                 [
                     str(BIN / "vfl-client"),
+                    "--once",
                     *("--config", str(root / f"party{party}.toml"), "--party", str(party)),
                     *("--server", f"127.0.0.1:{port}", "--log-format", "json"),
                 ],

@@ -1,43 +1,44 @@
-"""The main job on one machine: vfl-server and two vfl-client daemons as separate processes.
+"""The service on one machine: vfl-server and two vfl-client daemons, started once, as separate processes.
 
 ``make demo`` runs this after it has made the venv, the certificates and the example data. Each
-daemon is a real OS process talking gRPC over mutual TLS on 127.0.0.1.
+daemon is a real OS process talking gRPC over mutual TLS on 127.0.0.1, configured the way
+``docs/operations.md`` describes (datasets by name, a job store, the inference endpoint on).
 
-1. SplitNN: the server prints the per-epoch metrics and the final federated inference.
-2. APFed-C with ``--serve``: the same three parties train a model the active party owns alone;
-   both clients exit, and the demo then asks the server's inference endpoint (KServe v2 over
-   mTLS, with the SDK's ``InferenceClient``) to score held-out rows: no passive party is running.
+1. The three daemons start once. An operator (certificate ``demo-operator``) submits two job
+   files through the Python SDK's ``JobClient`` and watches each live:
+   ``examples/jobs/splitnn.toml`` (SplitNN), then ``examples/jobs/apfed_c.toml`` (APFed-C).
+2. Both passive daemons are stopped. The server's inference endpoint (KServe v2 over mTLS, the
+   SDK's ``InferenceClient``) scores the held-out rows with the APFed-C model, served under its
+   job id: no passive party is running.
+3. The server is stopped with SIGTERM.
 
-The daemons' logs go to files under the run directory. Exits 0 only if every process exited 0,
-SplitNN reached the accuracy bar and the endpoint answered with the artifact's predictions.
+Daemon logs go to files under the run directory. Exits 0 only if both jobs finished, SplitNN
+reached the accuracy bar, the endpoint answered with the server's own predictions, and every
+daemon exited 0.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import signal
 import subprocess
 import sys
-import time
+import threading
+import tomllib
 from pathlib import Path
 
 import numpy as np
 
-from vflclient import InferenceClient, TlsFiles, read_party_csv
-from vflcore.errors import VflError
-from vfltesting.localrun import stop_all, wait_all, wait_for_port
+from vflclient import InferenceClient, Job, JobClient, TlsFiles, VflError, read_party_csv
+from vfltesting.pki import Pki
+from vfltesting.service import ServiceRun
 
 HERE = Path(__file__).resolve().parent
 BIN = Path(sys.executable).parent
 ACCURACY_BAR = 0.93
-SERVED_JOB = "digits-apfed-c"
+#: The job files, and the id each is submitted under (a job file may leave its id to the server).
+JOB_FILES = {"digits-splitnn": HERE / "jobs" / "splitnn.toml", "digits-apfed-c": HERE / "jobs" / "apfed_c.toml"}
+OPERATOR = "demo-operator"
 CALLER = "demo-app"
-
-
-def _tail(path: Path, lines: int = 15) -> str:
-    text = path.read_text(errors="replace").splitlines() if path.exists() else []
-    return "\n".join("    " + line for line in text[-lines:])
 
 
 def main() -> int:
@@ -49,156 +50,72 @@ def main() -> int:
     args = parser.parse_args()
 
     run_dir = args.run_dir.resolve()
-    logs = run_dir / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    port_file = run_dir / "port"
-    port_file.unlink(missing_ok=True)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for old in (run_dir / "runs").glob("jobs.sqlite*"):  # a demo starts with an empty job store
+        old.unlink()
     certs, data = args.certs.resolve(), args.data.resolve()
-    common = ["--run-dir", str(run_dir), "--ca", str(certs / "ca.pem"), "--log-format", "json"]
+    for role, name in (("operator", OPERATOR), ("caller", CALLER)):
+        if not (certs / f"{name}.pem").exists():
+            subprocess.run([str(BIN / "vfl-certs"), role, name, "--out", str(certs)], check=True, capture_output=True)
 
-    print("== VFL demo: active party + 2 passive parties, SplitNN on digits, mutual TLS on 127.0.0.1 ==")
-    print(f"   party 1 (vfl-server): labels + image rows 0-2   {data / 'party1.csv'}")
-    print(f"   party 2 (vfl-client): image rows 3-5            {data / 'party2.csv'}")
-    print(f"   party 3 (vfl-client): image rows 6-7            {data / 'party3.csv'}")
-    print(f"   logs: {logs}", flush=True)
-
-    procs: dict[str, subprocess.Popen[bytes]] = {}
-    log_files = {name: logs / f"{name}.log" for name in ("server", "party-2", "party-3")}
+    print("== VFL demo: the service on 127.0.0.1, mutual TLS everywhere ==")
+    print(f"   party 1 (vfl-server daemon): labels + image rows 0-2   {data / 'party1.csv'}")
+    print(f"   party 2 (vfl-client daemon): image rows 3-5            {data / 'party2.csv'}")
+    print(f"   party 3 (vfl-client daemon): image rows 6-7            {data / 'party3.csv'}")
+    print(f"   logs and job store: {run_dir}", flush=True)
+    service = ServiceRun(run_dir, Pki(certs), data)
+    # Past the deadline every daemon is stopped, which ends any call the demo is waiting in.
+    watchdog = threading.Timer(args.timeout, service.close)
+    watchdog.daemon = True
+    watchdog.start()
     try:
-        procs["server"] = subprocess.Popen(
-            [
-                str(BIN / "vfl-server"),
-                "--config",
-                str(HERE / "configs" / "server.toml"),
-                "--listen",
-                "127.0.0.1:0",
-                "--port-file",
-                str(port_file),
-                "--data",
-                str(data / "party1.csv"),
-                "--cert",
-                str(certs / "server.pem"),
-                "--key",
-                str(certs / "server.key"),
-                *common,
-            ],
-            stderr=log_files["server"].open("wb"),
-        )
-        port = wait_for_port(port_file, procs["server"], timeout_s=120)
-        for party in (2, 3):
-            procs[f"party-{party}"] = subprocess.Popen(
-                [
-                    str(BIN / "vfl-client"),
-                    "--party",
-                    str(party),
-                    "--config",
-                    str(HERE / "configs" / f"party{party}.toml"),
-                    "--server",
-                    f"127.0.0.1:{port}",
-                    "--data",
-                    str(data / f"party{party}.csv"),
-                    "--cert",
-                    str(certs / f"party-{party}.pem"),
-                    "--key",
-                    str(certs / f"party-{party}.key"),
-                    *common,
-                ],
-                stderr=log_files[f"party-{party}"].open("wb"),
-            )
-        codes = wait_all(procs, args.timeout)
-    except (RuntimeError, subprocess.TimeoutExpired, KeyboardInterrupt) as exc:
+        service.start_server()
+        service.start_clients()
+        print(f"   daemons started once: server on port {service.port}, parties 2 and 3 connected", flush=True)
+        operator = TlsFiles(ca=certs / "ca.pem", cert=certs / f"{OPERATOR}.pem", key=certs / f"{OPERATOR}.key")
+        with JobClient(service.address, tls=operator) as jobs:
+            splitnn, apfed = (_submit_and_watch(jobs, job_id, path) for job_id, path in JOB_FILES.items())
+        accuracy = splitnn.final_metrics.get("accuracy", 0.0)
+        verdict = "meets" if accuracy >= ACCURACY_BAR else "MISSES"
+        print(f"== SplitNN federated test accuracy {accuracy:.4f} {verdict} the {ACCURACY_BAR} bar ==", flush=True)
+        if splitnn.state != "finished" or apfed.state != "finished" or accuracy < ACCURACY_BAR:
+            raise RuntimeError(f"jobs ended {splitnn.state} and {apfed.state}")
+        clients = service.stop([f"party-{p}" for p in service.parties])
+        if any(clients.values()):
+            raise RuntimeError(f"the passive daemons exited with {clients}")
+        print("   both passive daemons stopped (exit 0). Asking the active party's endpoint alone:", flush=True)
+        grpc_port, _ = service.serving_ports()
+        same = _query(certs, data, run_dir, grpc_port, apfed)
+        server = service.stop(["server"])["server"]
+    except (RuntimeError, OSError, subprocess.SubprocessError, VflError, KeyboardInterrupt) as exc:
         print(f"demo failed: {exc or type(exc).__name__}", file=sys.stderr)
-        for name, path in log_files.items():
-            print(f"--- last lines of {name} ({path}):\n{_tail(path)}", file=sys.stderr)
+        print(service.tail(15), file=sys.stderr)
         return 1
     finally:
-        stop_all(procs)  # also if starting one of them failed
-
-    if any(codes.values()):
-        print(f"demo failed: exit codes {codes}", file=sys.stderr)
-        for name, path in log_files.items():
-            print(f"--- last lines of {name} ({path}):\n{_tail(path)}", file=sys.stderr)
+        watchdog.cancel()
+        service.close()
+    if server != 0 or not same:
+        print(f"demo failed: vfl-server exited with {server}; same predictions: {same}", file=sys.stderr)
         return 1
-    summary = json.loads((run_dir / "digits-splitnn" / "party-1" / "summary.json").read_text())
-    accuracy = summary["final_metrics"]["accuracy"]
-    verdict = "meets" if accuracy >= ACCURACY_BAR else "MISSES"
-    print(
-        f"== part 1 done: all three processes exited 0; "
-        f"federated test accuracy {accuracy:.4f} {verdict} the {ACCURACY_BAR} bar ==",
-        flush=True,
-    )
-    if accuracy < ACCURACY_BAR:
-        return 1
-    return serve_alone(args, run_dir, certs, data)
-
-
-def serve_alone(args: argparse.Namespace, run_dir: Path, certs: Path, data: Path) -> int:
-    """Part 2: APFed-C, then the active party's endpoint answers with every passive party gone."""
-    print()
-    print("== part 2: APFed-C, then the active party serves predictions alone (KServe v2 over mTLS) ==", flush=True)
-    logs = run_dir / "logs"
-    ports_file = run_dir / "serving-ports"
-    ports_file.unlink(missing_ok=True)
-    port_file = run_dir / "port"
-    port_file.unlink(missing_ok=True)
-    if not (certs / f"{CALLER}.pem").exists():
-        subprocess.run([str(BIN / "vfl-certs"), "caller", CALLER, "--out", str(certs)], check=True, capture_output=True)
-    common = ["--run-dir", str(run_dir), "--ca", str(certs / "ca.pem"), "--log-format", "json"]
-    procs: dict[str, subprocess.Popen[bytes]] = {}
-    log_files = {name: logs / f"apfed-{name}.log" for name in ("server", "party-2", "party-3")}
-    try:
-        procs["server"] = subprocess.Popen(
-            [str(BIN / "vfl-server"), "--config", str(HERE / "configs" / "server-apfed.toml"), "--serve"]
-            + ["--listen", "127.0.0.1:0", "--port-file", str(port_file), "--serving-port-file", str(ports_file)]
-            + ["--data", str(data / "party1.csv"), "--cert", str(certs / "server.pem")]
-            + ["--key", str(certs / "server.key"), *common],
-            stderr=log_files["server"].open("wb"),
-        )
-        port = wait_for_port(port_file, procs["server"], timeout_s=120)
-        for party in (2, 3):
-            procs[f"party-{party}"] = subprocess.Popen(
-                [str(BIN / "vfl-client"), "--party", str(party), "--server", f"127.0.0.1:{port}"]
-                + ["--config", str(HERE / "configs" / f"party{party}.toml"), "--data", str(data / f"party{party}.csv")]
-                + ["--cert", str(certs / f"party-{party}.pem"), "--key", str(certs / f"party-{party}.key"), *common],
-                stderr=log_files[f"party-{party}"].open("wb"),
-            )
-        clients = {name: proc for name, proc in procs.items() if name != "server"}
-        codes = wait_all(clients, args.timeout)
-        if any(codes.values()):
-            raise RuntimeError(f"passive parties exited with {codes}")
-        grpc_port = int(_wait_for_text(ports_file, procs["server"]).split()[0])
-        print("   training done; both passive parties have exited. Asking the active party's endpoint:", flush=True)
-        ok = _query(certs, data, run_dir, grpc_port)
-        procs["server"].send_signal(signal.SIGTERM)
-        server_code = procs["server"].wait(timeout=30)
-    except (RuntimeError, subprocess.TimeoutExpired, KeyboardInterrupt, VflError) as exc:
-        print(f"demo failed: {exc or type(exc).__name__}", file=sys.stderr)
-        for name, path in log_files.items():
-            print(f"--- last lines of {name} ({path}):\n{_tail(path)}", file=sys.stderr)
-        return 1
-    finally:
-        stop_all(procs)
-    if server_code != 0 or not ok:
-        print(f"demo failed: vfl-server exited with {server_code}", file=sys.stderr)
-        return 1
-    print("== done: the server stopped serving on SIGTERM; every process exited 0 ==")
+    print("== done: the server stopped on SIGTERM; every daemon exited 0 ==")
     return 0
 
 
-def _wait_for_text(path: Path, server: subprocess.Popen[bytes], timeout_s: float = 60) -> str:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if path.exists() and path.read_text().endswith("\n"):
-            return path.read_text()
-        if server.poll() is not None:
-            raise RuntimeError(f"vfl-server exited with {server.returncode} before serving")
-        time.sleep(0.2)
-    raise RuntimeError(f"the inference endpoint did not start within {timeout_s:.0f} s")
+def _submit_and_watch(jobs: JobClient, job_id: str, path: Path) -> Job:
+    """Submit a job file under ``job_id``, print its events as they happen, and return the ended job."""
+    document = tomllib.loads(path.read_text())
+    document["job"]["job_id"] = job_id
+    job = jobs.submit(document)
+    print(f"\n== job {job.id}: {job.algorithm}, {job.epochs} epochs, submitted by {job.submitter} ({path.name}) ==")
+    for event in jobs.watch(job.id):
+        print(f"   {event}", flush=True)
+    return jobs.get(job.id)
 
 
-def _query(certs: Path, data: Path, run_dir: Path, grpc_port: int) -> bool:
+def _query(certs: Path, data: Path, run_dir: Path, grpc_port: int, job: Job) -> bool:
     """Score the held-out rows through the endpoint; compare with the server's own final inference."""
-    held_out = (run_dir / SERVED_JOB / "party-1" / "test_predictions.csv").read_text().splitlines()[1:]
+    served = job.id
+    held_out = (run_dir / "runs" / served / "party-1" / "test_predictions.csv").read_text().splitlines()[1:]
     expected = {line.split(",")[0]: int(line.split(",")[2]) for line in held_out}
     table = read_party_csv(data / "party1.csv", label_column="label")
     row_of = {str(i): n for n, i in enumerate(table.ids)}
@@ -207,10 +124,10 @@ def _query(certs: Path, data: Path, run_dir: Path, grpc_port: int) -> bool:
     labels = np.asarray(table.labels)[[row_of[i] for i in ids]].astype(np.int64)
     tls = TlsFiles(ca=certs / "ca.pem", cert=certs / f"{CALLER}.pem", key=certs / f"{CALLER}.key")
     with InferenceClient(f"127.0.0.1:{grpc_port}", tls=tls) as client:
-        meta = client.metadata(SERVED_JOB)
+        meta = client.metadata(served)
         print(f"   model {meta.name!r}: inputs {[(t.name, t.datatype, list(t.shape)) for t in meta.inputs]}")
-        out = client.infer(SERVED_JOB, {"features": features})
-        one = client.infer(SERVED_JOB, {"features": features[:1]})
+        out = client.infer(served, {"features": features})
+        one = client.infer(served, {"features": features[:1]})
     predicted = out["label"]
     same = bool(np.array_equal(predicted, [expected[i] for i in ids]))
     accuracy = float((predicted == labels).mean())

@@ -20,8 +20,8 @@ from vfltesting.pki import Pki, issue_pki
 
 @pytest.fixture(scope="session")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    """One project CA with a server certificate and party certificates 2 to 4."""
-    return issue_pki(tmp_path_factory.mktemp("pki"), (2, 3, 4))
+    """One project CA: the server, parties 2 to 4, operator "alice" and inference caller "test-caller"."""
+    return issue_pki(tmp_path_factory.mktemp("pki"), (2, 3, 4), callers=("test-caller",))
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from types import TracebackType
 
@@ -34,6 +35,9 @@ log = structlog.get_logger(__name__)
 
 CLIENT_VERSION = "0.1.0"
 
+#: How much longer than the server may hold a long-polling call the client waits for its reply.
+_CALL_SLACK_S = 10.0
+
 # Must match vflserver.servicer.INSECURE_PARTY_HEADER; duplicated here so the SDK does not import
 # the server package.
 _INSECURE_PARTY_HEADER = "x-vfl-insecure-party"
@@ -50,7 +54,16 @@ class Connection(TrainingLink):
         tls: TlsFiles | None,
         insecure: bool = False,
         connect_timeout_s: float = 60.0,
+        stop: threading.Event | None = None,
+        fail_fast: bool = False,
     ) -> None:
+        """Dial ``address`` and wait until the channel is ready (at most ``connect_timeout_s``).
+
+        ``stop``, once set, ends the wait at once: a daemon asked to shut down does not sit out
+        a connection attempt to a server that is not there. With ``fail_fast`` the first failed
+        attempt (refused, unreachable, handshake failed) ends the wait, for a caller that retries
+        with its own backoff and logs each try; without it, gRPC keeps trying until the timeout.
+        """
         if tls is None and not insecure:
             raise ValueError("TLS files are required; plaintext needs insecure=True (the --insecure flag)")
         self.address, self.party = address, party
@@ -62,13 +75,13 @@ class Connection(TrainingLink):
             assert tls is not None
             self._channel = grpc.secure_channel(address, channel_credentials(tls), options=KEEPALIVE_CHANNEL_OPTIONS)
             self._metadata = ()
-        try:
-            grpc.channel_ready_future(self._channel).result(timeout=connect_timeout_s)
-        except grpc.FutureTimeoutError:
+        started = time.monotonic()
+        if not _wait_until_ready(self._channel, connect_timeout_s, stop, fail_fast):
             self._channel.close()
             raise ServerUnavailable(
-                f"could not reach the server at {address} within {connect_timeout_s:.0f} s "
-                "(down, wrong address, or a TLS failure); run `vfl-client --check` for a diagnosis"
+                f"could not reach the server at {address} (gave up after {time.monotonic() - started:.1f} s of "
+                f"at most {connect_timeout_s:.0f} s: down, wrong address, or a TLS failure); "
+                "run `vfl-client --check` for a diagnosis"
             ) from None
         self._stub = pb_grpc.FederationStub(self._channel)  # type: ignore[no-untyped-call]
         #: Bytes this party sent to and received from the server, per phase (``vflcore.wire.traffic``).
@@ -94,8 +107,22 @@ class Connection(TrainingLink):
 
     # ---- calls ------------------------------------------------------------------------------
 
-    def join(self, table: PartyTable, cached_alignments: Sequence[bytes] = ()) -> JobSpec:
-        """Join the server's job with this party's table; returns the job settings.
+    def next_job(self, wait_s: float = 30.0) -> tuple[JobSpec, str] | None:
+        """The next job that names this party, and the dataset it is to use; None if none came in ``wait_s``.
+
+        The server holds the call until such a job waits for its parties (at most ``wait_s``);
+        ask again after None. This is how a daemon takes part in job after job.
+        """
+        with translated("NextJob"):
+            reply = self._stub.NextJob(
+                pb.NextJobRequest(wait_s=wait_s), metadata=self._metadata, timeout=wait_s + _CALL_SLACK_S
+            )
+        if not reply.job.job_id:
+            return None
+        return wire.job_from_proto(reply.job), reply.dataset
+
+    def join(self, table: PartyTable, cached_alignments: Sequence[bytes] = (), job_id: str = "") -> JobSpec:
+        """Join the server's job (``job_id``, as ``next_job`` offered it; "": the waiting one); returns its settings.
 
         ``cached_alignments`` are the keys of PSI results this party saved earlier; if every
         party still has the one for the current data, the server skips PSI.
@@ -107,6 +134,7 @@ class Connection(TrainingLink):
             id_set_digest=ids_digest(table.ids),
             client_version=CLIENT_VERSION,
             cached_alignments=list(cached_alignments),
+            job_id=job_id,
         )
         with translated("Join"):
             reply = self._stub.Join(request, metadata=self._metadata)
@@ -183,6 +211,34 @@ class Connection(TrainingLink):
             )
         except grpc.RpcError as exc:
             log.warning("report_failure_lost", reason=str(exc))
+
+
+def _wait_until_ready(channel: grpc.Channel, timeout_s: float, stop: threading.Event | None, fail_fast: bool) -> bool:
+    """True once ``channel`` is ready; False after ``timeout_s``, once ``stop`` is set, or (with
+    ``fail_fast``) once an attempt has failed."""
+    failed = threading.Event()
+
+    def watch(state: grpc.ChannelConnectivity) -> None:
+        if state == grpc.ChannelConnectivity.TRANSIENT_FAILURE:
+            failed.set()
+
+    if fail_fast:
+        channel.subscribe(watch, try_to_connect=True)
+    ready = grpc.channel_ready_future(channel)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                ready.result(timeout=max(0.0, min(0.25, remaining)))
+                return True
+            except grpc.FutureTimeoutError:
+                if remaining <= 0 or failed.is_set() or (stop is not None and stop.is_set()):
+                    ready.cancel()
+                    return False
+    finally:
+        if fail_fast:
+            channel.unsubscribe(watch)
 
 
 class _StreamedExchange(TensorExchange):

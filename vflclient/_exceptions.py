@@ -10,19 +10,31 @@ which status becomes which:
     ABORTED, CANCELLED                    JobAborted
     NOT_FOUND                             ModelNotFound
 
+The Control API (``JobClient``) reuses four statuses for the job store, so its calls pass
+``CONTROL`` to ``translated``, which overrides these lines:
+
+    NOT_FOUND                             JobNotFound
+    ALREADY_EXISTS                        DuplicateJob
+    FAILED_PRECONDITION                   JobStateError
+    INVALID_ARGUMENT                      ConfigError     (the job document is wrong)
+
 Everything else from gRPC (UNIMPLEMENTED, INTERNAL, ...) surfaces as ``VflError`` with the status
 name in the message.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 import grpc
 
 from vflcore.errors import (
+    ConfigError,
+    DuplicateJob,
     JobAborted,
+    JobNotFound,
+    JobStateError,
     JoinRejected,
     ModelNotFound,
     PermissionDenied,
@@ -43,14 +55,25 @@ _BY_STATUS: dict[grpc.StatusCode, type[VflError]] = {
     grpc.StatusCode.NOT_FOUND: ModelNotFound,
 }
 
+#: What the Control API's statuses mean, on top of ``_BY_STATUS``.
+CONTROL: Mapping[grpc.StatusCode, type[VflError]] = {
+    grpc.StatusCode.NOT_FOUND: JobNotFound,
+    grpc.StatusCode.ALREADY_EXISTS: DuplicateJob,
+    grpc.StatusCode.FAILED_PRECONDITION: JobStateError,
+    grpc.StatusCode.INVALID_ARGUMENT: ConfigError,
+}
+
 
 @contextmanager
-def translated(rpc: str) -> Iterator[None]:
-    """Re-raise a ``grpc.RpcError`` from ``rpc`` as the most specific SDK error."""
+def translated(rpc: str, overrides: Mapping[grpc.StatusCode, type[VflError]] | None = None) -> Iterator[None]:
+    """Re-raise a ``grpc.RpcError`` from ``rpc`` as the most specific SDK error.
+
+    ``overrides`` (e.g. ``CONTROL``) wins over the default table for the statuses it names.
+    """
     try:
         yield
     except grpc.RpcError as exc:
         code = exc.code() if isinstance(exc, grpc.Call) else grpc.StatusCode.UNKNOWN
         details = exc.details() if isinstance(exc, grpc.Call) else str(exc)
-        kind = _BY_STATUS.get(code, VflError)
+        kind = (overrides or {}).get(code) or _BY_STATUS.get(code, VflError)
         raise kind(f"{rpc}: {details} ({code.name})") from exc

@@ -74,10 +74,11 @@ class PassiveParty:
         self.job: JobSpec | None = None
         self.algorithm: ClientAlgorithm | None = None
 
-    def run(self, connection: Connection) -> RunResult:
-        """Join the job and work through its tasks; returns when the server says Finish."""
+    def run(self, connection: Connection, job_id: str = "") -> RunResult:
+        """Join the job (``job_id`` as ``Connection.next_job`` offered it, or the waiting one) and work
+        through its tasks; returns when the server says Finish."""
         adopt_torch_threads()  # the SDK may run a party on any thread
-        job = connection.join(self.own_table, self._saved_alignments())
+        job = connection.join(self.own_table, self._saved_alignments(), job_id=job_id)
         _passive_half(job.algorithm)  # refuse an algorithm this client lacks before any work
         self.job = job
         structlog.contextvars.bind_contextvars(job=job.job_id)

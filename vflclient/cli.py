@@ -1,9 +1,12 @@
 """``vfl-client``: a passive party's daemon, a thin program over the public SDK.
 
-    vfl-client --party 2 --config party2.toml [--server host:50051] [--data party2.csv] ...
+    vfl-client --party 2 --config party2.toml              # a daemon: every job that names party 2
+    vfl-client --party 2 --config party2.toml --once       # one job, then exit with its outcome
     vfl-client --party 2 --config party2.toml --check      # preflight: explain TLS problems
 
-Flags override the config file. Exit codes are listed in ``vflcore.runtime.daemon``.
+As a daemon it retries an unreachable server with backoff (``vflclient._daemon``) and stops only
+on SIGINT or SIGTERM, which exit 0. Flags override the config file. Exit codes are listed in
+``vflcore.runtime.daemon``.
 """
 
 from __future__ import annotations
@@ -15,16 +18,8 @@ from typing import Any
 
 import structlog
 
-from vflclient import (
-    Connection,
-    DataError,
-    JoinRejected,
-    PassiveParty,
-    PermissionDenied,
-    ServerUnavailable,
-    VflError,
-    read_party_csv,
-)
+from vflclient import Connection, DataError, JoinRejected, PermissionDenied, ServerUnavailable, VflError
+from vflclient._daemon import Backoff, PartyDaemon
 from vflcore.errors import ConfigError, TlsConfigError
 from vflcore.ml.models import load_factory
 from vflcore.runtime import daemon
@@ -50,6 +45,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--run-dir", type=Path, help="where this party's checkpoints go (default: runs)")
     p.add_argument("--model-factory", help="module:function building this party's own bottom model")
     p.add_argument("--check", action="store_true", help="check certificates and the connection, then exit")
+    p.add_argument(
+        "--once",
+        action="store_true",
+        help="take part in one job, then exit with its outcome (default: a daemon, job after job, until a signal)",
+    )
     p.add_argument("--insecure", action="store_true", help="DEVELOPMENT ONLY: plaintext, no certificates")
     daemon.add_logging_flags(p)
     return p
@@ -95,6 +95,10 @@ def _check(config: ClientConfig) -> int:
     return daemon.EXIT_OK
 
 
+#: As a daemon, how long one connection attempt may take before the backoff's wait.
+_ATTEMPT_TIMEOUT_S = 10.0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     daemon.setup_logging(args)
@@ -111,39 +115,57 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 return daemon.EXIT_CONFIG
             return _check(config)
-        table = read_party_csv(config.data.path, id_column=config.data.id_column)
         factory = load_factory(config.model_factory) if config.model_factory else None
     except (ConfigError, DataError, TlsConfigError, ValueError) as exc:
         print(f"vfl-client: {exc}", file=sys.stderr)
         return daemon.EXIT_CONFIG
 
     daemon.prepare_compute(config.torch_threads)
-    party = PassiveParty(
-        config.party,
-        table,
-        model_factory=factory,
-        run_dir=config.run_dir,
-        heartbeat_s=config.heartbeat_s,
-        psi_workers=config.psi_workers,
-    )
-    connection: Connection | None = None
+    timeout = config.connect_timeout_s if args.once else min(config.connect_timeout_s, _ATTEMPT_TIMEOUT_S)
 
-    def request_stop() -> None:
-        party.stop_event.set()
-        if connection is not None:
-            connection.close()
-
-    signals = daemon.ShutdownSignals(request_stop).install()
-    try:
-        connection = Connection(
+    def connect() -> Connection:
+        return Connection(
             config.server,
             config.party,
             tls=config.tls,
             insecure=args.insecure,
-            connect_timeout_s=config.connect_timeout_s,
+            connect_timeout_s=timeout,
+            stop=party.stop_event,  # a signal ends a connection attempt at once
+            fail_fast=not args.once,  # the daemon retries with its own backoff, and logs each try
         )
-        with connection:
-            result = party.run(connection)
+
+    party = PartyDaemon(
+        config.party,
+        config.datasets,
+        connect,
+        model_factory=factory,
+        run_dir=config.run_dir,
+        heartbeat_s=config.heartbeat_s,
+        psi_workers=config.psi_workers,
+        backoff=Backoff(config.retry_initial_s, config.retry_max_s),
+    )
+    try:
+        party.check_datasets()  # every table readable now, not at the first job that names it
+    except (ConfigError, DataError) as exc:
+        print(f"vfl-client: {exc}", file=sys.stderr)
+        return daemon.EXIT_CONFIG
+
+    signals = daemon.ShutdownSignals(party.stop).install()
+    if not args.once:
+        try:
+            party.run_forever()
+        except TlsConfigError as exc:
+            print(f"vfl-client: {exc}", file=sys.stderr)
+            return daemon.EXIT_CONFIG
+        print(f"vfl-client party {config.party}: stopped by signal after {party.jobs_done} job(s)", flush=True)
+        return daemon.EXIT_OK
+    return _run_once(party, config, signals)
+
+
+def _run_once(party: PartyDaemon, config: ClientConfig, signals: daemon.ShutdownSignals) -> int:
+    """One job, with the one-shot exit codes."""
+    try:
+        result = party.run_once()
     except (PermissionDenied, JoinRejected) as exc:
         print(f"vfl-client: the server refused party {config.party}: {exc}", file=sys.stderr)
         return daemon.EXIT_REFUSED
@@ -152,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
             return signals.exit_code
         print(f"vfl-client: {exc}", file=sys.stderr)
         return daemon.EXIT_UNREACHABLE
-    except (TlsConfigError, DataError) as exc:
+    except (TlsConfigError, DataError, ConfigError) as exc:
         print(f"vfl-client: {exc}", file=sys.stderr)
         return daemon.EXIT_CONFIG
     except VflError as exc:

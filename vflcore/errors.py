@@ -7,6 +7,8 @@
     ├── CertsError             a certificate file is missing, unreadable or in the way  local
     │   └── KeyExistsError     issuing would overwrite a private key (no --force)       local
     ├── ArtifactError          a model artifact cannot be written or read               local
+    ├── JobStoreError          the job store cannot be opened: made by a newer          local
+    │                          vfl-server, or not a job store
     ├── PsiError               a PSI point is malformed or low-order (malicious)        fails the job
     ├── PermissionDenied       certificate and claim disagree, or the certified party   PERMISSION_DENIED
     │                          is not part of the job
@@ -19,15 +21,20 @@
     ├── InferenceInputError    an inference request does not fit the model's inputs     INVALID_ARGUMENT, 400
     ├── ProtocolError          an inference message breaks the protocol                 INVALID_ARGUMENT, 400
     ├── ModelNotFound          no model of that name or version is served               NOT_FOUND, 404
+    ├── JobNotFound            no job of that ID in the server's job store              NOT_FOUND
+    ├── DuplicateJob           a job of that ID was already submitted                   ALREADY_EXISTS
+    ├── JobStateError          the job's state does not allow that change (e.g.         FAILED_PRECONDITION
+    │                          cancelling a finished job)
     ├── ServerUnavailable      SDK: the server cannot be reached, or went away          UNAVAILABLE, DEADLINE_EXCEEDED
     └── TensorRejected         SDK: the server refused a tensor or an inference input   INVALID_ARGUMENT
 
 The last column is the gRPC status a server answers with when a handler raises the error (a
 number: the REST inference endpoint's HTTP status); for the two "SDK:" classes, the statuses the
 SDK turns into them. A "local" error never crosses the wire: the daemon or CLI that meets it
-prints it and exits. Servers map classes to statuses in two places, ``vflserver.servicer._status_for``
-for the federation (where the standard ``TimeoutError`` becomes DEADLINE_EXCEEDED) and
-``vflserver.serving.handler.failure`` for inference. The SDK maps statuses back in one,
+prints it and exits. Servers map classes to statuses in three places, ``vflserver.servicer._status_for``
+for the federation (where the standard ``TimeoutError`` becomes DEADLINE_EXCEEDED),
+``vflserver.serving.handler.failure`` for inference, and the service's control API for the job
+store's JobNotFound, DuplicateJob and JobStateError. The SDK maps statuses back in one,
 ``vflclient._exceptions``: besides the "SDK:" lines, UNAUTHENTICATED is PermissionDenied too,
 CANCELLED is JobAborted too, and a status with no class here (UNIMPLEMENTED, INTERNAL, ...) is a
 bare VflError with the status name in its message.
@@ -73,6 +80,10 @@ class KeyExistsError(CertsError, FileExistsError):
 
 class ArtifactError(VflError):
     """The artifact cannot be written or read; the message names the file and the problem."""
+
+
+class JobStoreError(VflError):
+    """The job store file cannot be used as it is; the message names the file and says what to do."""
 
 
 class PsiError(VflError):
@@ -157,6 +168,21 @@ class ProtocolError(VflError, ValueError):
 
 class ModelNotFound(VflError, LookupError):
     """No model of that name (or that version) is being served."""
+
+
+# ---- the service: jobs in the job store -----------------------------------------------------
+
+
+class JobNotFound(VflError):
+    """No job of that ID is in the job store; the message names the ID."""
+
+
+class DuplicateJob(VflError):
+    """A job of that ID was already submitted; IDs are never reused, even after a job ends."""
+
+
+class JobStateError(VflError):
+    """The job's current state does not allow the change asked for; the message names both states."""
 
 
 # ---- the SDK's own: what a failed call's status means to a passive party ---------------------

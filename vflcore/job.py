@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 
 TASKS = ("classification", "regression")
+#: The optimizers every party can build (``vflcore.ml.models.make_optimizer``).
+OPTIMIZERS = ("adam", "sgd")
 
 #: The active party (labels, server) is party 1; passive parties are 2, 3, ...
 ACTIVE_PARTY = 1

@@ -1,37 +1,42 @@
-"""``vfl-server``: the active party's daemon. Thin: parse flags, load, serve, run the job.
+"""``vfl-server``: the active party's daemon. Thin: parse flags, load, start the service, wait.
 
-    vfl-server --config server.toml [--listen 0.0.0.0:50051] [--data party1.csv] ...
+    vfl-server --config server.toml                  # a service: runs submitted jobs until a signal
+    vfl-server --config server.toml --once           # run the config's [job], exit with its outcome
+    vfl-server --config server.toml --psi-only       # align IDs for the [job], then exit
 
-Flags override the config file. Results (per-epoch metrics, final federated inference) go to
-stdout; logs go to stderr. Exit codes are listed in ``vflcore.runtime.daemon``.
+The service (``vflserver.service.app``) keeps its jobs in a SQLite store in the run directory;
+jobs come from ``vfl-jobs`` / ``JobClient``, and a ``[job]`` table in the config is submitted at
+start. Flags override the config file. Results (per-epoch metrics, final inference) go to stdout;
+logs go to stderr. Exit codes are listed in ``vflcore.runtime.daemon``: as a service, a signal is
+the normal way to stop and exits 0.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import sys
 import threading
 from pathlib import Path
 from typing import Any
 
-import grpc
 import structlog
 
-from vflalgorithms.base import algorithm_spec
 from vflcore.data.tables import DataError, read_party_csv
-from vflcore.errors import ConfigError, JobAborted, VflError
+from vflcore.errors import ConfigError, JobStoreError, VflError
 from vflcore.runtime import daemon
-from vflcore.runtime.config import document_with_flags, server_config_from
-from vflcore.security.tls import TlsConfigError, TlsFiles
+from vflcore.runtime.config import ServerConfig, dataset_named, document_with_flags, server_config_from
+from vflcore.security.tls import TlsConfigError
 from vflcore.wire.traffic import summary_lines
 from vflserver.active_party import ActiveParty, EpochReport, RunSummary
 from vflserver.alignment import AlignmentResult
-from vflserver.server import build_server
-from vflserver.serving.artifact import ArtifactServable
-from vflserver.serving.config import ServingConfig, serving_config_from
-from vflserver.serving.federated import FederatedServable
-from vflserver.serving.run import serve_until
-from vflserver.serving.servable import Servable
+from vflserver.service.app import Service
+from vflserver.service.plan import TABLES, plan_from_document
+from vflserver.service.runner import JobListener
+from vflserver.service.store import ENDED, JobRecord, JobStore
+from vflserver.serving.config import serving_config_from
+from vflserver.serving.run import write_ports
 
 log = structlog.get_logger(__name__)
 
@@ -50,17 +55,28 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--epochs", type=int, help="override [job] epochs")
     p.add_argument("--job-id", help="override [job] job_id")
     p.add_argument("--port-file", type=Path, help="write the bound port here once listening")
+    p.add_argument("--store", type=Path, help="the job store, a SQLite file (default: RUN_DIR/jobs.sqlite)")
+    p.add_argument(
+        "--once",
+        action="store_true",
+        help="run the config's [job] and exit with its outcome (0 finished, 1 failed) instead of serving on",
+    )
     p.add_argument(
         "--psi-only",
         action="store_true",
-        help="align IDs by PSI with every party, write aligned_ids.csv for each party, then stop",
+        help="align IDs by PSI with every party of the [job], write aligned_ids.csv for each party, then stop",
     )
     p.add_argument(
         "--serve",
         action="store_true",
-        help="after training, serve the model on the inference endpoints ([serving]) until SIGINT/SIGTERM",
+        help="run the inference endpoints ([serving]); finished jobs are served under their job id "
+        "(with --once: after the job, serve until SIGINT/SIGTERM)",
     )
-    p.add_argument("--serving-port-file", type=Path, help="with --serve: write 'grpc_port rest_port' here")
+    p.add_argument(
+        "--serving-port-file",
+        type=Path,
+        help="with --serve: write 'grpc_port rest_port' here (with --once: once the job's model is served)",
+    )
     p.add_argument("--insecure", action="store_true", help="DEVELOPMENT ONLY: plaintext, no certificates")
     daemon.add_logging_flags(p)
     return p
@@ -74,6 +90,7 @@ def _document(args: argparse.Namespace) -> dict[str, Any]:
             ("server", "listen"): args.listen,
             ("server", "run_dir"): args.run_dir,
             ("server", "port_file"): args.port_file,
+            ("server", "store"): args.store,
             ("data", "path"): args.data,
             ("data", "id_column"): args.id_column,
             ("data", "label_column"): args.label_column,
@@ -87,48 +104,85 @@ def _document(args: argparse.Namespace) -> dict[str, Any]:
     )
 
 
-def _print_alignment(result: AlignmentResult) -> None:
-    how = "reused the saved alignment" if result.reused else f"PSI pairwise overlaps {result.pairwise}"
-    print(f"aligned {result.table.num_rows} common IDs ({how}) in {result.seconds:.1f} s", flush=True)
+class _Printer(JobListener):
+    """What a person at the terminal wants to see of each job: alignment, epochs, the outcome."""
+
+    def aligned(self, job_id: str, result: AlignmentResult) -> None:
+        how = "reused the saved alignment" if result.reused else f"PSI pairwise overlaps {result.pairwise}"
+        print(f"{job_id}: aligned {result.table.num_rows} common IDs ({how}) in {result.seconds:.1f} s", flush=True)
+
+    def epoch(self, job_id: str, report: EpochReport) -> None:
+        metrics = "  ".join(f"{k} {v:.4f}" for k, v in report.metrics.items())
+        print(
+            f"epoch {report.epoch + 1:>3}  train_loss {report.train_loss:.4f}  test_loss {report.test_loss:.4f}  "
+            f"{metrics}  ({report.seconds:.1f} s, {report.wire_mb:.3f} MB on the wire)",
+            flush=True,
+        )
+
+    def ended(self, record: JobRecord, summary: RunSummary | None, active: ActiveParty | None) -> None:
+        if summary is None or active is None:
+            print(f"vfl-server: job {record.job_id} {record.state}: {record.error}", file=sys.stderr, flush=True)
+            return
+        if active.psi_only:
+            print(
+                f"aligned IDs written to {active.run_dir / 'aligned_ids.csv'} (and on every passive party)", flush=True
+            )
+            return
+        final = "  ".join(f"{k} {v:.4f}" for k, v in summary.final_metrics.items())
+        how = "inference by the active party alone" if summary.artifact is not None else "federated inference"
+        print(f"{how} on {len(active.schedule.test_rows)} held-out rows: {final}", flush=True)
+        for line in summary_lines(summary.wire, own="server"):
+            print(line, flush=True)
+        print(f"checkpoints and reports: {summary.run_dir}", flush=True)
+        if summary.artifact is not None:
+            print(f"standalone model (serves with no passive party): {summary.artifact}", flush=True)
+        print(f"vfl-server: job {record.job_id} finished", flush=True)
 
 
-def _print_epoch(report: EpochReport) -> None:
-    metrics = "  ".join(f"{k} {v:.4f}" for k, v in report.metrics.items())
-    print(
-        f"epoch {report.epoch + 1:>3}  train_loss {report.train_loss:.4f}  test_loss {report.test_loss:.4f}  "
-        f"{metrics}  ({report.seconds:.1f} s, {report.wire_mb:.3f} MB on the wire)",
-        flush=True,
-    )
+def _job_document(document: dict[str, Any], psi_only: bool) -> dict[str, Any]:
+    """The config's job tables as a job document (``[serving]`` keeps only the job's own keys)."""
+    job = {name: dict(document[name]) for name in TABLES if isinstance(document.get(name), dict)}
+    job.setdefault("job", {})
+    if "serving" in job:
+        job["serving"] = {k: v for k, v in job["serving"].items() if k == "degraded"}
+    if psi_only:
+        job["job"]["psi_only"] = True
+    return job
+
+
+def _check_data(config: ServerConfig, job: dict[str, Any] | None) -> None:
+    """Fail at start, naming the file, if a dataset is missing or (for the config's job) unreadable."""
+    for name, source in config.datasets.items():
+        if not source.path.exists():
+            raise DataError(f"dataset {name!r}: {source.path} does not exist")
+    if job is None:
+        return
+    plan = plan_from_document(job, default_join_timeout_s=config.join_timeout_s, where=str(config_source(config)))
+    source = dataset_named(config.datasets, plan.datasets[1], "the active party (party 1)")
+    if plan.psi_only:
+        read_party_csv(source.path, id_column=source.id_column, feature_columns=())
+    else:
+        read_party_csv(source.path, id_column=source.id_column, label_column=source.label_column)
+
+
+def config_source(config: ServerConfig) -> str:
+    return "the config's [job]" if config.submit_at_start else "job"
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     daemon.setup_logging(args)
     structlog.contextvars.bind_contextvars(party=1)
+    once = args.once or args.psi_only
     try:
         document = _document(args)
         config = server_config_from(document, args.config)
         serving = serving_config_from(document, args.config)
-        if args.psi_only:  # only the ID column matters: labels and features may be absent or anything
-            table = read_party_csv(config.data.path, id_column=config.data.id_column, feature_columns=())
-        else:
-            table = read_party_csv(
-                config.data.path, id_column=config.data.id_column, label_column=config.data.label_column
-            )
-        active = ActiveParty(
-            config.job,
-            table,
-            top_hidden=config.top_hidden,
-            top_dropout=config.top_dropout,
-            run_dir=config.run_dir,
-            step_timeout_s=config.step_timeout_s,
-            psi_workers=config.psi_workers,
-            psi_only=args.psi_only,
-        )
-        server, port = build_server(
-            active.parties, config.listen, None if args.insecure else config.tls, insecure=args.insecure
-        )
-    except (ConfigError, DataError, TlsConfigError, ValueError) as exc:
+        # --once runs the config's [job] (all defaults if it has none), as the one-shot server did.
+        job = _job_document(document, args.psi_only) if config.submit_at_start or once else None
+        _check_data(config, job)
+        service = Service(config, serving=serving, insecure=args.insecure, listener=_Printer())
+    except (ConfigError, DataError, TlsConfigError, ValueError, JobStoreError) as exc:
         log.error("bad_configuration", error=str(exc))
         print(f"vfl-server: {exc}", file=sys.stderr)
         return daemon.EXIT_CONFIG
@@ -137,107 +191,118 @@ def main(argv: list[str] | None = None) -> int:
         return daemon.EXIT_UNREACHABLE
 
     daemon.prepare_compute(config.torch_threads)
+    stopped = threading.Event()
+    # Before anything announces the port: a signal that follows the announcement must find it.
+    signals = daemon.ShutdownSignals(stopped.set).install()
+    try:
+        service.start()
+    except OSError as exc:
+        print(f"vfl-server: {exc}", file=sys.stderr)
+        return daemon.EXIT_UNREACHABLE
+    try:
+        return _run(service, config, job, args, once, stopped, signals)
+    finally:
+        service.stop()
 
-    def request_stop() -> None:
-        active.stop_event.set()
-        active.parties.abort(JobAborted("the server is shutting down (signal)"))
 
-    # Before anything announces the port: a signal that follows the announcement must find them.
-    signals = daemon.ShutdownSignals(request_stop).install()
-    server.start()
-    log.info(
-        "listening",
-        port=port,
-        job=active.job.job_id,
-        algorithm=active.job.algorithm,
-        rows=active.job.num_rows,
-    )
+def _run(
+    service: Service,
+    config: ServerConfig,
+    job: dict[str, Any] | None,
+    args: argparse.Namespace,
+    once: bool,
+    stopped: threading.Event,
+    signals: daemon.ShutdownSignals,
+) -> int:
     if config.port_file is not None:
         config.port_file.parent.mkdir(parents=True, exist_ok=True)
-        config.port_file.write_text(f"{port}\n")
+        config.port_file.write_text(f"{service.port}\n")
     print(
-        f"vfl-server: job {active.job.job_id} ({active.job.algorithm}, {active.own_table.num_rows} IDs) "
-        f"listening on port {port}; waiting for parties {list(active.job.passive_parties)}",
+        f"vfl-server: listening on port {service.port} (federation and Control API); job store {config.store_path}",
         flush=True,
     )
-
-    outcome: dict[str, Any] = {}
-
-    # A model that spans every party keeps them connected while it is served; APFed's does not.
-    federated = (
-        serving.enabled
-        and not args.psi_only
-        and algorithm_spec(active.job.algorithm).active_half().needs_parties_to_predict
-    )
-
-    def run_job() -> None:
-        try:
-            outcome["summary"] = active.run(
-                join_timeout_s=config.join_timeout_s,
-                on_epoch=_print_epoch,
-                on_aligned=_print_alignment,
-                keep_serving=federated,
-            )
-        except BaseException as exc:  # reported on the main thread
-            outcome["error"] = exc
-
-    worker = threading.Thread(target=run_job, name="job", daemon=True)
-    worker.start()
-    worker.join()
-    if not federated or "error" in outcome or signals.fired:
-        server.stop(grace=5).wait()
-
-    if signals.exit_code is not None:
+    if service.serving_ports is not None and not once:
+        _write_serving_ports(service, args.serving_port_file)
+    job_id = _submit_config_job(service, job, once) if job is not None else None
+    if not once or job_id is None:
+        stopped.wait()
+        print("vfl-server: stopped by signal; queued jobs stay queued in the store", file=sys.stderr, flush=True)
+        return daemon.EXIT_OK
+    record = _wait_for_end(service.store, job_id, stopped)
+    if record is None:  # a signal while the job ran: it is recorded as interrupted
         print("vfl-server: stopped by signal; checkpoints of finished epochs are kept", file=sys.stderr)
-        return signals.exit_code
-    error = outcome.get("error")
-    if error is not None:
-        log.error("job_failed", error=str(error))
-        print(f"vfl-server: job failed: {error}", file=sys.stderr)
+        return signals.exit_code or daemon.EXIT_SIGTERM
+    if record.state != "finished":
+        log.error("job_failed", error=record.error)
+        print(f"vfl-server: job failed: {record.error}", file=sys.stderr)
         return daemon.EXIT_JOB_FAILED
-    summary = outcome["summary"]
-    if args.psi_only:
-        print(f"aligned IDs written to {summary.run_dir / 'aligned_ids.csv'} (and on every passive party)", flush=True)
+    if service.serving_ports is None or not record.served:
         return daemon.EXIT_OK
-    final = "  ".join(f"{k} {v:.4f}" for k, v in summary.final_metrics.items())
-    how = "inference by the active party alone" if summary.artifact is not None else "federated inference"
-    print(f"{how} on {len(active.schedule.test_rows)} held-out rows: {final}", flush=True)
-    for line in summary_lines(summary.wire, own="server"):
-        print(line, flush=True)
-    print(f"checkpoints and reports: {summary.run_dir}", flush=True)
-    if summary.artifact is not None:
-        print(f"standalone model (serves with no passive party): {summary.artifact}", flush=True)
-    if not serving.enabled or args.psi_only:
-        return daemon.EXIT_OK
-    return _serve(active, summary, serving, None if args.insecure else config.tls, args, server if federated else None)
-
-
-def _serve(
-    active: ActiveParty,
-    summary: RunSummary,
-    serving: ServingConfig,
-    tls: TlsFiles | None,
-    args: argparse.Namespace,
-    federation_server: grpc.Server | None,
-) -> int:
-    """Serve the trained model until a signal: the artifact alone (APFed), or federated inference."""
-    try:
-        servable: Servable = (
-            ArtifactServable(summary.artifact)
-            if summary.artifact is not None
-            else FederatedServable(active, degraded=serving.degraded)
-        )
-        serve_until(servable, serving, tls, active.stop_event, insecure=args.insecure, port_file=args.serving_port_file)
-    except (OSError, VflError, ValueError) as exc:  # TlsConfigError is a ValueError
-        log.error("serving_failed", error=str(exc))
-        print(f"vfl-server: could not serve the model: {exc}", file=sys.stderr)
-        return daemon.EXIT_UNREACHABLE if isinstance(exc, OSError) else daemon.EXIT_JOB_FAILED
-    finally:
-        if federation_server is not None:
-            active.shutdown("the active party stopped serving")
-            federation_server.stop(grace=5).wait()
+    _write_serving_ports(service, args.serving_port_file)
+    stopped.wait()
     print("vfl-server: stopped serving", flush=True)
     return daemon.EXIT_OK
+
+
+def _submit_config_job(service: Service, job: dict[str, Any], once: bool) -> str | None:
+    """Queue the config's ``[job]``. A service restarted with the same config does not run it twice.
+
+    As a service, a ``[job]`` without ``job_id`` gets one derived from its content, so a restart
+    finds it in the store; with ``--once`` it gets a fresh id (or, if it names one that has
+    ended, runs again under that id, as the one-shot server always did).
+    """
+    job_id = str(job["job"].get("job_id") or "")
+    if not job_id and not once:
+        digest = hashlib.sha256(json.dumps(job, sort_keys=True).encode()).hexdigest()[:10]
+        job_id = job["job"]["job_id"] = f"config-{digest}"
+    if job_id:
+        try:
+            old = service.store.get(job_id)
+        except VflError:
+            old = None
+        if old is not None and (not once or old.state not in ENDED):
+            log.info("config_job_known", job=job_id, state=old.state)
+            print(f"vfl-server: job {job_id} from the config is already in the store ({old.state})", flush=True)
+            return job_id
+        if old is not None:  # --once: run it again, as a fresh job under the same id
+            service.store.forget(job_id)
+    record = service.submit(job, submitter="vfl-server config")
+    print(
+        f"vfl-server: job {record.job_id} ({record.algorithm}) queued from the config; "
+        f"waiting for its parties {plan_parties(record)}",
+        flush=True,
+    )
+    return record.job_id
+
+
+def plan_parties(record: JobRecord) -> list[int]:
+    return list(record.document.get("job", {}).get("passive_parties", []))
+
+
+def _wait_for_end(store: JobStore, job_id: str, stopped: threading.Event) -> JobRecord | None:
+    """The job's record once it ended, or None if a signal came first."""
+    seq = 0
+    while not stopped.is_set():
+        for event in store.wait_for_events(job_id, seq, timeout_s=0.5):
+            seq = event.seq
+        record = store.get(job_id)
+        if record.state in ENDED:
+            return record
+    return None
+
+
+def _write_serving_ports(service: Service, port_file: Path | None) -> None:
+    ports = service.serving_ports
+    assert ports is not None
+    serving = service.endpoint.config if service.endpoint is not None else None
+    host = serving.grpc_listen.rpartition(":")[0] if serving else "?"
+    if port_file is not None:
+        write_ports(port_file, ports)
+    print(
+        f"vfl-server: inference endpoint (Open Inference Protocol) on gRPC {host}:{ports.grpc} and REST "
+        f"https://{host}:{ports.rest}/v2/models/<job id>; finished jobs are served under their id",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -131,10 +131,13 @@ class PassiveParties:
             while not all(m.joined and m.online for m in self._members.values()):
                 if stop.is_set():
                     raise JobAborted("shutdown requested while waiting for parties")
+                failed = [m for m in self._members.values() if m.failure is not None]
+                if failed:  # e.g. it has no dataset of the name the job gives it
+                    raise PartyUnavailable(failed[0].party, f"it cannot take part: {failed[0].failure}")
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     missing = [p for p, m in self._members.items() if not (m.joined and m.online)]
-                    raise PartyUnavailable(missing[0], f"did not join within {timeout_s:.0f} s (missing: {missing})")
+                    raise PartyUnavailable(missing[0], f"did not join within {timeout_s:g} s (missing: {missing})")
                 self._everyone_ready.wait(min(0.5, remaining))
 
     def check_online(self, party: int) -> None:

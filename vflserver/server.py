@@ -8,6 +8,7 @@ registered so that standard tools (grpc_health_probe, grpcurl) work against it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from concurrent import futures
 
 import grpc
@@ -20,6 +21,7 @@ from vflcore.proto import federation_pb2_grpc as pb_grpc
 from vflcore.runtime.daemon import adopt_torch_threads
 from vflcore.security.tls import KEEPALIVE_SERVER_OPTIONS, TlsFiles, server_credentials
 from vflserver.passive_parties import PassiveParties
+from vflserver.service.board import JobBoard
 from vflserver.servicer import FederationService
 
 log = structlog.get_logger(__name__)
@@ -30,37 +32,46 @@ INSECURE_WARNING = (
 )
 
 
+#: Handler threads. Each passive party holds a Subscribe stream (or a waiting NextJob call) and up
+#: to three calls in flight per step (uploads, downloads, heartbeat); Watch streams, health checks
+#: and the Control API need a few more. Threads are made only when needed.
+DEFAULT_WORKERS = 64
+
+
 def build_server(
-    parties: PassiveParties,
+    jobs: PassiveParties | JobBoard,
     listen: str,
     tls: TlsFiles | None,
     *,
     insecure: bool = False,
+    control: pb_grpc.ControlServicer | None = None,
+    interceptors: Sequence[grpc.ServerInterceptor] = (),
+    workers: int = DEFAULT_WORKERS,
 ) -> tuple[grpc.Server, int]:
-    """A gRPC server for ``federation``, bound to ``listen``; returns it (not started) and its port."""
+    """A gRPC server for the federation (one job's ``PassiveParties``, or a service's ``JobBoard``).
+
+    With ``control`` the Control API listens on the same port. Returns the server (not started)
+    and its bound port.
+    """
     if tls is None and not insecure:
         raise ValueError("TLS files are required; plaintext needs insecure=True (the --insecure flag)")
-    # Each passive party holds one Subscribe stream for the whole job, plus up to two calls in
-    # flight per step; health checks and heartbeats need a few more threads on top.
-    workers = 8 + 4 * len(parties.job.passive_parties)
+    board = jobs if isinstance(jobs, JobBoard) else JobBoard.single(jobs)
     # Handlers may run torch (a gradient for a passive party): each worker takes the process's thread count.
     pool = futures.ThreadPoolExecutor(max_workers=workers, initializer=adopt_torch_threads)
-    server = grpc.server(pool, options=KEEPALIVE_SERVER_OPTIONS)
-    servicer = FederationService(parties, insecure=insecure)
+    server = grpc.server(pool, options=KEEPALIVE_SERVER_OPTIONS, interceptors=list(interceptors))
+    servicer = FederationService(board, insecure=insecure)
     pb_grpc.add_FederationServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
+    services = [pb.DESCRIPTOR.services_by_name["Federation"].full_name]
+    if control is not None:
+        pb_grpc.add_ControlServicer_to_server(control, server)  # type: ignore[no-untyped-call]
+        services.append(pb.DESCRIPTOR.services_by_name["Control"].full_name)
 
     health_servicer = health.HealthServicer()
     health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
-    health_servicer.set("vfl.v1.Federation", health_pb2.HealthCheckResponse.SERVING)
+    for name in services:
+        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection(
-        (
-            pb.DESCRIPTOR.services_by_name["Federation"].full_name,
-            health.SERVICE_NAME,
-            reflection.SERVICE_NAME,
-        ),
-        server,
-    )
+    reflection.enable_server_reflection((*services, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
 
     try:
         if insecure:

@@ -28,6 +28,7 @@ from vflcore.wire.codec import TensorCodec
 from vflcore.wire.names import download_rpc, upload_rpc
 from vflcore.wire.tensors import TensorKey
 from vflserver.passive_parties import PassiveParties
+from vflserver.service.board import JobBoard
 
 log = structlog.get_logger(__name__)
 
@@ -94,14 +95,19 @@ def _handler(method: Callable[..., _T]) -> Callable[..., _T]:
 
 
 class FederationService(pb_grpc.FederationServicer):
-    """The active party's endpoint for passive parties."""
+    """The active party's endpoint for passive parties, for whichever job the board has open."""
 
-    def __init__(self, parties: PassiveParties, *, insecure: bool = False) -> None:
-        self.parties = parties
+    def __init__(self, board: JobBoard, *, insecure: bool = False) -> None:
+        self.board = board
         self.insecure = insecure
 
-    def _caller(self, context: grpc.ServicerContext) -> int:
-        """The verified party id of the caller."""
+    def _caller(self, context: grpc.ServicerContext) -> tuple[int, PassiveParties]:
+        """The verified party id of the caller, and the open job, which must name it."""
+        party = self._identity(context)
+        return party, self.board.for_party(party)
+
+    def _identity(self, context: grpc.ServicerContext) -> int:
+        """The verified party id of the caller (any job, or none)."""
         if self.insecure:
             claim = dict(context.invocation_metadata()).get(INSECURE_PARTY_HEADER)
             if not isinstance(claim, str) or not claim.isdigit():
@@ -115,23 +121,32 @@ class FederationService(pb_grpc.FederationServicer):
                     "issue one with: vfl-certs party N"
                 )
             party = found
-        if party not in self.parties.job.passive_parties:
-            raise PermissionDenied(
-                f"party {party} is not a passive party of job {self.parties.job.job_id!r} "
-                f"(it expects {list(self.parties.job.passive_parties)})"
-            )
         return party
 
     @_handler
+    def NextJob(self, request: pb.NextJobRequest, context: grpc.ServicerContext) -> pb.NextJobReply:
+        party = self._identity(context)
+        offer = self.board.next_offer(party, request.wait_s, context.is_active)
+        if offer is None:
+            return pb.NextJobReply()
+        job, dataset = offer
+        return pb.NextJobReply(job=wire.job_to_proto(job), dataset=dataset)
+
+    @_handler
     def Join(self, request: pb.JoinRequest, context: grpc.ServicerContext) -> pb.JoinReply:
-        party = self._caller(context)
+        party, parties = self._caller(context)
+        if request.job_id and request.job_id != parties.job.job_id:
+            raise JoinRejected(
+                f"job {request.job_id!r} is not the job waiting for parties now ({parties.job.job_id!r}); "
+                "ask NextJob again"
+            )
         if request.party != party:
             raise PermissionDenied(
                 f"this connection's certificate identifies party {party}, but the request claims party "
                 f"{request.party}; run vfl-client with --party {party} or use party {request.party}'s certificate"
             )
         log.info("join_request", peer=party, features=request.num_features, client_version=request.client_version)
-        job = self.parties.join(
+        job = parties.join(
             party,
             bytes(request.id_set_digest),
             request.num_rows,
@@ -141,9 +156,11 @@ class FederationService(pb_grpc.FederationServicer):
 
     @_handler
     def Subscribe(self, request: pb.SubscribeRequest, context: grpc.ServicerContext) -> Iterator[pb.Task]:
-        party = self._caller(context)
-        tasks = self.parties.subscribe(party)
-        context.add_callback(lambda: self.parties.leave(party))
+        party, parties = self._caller(context)
+        if request.job_id and request.job_id != parties.job.job_id:
+            raise JoinRejected(f"job {request.job_id!r} is not running (the running job is {parties.job.job_id!r})")
+        tasks = parties.subscribe(party)
+        context.add_callback(lambda: parties.leave(party))
         return self._task_stream(tasks, context)
 
     @staticmethod
@@ -159,8 +176,11 @@ class FederationService(pb_grpc.FederationServicer):
 
     @_handler
     def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.ServicerContext) -> pb.HeartbeatReply:
-        party = self._caller(context)
-        return pb.HeartbeatReply(party=party, job_id=self.parties.job.job_id, state=self.parties.state)
+        party = self._identity(context)
+        parties = self.board.current()
+        if parties is None or party not in parties.job.passive_parties:
+            return pb.HeartbeatReply(party=party, job_id="", state="idle")
+        return pb.HeartbeatReply(party=party, job_id=parties.job.job_id, state=parties.state)
 
     @_handler
     def SendEmbeddings(self, request_iterator: Iterator[pb.TensorChunk], context: grpc.ServicerContext) -> pb.SendAck:
@@ -176,13 +196,13 @@ class FederationService(pb_grpc.FederationServicer):
         A refused tensor ends the stream with its error; the tensors before it stay accepted,
         and nothing of it or after it is stored.
         """
-        party = self._caller(context)
+        party, parties = self._caller(context)
         last: TensorKey | None = None
         count = received = 0
-        for key, array in TensorCodec(self.parties.traffic, party).decode_stream(chunks):
+        for key, array in TensorCodec(parties.traffic, party).decode_stream(chunks):
             if upload_rpc(key.name) != rpc:
                 raise TensorError("key.name", f"{key.name!r} does not travel on {rpc}, but on {upload_rpc(key.name)}")
-            self.parties.accept_upload(party, key, array)
+            parties.accept_upload(party, key, array)
             last, count, received = key, count + 1, received + array.nbytes
         assert last is not None  # tensors_from_chunks refuses an empty stream
         return pb.SendAck(key=wire.key_to_proto(last), bytes_received=received, tensors=count)
@@ -200,27 +220,30 @@ class FederationService(pb_grpc.FederationServicer):
         return self._download(request, context, "PushADMMState")
 
     def _download(self, request: pb.TensorRequest, context: grpc.ServicerContext, rpc: str) -> Iterator[pb.TensorChunk]:
-        party = self._caller(context)
+        party, parties = self._caller(context)
         first = wire.key_from_proto(request.key)
-        if first.job_id != self.parties.job.job_id:
-            raise TensorError("key.job_id", f"{first.job_id!r} is not the running job {self.parties.job.job_id!r}")
+        if first.job_id != parties.job.job_id:
+            raise TensorError("key.job_id", f"{first.job_id!r} is not the running job {parties.job.job_id!r}")
         names = list(request.names) or [first.name]
         for name in names:
             if download_rpc([name]) != rpc:
                 raise TensorError("key.name", f"{name!r} does not travel on {rpc}, but on {download_rpc([name])}")
         if request.count > MAX_STREAMED_TENSORS:
             raise TensorError("count", f"{request.count} batches in one call; ask for at most {MAX_STREAMED_TENSORS}")
-        timeout = self.parties.psi_timeout_s if rpc == "PsiDownload" else None
+        timeout = parties.psi_timeout_s if rpc == "PsiDownload" else None
         keys = [
             replace(first, batch=first.batch + i, name=name) for i in range(max(1, request.count)) for name in names
         ]
-        return self._stream_downloads(party, keys, timeout)
+        return self._stream_downloads(parties, party, keys, timeout)
 
-    def _stream_downloads(self, party: int, keys: list[TensorKey], timeout: float | None) -> Iterator[pb.TensorChunk]:
+    @staticmethod
+    def _stream_downloads(
+        parties: PassiveParties, party: int, keys: list[TensorKey], timeout: float | None
+    ) -> Iterator[pb.TensorChunk]:
         """Each tensor as soon as the training loop publishes it, in order."""
-        codec = TensorCodec(self.parties.traffic, party)
+        codec = TensorCodec(parties.traffic, party)
         for key in keys:
-            array = self.parties.collect(party, key, timeout_s=timeout)
+            array = parties.collect(party, key, timeout_s=timeout)
             yield from codec.encode(key, array)
 
     @_handler
@@ -229,6 +252,11 @@ class FederationService(pb_grpc.FederationServicer):
 
     @_handler
     def ReportFailure(self, request: pb.FailureReport, context: grpc.ServicerContext) -> pb.FailureAck:
-        party = self._caller(context)
-        self.parties.report_failure(party, request.message or "no reason given")
+        party = self._identity(context)
+        parties = self.board.current()
+        if parties is None or party not in parties.job.passive_parties or request.job_id != parties.job.job_id:
+            # A late report of a job that has ended already: nothing waits on it any more.
+            log.info("stale_failure_report", peer=party, job=request.job_id, reason=request.message)
+            return pb.FailureAck()
+        parties.report_failure(party, request.message or "no reason given")
         return pb.FailureAck()

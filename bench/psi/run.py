@@ -160,6 +160,7 @@ def run_psi(root: Path, workers: int, n: int, certs: Path, data: Path) -> PsiRun
         procs["client"] = subprocess.Popen(
             [
                 *CLIENT_CMD,
+                "--once",
                 "--party",
                 str(PARTY),
                 "--config",

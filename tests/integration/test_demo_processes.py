@@ -20,8 +20,8 @@ ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 
 class TestDemoProcesses:
     def test_demo_reaches_the_accuracy_bar(self, tmp_path: Path) -> None:
-        """vfl-certs, the data script and run_demo.py (server + 2 clients, twice) exit 0; SplitNN reaches >= 0.93
-        and the APFed-C endpoint answers alone."""
+        """vfl-certs, the data script and run_demo.py (daemons started once, two jobs) exit 0; SplitNN reaches
+        >= 0.93 and the APFed-C endpoint answers alone."""
         certs, data, runs = tmp_path / "certs", tmp_path / "data", tmp_path / "runs"
         subprocess.run([str(BIN / "vfl-certs"), "init", "--out", str(certs), "--parties", "2", "3"], check=True)
         subprocess.run(
@@ -37,14 +37,16 @@ class TestDemoProcesses:
         )
         assert demo.returncode == 0, demo.stdout + demo.stderr
         assert "meets the 0.93 bar" in demo.stdout
-        assert "epoch  20" in demo.stdout
-        summary = json.loads((runs / "digits-splitnn" / "party-1" / "summary.json").read_text())
+        assert "digits-splitnn epoch 20/20" in demo.stdout  # watched live through JobClient
+        assert "digits-apfed-c state finished" in demo.stdout
+        jobs = runs / "runs"
+        summary = json.loads((jobs / "digits-splitnn" / "party-1" / "summary.json").read_text())
         assert summary["final_metrics"]["accuracy"] >= 0.93
         for party in (2, 3):
-            assert (runs / "digits-splitnn" / f"party-{party}" / "latest.pt").exists()
-            assert f"party {party}: job digits-splitnn finished" in demo.stdout
-        # Part 2: APFed-C, served by the active party with both passive parties gone.
-        assert "both passive parties have exited" in demo.stdout
+            assert (jobs / "digits-splitnn" / f"party-{party}" / "latest.pt").exists()
+        # The APFed-C model, served by the active party with both passive daemons stopped.
+        assert "both passive daemons stopped (exit 0)" in demo.stdout
         assert "same predictions as the server's final inference: True" in demo.stdout
-        assert (runs / "digits-apfed-c" / "party-1" / "model.safetensors").exists()
+        assert (jobs / "digits-apfed-c" / "party-1" / "model.safetensors").exists()
+        assert (jobs / "jobs.sqlite").exists()  # the one job store
         assert (certs / "demo-app.pem").exists()

@@ -414,8 +414,8 @@ def wire_capture(monkeypatch: pytest.MonkeyPatch) -> WireCapture:
         return grpc.intercept_channel(secure_channel(*args, **kwargs), _ClientRecorder(capture.from_parties))
 
     def recording_server(*args: Any, **kwargs: Any) -> grpc.Server:
-        assert "interceptors" not in kwargs
-        return server(*args, interceptors=[_ServerRecorder(capture.from_server)], **kwargs)
+        interceptors = [*kwargs.pop("interceptors", ()), _ServerRecorder(capture.from_server)]
+        return server(*args, interceptors=interceptors, **kwargs)
 
     monkeypatch.setattr(grpc, "secure_channel", recording_channel)
     monkeypatch.setattr(grpc, "server", recording_server)

@@ -64,7 +64,7 @@ def test_endpoint_answers_with_every_passive_party_gone(pki: Pki, digits_data: P
     logs = {name: (tmp_path / f"{name}.log").open("wb") for name in ("server", "party-2", "party-3")}
     try:
         procs["server"] = subprocess.Popen(
-            [str(BIN / "vfl-server"), "--config", str(_config(tmp_path, pki, digits_data)), "--serve"]
+            [str(BIN / "vfl-server"), "--once", "--config", str(_config(tmp_path, pki, digits_data)), "--serve"]
             + ["--listen", "127.0.0.1:0", "--port-file", str(port_file), "--serving-port-file", str(serving_ports)]
             + ["--data", str(digits_data / "party1.csv"), "--cert", str(server_files.cert)]
             + ["--key", str(server_files.key), *common],
@@ -75,7 +75,7 @@ def test_endpoint_answers_with_every_passive_party_gone(pki: Pki, digits_data: P
         for party in (2, 3):
             files = pki.party_files(party)
             procs[f"party-{party}"] = subprocess.Popen(
-                [str(BIN / "vfl-client"), "--party", str(party), "--server", f"127.0.0.1:{port}"]
+                [str(BIN / "vfl-client"), "--once", "--party", str(party), "--server", f"127.0.0.1:{port}"]
                 + ["--data", str(digits_data / f"party{party}.csv"), "--cert", str(files.cert)]
                 + ["--key", str(files.key), *common],
                 stderr=logs[f"party-{party}"],

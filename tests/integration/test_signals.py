@@ -33,7 +33,7 @@ def _server(pki: Pki, data: Path, tmp_path: Path) -> tuple[subprocess.Popen[byte
     files = pki.server_files()
     port_file = tmp_path / "port"
     proc = subprocess.Popen(
-        [str(BIN / "vfl-server"), "--listen", "127.0.0.1:0", "--port-file", str(port_file)]
+        [str(BIN / "vfl-server"), "--once", "--listen", "127.0.0.1:0", "--port-file", str(port_file)]
         + ["--data", str(data / "party1.csv"), "--ca", str(files.ca), "--cert", str(files.cert)]
         + ["--key", str(files.key), "--run-dir", str(tmp_path / "runs"), "--log-format", "json"],
         stdout=subprocess.PIPE,
@@ -59,7 +59,7 @@ class TestSignals:
         server, port = _server(pki, digits_data, tmp_path)
         files = pki.party_files(2)
         client = subprocess.Popen(
-            [str(BIN / "vfl-client"), "--party", "2", "--server", f"127.0.0.1:{port}"]
+            [str(BIN / "vfl-client"), "--once", "--party", "2", "--server", f"127.0.0.1:{port}"]
             + ["--data", str(digits_data / "party2.csv"), "--ca", str(files.ca), "--cert", str(files.cert)]
             + ["--key", str(files.key), "--run-dir", str(tmp_path / "runs"), "--log-format", "json"],
             stdout=subprocess.PIPE,

@@ -19,6 +19,7 @@ from vflcore.security.certs import (
     is_ca,
     is_signed_by,
     issue_caller_cert,
+    issue_operator_cert,
     issue_party_cert,
     issue_self_signed_party_cert,
     issue_server_cert,
@@ -26,7 +27,7 @@ from vflcore.security.certs import (
     load_certificate,
 )
 from vflcore.security.certs_cli import main
-from vflcore.security.identity import party_from_certificate
+from vflcore.security.identity import operator_from_certificate, party_from_certificate
 from vflcore.security.tls import TlsConfigError, TlsFiles, channel_credentials, server_credentials
 
 
@@ -302,6 +303,7 @@ class TestCertsCli:
         assert "SANs:     URI:vfl://party/2" in printed
         assert "(valid now)" in printed
         assert "party:    2" in printed
+        assert "operator: none" in printed
 
     def test_show_marks_an_expired_certificate(
         self, tmp_path: Path, ca: CertificateAuthority, capsys: pytest.CaptureFixture[str]
@@ -349,3 +351,95 @@ class TestIssueCallerCert:
         create_ca(tmp_path)
         assert main(["caller", "scoring-app", "--out", str(tmp_path)]) == 0
         assert (tmp_path / "scoring-app.pem").exists() and "cannot join as a party" in capsys.readouterr().out
+
+
+class TestIssueOperatorCert:
+    def test_names_the_operator_in_cn_and_uri(self, tmp_path: Path, ca: CertificateAuthority) -> None:
+        """An operator certificate carries CN NAME and URI SAN vfl://operator/NAME, in NAME.pem and NAME.key."""
+        issued = issue_operator_cert(tmp_path, ca, "alice")
+        cert = load_certificate(issued.cert_path)
+        assert (issued.cert_path.name, issued.key_path.name) == ("alice.pem", "alice.key")
+        assert cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == "alice"
+        assert _sans(cert).get_values_for_type(x509.UniformResourceIdentifier) == ["vfl://operator/alice"]
+        assert operator_from_certificate(cert) == "alice"
+
+    def test_is_a_client_certificate_from_the_ca_and_no_party(self, tmp_path: Path, ca: CertificateAuthority) -> None:
+        """An operator certificate carries clientAuth only, is signed by the CA and names no party."""
+        cert = load_certificate(issue_operator_cert(tmp_path, ca, "ops.team_1").cert_path)
+        assert _usages(cert) == [ExtendedKeyUsageOID.CLIENT_AUTH]
+        assert not is_ca(cert)
+        assert is_signed_by(cert, ca.cert)
+        assert party_from_certificate(cert) is None
+
+    def test_key_is_mode_0600(self, tmp_path: Path, ca: CertificateAuthority) -> None:
+        """An operator key is readable by its owner only, and no temporary file is left behind."""
+        issued = issue_operator_cert(tmp_path, ca, "alice")
+        assert _mode(issued.key_path) == 0o600
+        assert _mode(issued.cert_path) == 0o644
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["alice.key", "alice.pem", "ca.key", "ca.pem"]
+
+    def test_refuses_to_overwrite(self, tmp_path: Path, ca: CertificateAuthority) -> None:
+        """Issuing the same operator twice keeps the first key unless force is given."""
+        issued = issue_operator_cert(tmp_path, ca, "alice")
+        before = issued.key_path.read_bytes()
+        with pytest.raises(KeyExistsError, match=r"alice\.key already exists; pass --force"):
+            issue_operator_cert(tmp_path, ca, "alice")
+        assert issued.key_path.read_bytes() == before
+        issue_operator_cert(tmp_path, ca, "alice", force=True)
+        assert issued.key_path.read_bytes() != before
+
+    @pytest.mark.parametrize("name", ["", "party-2", "a b", "../x", "a/b", ".hidden", "-x", "é", "a" * 65])
+    def test_refuses_a_bad_name(self, tmp_path: Path, ca: CertificateAuthority, name: str) -> None:
+        """Empty, non-ASCII, path-like, option-like, party-like and over-long names are refused."""
+        with pytest.raises(CertsError, match="operator name"):
+            issue_operator_cert(tmp_path, ca, name)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["ca.key", "ca.pem"]
+
+    def test_command_line(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """`vfl-certs operator NAME` writes NAME.pem and NAME.key from the existing CA and says what they allow."""
+        create_ca(tmp_path)
+        assert main(["operator", "alice", "--out", str(tmp_path)]) == 0
+        assert operator_from_certificate(load_certificate(tmp_path / "alice.pem")) == "alice"
+        assert _mode(tmp_path / "alice.key") == 0o600
+        printed = capsys.readouterr().out
+        assert "operator certificate 'alice'" in printed
+        assert "URI:vfl://operator/alice" in printed
+        assert "cannot join as a party" in printed
+
+    def test_command_line_needs_force_to_replace(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """A second `vfl-certs operator NAME` exits 2 naming the key, and --force replaces it."""
+        create_ca(tmp_path)
+        main(["operator", "alice", "--out", str(tmp_path)])
+        assert main(["operator", "alice", "--out", str(tmp_path)]) == 2
+        assert "alice.key already exists; pass --force" in capsys.readouterr().err
+        assert main(["operator", "alice", "--out", str(tmp_path), "--force"]) == 0
+
+    def test_command_line_refuses_a_party_name(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """`vfl-certs operator party-2` exits 2 and writes nothing."""
+        create_ca(tmp_path)
+        assert main(["operator", "party-2", "--out", str(tmp_path)]) == 2
+        assert "operator name 'party-2'" in capsys.readouterr().err
+        assert not (tmp_path / "party-2.pem").exists()
+
+    def test_command_line_without_ca_says_to_run_init(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """`vfl-certs operator NAME` in a folder without a CA exits 2 and points at vfl-certs init."""
+        assert main(["operator", "alice", "--out", str(tmp_path)]) == 2
+        assert "vfl-certs init" in capsys.readouterr().err
+
+    def test_help_says_what_an_operator_may_do(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """`vfl-certs operator --help` names the Control API actions and that it is no party."""
+        assert main(["operator", "--help"]) == 0
+        printed = " ".join(capsys.readouterr().out.split())
+        assert "submit, list, watch and cancel jobs" in printed
+        assert "Control API" in printed
+        assert "cannot join a job as a party" in printed
+
+    def test_show_names_the_operator(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """show prints the operator of an operator certificate and no party."""
+        create_ca(tmp_path)
+        main(["operator", "alice", "--out", str(tmp_path)])
+        capsys.readouterr()
+        assert main(["show", str(tmp_path / "alice.pem")]) == 0
+        printed = capsys.readouterr().out
+        assert "operator: alice" in printed
+        assert "party:    none" in printed

@@ -5,11 +5,18 @@ from __future__ import annotations
 import vflclient
 
 EXPECTED = [
+    "ConfigError",
     "Connection",
     "DataError",
+    "DuplicateJob",
     "InferenceClient",
+    "Job",
     "JobAborted",
+    "JobClient",
+    "JobEvent",
+    "JobNotFound",
     "JobSpec",
+    "JobStateError",
     "JoinRejected",
     "ModelFactory",
     "ModelNotFound",
@@ -38,5 +45,14 @@ class TestExportedMembers:
     def test_no_other_public_module_attributes(self) -> None:
         """Anything public that is not in ``__all__`` is a submodule, not an accidental export."""
         public = {n for n in dir(vflclient) if not n.startswith("_")}
-        submodules = {"algorithms", "alignment", "cli", "connection", "inference", "passive_party"}
+        submodules = {
+            "algorithms",
+            "alignment",
+            "cli",
+            "connection",
+            "daemon",
+            "inference",
+            "jobs_cli",
+            "passive_party",
+        }
         assert public - set(EXPECTED) <= submodules

@@ -1,4 +1,4 @@
-"""Tests for party identity in certificates and in gRPC's auth context (vflcore.security.identity)."""
+"""Tests for party and operator identity in certificates and in gRPC's auth context (vflcore.security.identity)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ from vflcore.job import ACTIVE_PARTY
 from vflcore.security.certs import (
     CertificateAuthority,
     create_ca,
+    issue_caller_cert,
+    issue_operator_cert,
     issue_party_cert,
     issue_self_signed_party_cert,
     issue_server_cert,
@@ -25,6 +27,10 @@ from vflcore.security.certs import (
     load_certificate,
 )
 from vflcore.security.identity import (
+    is_operator_name,
+    operator_from_auth_context,
+    operator_from_certificate,
+    operator_uri,
     party_common_name,
     party_from_auth_context,
     party_from_certificate,
@@ -103,6 +109,81 @@ class TestPartyFromCertificate:
         assert party_from_certificate(cert) == 4
 
 
+class TestOperatorNames:
+    def test_uri(self) -> None:
+        """Operator alice is URI vfl://operator/alice."""
+        assert operator_uri("alice") == "vfl://operator/alice"
+
+    @pytest.mark.parametrize("name", ["alice", "ops.team_1", "A-2", "x" * 64])
+    def test_good_names(self, name: str) -> None:
+        """ASCII letters, digits, '-', '_' and '.', up to 64, make an operator name."""
+        assert is_operator_name(name)
+
+    @pytest.mark.parametrize("name", ["", "party-2", "party-x", "a b", "a/b", ".x", "-x", "é", "x" * 65])
+    def test_bad_names(self, name: str) -> None:
+        """Empty, party-like, path-like, option-like, non-ASCII and over-long names are refused."""
+        assert not is_operator_name(name)
+
+
+class TestOperatorFromCertificate:
+    def test_issued_operator_certificate(self, tmp_path: Path, ca: CertificateAuthority) -> None:
+        """A certificate from issue_operator_cert names its operator and no party."""
+        cert = load_certificate(issue_operator_cert(tmp_path, ca, "alice").cert_path)
+        assert operator_from_certificate(cert) == "alice"
+        assert party_from_certificate(cert) is None
+
+    def test_party_certificate_is_no_operator(self, tmp_path: Path, ca: CertificateAuthority) -> None:
+        """A party's certificate never passes as an operator."""
+        assert operator_from_certificate(load_certificate(issue_party_cert(tmp_path, ca, 2).cert_path)) is None
+
+    def test_caller_certificate_is_no_operator(self, tmp_path: Path, ca: CertificateAuthority) -> None:
+        """An inference caller's certificate (no vfl:// SAN) is neither an operator nor a party."""
+        cert = load_certificate(issue_caller_cert(tmp_path, ca, "alice").cert_path)
+        assert operator_from_certificate(cert) is None
+        assert party_from_certificate(cert) is None
+
+    def test_server_certificate_is_no_operator(self, tmp_path: Path, ca: CertificateAuthority) -> None:
+        """The server's TLS certificate does not pass as an operator."""
+        assert operator_from_certificate(load_certificate(issue_server_cert(tmp_path, ca).cert_path)) is None
+
+    @pytest.mark.parametrize(
+        ("common_names", "uris"),
+        [
+            (["alice"], ["vfl://operator/bob"]),
+            (["alice"], []),
+            (["vfl-ca"], ["vfl://operator/alice"]),
+            (["alice"], ["vfl://operator/alice", "vfl://operator/bob"]),
+            (["alice"], ["vfl://operator/alice", "vfl://operator/alice"]),
+            (["alice", "bob"], ["vfl://operator/alice"]),
+            (["alice"], ["vfl://operator/alice/extra"]),
+            (["alice"], ["VFL://operator/alice"]),
+            (["party-2"], ["vfl://operator/party-2"]),
+            (["a b"], ["vfl://operator/a b"]),
+        ],
+    )
+    def test_disagreeing_or_malformed_names_are_no_operator(self, common_names: list[str], uris: list[str]) -> None:
+        """CN and URI SAN must both be present, well formed and name the same operator."""
+        assert operator_from_certificate(_hand_made_cert(common_names, uris)) is None
+
+    def test_other_uris_are_ignored(self) -> None:
+        """A URI SAN outside vfl:// does not spoil the identity."""
+        cert = _hand_made_cert(["alice"], ["https://example.org/", "vfl://operator/alice"])
+        assert operator_from_certificate(cert) == "alice"
+
+    @pytest.mark.parametrize(
+        ("common_names", "uris"),
+        [
+            (["alice"], ["vfl://operator/alice", "vfl://party/2"]),
+            (["party-2"], ["vfl://party/2", "vfl://operator/alice"]),
+        ],
+    )
+    def test_a_certificate_naming_both_roles_is_neither(self, common_names: list[str], uris: list[str]) -> None:
+        """A certificate with both a party and an operator URI SAN is neither a party nor an operator."""
+        cert = _hand_made_cert(common_names, uris)
+        assert operator_from_certificate(cert) is None
+        assert party_from_certificate(cert) is None
+
+
 class TestPartyFromAuthContextData:
     def test_requires_tls(self) -> None:
         """A plaintext peer has no identity even if it carries a certificate field."""
@@ -122,6 +203,34 @@ class TestPartyFromAuthContextData:
         """An unparsable x509_pem_cert yields None rather than an exception."""
         context = {"transport_security_type": [b"ssl"], "x509_pem_cert": [b"not a certificate"]}
         assert party_from_auth_context(context) is None
+
+
+class TestOperatorFromAuthContextData:
+    def test_requires_tls(self, tmp_path: Path, ca: CertificateAuthority) -> None:
+        """A plaintext peer is no operator, even with an operator's certificate in the context."""
+        pem = issue_operator_cert(tmp_path, ca, "alice").cert_path.read_bytes()
+        assert operator_from_auth_context({"transport_security_type": [b"insecure"], "x509_pem_cert": [pem]}) is None
+        assert operator_from_auth_context({}) is None
+
+    def test_requires_exactly_one_certificate(self, tmp_path: Path, ca: CertificateAuthority) -> None:
+        """TLS without a certificate, or with two, yields no operator whatever the other fields say."""
+        pem = issue_operator_cert(tmp_path, ca, "alice").cert_path.read_bytes()
+        names = {"x509_common_name": [b"alice"], "x509_subject_alternative_name": [b"vfl://operator/alice"]}
+        assert operator_from_auth_context({"transport_security_type": [b"ssl"], **names}) is None
+        two = {"transport_security_type": [b"ssl"], "x509_pem_cert": [pem, pem]}
+        assert operator_from_auth_context(two) is None
+
+    def test_reads_the_operator_from_the_certificate(self, tmp_path: Path, ca: CertificateAuthority) -> None:
+        """One TLS peer certificate of an operator yields its name, and no party."""
+        pem = issue_operator_cert(tmp_path, ca, "alice").cert_path.read_bytes()
+        context = {"transport_security_type": [b"ssl"], "x509_pem_cert": [pem]}
+        assert operator_from_auth_context(context) == "alice"
+        assert party_from_auth_context(context) is None
+
+    def test_garbage_certificate_is_no_operator(self) -> None:
+        """An unparsable x509_pem_cert yields None rather than an exception."""
+        context = {"transport_security_type": [b"ssl"], "x509_pem_cert": [b"not a certificate"]}
+        assert operator_from_auth_context(context) is None
 
 
 class _IdentityServer:
@@ -154,6 +263,8 @@ def pki(tmp_path: Path, ca: CertificateAuthority) -> Path:
     issue_party_cert(tmp_path, ca, 2)
     issue_party_cert(tmp_path, ca, 3)
     issue_self_signed_party_cert(tmp_path, 2, "rogue")
+    issue_operator_cert(tmp_path, ca, "alice")
+    issue_caller_cert(tmp_path, ca, "scoring-app")
     return tmp_path
 
 
@@ -199,3 +310,22 @@ class TestPartyFromAuthContextOverMtls:
         with pytest.raises(grpc.RpcError) as caught:
             identity_server.call(_client_files(pki, "server"))
         assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+class TestOperatorFromAuthContextOverMtls:
+    def test_operator_is_seen_as_operator_and_no_party(self, pki: Path, identity_server: _IdentityServer) -> None:
+        """An operator's certificate passes the handshake; the server sees operator alice and no party."""
+        assert identity_server.call(_client_files(pki, "alice")) == b"None"
+        seen = identity_server.auth_contexts[-1]
+        assert seen["x509_subject_alternative_name"] == [b"vfl://operator/alice"]
+        assert operator_from_auth_context(seen) == "alice"
+
+    def test_party_is_no_operator(self, pki: Path, identity_server: _IdentityServer) -> None:
+        """A party's certificate over mTLS is party 2 and no operator."""
+        assert identity_server.call(_client_files(pki, "party-2")) == b"2"
+        assert operator_from_auth_context(identity_server.auth_contexts[-1]) is None
+
+    def test_caller_is_neither(self, pki: Path, identity_server: _IdentityServer) -> None:
+        """An inference caller's certificate over mTLS is neither a party nor an operator."""
+        assert identity_server.call(_client_files(pki, "scoring-app")) == b"None"
+        assert operator_from_auth_context(identity_server.auth_contexts[-1]) is None

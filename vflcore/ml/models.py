@@ -16,11 +16,10 @@ from typing import cast
 import torch
 from torch import nn
 
-from vflcore.job import ACTIVE_PARTY, JobSpec, model_seed
+from vflcore.job import ACTIVE_PARTY, OPTIMIZERS, JobSpec, model_seed
 
 __all__ = ["OPTIMIZERS", "build_seeded", "job_optimizer", "load_factory", "make_optimizer", "mlp", "seed_dropout"]
 
-OPTIMIZERS = ("adam", "sgd")
 _SGD_MOMENTUM = 0.9
 
 

@@ -24,13 +24,19 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1evflcore/proto/federation.proto\x12\x06vfl.v1\"G\n\tTensorKey\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05round\x18\x02 \x01(\r\x12\r\n\x05\x62\x61tch\x18\x03 \x01(\r\x12\x0c\n\x04name\x18\x04 \x01(\t\"~\n\x0bTensorChunk\x12\x1e\n\x03key\x18\x01 \x01(\x0b\x32\x11.vfl.v1.TensorKey\x12\r\n\x05\x64type\x18\x02 \x01(\t\x12\r\n\x05shape\x18\x03 \x03(\x03\x12\x13\n\x0btotal_bytes\x18\x04 \x01(\x04\x12\x0e\n\x06offset\x18\x05 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x06 \x01(\x0c\"M\n\rTensorRequest\x12\x1e\n\x03key\x18\x01 \x01(\x0b\x32\x11.vfl.v1.TensorKey\x12\r\n\x05\x63ount\x18\x02 \x01(\r\x12\r\n\x05names\x18\x03 \x03(\t\"R\n\x07SendAck\x12\x1e\n\x03key\x18\x01 \x01(\x0b\x32\x11.vfl.v1.TensorKey\x12\x16\n\x0e\x62ytes_received\x18\x02 \x01(\x04\x12\x0f\n\x07tensors\x18\x03 \x01(\r\"\x8e\x01\n\x0bJoinRequest\x12\r\n\x05party\x18\x01 \x01(\r\x12\x10\n\x08num_rows\x18\x02 \x01(\x04\x12\x14\n\x0cnum_features\x18\x03 \x01(\r\x12\x15\n\rid_set_digest\x18\x04 \x01(\x0c\x12\x16\n\x0e\x63lient_version\x18\x05 \x01(\t\x12\x19\n\x11\x63\x61\x63hed_alignments\x18\x06 \x03(\x0c\"\xcc\x02\n\x07JobSpec\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\talgorithm\x18\x02 \x01(\t\x12\x0c\n\x04task\x18\x03 \x01(\t\x12\x0c\n\x04seed\x18\x04 \x01(\x04\x12\x12\n\nbatch_size\x18\x05 \x01(\r\x12\x0e\n\x06\x65pochs\x18\x06 \x01(\r\x12\x15\n\rembedding_dim\x18\x07 \x01(\r\x12\x15\n\rbottom_hidden\x18\x08 \x03(\r\x12\x11\n\toptimizer\x18\t \x01(\t\x12\x15\n\rlearning_rate\x18\n \x01(\x01\x12\x15\n\rtest_fraction\x18\x0b \x01(\x01\x12\x10\n\x08num_rows\x18\x0c \x01(\x04\x12\x17\n\x0fpassive_parties\x18\r \x03(\r\x12\x19\n\x11\x61lgorithm_options\x18\x0e \x01(\t\x12\x13\n\x0bnum_outputs\x18\x0f \x01(\r\x12\x14\n\x0cweight_decay\x18\x10 \x01(\x01\")\n\tJoinReply\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.vfl.v1.JobSpec\"\"\n\x10SubscribeRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"/\n\x05\x41lign\x12\x15\n\ralignment_key\x18\x01 \x01(\x0c\x12\x0f\n\x07run_psi\x18\x02 \x01(\x08\"\x1b\n\nTrainEpoch\x12\r\n\x05\x65poch\x18\x01 \x01(\r\"\'\n\x08\x45valuate\x12\r\n\x05\x65poch\x18\x01 \x01(\r\x12\x0c\n\x04rows\x18\x02 \x03(\x04\")\n\x05Infer\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0c\n\x04rows\x18\x02 \x03(\x04\"*\n\x06\x46inish\x12\x0f\n\x07success\x18\x01 \x01(\x08\x12\x0f\n\x07message\x18\x02 \x01(\t\"\xfb\x01\n\x04Task\x12\x0f\n\x07task_id\x18\x01 \x01(\x04\x12)\n\x0btrain_epoch\x18\x02 \x01(\x0b\x32\x12.vfl.v1.TrainEpochH\x00\x12$\n\x08\x65valuate\x18\x03 \x01(\x0b\x32\x10.vfl.v1.EvaluateH\x00\x12\x1e\n\x05infer\x18\x04 \x01(\x0b\x32\r.vfl.v1.InferH\x00\x12 \n\x06\x66inish\x18\x05 \x01(\x0b\x32\x0e.vfl.v1.FinishH\x00\x12\x1e\n\x05\x61lign\x18\x06 \x01(\x0b\x32\r.vfl.v1.AlignH\x00\x12\'\n\nshare_head\x18\x07 \x01(\x0b\x32\x11.vfl.v1.ShareHeadH\x00\x42\x06\n\x04kind\"\x1a\n\tShareHead\x12\r\n\x05round\x18\x01 \x01(\r\"\"\n\x10HeartbeatRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\">\n\x0eHeartbeatReply\x12\r\n\x05party\x18\x01 \x01(\r\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\r\n\x05state\x18\x03 \x01(\t\"A\n\rFailureReport\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\x04\x12\x0f\n\x07message\x18\x03 \x01(\t\"\x0c\n\nFailureAck2\xcf\x04\n\nFederation\x12.\n\x04Join\x12\x13.vfl.v1.JoinRequest\x1a\x11.vfl.v1.JoinReply\x12\x35\n\tSubscribe\x12\x18.vfl.v1.SubscribeRequest\x1a\x0c.vfl.v1.Task0\x01\x12=\n\tHeartbeat\x12\x18.vfl.v1.HeartbeatRequest\x1a\x16.vfl.v1.HeartbeatReply\x12\x38\n\x0eSendEmbeddings\x12\x13.vfl.v1.TensorChunk\x1a\x0f.vfl.v1.SendAck(\x01\x12?\n\x0fReturnGradients\x12\x15.vfl.v1.TensorRequest\x1a\x13.vfl.v1.TensorChunk0\x01\x12=\n\rPushADMMState\x12\x15.vfl.v1.TensorRequest\x1a\x13.vfl.v1.TensorChunk0\x01\x12\x33\n\tFetchHead\x12\x13.vfl.v1.TensorChunk\x1a\x0f.vfl.v1.SendAck(\x01\x12\x33\n\tPsiUpload\x12\x13.vfl.v1.TensorChunk\x1a\x0f.vfl.v1.SendAck(\x01\x12;\n\x0bPsiDownload\x12\x15.vfl.v1.TensorRequest\x1a\x13.vfl.v1.TensorChunk0\x01\x12:\n\rReportFailure\x12\x15.vfl.v1.FailureReport\x1a\x12.vfl.v1.FailureAckb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1evflcore/proto/federation.proto\x12\x06vfl.v1\"G\n\tTensorKey\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05round\x18\x02 \x01(\r\x12\r\n\x05\x62\x61tch\x18\x03 \x01(\r\x12\x0c\n\x04name\x18\x04 \x01(\t\"~\n\x0bTensorChunk\x12\x1e\n\x03key\x18\x01 \x01(\x0b\x32\x11.vfl.v1.TensorKey\x12\r\n\x05\x64type\x18\x02 \x01(\t\x12\r\n\x05shape\x18\x03 \x03(\x03\x12\x13\n\x0btotal_bytes\x18\x04 \x01(\x04\x12\x0e\n\x06offset\x18\x05 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x06 \x01(\x0c\"M\n\rTensorRequest\x12\x1e\n\x03key\x18\x01 \x01(\x0b\x32\x11.vfl.v1.TensorKey\x12\r\n\x05\x63ount\x18\x02 \x01(\r\x12\r\n\x05names\x18\x03 \x03(\t\"R\n\x07SendAck\x12\x1e\n\x03key\x18\x01 \x01(\x0b\x32\x11.vfl.v1.TensorKey\x12\x16\n\x0e\x62ytes_received\x18\x02 \x01(\x04\x12\x0f\n\x07tensors\x18\x03 \x01(\r\"\x9e\x01\n\x0bJoinRequest\x12\r\n\x05party\x18\x01 \x01(\r\x12\x10\n\x08num_rows\x18\x02 \x01(\x04\x12\x14\n\x0cnum_features\x18\x03 \x01(\r\x12\x15\n\rid_set_digest\x18\x04 \x01(\x0c\x12\x16\n\x0e\x63lient_version\x18\x05 \x01(\t\x12\x19\n\x11\x63\x61\x63hed_alignments\x18\x06 \x03(\x0c\x12\x0e\n\x06job_id\x18\x07 \x01(\t\" \n\x0eNextJobRequest\x12\x0e\n\x06wait_s\x18\x01 \x01(\x01\"=\n\x0cNextJobReply\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.vfl.v1.JobSpec\x12\x0f\n\x07\x64\x61taset\x18\x02 \x01(\t\"\xcc\x02\n\x07JobSpec\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\talgorithm\x18\x02 \x01(\t\x12\x0c\n\x04task\x18\x03 \x01(\t\x12\x0c\n\x04seed\x18\x04 \x01(\x04\x12\x12\n\nbatch_size\x18\x05 \x01(\r\x12\x0e\n\x06\x65pochs\x18\x06 \x01(\r\x12\x15\n\rembedding_dim\x18\x07 \x01(\r\x12\x15\n\rbottom_hidden\x18\x08 \x03(\r\x12\x11\n\toptimizer\x18\t \x01(\t\x12\x15\n\rlearning_rate\x18\n \x01(\x01\x12\x15\n\rtest_fraction\x18\x0b \x01(\x01\x12\x10\n\x08num_rows\x18\x0c \x01(\x04\x12\x17\n\x0fpassive_parties\x18\r \x03(\r\x12\x19\n\x11\x61lgorithm_options\x18\x0e \x01(\t\x12\x13\n\x0bnum_outputs\x18\x0f \x01(\r\x12\x14\n\x0cweight_decay\x18\x10 \x01(\x01\")\n\tJoinReply\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.vfl.v1.JobSpec\"\"\n\x10SubscribeRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"/\n\x05\x41lign\x12\x15\n\ralignment_key\x18\x01 \x01(\x0c\x12\x0f\n\x07run_psi\x18\x02 \x01(\x08\"\x1b\n\nTrainEpoch\x12\r\n\x05\x65poch\x18\x01 \x01(\r\"\'\n\x08\x45valuate\x12\r\n\x05\x65poch\x18\x01 \x01(\r\x12\x0c\n\x04rows\x18\x02 \x03(\x04\")\n\x05Infer\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0c\n\x04rows\x18\x02 \x03(\x04\"*\n\x06\x46inish\x12\x0f\n\x07success\x18\x01 \x01(\x08\x12\x0f\n\x07message\x18\x02 \x01(\t\"\xfb\x01\n\x04Task\x12\x0f\n\x07task_id\x18\x01 \x01(\x04\x12)\n\x0btrain_epoch\x18\x02 \x01(\x0b\x32\x12.vfl.v1.TrainEpochH\x00\x12$\n\x08\x65valuate\x18\x03 \x01(\x0b\x32\x10.vfl.v1.EvaluateH\x00\x12\x1e\n\x05infer\x18\x04 \x01(\x0b\x32\r.vfl.v1.InferH\x00\x12 \n\x06\x66inish\x18\x05 \x01(\x0b\x32\x0e.vfl.v1.FinishH\x00\x12\x1e\n\x05\x61lign\x18\x06 \x01(\x0b\x32\r.vfl.v1.AlignH\x00\x12\'\n\nshare_head\x18\x07 \x01(\x0b\x32\x11.vfl.v1.ShareHeadH\x00\x42\x06\n\x04kind\"\x1a\n\tShareHead\x12\r\n\x05round\x18\x01 \x01(\r\"\"\n\x10HeartbeatRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\">\n\x0eHeartbeatReply\x12\r\n\x05party\x18\x01 \x01(\r\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\r\n\x05state\x18\x03 \x01(\t\"A\n\rFailureReport\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\x04\x12\x0f\n\x07message\x18\x03 \x01(\t\"\x0c\n\nFailureAck\"%\n\rSubmitRequest\x12\x14\n\x0cjob_document\x18\x01 \x01(\t\"\x18\n\x06JobRef\x12\x0e\n\x06job_id\x18\x01 \x01(\t\",\n\x0bListRequest\x12\x0e\n\x06states\x18\x01 \x03(\t\x12\r\n\x05limit\x18\x02 \x01(\r\"\xcd\x01\n\x0c\x45pochMetrics\x12\r\n\x05\x65poch\x18\x01 \x01(\r\x12\x12\n\ntrain_loss\x18\x02 \x01(\x01\x12\x11\n\ttest_loss\x18\x03 \x01(\x01\x12\x32\n\x07metrics\x18\x04 \x03(\x0b\x32!.vfl.v1.EpochMetrics.MetricsEntry\x12\x0f\n\x07seconds\x18\x05 \x01(\x01\x12\x12\n\nwire_bytes\x18\x06 \x01(\x04\x1a.\n\x0cMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\xfa\x02\n\x07JobInfo\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\talgorithm\x18\x02 \x01(\t\x12\r\n\x05state\x18\x03 \x01(\t\x12\x11\n\tsubmitter\x18\x04 \x01(\t\x12\x14\n\x0csubmitted_at\x18\x05 \x01(\x01\x12\x12\n\nstarted_at\x18\x06 \x01(\x01\x12\x10\n\x08\x65nded_at\x18\x07 \x01(\x01\x12\r\n\x05\x65rror\x18\x08 \x01(\t\x12\x13\n\x0b\x65pochs_done\x18\t \x01(\r\x12\x0e\n\x06\x65pochs\x18\n \x01(\r\x12\x38\n\rfinal_metrics\x18\x0b \x03(\x0b\x32!.vfl.v1.JobInfo.FinalMetricsEntry\x12\x14\n\x0cjob_document\x18\x0c \x01(\t\x12%\n\x07history\x18\r \x03(\x0b\x32\x14.vfl.v1.EpochMetrics\x12\x0e\n\x06served\x18\x0e \x01(\x08\x1a\x33\n\x11\x46inalMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"(\n\x07JobList\x12\x1d\n\x04jobs\x18\x01 \x03(\x0b\x32\x0f.vfl.v1.JobInfo\"\xf6\x01\n\x08JobEvent\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0b\n\x03seq\x18\x02 \x01(\x04\x12\n\n\x02\x61t\x18\x03 \x01(\x01\x12\x0c\n\x04kind\x18\x04 \x01(\t\x12\r\n\x05state\x18\x05 \x01(\t\x12\x0f\n\x07message\x18\x06 \x01(\t\x12#\n\x05\x65poch\x18\x07 \x01(\x0b\x32\x14.vfl.v1.EpochMetrics\x12\x39\n\rfinal_metrics\x18\x08 \x03(\x0b\x32\".vfl.v1.JobEvent.FinalMetricsEntry\x1a\x33\n\x11\x46inalMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x32\x88\x05\n\nFederation\x12\x37\n\x07NextJob\x12\x16.vfl.v1.NextJobRequest\x1a\x14.vfl.v1.NextJobReply\x12.\n\x04Join\x12\x13.vfl.v1.JoinRequest\x1a\x11.vfl.v1.JoinReply\x12\x35\n\tSubscribe\x12\x18.vfl.v1.SubscribeRequest\x1a\x0c.vfl.v1.Task0\x01\x12=\n\tHeartbeat\x12\x18.vfl.v1.HeartbeatRequest\x1a\x16.vfl.v1.HeartbeatReply\x12\x38\n\x0eSendEmbeddings\x12\x13.vfl.v1.TensorChunk\x1a\x0f.vfl.v1.SendAck(\x01\x12?\n\x0fReturnGradients\x12\x15.vfl.v1.TensorRequest\x1a\x13.vfl.v1.TensorChunk0\x01\x12=\n\rPushADMMState\x12\x15.vfl.v1.TensorRequest\x1a\x13.vfl.v1.TensorChunk0\x01\x12\x33\n\tFetchHead\x12\x13.vfl.v1.TensorChunk\x1a\x0f.vfl.v1.SendAck(\x01\x12\x33\n\tPsiUpload\x12\x13.vfl.v1.TensorChunk\x1a\x0f.vfl.v1.SendAck(\x01\x12;\n\x0bPsiDownload\x12\x15.vfl.v1.TensorRequest\x1a\x13.vfl.v1.TensorChunk0\x01\x12:\n\rReportFailure\x12\x15.vfl.v1.FailureReport\x1a\x12.vfl.v1.FailureAck2\xe9\x01\n\x07\x43ontrol\x12\x30\n\x06Submit\x12\x15.vfl.v1.SubmitRequest\x1a\x0f.vfl.v1.JobInfo\x12,\n\x04List\x12\x13.vfl.v1.ListRequest\x1a\x0f.vfl.v1.JobList\x12&\n\x03Get\x12\x0e.vfl.v1.JobRef\x1a\x0f.vfl.v1.JobInfo\x12+\n\x05Watch\x12\x0e.vfl.v1.JobRef\x1a\x10.vfl.v1.JobEvent0\x01\x12)\n\x06\x43\x61ncel\x12\x0e.vfl.v1.JobRef\x1a\x0f.vfl.v1.JobInfob\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'vflcore.proto.federation_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_EPOCHMETRICS_METRICSENTRY']._loaded_options = None
+  _globals['_EPOCHMETRICS_METRICSENTRY']._serialized_options = b'8\001'
+  _globals['_JOBINFO_FINALMETRICSENTRY']._loaded_options = None
+  _globals['_JOBINFO_FINALMETRICSENTRY']._serialized_options = b'8\001'
+  _globals['_JOBEVENT_FINALMETRICSENTRY']._loaded_options = None
+  _globals['_JOBEVENT_FINALMETRICSENTRY']._serialized_options = b'8\001'
   _globals['_TENSORKEY']._serialized_start=42
   _globals['_TENSORKEY']._serialized_end=113
   _globals['_TENSORCHUNK']._serialized_start=115
@@ -40,35 +46,61 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SENDACK']._serialized_start=322
   _globals['_SENDACK']._serialized_end=404
   _globals['_JOINREQUEST']._serialized_start=407
-  _globals['_JOINREQUEST']._serialized_end=549
-  _globals['_JOBSPEC']._serialized_start=552
-  _globals['_JOBSPEC']._serialized_end=884
-  _globals['_JOINREPLY']._serialized_start=886
-  _globals['_JOINREPLY']._serialized_end=927
-  _globals['_SUBSCRIBEREQUEST']._serialized_start=929
-  _globals['_SUBSCRIBEREQUEST']._serialized_end=963
-  _globals['_ALIGN']._serialized_start=965
-  _globals['_ALIGN']._serialized_end=1012
-  _globals['_TRAINEPOCH']._serialized_start=1014
-  _globals['_TRAINEPOCH']._serialized_end=1041
-  _globals['_EVALUATE']._serialized_start=1043
-  _globals['_EVALUATE']._serialized_end=1082
-  _globals['_INFER']._serialized_start=1084
-  _globals['_INFER']._serialized_end=1125
-  _globals['_FINISH']._serialized_start=1127
-  _globals['_FINISH']._serialized_end=1169
-  _globals['_TASK']._serialized_start=1172
-  _globals['_TASK']._serialized_end=1423
-  _globals['_SHAREHEAD']._serialized_start=1425
-  _globals['_SHAREHEAD']._serialized_end=1451
-  _globals['_HEARTBEATREQUEST']._serialized_start=1453
-  _globals['_HEARTBEATREQUEST']._serialized_end=1487
-  _globals['_HEARTBEATREPLY']._serialized_start=1489
-  _globals['_HEARTBEATREPLY']._serialized_end=1551
-  _globals['_FAILUREREPORT']._serialized_start=1553
-  _globals['_FAILUREREPORT']._serialized_end=1618
-  _globals['_FAILUREACK']._serialized_start=1620
-  _globals['_FAILUREACK']._serialized_end=1632
-  _globals['_FEDERATION']._serialized_start=1635
-  _globals['_FEDERATION']._serialized_end=2226
+  _globals['_JOINREQUEST']._serialized_end=565
+  _globals['_NEXTJOBREQUEST']._serialized_start=567
+  _globals['_NEXTJOBREQUEST']._serialized_end=599
+  _globals['_NEXTJOBREPLY']._serialized_start=601
+  _globals['_NEXTJOBREPLY']._serialized_end=662
+  _globals['_JOBSPEC']._serialized_start=665
+  _globals['_JOBSPEC']._serialized_end=997
+  _globals['_JOINREPLY']._serialized_start=999
+  _globals['_JOINREPLY']._serialized_end=1040
+  _globals['_SUBSCRIBEREQUEST']._serialized_start=1042
+  _globals['_SUBSCRIBEREQUEST']._serialized_end=1076
+  _globals['_ALIGN']._serialized_start=1078
+  _globals['_ALIGN']._serialized_end=1125
+  _globals['_TRAINEPOCH']._serialized_start=1127
+  _globals['_TRAINEPOCH']._serialized_end=1154
+  _globals['_EVALUATE']._serialized_start=1156
+  _globals['_EVALUATE']._serialized_end=1195
+  _globals['_INFER']._serialized_start=1197
+  _globals['_INFER']._serialized_end=1238
+  _globals['_FINISH']._serialized_start=1240
+  _globals['_FINISH']._serialized_end=1282
+  _globals['_TASK']._serialized_start=1285
+  _globals['_TASK']._serialized_end=1536
+  _globals['_SHAREHEAD']._serialized_start=1538
+  _globals['_SHAREHEAD']._serialized_end=1564
+  _globals['_HEARTBEATREQUEST']._serialized_start=1566
+  _globals['_HEARTBEATREQUEST']._serialized_end=1600
+  _globals['_HEARTBEATREPLY']._serialized_start=1602
+  _globals['_HEARTBEATREPLY']._serialized_end=1664
+  _globals['_FAILUREREPORT']._serialized_start=1666
+  _globals['_FAILUREREPORT']._serialized_end=1731
+  _globals['_FAILUREACK']._serialized_start=1733
+  _globals['_FAILUREACK']._serialized_end=1745
+  _globals['_SUBMITREQUEST']._serialized_start=1747
+  _globals['_SUBMITREQUEST']._serialized_end=1784
+  _globals['_JOBREF']._serialized_start=1786
+  _globals['_JOBREF']._serialized_end=1810
+  _globals['_LISTREQUEST']._serialized_start=1812
+  _globals['_LISTREQUEST']._serialized_end=1856
+  _globals['_EPOCHMETRICS']._serialized_start=1859
+  _globals['_EPOCHMETRICS']._serialized_end=2064
+  _globals['_EPOCHMETRICS_METRICSENTRY']._serialized_start=2018
+  _globals['_EPOCHMETRICS_METRICSENTRY']._serialized_end=2064
+  _globals['_JOBINFO']._serialized_start=2067
+  _globals['_JOBINFO']._serialized_end=2445
+  _globals['_JOBINFO_FINALMETRICSENTRY']._serialized_start=2394
+  _globals['_JOBINFO_FINALMETRICSENTRY']._serialized_end=2445
+  _globals['_JOBLIST']._serialized_start=2447
+  _globals['_JOBLIST']._serialized_end=2487
+  _globals['_JOBEVENT']._serialized_start=2490
+  _globals['_JOBEVENT']._serialized_end=2736
+  _globals['_JOBEVENT_FINALMETRICSENTRY']._serialized_start=2394
+  _globals['_JOBEVENT_FINALMETRICSENTRY']._serialized_end=2445
+  _globals['_FEDERATION']._serialized_start=2739
+  _globals['_FEDERATION']._serialized_end=3387
+  _globals['_CONTROL']._serialized_start=3390
+  _globals['_CONTROL']._serialized_end=3623
 # @@protoc_insertion_point(module_scope)

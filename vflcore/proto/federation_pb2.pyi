@@ -55,20 +55,36 @@ class SendAck(_message.Message):
     def __init__(self, key: _Optional[_Union[TensorKey, _Mapping]] = ..., bytes_received: _Optional[int] = ..., tensors: _Optional[int] = ...) -> None: ...
 
 class JoinRequest(_message.Message):
-    __slots__ = ("party", "num_rows", "num_features", "id_set_digest", "client_version", "cached_alignments")
+    __slots__ = ("party", "num_rows", "num_features", "id_set_digest", "client_version", "cached_alignments", "job_id")
     PARTY_FIELD_NUMBER: _ClassVar[int]
     NUM_ROWS_FIELD_NUMBER: _ClassVar[int]
     NUM_FEATURES_FIELD_NUMBER: _ClassVar[int]
     ID_SET_DIGEST_FIELD_NUMBER: _ClassVar[int]
     CLIENT_VERSION_FIELD_NUMBER: _ClassVar[int]
     CACHED_ALIGNMENTS_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
     party: int
     num_rows: int
     num_features: int
     id_set_digest: bytes
     client_version: str
     cached_alignments: _containers.RepeatedScalarFieldContainer[bytes]
-    def __init__(self, party: _Optional[int] = ..., num_rows: _Optional[int] = ..., num_features: _Optional[int] = ..., id_set_digest: _Optional[bytes] = ..., client_version: _Optional[str] = ..., cached_alignments: _Optional[_Iterable[bytes]] = ...) -> None: ...
+    job_id: str
+    def __init__(self, party: _Optional[int] = ..., num_rows: _Optional[int] = ..., num_features: _Optional[int] = ..., id_set_digest: _Optional[bytes] = ..., client_version: _Optional[str] = ..., cached_alignments: _Optional[_Iterable[bytes]] = ..., job_id: _Optional[str] = ...) -> None: ...
+
+class NextJobRequest(_message.Message):
+    __slots__ = ("wait_s",)
+    WAIT_S_FIELD_NUMBER: _ClassVar[int]
+    wait_s: float
+    def __init__(self, wait_s: _Optional[float] = ...) -> None: ...
+
+class NextJobReply(_message.Message):
+    __slots__ = ("job", "dataset")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    DATASET_FIELD_NUMBER: _ClassVar[int]
+    job: JobSpec
+    dataset: str
+    def __init__(self, job: _Optional[_Union[JobSpec, _Mapping]] = ..., dataset: _Optional[str] = ...) -> None: ...
 
 class JobSpec(_message.Message):
     __slots__ = ("job_id", "algorithm", "task", "seed", "batch_size", "epochs", "embedding_dim", "bottom_hidden", "optimizer", "learning_rate", "test_fraction", "num_rows", "passive_parties", "algorithm_options", "num_outputs", "weight_decay")
@@ -209,3 +225,118 @@ class FailureReport(_message.Message):
 class FailureAck(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class SubmitRequest(_message.Message):
+    __slots__ = ("job_document",)
+    JOB_DOCUMENT_FIELD_NUMBER: _ClassVar[int]
+    job_document: str
+    def __init__(self, job_document: _Optional[str] = ...) -> None: ...
+
+class JobRef(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class ListRequest(_message.Message):
+    __slots__ = ("states", "limit")
+    STATES_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    states: _containers.RepeatedScalarFieldContainer[str]
+    limit: int
+    def __init__(self, states: _Optional[_Iterable[str]] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class EpochMetrics(_message.Message):
+    __slots__ = ("epoch", "train_loss", "test_loss", "metrics", "seconds", "wire_bytes")
+    class MetricsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    TRAIN_LOSS_FIELD_NUMBER: _ClassVar[int]
+    TEST_LOSS_FIELD_NUMBER: _ClassVar[int]
+    METRICS_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    WIRE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    train_loss: float
+    test_loss: float
+    metrics: _containers.ScalarMap[str, float]
+    seconds: float
+    wire_bytes: int
+    def __init__(self, epoch: _Optional[int] = ..., train_loss: _Optional[float] = ..., test_loss: _Optional[float] = ..., metrics: _Optional[_Mapping[str, float]] = ..., seconds: _Optional[float] = ..., wire_bytes: _Optional[int] = ...) -> None: ...
+
+class JobInfo(_message.Message):
+    __slots__ = ("job_id", "algorithm", "state", "submitter", "submitted_at", "started_at", "ended_at", "error", "epochs_done", "epochs", "final_metrics", "job_document", "history", "served")
+    class FinalMetricsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    ALGORITHM_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    SUBMITTER_FIELD_NUMBER: _ClassVar[int]
+    SUBMITTED_AT_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    ENDED_AT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    EPOCHS_DONE_FIELD_NUMBER: _ClassVar[int]
+    EPOCHS_FIELD_NUMBER: _ClassVar[int]
+    FINAL_METRICS_FIELD_NUMBER: _ClassVar[int]
+    JOB_DOCUMENT_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_FIELD_NUMBER: _ClassVar[int]
+    SERVED_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    algorithm: str
+    state: str
+    submitter: str
+    submitted_at: float
+    started_at: float
+    ended_at: float
+    error: str
+    epochs_done: int
+    epochs: int
+    final_metrics: _containers.ScalarMap[str, float]
+    job_document: str
+    history: _containers.RepeatedCompositeFieldContainer[EpochMetrics]
+    served: bool
+    def __init__(self, job_id: _Optional[str] = ..., algorithm: _Optional[str] = ..., state: _Optional[str] = ..., submitter: _Optional[str] = ..., submitted_at: _Optional[float] = ..., started_at: _Optional[float] = ..., ended_at: _Optional[float] = ..., error: _Optional[str] = ..., epochs_done: _Optional[int] = ..., epochs: _Optional[int] = ..., final_metrics: _Optional[_Mapping[str, float]] = ..., job_document: _Optional[str] = ..., history: _Optional[_Iterable[_Union[EpochMetrics, _Mapping]]] = ..., served: _Optional[bool] = ...) -> None: ...
+
+class JobList(_message.Message):
+    __slots__ = ("jobs",)
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[JobInfo]
+    def __init__(self, jobs: _Optional[_Iterable[_Union[JobInfo, _Mapping]]] = ...) -> None: ...
+
+class JobEvent(_message.Message):
+    __slots__ = ("job_id", "seq", "at", "kind", "state", "message", "epoch", "final_metrics")
+    class FinalMetricsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    AT_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    FINAL_METRICS_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    seq: int
+    at: float
+    kind: str
+    state: str
+    message: str
+    epoch: EpochMetrics
+    final_metrics: _containers.ScalarMap[str, float]
+    def __init__(self, job_id: _Optional[str] = ..., seq: _Optional[int] = ..., at: _Optional[float] = ..., kind: _Optional[str] = ..., state: _Optional[str] = ..., message: _Optional[str] = ..., epoch: _Optional[_Union[EpochMetrics, _Mapping]] = ..., final_metrics: _Optional[_Mapping[str, float]] = ...) -> None: ...

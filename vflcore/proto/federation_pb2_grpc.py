@@ -34,6 +34,11 @@ class FederationStub:
         Args:
             channel: A grpc.Channel.
         """
+        self.NextJob = channel.unary_unary(
+                '/vfl.v1.Federation/NextJob',
+                request_serializer=vflcore_dot_proto_dot_federation__pb2.NextJobRequest.SerializeToString,
+                response_deserializer=vflcore_dot_proto_dot_federation__pb2.NextJobReply.FromString,
+                _registered_method=True)
         self.Join = channel.unary_unary(
                 '/vfl.v1.Federation/Join',
                 request_serializer=vflcore_dot_proto_dot_federation__pb2.JoinRequest.SerializeToString,
@@ -88,6 +93,15 @@ class FederationStub:
 
 class FederationServicer:
     """Missing associated documentation comment in .proto file."""
+
+    def NextJob(self, request, context):
+        """A passive party's daemon asks for its next job: the call waits up to wait_s for a job that
+        names the caller and is waiting for its parties. An empty reply (job.job_id == "") means
+        none yet; ask again. The reply names the dataset this party is to use for the job.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
 
     def Join(self, request, context):
         """A passive party joins the job. The reply carries the job settings every party must share
@@ -175,6 +189,11 @@ class FederationServicer:
 
 def add_FederationServicer_to_server(servicer, server):
     rpc_method_handlers = {
+            'NextJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.NextJob,
+                    request_deserializer=vflcore_dot_proto_dot_federation__pb2.NextJobRequest.FromString,
+                    response_serializer=vflcore_dot_proto_dot_federation__pb2.NextJobReply.SerializeToString,
+            ),
             'Join': grpc.unary_unary_rpc_method_handler(
                     servicer.Join,
                     request_deserializer=vflcore_dot_proto_dot_federation__pb2.JoinRequest.FromString,
@@ -235,6 +254,33 @@ def add_FederationServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class Federation:
     """Missing associated documentation comment in .proto file."""
+
+    @staticmethod
+    def NextJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/vfl.v1.Federation/NextJob',
+            vflcore_dot_proto_dot_federation__pb2.NextJobRequest.SerializeToString,
+            vflcore_dot_proto_dot_federation__pb2.NextJobReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
 
     @staticmethod
     def Join(request,
@@ -496,6 +542,273 @@ class Federation:
             '/vfl.v1.Federation/ReportFailure',
             vflcore_dot_proto_dot_federation__pb2.FailureReport.SerializeToString,
             vflcore_dot_proto_dot_federation__pb2.FailureAck.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+
+class ControlStub:
+    """---- The Control API: jobs submitted, listed, watched and cancelled by operators -------------
+
+    It listens on the same port as Federation. Only operator certificates (URI SAN
+    vfl://operator/NAME, made by `vfl-certs operator NAME`) may call it; a party's or an inference
+    caller's certificate gets PERMISSION_DENIED. The submitter of a job is the operator's
+    certificate name, never a request field.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.Submit = channel.unary_unary(
+                '/vfl.v1.Control/Submit',
+                request_serializer=vflcore_dot_proto_dot_federation__pb2.SubmitRequest.SerializeToString,
+                response_deserializer=vflcore_dot_proto_dot_federation__pb2.JobInfo.FromString,
+                _registered_method=True)
+        self.List = channel.unary_unary(
+                '/vfl.v1.Control/List',
+                request_serializer=vflcore_dot_proto_dot_federation__pb2.ListRequest.SerializeToString,
+                response_deserializer=vflcore_dot_proto_dot_federation__pb2.JobList.FromString,
+                _registered_method=True)
+        self.Get = channel.unary_unary(
+                '/vfl.v1.Control/Get',
+                request_serializer=vflcore_dot_proto_dot_federation__pb2.JobRef.SerializeToString,
+                response_deserializer=vflcore_dot_proto_dot_federation__pb2.JobInfo.FromString,
+                _registered_method=True)
+        self.Watch = channel.unary_stream(
+                '/vfl.v1.Control/Watch',
+                request_serializer=vflcore_dot_proto_dot_federation__pb2.JobRef.SerializeToString,
+                response_deserializer=vflcore_dot_proto_dot_federation__pb2.JobEvent.FromString,
+                _registered_method=True)
+        self.Cancel = channel.unary_unary(
+                '/vfl.v1.Control/Cancel',
+                request_serializer=vflcore_dot_proto_dot_federation__pb2.JobRef.SerializeToString,
+                response_deserializer=vflcore_dot_proto_dot_federation__pb2.JobInfo.FromString,
+                _registered_method=True)
+
+
+class ControlServicer:
+    """---- The Control API: jobs submitted, listed, watched and cancelled by operators -------------
+
+    It listens on the same port as Federation. Only operator certificates (URI SAN
+    vfl://operator/NAME, made by `vfl-certs operator NAME`) may call it; a party's or an inference
+    caller's certificate gets PERMISSION_DENIED. The submitter of a job is the operator's
+    certificate name, never a request field.
+    """
+
+    def Submit(self, request, context):
+        """Queue a job. The document is the job file (TOML tables) as a JSON object; it is validated
+        at once (unknown algorithm, bad option, unknown dataset: INVALID_ARGUMENT).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def List(self, request, context):
+        """Jobs, newest first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Get(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Watch(self, request, context):
+        """Every event of the job so far, then each new one as it happens; ends after the job ends.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Cancel(self, request, context):
+        """Stop a queued or running job; a running one stops within one training step.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_ControlServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'Submit': grpc.unary_unary_rpc_method_handler(
+                    servicer.Submit,
+                    request_deserializer=vflcore_dot_proto_dot_federation__pb2.SubmitRequest.FromString,
+                    response_serializer=vflcore_dot_proto_dot_federation__pb2.JobInfo.SerializeToString,
+            ),
+            'List': grpc.unary_unary_rpc_method_handler(
+                    servicer.List,
+                    request_deserializer=vflcore_dot_proto_dot_federation__pb2.ListRequest.FromString,
+                    response_serializer=vflcore_dot_proto_dot_federation__pb2.JobList.SerializeToString,
+            ),
+            'Get': grpc.unary_unary_rpc_method_handler(
+                    servicer.Get,
+                    request_deserializer=vflcore_dot_proto_dot_federation__pb2.JobRef.FromString,
+                    response_serializer=vflcore_dot_proto_dot_federation__pb2.JobInfo.SerializeToString,
+            ),
+            'Watch': grpc.unary_stream_rpc_method_handler(
+                    servicer.Watch,
+                    request_deserializer=vflcore_dot_proto_dot_federation__pb2.JobRef.FromString,
+                    response_serializer=vflcore_dot_proto_dot_federation__pb2.JobEvent.SerializeToString,
+            ),
+            'Cancel': grpc.unary_unary_rpc_method_handler(
+                    servicer.Cancel,
+                    request_deserializer=vflcore_dot_proto_dot_federation__pb2.JobRef.FromString,
+                    response_serializer=vflcore_dot_proto_dot_federation__pb2.JobInfo.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'vfl.v1.Control', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('vfl.v1.Control', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class Control:
+    """---- The Control API: jobs submitted, listed, watched and cancelled by operators -------------
+
+    It listens on the same port as Federation. Only operator certificates (URI SAN
+    vfl://operator/NAME, made by `vfl-certs operator NAME`) may call it; a party's or an inference
+    caller's certificate gets PERMISSION_DENIED. The submitter of a job is the operator's
+    certificate name, never a request field.
+    """
+
+    @staticmethod
+    def Submit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/vfl.v1.Control/Submit',
+            vflcore_dot_proto_dot_federation__pb2.SubmitRequest.SerializeToString,
+            vflcore_dot_proto_dot_federation__pb2.JobInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def List(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/vfl.v1.Control/List',
+            vflcore_dot_proto_dot_federation__pb2.ListRequest.SerializeToString,
+            vflcore_dot_proto_dot_federation__pb2.JobList.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Get(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/vfl.v1.Control/Get',
+            vflcore_dot_proto_dot_federation__pb2.JobRef.SerializeToString,
+            vflcore_dot_proto_dot_federation__pb2.JobInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Watch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/vfl.v1.Control/Watch',
+            vflcore_dot_proto_dot_federation__pb2.JobRef.SerializeToString,
+            vflcore_dot_proto_dot_federation__pb2.JobEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Cancel(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/vfl.v1.Control/Cancel',
+            vflcore_dot_proto_dot_federation__pb2.JobRef.SerializeToString,
+            vflcore_dot_proto_dot_federation__pb2.JobInfo.FromString,
             options,
             channel_credentials,
             insecure,

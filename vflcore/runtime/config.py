@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, get_type_hints
 
 from vflcore.errors import ConfigError
-from vflcore.job import SET_BY_ACTIVE_PARTY, TASKS, JobSpec
+from vflcore.job import OPTIMIZERS, SET_BY_ACTIVE_PARTY, TASKS, JobSpec
 from vflcore.security.tls import TlsFiles
 
 DEFAULT_PORT = 50051
@@ -29,14 +29,21 @@ class DataSource:
     label_column: str | None = None
 
 
+#: The dataset a job uses when it names none, and the name a config's ``[data]`` table is known by.
+DEFAULT_DATASET = "default"
+
+
 @dataclass(frozen=True)
 class ServerConfig:
-    """Everything ``vfl-server`` needs: where to listen, its identity, its data and the job."""
+    """Everything ``vfl-server`` needs: where to listen, its identity, its datasets and the job store."""
 
     listen: str
     tls: TlsFiles | None  # None only with --insecure
-    data: DataSource
+    #: The labelled tables jobs may name, by name; ``[data]`` is the one named "default".
+    datasets: dict[str, DataSource]
+    #: The ``[job]`` table (a default job if there is none): submitted at start if ``submit_at_start``.
     job: JobSpec
+    submit_at_start: bool = False
     top_hidden: tuple[int, ...] = (64,)
     top_dropout: float = 0.0
     run_dir: Path = Path("runs")
@@ -45,45 +52,81 @@ class ServerConfig:
     port_file: Path | None = None
     torch_threads: int = 1
     psi_workers: int | None = None  # processes for PSI's curve arithmetic; None: one per core
+    #: The job store (SQLite); default: ``jobs.sqlite`` in the run directory.
+    store: Path | None = None
+    #: ``[metrics] listen`` when ``[metrics] enabled``: where the Prometheus endpoint listens.
+    metrics_listen: str | None = None
+
+    @property
+    def data(self) -> DataSource:
+        """The ``default`` dataset (the ``[data]`` table); ConfigError if the config has none."""
+        return dataset_named(self.datasets, DEFAULT_DATASET, "the server's config")
+
+    @property
+    def store_path(self) -> Path:
+        return self.store or self.run_dir / "jobs.sqlite"
 
 
 @dataclass(frozen=True)
 class ClientConfig:
-    """Everything ``vfl-client`` needs: the server, its identity, its data and its model."""
+    """Everything ``vfl-client`` needs: the server, its identity, its datasets and its model."""
 
     server: str
     party: int
     tls: TlsFiles | None  # None only with --insecure
-    data: DataSource
+    #: The tables jobs may name, by name; ``[data]`` is the one named "default".
+    datasets: dict[str, DataSource]
     run_dir: Path = Path("runs")
     model_factory: str | None = None
     heartbeat_s: float = 10.0
     connect_timeout_s: float = 60.0
     torch_threads: int = 1
     psi_workers: int | None = None
+    #: Reconnecting to an unreachable server: the first wait, doubled each try up to the cap.
+    retry_initial_s: float = 0.5
+    retry_max_s: float = 60.0
+
+    @property
+    def data(self) -> DataSource:
+        """The ``default`` dataset (the ``[data]`` table); ConfigError if the config has none."""
+        return dataset_named(self.datasets, DEFAULT_DATASET, f"party {self.party}'s config")
 
 
-def load_toml(path: Path) -> dict[str, Any]:
-    """Read a TOML file, turning every failure into a ConfigError naming the file."""
+def dataset_named(datasets: Mapping[str, DataSource], name: str, owner: str) -> DataSource:
+    """The dataset ``name``; a ConfigError that lists the names ``owner`` has if it is not there."""
+    try:
+        return datasets[name]
+    except KeyError:
+        have = sorted(datasets) or "none"
+        raise ConfigError(
+            f"{owner} has no dataset {name!r} (it has: {have}); add it under [datasets], e.g. "
+            f'{name} = {{ path = "data/{name}.csv", id_column = "id" }}'
+        ) from None
+
+
+def load_toml(path: Path, what: str = "config file") -> dict[str, Any]:
+    """Read a TOML file (a ``what``), turning every failure into a ConfigError naming the file."""
     try:
         with path.open("rb") as fh:
             return tomllib.load(fh)
     except FileNotFoundError:
-        raise ConfigError(f"config file {path} does not exist") from None
+        raise ConfigError(f"{what} {path} does not exist") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read {what} {path}: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
+        raise ConfigError(f"{what} {path} is not valid TOML: {exc}") from exc
 
 
 class _Section:
     """Typed access to one table of a config file, with errors that name file and key."""
 
-    def __init__(self, doc: Mapping[str, Any], name: str, source: Path | None) -> None:
+    def __init__(self, doc: Mapping[str, Any], name: str, source: Path | str | None) -> None:
         raw = doc.get(name, {})
         where = f"{source}" if source else "config"
         if not isinstance(raw, Mapping):
             raise ConfigError(f"{where}: [{name}] must be a table")
         self.raw, self.name, self.where = raw, name, where
-        self.base = source.parent if source else Path.cwd()
+        self.base = source.parent if isinstance(source, Path) else Path.cwd()
 
     def _get(self, key: str, kind: type | tuple[type, ...], default: Any) -> Any:
         value = self.raw.get(key, default)
@@ -125,8 +168,12 @@ def _tls(doc: Mapping[str, Any], source: Path | None, default_stem: str) -> TlsF
     )
 
 
-def _job(doc: Mapping[str, Any], source: Path | None) -> JobSpec:
-    """The ``[job]`` table, read field by field from ``JobSpec`` itself; ``[algorithm]`` is the options."""
+def job_from_document(doc: Mapping[str, Any], source: Path | str | None = None) -> JobSpec:
+    """The ``[job]`` table, read field by field from ``JobSpec`` itself; ``[algorithm]`` is the options.
+
+    ``source`` is the file the document came from (relative paths resolve against its folder),
+    or a label for a document that has no file, such as a job submitted over the Control API.
+    """
     sec = _Section(doc, "job", source)
     readers: dict[Any, Any] = {str: sec.text, int: sec.integer, float: sec.number, tuple[int, ...]: sec.integers}
     types = get_type_hints(JobSpec)
@@ -145,6 +192,8 @@ def validate_job(job: JobSpec, where: str = "config") -> None:
     """Refuse settings no algorithm can run with, before any party joins."""
     if job.task not in TASKS:
         raise ConfigError(f"{where}: [job] task = {job.task!r}; choose one of {list(TASKS)}")
+    if job.optimizer.lower() not in OPTIMIZERS:
+        raise ConfigError(f"{where}: [job] optimizer = {job.optimizer!r}; choose one of {list(OPTIMIZERS)}")
     for key in ("batch_size", "epochs", "embedding_dim"):
         if getattr(job, key) < 1:
             raise ConfigError(f"{where}: [job] {key} must be at least 1")
@@ -163,16 +212,24 @@ def validate_job(job: JobSpec, where: str = "config") -> None:
 def server_config_from(doc: Mapping[str, Any], source: Path | None = None) -> ServerConfig:
     """Build a ServerConfig from a parsed TOML document."""
     srv = _Section(doc, "server", source)
-    data = _Section(doc, "data", source)
-    data_path = data.path("path")
-    if data_path is None:
-        raise ConfigError(f"{data.where}: [data] path is required (the active party's CSV)")
+    datasets = _datasets(doc, source, label_column="label")
+    if not datasets:
+        raise ConfigError(
+            f"{srv.where}: no data: [data] path is required (the active party's CSV), or name datasets under [datasets]"
+        )
     port_file = srv.path("port_file")
+    metrics = _Section(doc, "metrics", source)
+    enabled = metrics.raw.get("enabled", False)
+    if not isinstance(enabled, bool):
+        raise ConfigError(f"{metrics.where}: [metrics] enabled = {enabled!r} must be true or false")
     return ServerConfig(
         listen=srv.text("listen", f"127.0.0.1:{DEFAULT_PORT}"),
         tls=_tls(doc, source, "server"),
-        data=DataSource(data_path, data.text("id_column", "id"), data.text("label_column", "label")),
-        job=_job(doc, source),
+        datasets=datasets,
+        job=job_from_document(doc, source),
+        submit_at_start="job" in doc,
+        store=srv.path("store"),
+        metrics_listen=metrics.text("listen", "127.0.0.1:9464") if enabled else None,
         top_hidden=_Section(doc, "model", source).integers("top_hidden", (64,)),
         top_dropout=_top_dropout(doc, source),
         run_dir=srv.path("run_dir", Path("runs")) or Path("runs"),
@@ -196,20 +253,27 @@ def _top_dropout(doc: Mapping[str, Any], source: Path | None) -> float:
 def client_config_from(doc: Mapping[str, Any], source: Path | None = None, party: int | None = None) -> ClientConfig:
     """Build a ClientConfig from a parsed TOML document; ``party`` (the flag) wins over the file."""
     cli = _Section(doc, "client", source)
-    data = _Section(doc, "data", source)
     party = party if party is not None else cli.integer("party")
     if party is None:
         raise ConfigError(f"{cli.where}: no party id: pass --party N or set [client] party")
     if party < 2:
         raise ConfigError(f"party {party}: passive parties are numbered from 2 (party 1 is the server)")
-    data_path = data.path("path")
-    if data_path is None:
-        raise ConfigError(f"{data.where}: [data] path is required (this party's CSV); or pass --data")
+    datasets = _datasets(doc, source, label_column=None)
+    if not datasets:
+        raise ConfigError(
+            f"{cli.where}: no data: [data] path is required (this party's CSV; or pass --data), or name "
+            "datasets under [datasets]"
+        )
+    retry_initial, retry_max = cli.number("retry_initial_s", 0.5), cli.number("retry_max_s", 60.0)
+    if not 0 < retry_initial <= retry_max:
+        raise ConfigError(f"{cli.where}: [client] retry_initial_s and retry_max_s must satisfy 0 < initial <= max")
     return ClientConfig(
         server=cli.text("server", f"127.0.0.1:{DEFAULT_PORT}"),
         party=party,
         tls=_tls(doc, source, f"party-{party}"),
-        data=DataSource(data_path, data.text("id_column", "id"), None),
+        datasets=datasets,
+        retry_initial_s=retry_initial,
+        retry_max_s=retry_max,
         run_dir=cli.path("run_dir", Path("runs")) or Path("runs"),
         model_factory=_Section(doc, "model", source).text("factory"),
         heartbeat_s=cli.number("heartbeat_s", 10.0),
@@ -217,6 +281,35 @@ def client_config_from(doc: Mapping[str, Any], source: Path | None = None, party
         torch_threads=cli.integer("torch_threads", 1),
         psi_workers=_psi_workers(doc, source),
     )
+
+
+def _datasets(doc: Mapping[str, Any], source: Path | None, *, label_column: str | None) -> dict[str, DataSource]:
+    """``[datasets]`` (name = { path, id_column, label_column }) plus ``[data]`` as the dataset "default"."""
+    found: dict[str, DataSource] = {}
+    data = _Section(doc, "data", source)
+    if data.raw:
+        path = data.path("path")
+        if path is None:
+            raise ConfigError(f"{data.where}: [data] path is required (this party's table)")
+        found[DEFAULT_DATASET] = DataSource(
+            path, data.text("id_column", "id"), data.text("label_column", label_column) if label_column else None
+        )
+    tables = _Section(doc, "datasets", source)
+    for name, entry in tables.raw.items():
+        if not isinstance(entry, Mapping):
+            raise ConfigError(
+                f'{tables.where}: [datasets] {name} must be a table: {{ path = "...", id_column = "id" }}'
+            )
+        sec = _Section({name: entry}, name, source)
+        path = sec.path("path")
+        if path is None:
+            raise ConfigError(f"{tables.where}: [datasets] {name} needs a path")
+        if name in found:
+            raise ConfigError(f"{tables.where}: [datasets] {name} is also the [data] table's name; rename one")
+        found[name] = DataSource(
+            path, sec.text("id_column", "id"), sec.text("label_column", label_column) if label_column else None
+        )
+    return found
 
 
 def _psi_workers(doc: Mapping[str, Any], source: Path | None) -> int | None:

@@ -1,4 +1,4 @@
-"""Issue the project's certificates: one CA, one server certificate, one certificate per party.
+"""Issue the project's certificates: one CA, the server's, and one per party, operator and caller.
 
 Every key is EC P-256 and every signature SHA-256, so gRPC (BoringSSL), Python's ``ssl`` and
 OpenSSL all accept the files without conversion. Private keys are written PKCS#8 PEM, mode 0600
@@ -24,7 +24,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from vflcore.errors import CertsError as CertsError  # re-exported: defined in vflcore.errors
 from vflcore.errors import KeyExistsError as KeyExistsError
-from vflcore.security.identity import party_common_name, party_uri
+from vflcore.security.identity import is_operator_name, operator_uri, party_common_name, party_uri
 
 CA_CERT_FILE = "ca.pem"
 CA_KEY_FILE = "ca.key"
@@ -167,6 +167,31 @@ def issue_caller_cert(
     not_before, not_after = _validity(days, None, None)
     builder = _leaf_builder(ca, name, key, not_before, not_after, ExtendedKeyUsageOID.CLIENT_AUTH)
     cert = builder.sign(ca.key, hashes.SHA256())
+    _write_pair(issued, cert, key)
+    return issued
+
+
+def issue_operator_cert(
+    out_dir: Path, ca: CertificateAuthority, name: str, *, days: int = 825, force: bool = False
+) -> IssuedCert:
+    """Issue an operator's client certificate: CN ``name`` and URI SAN ``vfl://operator/<name>``.
+
+    The server's Control API takes the operator, who submits, lists, watches and cancels jobs,
+    from this certificate, and records it as the submitter of each job. It names no party, so the
+    federation refuses it as one.
+    """
+    if not is_operator_name(name):
+        raise CertsError(
+            f"operator name {name!r}: use 1 to 64 ASCII letters, digits, '-', '_' or '.', starting with "
+            "a letter or digit, and not a party-N name"
+        )
+    issued = _paths(out_dir, name)
+    _refuse_overwrite(issued, force)
+    key = ec.generate_private_key(ec.SECP256R1())
+    not_before, not_after = _validity(days, None, None)
+    builder = _leaf_builder(ca, name, key, not_before, not_after, ExtendedKeyUsageOID.CLIENT_AUTH)
+    san = x509.SubjectAlternativeName([x509.UniformResourceIdentifier(operator_uri(name))])
+    cert = builder.add_extension(san, critical=False).sign(ca.key, hashes.SHA256())
     _write_pair(issued, cert, key)
     return issued
 

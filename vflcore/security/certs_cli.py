@@ -1,8 +1,9 @@
-"""The ``vfl-certs`` command: create the project CA and issue server and party certificates.
+"""The ``vfl-certs`` command: create the project CA and issue server, party, operator and caller certificates.
 
     vfl-certs init --out certs [--dns NAME ...] [--ip ADDR ...] [--parties 2 3] [--force]
     vfl-certs server --out certs --dns vfl.example.org --ip 10.0.0.5 [--force]
     vfl-certs party N --out certs [--force]
+    vfl-certs operator NAME --out certs [--force]    # submits and manages jobs, not a party
     vfl-certs caller NAME --out certs [--force]      # an inference caller, not a party
     vfl-certs show FILE.pem
 
@@ -32,12 +33,13 @@ from vflcore.security.certs import (
     is_ca,
     is_signed_by,
     issue_caller_cert,
+    issue_operator_cert,
     issue_party_cert,
     issue_server_cert,
     load_ca,
     load_certificate,
 )
-from vflcore.security.identity import party_common_name, party_from_certificate
+from vflcore.security.identity import operator_from_certificate, party_common_name, party_from_certificate
 
 _DEFAULT_DNS = ("localhost",)
 _DEFAULT_IPS = ("127.0.0.1",)
@@ -84,6 +86,22 @@ def _parser() -> argparse.ArgumentParser:
     party.add_argument("--days", type=int, default=825)
     party.add_argument("--force", action="store_true", help="replace an existing certificate of this party")
     party.set_defaults(run=_party_command)
+
+    operator = commands.add_parser(
+        "operator",
+        help="issue a client certificate for an operator, who manages jobs (no party)",
+        description=(
+            "Issue an operator's client certificate (CN NAME, URI SAN vfl://operator/NAME). An operator may "
+            "submit, list, watch and cancel jobs on the server's Control API, and is recorded as the submitter "
+            "of the jobs it submits. It cannot join a job as a party nor serve as the server. Like every "
+            "client certificate of the project CA, the inference endpoint accepts it."
+        ),
+    )
+    operator.add_argument("name", help="the operator's name, e.g. alice; files NAME.pem and NAME.key")
+    _add_out(operator)
+    operator.add_argument("--days", type=int, default=825)
+    operator.add_argument("--force", action="store_true", help="replace an existing certificate of this name")
+    operator.set_defaults(run=_operator_command)
 
     caller = commands.add_parser("caller", help="issue a client certificate for an inference caller (no party)")
     caller.add_argument("name", help="the caller's name, e.g. scoring-app; files NAME.pem and NAME.key")
@@ -187,6 +205,16 @@ def _party_command(args: argparse.Namespace) -> None:
     print(f"Give party {args.party}: {ca.cert_path}, {issued.cert_path} and {issued.key_path}.")
 
 
+def _operator_command(args: argparse.Namespace) -> None:
+    ca = load_ca(args.out)
+    issued = issue_operator_cert(args.out, ca, args.name, days=args.days, force=args.force)
+    _say_wrote(issued, f"operator certificate {args.name!r}")
+    print(
+        f"Give the operator: {ca.cert_path}, {issued.cert_path} and {issued.key_path} "
+        "(it may submit, list, watch and cancel jobs; it cannot join as a party)."
+    )
+
+
 def _caller_command(args: argparse.Namespace) -> None:
     ca = load_ca(args.out)
     issued = issue_caller_cert(args.out, ca, args.name, days=args.days, force=args.force)
@@ -197,12 +225,14 @@ def _caller_command(args: argparse.Namespace) -> None:
 def _show(args: argparse.Namespace) -> None:
     cert = load_certificate(args.file)
     party = party_from_certificate(cert)
+    operator = operator_from_certificate(cert)
     print(f"file:     {args.file}")
     print(f"subject:  {cert.subject.rfc4514_string()}")
     print(f"issuer:   {cert.issuer.rfc4514_string()}")
     print(f"SANs:     {', '.join(_san_entries(cert)) or 'none'}")
     print(f"valid:    {_when(cert.not_valid_before_utc)} to {_when(cert.not_valid_after_utc)} ({_status(cert)})")
     print(f"party:    {party if party is not None else 'none (not a party certificate)'}")
+    print(f"operator: {operator if operator is not None else 'none (not an operator certificate)'}")
     print(f"CA:       {'yes' if is_ca(cert) else 'no'}")
 
 

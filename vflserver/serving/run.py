@@ -40,14 +40,19 @@ def serve_until(
         log.info("inference_endpoint_stopped", model=servable.name)
 
 
+def write_ports(port_file: Path, ports: BoundPorts) -> None:
+    """Write "grpc_port rest_port" atomically, for scripts that asked for port 0."""
+    port_file.parent.mkdir(parents=True, exist_ok=True)
+    tmp = port_file.with_suffix(".tmp")
+    tmp.write_text(f"{ports.grpc} {ports.rest}\n")
+    tmp.replace(port_file)
+
+
 def _announce(servable: Servable, config: ServingConfig, ports: BoundPorts, port_file: Path | None) -> None:
     grpc_host = config.grpc_listen.rpartition(":")[0]
     rest_host = config.rest_listen.rpartition(":")[0]
     if port_file is not None:
-        port_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = port_file.with_suffix(".tmp")
-        tmp.write_text(f"{ports.grpc} {ports.rest}\n")
-        tmp.replace(port_file)
+        write_ports(port_file, ports)
     print(
         f"serving model {servable.name!r} ({servable.platform}) on the Open Inference Protocol: "
         f"gRPC {grpc_host}:{ports.grpc}, REST https://{rest_host}:{ports.rest}/v2/models/{servable.name}; "

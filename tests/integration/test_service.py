@@ -1,0 +1,194 @@
+"""The service as a user runs it: daemons started once, jobs submitted and followed through the SDK and CLI.
+
+``vfl-server`` and two ``vfl-client`` daemons run as OS processes over mTLS (``vfltesting.service``).
+The tests in ``TestOneSetOfDaemons`` share one set of daemons, in order, which is itself part of
+what they show: no daemon restarts between jobs, whatever the previous job's outcome.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from vflclient import InferenceClient, JobClient
+from vfltesting.pki import Pki
+from vfltesting.service import ServiceRun, job_document, toml_text
+
+BIN = Path(sys.executable).parent
+pytestmark = pytest.mark.timeout(600)
+
+
+def _jobs(run: ServiceRun, pki: Pki) -> JobClient:
+    return JobClient(run.address, tls=pki.operator_files("alice"))
+
+
+def _run_to_end(jobs: JobClient, document: dict[str, dict[str, object]]) -> tuple[str, list[str]]:
+    """Submit, watch to the end; returns the final state and the event lines."""
+    job = jobs.submit(document)
+    lines = [str(event) for event in jobs.watch(job.id)]
+    return jobs.get(job.id).state, lines
+
+
+@pytest.fixture(scope="module")
+def daemons(pki: Pki, digits_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceRun]:
+    """One server and parties 2 and 3, started once for every test of the class below."""
+    run = ServiceRun(tmp_path_factory.mktemp("service"), pki, digits_data)
+    try:
+        run.start_server()
+        run.start_clients()
+        yield run
+    finally:
+        run.close()
+
+
+class TestOneSetOfDaemons:
+    def test_three_jobs_back_to_back_with_the_same_daemons(self, daemons: ServiceRun, pki: Pki) -> None:
+        """SplitNN, VIMSGD and APFed-C, submitted through JobClient, all finish; no daemon restarts.
+
+        The finished APFed-C model appears on the inference endpoint under its job id, without a restart.
+        """
+        pids = {name: proc.pid for name, proc in daemons.procs.items()}
+        with _jobs(daemons, pki) as jobs:
+            for job_id, algorithm in (("b2b-splitnn", "splitnn"), ("b2b-vimsgd", "vimsgd"), ("b2b-apfed", "apfed_c")):
+                state, lines = _run_to_end(jobs, job_document(job_id, algorithm))
+                assert state == "finished", "\n".join(lines) + daemons.tail()
+                assert any(" epoch 1/1 " in line for line in lines), lines
+                record = jobs.get(job_id)
+                assert record.submitter == "alice" and record.epochs_done == 1 and record.history
+                assert record.final_metrics["accuracy"] > 0.1
+            assert jobs.get("b2b-apfed").served
+        assert daemons.alive() == dict.fromkeys(pids, True)
+        assert {name: proc.pid for name, proc in daemons.procs.items()} == pids
+        grpc_port, _ = daemons.serving_ports()
+        with InferenceClient(f"127.0.0.1:{grpc_port}", tls=pki.caller_files("test-caller")) as client:
+            assert client.metadata("b2b-apfed").name == "b2b-apfed"
+
+    def test_missing_dataset_fails_naming_the_party_and_the_dataset(self, daemons: ServiceRun, pki: Pki) -> None:
+        """Party 3 has no dataset "census": the job fails before PSI, saying so; the next job runs."""
+        document = job_document("no-census", "splitnn")
+        document["job"]["datasets"] = {"3": "census"}
+        with _jobs(daemons, pki) as jobs:
+            state, lines = _run_to_end(jobs, document)
+            failed = jobs.get("no-census")
+            assert state == "failed", lines
+            assert "party 3" in failed.error and "'census'" in failed.error, failed.error
+            assert not any("training" in line for line in lines), lines  # it never reached PSI's end
+            state, lines = _run_to_end(jobs, job_document("after-census", "splitnn"))
+            assert state == "finished", "\n".join(lines) + daemons.tail()
+
+    def test_cancel_in_training_ends_within_a_step_and_the_next_job_runs(self, daemons: ServiceRun, pki: Pki) -> None:
+        """Cancelled after its first epoch, a 200-epoch job ends `cancelled` at once; the next job finishes."""
+        with _jobs(daemons, pki) as jobs:
+            job = jobs.submit(job_document("long", "splitnn", epochs=200))
+            epochs_at_cancel = None
+            for event in jobs.watch(job.id):
+                if event.kind == "epoch" and epochs_at_cancel is None:
+                    epochs_at_cancel = jobs.cancel(job.id).epochs_done
+            ended = jobs.get(job.id)
+            assert ended.state == "cancelled" and "cancelled by alice" in ended.error, ended
+            assert epochs_at_cancel is not None
+            # The step in flight may finish its epoch's bookkeeping; no further epoch starts.
+            assert ended.epochs_done <= epochs_at_cancel + 1, (epochs_at_cancel, ended.epochs_done)
+            state, lines = _run_to_end(jobs, job_document("after-cancel", "splitnn"))
+            assert state == "finished", "\n".join(lines) + daemons.tail()
+        assert all(daemons.alive().values())
+        for party in (1, 2, 3):  # every party kept the cancelled job's checkpoints
+            assert (daemons.root / "runs" / "long" / f"party-{party}" / "epoch-0000.pt").exists()
+
+    def test_vfl_jobs_watch_prints_one_json_object_per_event(
+        self, daemons: ServiceRun, pki: Pki, tmp_path: Path
+    ) -> None:
+        """`vfl-jobs submit` then `vfl-jobs watch` on a pipe: JSON lines, the last with the final metrics."""
+        files = pki.operator_files("alice")
+        options = ["--server", daemons.address, "--ca", str(files.ca), "--cert", str(files.cert)]
+        options += ["--key", str(files.key)]
+        job_file = tmp_path / "job.toml"
+        job_file.write_text(toml_text(job_document("cli-watch", "splitnn")))
+        submitted = subprocess.run(
+            [str(BIN / "vfl-jobs"), *options, "submit", str(job_file)], capture_output=True, text=True, timeout=60
+        )
+        assert submitted.returncode == 0, submitted.stderr
+        assert "cli-watch" in submitted.stdout
+        watched = subprocess.run(
+            [str(BIN / "vfl-jobs"), *options, "watch", "cli-watch"], capture_output=True, text=True, timeout=300
+        )
+        assert watched.returncode == 0, watched.stderr
+        events = [json.loads(line) for line in watched.stdout.splitlines()]
+        assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+        assert {"state", "epoch"} <= {e["kind"] for e in events}
+        assert events[-1]["state"] == "finished" and events[-1]["final_metrics"]["accuracy"] > 0.1
+
+
+def _free_port() -> int:
+    """A port nobody listens on now (for a client that must be told the address before the server exists)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class TestReconnect:
+    def test_a_client_started_before_the_server_joins_once_it_appears(
+        self, pki: Pki, digits_data: Path, tmp_path: Path
+    ) -> None:
+        """Both daemons start first, retry with backoff (logged), and take the first job once the server is up."""
+        run = ServiceRun(tmp_path, pki, digits_data, serving=False)
+        try:
+            port = _free_port()
+            run.start_clients(server=f"127.0.0.1:{port}")
+            time.sleep(2.0)  # long enough for several failed attempts; no assertion depends on the timing
+            assert all(run.alive().values())
+            run.start_server(f"127.0.0.1:{port}")
+            with _jobs(run, pki) as jobs:
+                state, lines = _run_to_end(jobs, job_document("late-server", "splitnn"))
+            assert state == "finished", "\n".join(lines) + run.tail()
+            retries = [
+                json.loads(line)
+                for line in run.logs["party-2"].read_text().splitlines()
+                if '"server_unreachable"' in line
+            ]
+            assert retries and all(r["retry_in_s"] <= 2.0 for r in retries)  # the configured cap
+        finally:
+            run.close()
+
+    def test_a_server_restart_keeps_history_and_queue_and_the_clients_come_back(
+        self, pki: Pki, digits_data: Path, tmp_path: Path
+    ) -> None:
+        """1 finished, 1 running (blocked on a party that never comes), 2 queued; restart; the queue runs."""
+        run = ServiceRun(tmp_path, pki, digits_data, serving=False)
+        try:
+            run.start_server()
+            run.start_clients()
+            with _jobs(run, pki) as jobs:
+                state, lines = _run_to_end(jobs, job_document("before-restart", "splitnn"))
+                assert state == "finished", lines
+                blocked = job_document("blocked", "splitnn", passive_parties=[2, 3, 4], join_timeout_s=600)
+                jobs.submit(blocked)
+                for job_id in ("queued-1", "queued-2"):
+                    jobs.submit(job_document(job_id, "splitnn"))
+                _wait_for_state(jobs, "blocked", "aligning")
+                assert [j.state for j in jobs.list(states=["queued"])] == ["queued", "queued"]
+            assert run.stop(["server"]) == {"server": 0}
+            run.start_server(run.address)
+            with _jobs(run, pki) as jobs:
+                history = {job.id: job for job in jobs.list()}
+                assert history["before-restart"].state == "finished"
+                assert history["blocked"].state == "interrupted" and "aligning" in history["blocked"].error
+                for job_id in ("queued-1", "queued-2"):
+                    assert jobs.wait(job_id).state == "finished", run.tail()
+            assert all(run.alive().values())  # the same client daemons, reconnected by themselves
+        finally:
+            run.close()
+
+
+def _wait_for_state(jobs: JobClient, job_id: str, state: str) -> None:
+    for event in jobs.watch(job_id):
+        if event.state == state:
+            return
+    raise AssertionError(f"job {job_id} ended without reaching {state}")

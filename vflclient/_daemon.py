@@ -1,0 +1,214 @@
+"""A passive party's daemon: stay connected to the server and take part in every job that names it.
+
+``vfl-client`` runs one ``PartyDaemon`` until SIGINT or SIGTERM. Its loop:
+
+1. Connect. An unreachable server (not started yet, restarting, network down) is retried with
+   exponential backoff and jitter, capped at ``retry_max_s`` (60 s by default); each retry is
+   logged with the attempt and the wait.
+2. Ask for the next job (``Connection.next_job``, a long poll). The offer names the dataset this
+   party is to use, by the name in this party's own config.
+3. Load that dataset and take part (``PassiveParty.run``). A dataset this party lacks is reported
+   to the server, which fails the job before PSI with a message naming the party and the dataset.
+4. Whatever the job's outcome (finished, failed, cancelled), drop its state, keep its checkpoints,
+   and go back to 2. A lost connection goes back to 1.
+
+``once=True`` is the one-shot party of old: one job, errors raised to the caller, no retries.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+
+from vflalgorithms.base import ModelFactory
+from vflclient._connection import Connection
+from vflclient._passive_party import PassiveParty, RunResult
+from vflcore.data.checkpoints import party_dir
+from vflcore.data.tables import PartyTable, read_party_csv
+from vflcore.errors import ConfigError, DataError, PermissionDenied, ServerUnavailable, TlsConfigError, VflError
+from vflcore.job import JobSpec
+from vflcore.runtime.config import DataSource, dataset_named
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass
+class Backoff:
+    """Exponential backoff with jitter: each wait is drawn from [d/2, d], d doubling up to ``cap_s``.
+
+    The jitter keeps many parties that lost the same server from reconnecting in lockstep; the
+    lower half keeps the doubling visible in the logs.
+    """
+
+    initial_s: float = 0.5
+    cap_s: float = 60.0
+    attempt: int = 0
+    rng: random.Random | None = None
+
+    def next_wait(self) -> float:
+        ceiling = min(self.cap_s, self.initial_s * 2.0**self.attempt)
+        self.attempt += 1
+        draw = (self.rng or random).uniform(0.5, 1.0)
+        return ceiling * draw
+
+    def reset(self) -> None:
+        self.attempt = 0
+
+
+class PartyDaemon:
+    """One passive party, job after job, until ``stop``."""
+
+    def __init__(
+        self,
+        party: int,
+        datasets: Mapping[str, DataSource],
+        connect: Callable[[], Connection],
+        *,
+        model_factory: ModelFactory | None = None,
+        run_dir: Path = Path("runs"),
+        heartbeat_s: float = 10.0,
+        psi_workers: int | None = None,
+        backoff: Backoff | None = None,
+        offer_wait_s: float = 30.0,
+    ) -> None:
+        self.party = party
+        self.datasets = dict(datasets)
+        self._connect = connect
+        self.model_factory = model_factory
+        self.run_dir = run_dir
+        self.heartbeat_s = heartbeat_s
+        self.psi_workers = psi_workers
+        self.backoff = backoff or Backoff()
+        self.offer_wait_s = offer_wait_s
+        self.stop_event = threading.Event()
+        self.jobs_done = 0
+        self._lock = threading.Lock()
+        self._connection: Connection | None = None
+        self._tables: dict[str, tuple[float, PartyTable]] = {}
+
+    def stop(self) -> None:
+        """Leave at once: the open calls are cancelled, the running job (if any) loses this party."""
+        self.stop_event.set()
+        with self._lock:
+            connection = self._connection
+        if connection is not None:
+            connection.close()
+
+    # ---- the loops ----------------------------------------------------------------------------
+
+    def run_forever(self) -> None:
+        """Take part in every job that names this party until ``stop``; reconnect whenever needed."""
+        while not self.stop_event.is_set():
+            try:
+                with self._open() as connection:
+                    self.backoff.reset()
+                    log.info("connected", server=connection.address)
+                    while not self.stop_event.is_set():
+                        offer = connection.next_job(self.offer_wait_s)
+                        if offer is not None:
+                            self._take_part(connection, *offer)
+            except TlsConfigError:
+                raise  # this party's own files: retrying cannot help; vfl-client exits 2
+            except (ServerUnavailable, PermissionDenied) as exc:
+                # PermissionDenied too: the server's operator may fix its side; say so every time.
+                self._wait_before_retry(exc)
+            except VflError as exc:
+                if self.stop_event.is_set():
+                    break
+                log.warning("connection_lost", error=str(exc))
+                self._wait_before_retry(exc)
+
+    def run_once(self) -> RunResult:
+        """Take part in the next job that names this party; errors are raised, nothing is retried."""
+        with self._open() as connection:
+            while True:
+                offer = connection.next_job(self.offer_wait_s)
+                if self.stop_event.is_set():
+                    raise ServerUnavailable("stopped before a job came")
+                if offer is not None:
+                    job, dataset = offer
+                    try:
+                        party = self._party(dataset)
+                    except (ConfigError, DataError) as exc:
+                        connection.report_failure(job.job_id, 0, str(exc))
+                        raise
+                    return party.run(connection, job_id=job.job_id)
+
+    # ---- one job ------------------------------------------------------------------------------
+
+    def _take_part(self, connection: Connection, job: JobSpec, dataset: str) -> None:
+        structlog.contextvars.bind_contextvars(job=job.job_id)
+        try:
+            try:
+                party = self._party(dataset)
+            except (ConfigError, DataError) as exc:
+                log.error("job_refused", dataset=dataset, error=str(exc))
+                connection.report_failure(job.job_id, 0, str(exc))
+                return
+            result = party.run(connection, job_id=job.job_id)
+            self.jobs_done += 1
+            log.info("job_ended", success=result.success, message=result.message, epochs=result.epochs_trained)
+        except ServerUnavailable:
+            raise  # the connection is gone: reconnect
+        except VflError as exc:  # the job failed or was cancelled; this party is ready for the next
+            if self.stop_event.is_set():
+                raise
+            log.warning("job_ended", success=False, message=str(exc))
+        finally:
+            structlog.contextvars.unbind_contextvars("job", "round")
+
+    def _party(self, dataset: str) -> PassiveParty:
+        """A fresh party for one job on the named dataset; nothing of an earlier job is kept in memory."""
+        return PassiveParty(
+            self.party,
+            self._table(dataset),
+            model_factory=self.model_factory,
+            run_dir=self.run_dir,
+            heartbeat_s=self.heartbeat_s,
+            psi_workers=self.psi_workers,
+        )
+
+    def check_datasets(self) -> None:
+        """Read every dataset of this party's config once; DataError names the file at fault."""
+        for name in self.datasets:
+            self._table(name)
+
+    def _table(self, name: str) -> PartyTable:
+        """The dataset ``name`` from this party's config, read again only if its file changed."""
+        source = dataset_named(self.datasets, name, f"party {self.party}")
+        try:
+            stamp = source.path.stat().st_mtime
+        except OSError:
+            raise DataError(f"party {self.party}: dataset {name!r}: {source.path} cannot be read") from None
+        cached = self._tables.get(name)
+        if cached is None or cached[0] != stamp:
+            cached = (stamp, read_party_csv(source.path, id_column=source.id_column))
+            self._tables[name] = cached
+        return cached[1]
+
+    # ---- connecting ---------------------------------------------------------------------------
+
+    def _open(self) -> Connection:
+        connection = self._connect()
+        with self._lock:
+            self._connection = connection
+        if self.stop_event.is_set():
+            connection.close()
+            raise ServerUnavailable("stopped")
+        return connection
+
+    def _wait_before_retry(self, exc: VflError) -> None:
+        if self.stop_event.is_set():
+            return
+        wait = self.backoff.next_wait()
+        log.warning("server_unreachable", attempt=self.backoff.attempt, retry_in_s=round(wait, 2), error=str(exc))
+        self.stop_event.wait(wait)
+
+    def checkpoints(self, job_id: str) -> Path:
+        """Where this party keeps a job's checkpoints (they outlive the job's state in memory)."""
+        return party_dir(self.run_dir, job_id, self.party)

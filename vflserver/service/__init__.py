@@ -1,0 +1,1 @@
+"""The long-running service: job store, job runner, control API, metrics."""

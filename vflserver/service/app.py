@@ -1,0 +1,138 @@
+"""The active party's service, assembled: job store, job runner, gRPC server, inference endpoint, metrics.
+
+``vfl-server`` builds one ``Service`` and runs it until a signal; tests build one on port 0. The
+pieces and who owns what:
+
+- ``JobStore`` (SQLite in the run directory) holds every job, its epochs and its events.
+- ``JobRunner`` runs the queued jobs one at a time and writes their progress to the store.
+- ``JobBoard`` tells the Federation handlers which job is open and offers it to the daemons.
+- The gRPC server carries ``Federation`` (parties) and ``Control`` (operators) on one port.
+- The inference endpoint (if ``[serving] enabled``) serves each finished job's model by its id.
+- ``ServiceMetrics`` (if ``[metrics] enabled``) exposes all of it to Prometheus.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import grpc
+import structlog
+
+from vflcore.runtime.config import ServerConfig
+from vflserver.server import build_server
+from vflserver.service.board import JobBoard
+from vflserver.service.control import ControlService, submit_job
+from vflserver.service.metrics import ServiceMetrics
+from vflserver.service.runner import JobListener, JobRunner, RunnerSettings
+from vflserver.service.store import JobRecord, JobStore
+from vflserver.serving.config import ServingConfig
+from vflserver.serving.endpoint import BoundPorts, InferenceEndpoint
+from vflserver.serving.registry import ModelRegistry
+
+log = structlog.get_logger(__name__)
+
+
+class Service:
+    """Everything ``vfl-server`` runs, bound but not started: ``start()``, then ``stop()``."""
+
+    def __init__(
+        self,
+        config: ServerConfig,
+        *,
+        serving: ServingConfig | None = None,
+        insecure: bool = False,
+        listener: JobListener | None = None,
+    ) -> None:
+        self.config = config
+        tls = None if insecure else config.tls
+        self.store = JobStore(config.store_path)
+        self.recovered = self.store.recover()  # jobs a previous run left unfinished: interrupted
+        for record in self.recovered:
+            log.warning("job_interrupted", job=record.job_id, reason=record.error)
+        self.board = JobBoard()
+        self.metrics = (
+            ServiceMetrics(jobs_by_state=self.store.counts_by_state, parties_online=self.board.online)
+            if config.metrics_listen is not None
+            else None
+        )
+        serving = serving or ServingConfig()
+        self.registry = ModelRegistry() if serving.enabled else None
+        self.endpoint = (
+            InferenceEndpoint(self.registry, serving, tls, insecure=insecure) if self.registry is not None else None
+        )
+        self.runner = JobRunner(
+            self.store,
+            self.board,
+            RunnerSettings(
+                datasets=config.datasets,
+                run_dir=config.run_dir,
+                join_timeout_s=config.join_timeout_s,
+                step_timeout_s=config.step_timeout_s,
+                psi_workers=config.psi_workers,
+            ),
+            registry=self.registry,
+            metrics=self.metrics,
+            listener=listener,
+        )
+        control = ControlService(
+            self.store,
+            self.runner,
+            datasets=config.datasets,
+            join_timeout_s=config.join_timeout_s,
+            insecure=insecure,
+        )
+        self.server: grpc.Server
+        try:
+            self.server, self.port = build_server(
+                self.board,
+                config.listen,
+                tls,
+                insecure=insecure,
+                control=control,
+                interceptors=[self.metrics.interceptor()] if self.metrics is not None else [],
+            )
+        except BaseException:
+            self.store.close()
+            raise
+        self.serving_ports: BoundPorts | None = None
+        self.metrics_port: int | None = None
+
+    def start(self) -> None:
+        """Serve the federation and the Control API, the endpoints, and start running jobs.
+
+        OSError if the inference or metrics address cannot be bound; nothing is left running then.
+        """
+        self.server.start()
+        try:
+            if self.endpoint is not None:
+                self.serving_ports = self.endpoint.start()
+            if self.metrics is not None and self.config.metrics_listen is not None:
+                self.metrics_port = self.metrics.serve(self.config.metrics_listen)
+        except BaseException:
+            self.stop()
+            raise
+        self.runner.start()
+        log.info("service_started", port=self.port, serving=self.serving_ports, metrics=self.metrics_port)
+
+    def submit(self, document: Mapping[str, Any], submitter: str) -> JobRecord:
+        """Queue a job from inside the server (``vfl-server`` with a ``[job]`` table)."""
+        return submit_job(
+            self.store,
+            self.runner,
+            document,
+            submitter=submitter,
+            datasets=self.config.datasets,
+            join_timeout_s=self.config.join_timeout_s,
+        )
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        """Interrupt the running job (it is recorded as interrupted), stop every listener, close the store."""
+        self.runner.stop()
+        self.server.stop(grace=grace_s).wait()
+        if self.endpoint is not None:
+            self.endpoint.stop()
+        if self.metrics is not None:
+            self.metrics.stop()
+        self.store.close()
+        log.info("service_stopped")

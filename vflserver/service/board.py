@@ -1,0 +1,97 @@
+"""Which job the Federation service works for now, and the offers passive parties wait for.
+
+Jobs run one at a time, so at any moment at most one ``PassiveParties`` is open. The gRPC
+handlers look it up here on every call; the runner opens a job's parties when the job starts and
+closes them when it ends. A passive party's daemon waits in ``next_offer`` (the NextJob call)
+until a job that names it is waiting for its parties.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+
+from vflcore.errors import JoinRejected, PermissionDenied
+from vflcore.job import JobSpec
+from vflcore.runtime.config import DEFAULT_DATASET
+from vflserver.passive_parties import PassiveParties
+
+#: The longest a NextJob call is held before an empty reply; a daemon asks again at once.
+MAX_OFFER_WAIT_S = 60.0
+
+
+class JobBoard:
+    """The open job (if any), for the handlers; the offers, for the waiting daemons."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._parties: PassiveParties | None = None
+        self._datasets: dict[int, str] = {}
+
+    @classmethod
+    def single(cls, parties: PassiveParties, datasets: Mapping[int, str] | None = None) -> JobBoard:
+        """A board with one job open for good: a server (or a test) that runs exactly one job."""
+        board = cls()
+        board.open(parties, datasets or {})
+        return board
+
+    def open(self, parties: PassiveParties, datasets: Mapping[int, str]) -> None:
+        """Serve ``parties``' job from now on; waiting daemons that it names get its offer."""
+        with self._changed:
+            self._parties, self._datasets = parties, dict(datasets)
+            self._changed.notify_all()
+
+    def close(self, parties: PassiveParties) -> None:
+        """Stop serving ``parties``' job (a no-op if another job is open by now)."""
+        with self._changed:
+            if self._parties is parties:
+                self._parties, self._datasets = None, {}
+            self._changed.notify_all()
+
+    def current(self) -> PassiveParties | None:
+        return self._parties
+
+    def for_party(self, party: int) -> PassiveParties:
+        """The open job, if it names ``party``.
+
+        No job open: JoinRejected (FAILED_PRECONDITION, try later). A job that does not name the
+        party: PermissionDenied, since this party may not touch that job's tensors at all.
+        """
+        parties = self._parties
+        if parties is None:
+            raise JoinRejected(f"no job is running now; party {party} should wait for one (NextJob)")
+        if party not in parties.job.passive_parties:
+            raise PermissionDenied(
+                f"party {party} is not a passive party of the running job {parties.job.job_id!r} "
+                f"(it has parties {list(parties.job.passive_parties)})"
+            )
+        return parties
+
+    def next_offer(self, party: int, wait_s: float, active: Callable[[], bool]) -> tuple[JobSpec, str] | None:
+        """(job, dataset name) once a job that names ``party`` waits for it to join; None after ``wait_s``."""
+        deadline = time.monotonic() + min(max(wait_s, 0.0), MAX_OFFER_WAIT_S)
+        with self._changed:
+            while True:
+                offer = self._offer_for(party)
+                remaining = deadline - time.monotonic()
+                if offer is not None or remaining <= 0 or not active():
+                    return offer
+                self._changed.wait(min(remaining, 0.5))
+
+    def _offer_for(self, party: int) -> tuple[JobSpec, str] | None:
+        parties = self._parties
+        if parties is None or parties.state != "waiting" or party not in parties.job.passive_parties:
+            return None
+        member = parties.member(party)
+        if member.joined or member.failure is not None:
+            return None
+        return parties.job, self._datasets.get(party, DEFAULT_DATASET)
+
+    def online(self) -> dict[int, bool]:
+        """Party -> online, for the open job's parties (empty when no job is open)."""
+        parties = self._parties
+        if parties is None:
+            return {}
+        found = set(parties.online_parties())
+        return {party: party in found for party in parties.job.passive_parties}

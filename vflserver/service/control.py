@@ -1,0 +1,227 @@
+"""The Control API: operators submit, list, follow and cancel jobs (``vfl-jobs`` and ``JobClient``).
+
+Only an operator certificate (URI SAN ``vfl://operator/NAME``) may call it; the operator's name
+is read from the verified certificate and recorded as the job's submitter. A party certificate
+or an inference caller's certificate is refused with PERMISSION_DENIED. Job documents arrive as
+JSON and are checked in full before anything is stored.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import grpc
+import structlog
+
+from vflcore.errors import ConfigError, DuplicateJob, JobNotFound, JobStateError, PermissionDenied
+from vflcore.job import ACTIVE_PARTY
+from vflcore.proto import federation_pb2 as pb
+from vflcore.proto import federation_pb2_grpc as pb_grpc
+from vflcore.runtime.config import DataSource, dataset_named
+from vflcore.security.identity import operator_from_auth_context
+from vflserver.service.plan import JobPlan, plan_from_document
+from vflserver.service.runner import JobRunner
+from vflserver.service.store import ENDED, JOB_STATES, EpochRecord, JobEvent, JobRecord, JobStore
+
+log = structlog.get_logger(__name__)
+
+#: The submitter recorded in ``--insecure`` mode, where no certificate names anyone.
+INSECURE_OPERATOR = "insecure-anonymous"
+#: A job document larger than this is refused (a job file is a few hundred bytes).
+MAX_DOCUMENT_BYTES = 1 << 20
+
+_STATUS: list[tuple[type[BaseException], grpc.StatusCode]] = [
+    (PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
+    (JobNotFound, grpc.StatusCode.NOT_FOUND),
+    (DuplicateJob, grpc.StatusCode.ALREADY_EXISTS),
+    (JobStateError, grpc.StatusCode.FAILED_PRECONDITION),
+    (ConfigError, grpc.StatusCode.INVALID_ARGUMENT),
+    (ValueError, grpc.StatusCode.INVALID_ARGUMENT),
+]
+
+
+def _refuse(exc: Exception, context: grpc.ServicerContext, rpc: str) -> None:
+    for kind, code in _STATUS:
+        if isinstance(exc, kind):
+            log.warning("control_refused", rpc=rpc, code=code.name, reason=str(exc))
+            context.abort(code, str(exc))
+    log.exception("control_failed", rpc=rpc)
+    context.abort(grpc.StatusCode.INTERNAL, f"internal error in {rpc}: {exc}")
+
+
+def submit_job(
+    store: JobStore,
+    runner: JobRunner,
+    document: Mapping[str, Any],
+    *,
+    submitter: str,
+    datasets: Mapping[str, DataSource],
+    join_timeout_s: float,
+) -> JobRecord:
+    """Check ``document``, queue it under its ``[job] job_id`` (or a new id), and wake the runner."""
+    plan = plan_from_document(document, default_join_timeout_s=join_timeout_s)
+    _check_active_dataset(plan, datasets)
+    job_id = plan.job.job_id or f"job-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    record = store.submit(
+        job_id, dict(document), algorithm=plan.job.algorithm, epochs=plan.job.epochs, submitter=submitter
+    )
+    log.info("job_submitted", job=job_id, algorithm=plan.job.algorithm, submitter=submitter)
+    runner.wake()
+    return record
+
+
+def _check_active_dataset(plan: JobPlan, datasets: Mapping[str, DataSource]) -> None:
+    """The active party must have the dataset the job names for it; the passive ones say so at join."""
+    try:
+        dataset_named(datasets, plan.datasets[ACTIVE_PARTY], "the active party (party 1)")
+    except ConfigError as exc:
+        raise ConfigError(f"job: {exc}") from None
+
+
+class ControlService(pb_grpc.ControlServicer):
+    """Submit, List, Get, Watch and Cancel, for operator certificates only."""
+
+    def __init__(
+        self,
+        store: JobStore,
+        runner: JobRunner,
+        *,
+        datasets: Mapping[str, DataSource],
+        join_timeout_s: float,
+        insecure: bool = False,
+    ) -> None:
+        self.store, self.runner = store, runner
+        self.datasets, self.join_timeout_s = datasets, join_timeout_s
+        self.insecure = insecure
+
+    def _operator(self, context: grpc.ServicerContext) -> str:
+        """The caller's operator name, from its verified certificate."""
+        if self.insecure:
+            return INSECURE_OPERATOR
+        name = operator_from_auth_context(context.auth_context())
+        if name is None:
+            raise PermissionDenied(
+                "the Control API takes operator certificates only (URI SAN vfl://operator/NAME); "
+                "this certificate is a party's, an inference caller's or none; issue one with: vfl-certs operator NAME"
+            )
+        return name
+
+    def Submit(self, request: pb.SubmitRequest, context: grpc.ServicerContext) -> pb.JobInfo:
+        try:
+            operator = self._operator(context)
+            if len(request.job_document) > MAX_DOCUMENT_BYTES:
+                raise ConfigError(
+                    f"job document is {len(request.job_document)} bytes; the limit is {MAX_DOCUMENT_BYTES}"
+                )
+            try:
+                document = json.loads(request.job_document or "{}")
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"job document is not valid JSON: {exc}") from None
+            record = submit_job(
+                self.store,
+                self.runner,
+                document,
+                submitter=operator,
+                datasets=self.datasets,
+                join_timeout_s=self.join_timeout_s,
+            )
+            return job_info(record)
+        except Exception as exc:
+            _refuse(exc, context, "Submit")
+            raise
+
+    def List(self, request: pb.ListRequest, context: grpc.ServicerContext) -> pb.JobList:
+        try:
+            self._operator(context)
+            unknown = [s for s in request.states if s not in JOB_STATES]
+            if unknown:
+                raise ValueError(f"unknown job state {unknown[0]!r}; the states are {list(JOB_STATES)}")
+            records = self.store.list(states=list(request.states), limit=request.limit)
+            return pb.JobList(jobs=[job_info(r) for r in records])
+        except Exception as exc:
+            _refuse(exc, context, "List")
+            raise
+
+    def Get(self, request: pb.JobRef, context: grpc.ServicerContext) -> pb.JobInfo:
+        try:
+            self._operator(context)
+            record = self.store.get(request.job_id)
+            return job_info(record, history=self.store.epochs(request.job_id))
+        except Exception as exc:
+            _refuse(exc, context, "Get")
+            raise
+
+    def Cancel(self, request: pb.JobRef, context: grpc.ServicerContext) -> pb.JobInfo:
+        try:
+            operator = self._operator(context)
+            return job_info(self.runner.cancel(request.job_id, operator))
+        except Exception as exc:
+            _refuse(exc, context, "Cancel")
+            raise
+
+    def Watch(self, request: pb.JobRef, context: grpc.ServicerContext) -> Iterator[pb.JobEvent]:
+        try:
+            self._operator(context)
+            self.store.get(request.job_id)  # NOT_FOUND before the stream starts
+        except Exception as exc:
+            _refuse(exc, context, "Watch")
+            raise
+        return self._events(request.job_id, context)
+
+    def _events(self, job_id: str, context: grpc.ServicerContext) -> Iterator[pb.JobEvent]:
+        """Every event so far, then each new one, until the job has ended or the caller leaves."""
+        seq = 0
+        while context.is_active():
+            for event in self.store.wait_for_events(job_id, seq, timeout_s=1.0):
+                seq = event.seq
+                yield job_event(event)
+                if event.kind == "state" and event.state in ENDED:
+                    return
+
+
+def job_info(record: JobRecord, history: list[EpochRecord] | None = None) -> pb.JobInfo:
+    """A store record as the Control API's JobInfo."""
+    return pb.JobInfo(
+        job_id=record.job_id,
+        algorithm=record.algorithm,
+        state=record.state,
+        submitter=record.submitter,
+        submitted_at=record.submitted_at,
+        started_at=record.started_at or 0.0,
+        ended_at=record.ended_at or 0.0,
+        error=record.error,
+        epochs_done=record.epochs_done,
+        epochs=record.epochs,
+        final_metrics=record.final_metrics,
+        job_document=json.dumps(record.document, sort_keys=True),
+        history=[epoch_metrics(e) for e in history or []],
+        served=record.served,
+    )
+
+
+def epoch_metrics(epoch: EpochRecord) -> pb.EpochMetrics:
+    return pb.EpochMetrics(
+        epoch=epoch.epoch,
+        train_loss=epoch.train_loss,
+        test_loss=epoch.test_loss,
+        metrics=epoch.metrics,
+        seconds=epoch.seconds,
+        wire_bytes=epoch.wire_bytes,
+    )
+
+
+def job_event(event: JobEvent) -> pb.JobEvent:
+    return pb.JobEvent(
+        job_id=event.job_id,
+        seq=event.seq,
+        at=event.at,
+        kind=event.kind,
+        state=event.state,
+        message=event.message,
+        epoch=epoch_metrics(event.epoch) if event.epoch is not None else None,
+        final_metrics=event.final_metrics,
+    )

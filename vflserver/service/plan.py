@@ -1,0 +1,138 @@
+"""A job document, checked and turned into what the runner needs: the job, the datasets, the options.
+
+A job document is a job file's TOML tables as a JSON object. The job file holds what a one-job
+server config holds under ``[job]``, ``[algorithm]``, ``[model]`` and ``[serving]``, plus which
+dataset each party uses::
+
+    [job]
+    algorithm = "splitnn"
+    passive_parties = [2, 3]
+    epochs = 20
+    dataset = "digits"            # every party's dataset name (default: "default", a config's [data])
+    join_timeout_s = 120          # how long to wait for an offline party (default: the server's)
+
+    [job.datasets]                # optional: another name for some parties
+    3 = "digits-2024"
+
+    [algorithm]                   # the algorithm's options
+    [model]                       # top_hidden, top_dropout (the active party's top model)
+    [serving]                     # enabled (serve the model once trained; default true), degraded
+
+Everything is checked at submission, so a job that cannot run is refused before it is queued,
+with a message that names the key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from vflalgorithms.base import algorithm_spec
+from vflcore.errors import ConfigError
+from vflcore.job import ACTIVE_PARTY, SET_BY_ACTIVE_PARTY, JobSpec
+from vflcore.runtime.config import DEFAULT_DATASET, _Section, job_from_document
+from vflserver.serving.config import DEGRADED_MODES
+
+#: The tables of a job document; anything else is refused by name.
+TABLES = ("job", "algorithm", "model", "serving")
+_SERVING_KEYS = ("enabled", "degraded")
+_MODEL_KEYS = ("top_hidden", "top_dropout")
+#: ``[job]`` keys besides the ``JobSpec`` fields: they say how the service runs the job.
+_SERVICE_KEYS = ("dataset", "datasets", "join_timeout_s", "psi_only")
+
+
+def job_keys() -> tuple[str, ...]:
+    """Every key a job document's ``[job]`` may hold: a typo is refused, not silently ignored."""
+    settable = [f.name for f in fields(JobSpec) if f.name not in SET_BY_ACTIVE_PARTY and f.name != "algorithm_options"]
+    return (*settable, *_SERVICE_KEYS)
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """One job as the runner runs it."""
+
+    job: JobSpec
+    #: Party id (1 is the active party) -> the name of the dataset that party uses.
+    datasets: dict[int, str]
+    join_timeout_s: float
+    top_hidden: tuple[int, ...] = (64,)
+    top_dropout: float = 0.0
+    #: Align IDs by PSI, write the aligned IDs, and end (``vfl-server --psi-only``).
+    psi_only: bool = False
+    #: Serve the trained model on the inference endpoint (if the server runs one).
+    serve: bool = True
+    degraded: str = "none"
+
+
+def plan_from_document(doc: Mapping[str, Any], *, default_join_timeout_s: float, where: str = "job") -> JobPlan:
+    """Check a job document and build its plan; a ConfigError names the table and key at fault."""
+    if not isinstance(doc, Mapping):
+        raise ConfigError(f"{where}: a job document is a table of tables ({', '.join(TABLES)})")
+    unknown = sorted(set(doc) - set(TABLES))
+    if unknown:
+        raise ConfigError(f"{where}: [{unknown[0]}] is not a job table; a job file has {list(TABLES)}")
+    _refuse_unknown(doc, "job", job_keys(), where)
+    _refuse_unknown(doc, "model", _MODEL_KEYS, where)
+    job = job_from_document(doc, where)
+    spec = algorithm_spec(job.algorithm)  # an unknown algorithm, or a bad option, is refused now
+    spec.options(job.algorithm_options)
+    sec = _Section(doc, "job", where)
+    model = _Section(doc, "model", where)
+    top_dropout = float(model.number("top_dropout", 0.0))
+    if not 0.0 <= top_dropout < 1.0:
+        raise ConfigError(f"{where}: [model] top_dropout = {top_dropout}; give a rate in [0, 1) (0 turns it off)")
+    join_timeout = sec.number("join_timeout_s", default_join_timeout_s)
+    if join_timeout <= 0:
+        raise ConfigError(f"{where}: [job] join_timeout_s must be positive")
+    psi_only = sec.raw.get("psi_only", False)
+    if not isinstance(psi_only, bool):
+        raise ConfigError(f"{where}: [job] psi_only = {psi_only!r} must be true or false")
+    serving = _Section(doc, "serving", where)
+    extra = sorted(set(serving.raw) - set(_SERVING_KEYS))
+    if extra:
+        raise ConfigError(
+            f"{where}: [serving] {extra[0]} belongs in the server's config; a job's [serving] has {list(_SERVING_KEYS)}"
+        )
+    serve = serving.raw.get("enabled", True)
+    if not isinstance(serve, bool):
+        raise ConfigError(f"{where}: [serving] enabled = {serve!r} must be true or false")
+    degraded = serving.text("degraded", "none")
+    if degraded not in DEGRADED_MODES:
+        raise ConfigError(f"{where}: [serving] degraded = {degraded!r}; choose one of {list(DEGRADED_MODES)}")
+    return JobPlan(
+        job=job,
+        datasets=_datasets(sec, job),
+        join_timeout_s=join_timeout,
+        top_hidden=model.integers("top_hidden", (64,)),
+        top_dropout=top_dropout,
+        psi_only=psi_only,
+        serve=serve,
+        degraded=degraded,
+    )
+
+
+def _refuse_unknown(doc: Mapping[str, Any], table: str, known: tuple[str, ...], where: str) -> None:
+    raw = doc.get(table, {})
+    unknown = sorted(set(raw) - set(known)) if isinstance(raw, Mapping) else []
+    if unknown:
+        raise ConfigError(f"{where}: [{table}] has no key {unknown[0]!r}; the keys are {sorted(known)}")
+
+
+def _datasets(sec: _Section, job: JobSpec) -> dict[int, str]:
+    """Each party's dataset name: ``[job] dataset`` for all, ``[job.datasets]`` for exceptions."""
+    every = sec.text("dataset", DEFAULT_DATASET)
+    names = {party: every for party in (ACTIVE_PARTY, *job.passive_parties)}
+    overrides = sec.raw.get("datasets", {})
+    if not isinstance(overrides, Mapping):
+        raise ConfigError(f"{sec.where}: [job.datasets] must be a table of party id = dataset name")
+    for key, name in overrides.items():
+        party = int(key) if str(key).isdigit() else None
+        if party not in names:
+            raise ConfigError(
+                f"{sec.where}: [job.datasets] {key}: not a party of this job (party 1 and {list(job.passive_parties)})"
+            )
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"{sec.where}: [job.datasets] {key} must be a dataset name")
+        names[party] = name
+    return names

@@ -1,0 +1,350 @@
+"""Run queued jobs one at a time, in submission order, and record every step in the job store.
+
+The runner is the only writer of a job's progress. For each job it reads the active party's
+dataset, opens the job on the ``JobBoard`` (so that the passive daemons it names get its offer),
+runs ``ActiveParty.run`` and writes each state change and each epoch to the store as it happens.
+Whatever happens to a job, the runner goes on to the next one: a bad job fails alone.
+
+A cancelled job stops within one training step: ``PassiveParties.abort`` wakes the step waiting
+for a party's tensor, the job ends with ``JobAborted`` and every party is told to drop it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import structlog
+
+from vflalgorithms.base import algorithm_spec
+from vflcore.data.checkpoints import party_dir
+from vflcore.data.tables import DataError, PartyTable, read_party_csv
+from vflcore.errors import ConfigError, JobAborted, JobStateError, VflError
+from vflcore.job import ACTIVE_PARTY
+from vflcore.runtime.config import DataSource, dataset_named
+from vflcore.wire.traffic import MB
+from vflserver.active_party import ARTIFACT_FILE, ActiveParty, EpochReport, RunSummary
+from vflserver.alignment import AlignmentResult
+from vflserver.service.board import JobBoard
+from vflserver.service.metrics import ServiceMetrics
+from vflserver.service.plan import JobPlan, plan_from_document
+from vflserver.service.store import ENDED, EpochRecord, JobRecord, JobStore
+from vflserver.serving.artifact import ArtifactServable
+from vflserver.serving.federated import FederatedServable
+from vflserver.serving.registry import ModelRegistry
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class RunnerSettings:
+    """What every job of this server shares: its datasets, folders and time limits."""
+
+    datasets: Mapping[str, DataSource]
+    run_dir: Path
+    join_timeout_s: float = 300.0
+    step_timeout_s: float = 300.0
+    psi_workers: int | None = None
+
+
+class JobListener:
+    """Hooks for a front end (``vfl-server`` prints them); every method may be left as is."""
+
+    def aligned(self, job_id: str, result: AlignmentResult) -> None:
+        """PSI is done for ``job_id``."""
+
+    def epoch(self, job_id: str, report: EpochReport) -> None:
+        """An epoch of ``job_id`` ended and was evaluated."""
+
+    def ended(self, record: JobRecord, summary: RunSummary | None, active: ActiveParty | None) -> None:
+        """``job_id`` ended (``record.state`` says how); ``summary`` is set if it finished."""
+
+
+class JobRunner:
+    """The one thread that runs jobs; ``wake`` it after a submission, ``cancel`` and ``stop`` any time."""
+
+    def __init__(
+        self,
+        store: JobStore,
+        board: JobBoard,
+        settings: RunnerSettings,
+        *,
+        registry: ModelRegistry | None = None,
+        metrics: ServiceMetrics | None = None,
+        listener: JobListener | None = None,
+    ) -> None:
+        self.store, self.board, self.settings = store, board, settings
+        self.registry, self.metrics = registry, metrics
+        self.listener = listener or JobListener()
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+        self._active: ActiveParty | None = None  # the running job's active party
+        self._cancels: dict[str, str] = {}  # job id -> who cancelled it, until its runner sees it
+        self._serving: ActiveParty | None = None  # a federated model kept served after its job
+        self._thread = threading.Thread(target=self._loop, name="job-runner", daemon=True)
+
+    # ---- control ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._serve_saved_artifacts()
+        self._thread.start()
+
+    def wake(self) -> None:
+        """A job was queued: look at the queue now rather than at the next poll."""
+        self._wake.set()
+
+    def cancel(self, job_id: str, by: str) -> JobRecord:
+        """Cancel a queued job at once, or a running one within one training step."""
+        with self._lock:
+            record = self.store.get(job_id)
+            if record.state in ENDED:
+                raise JobStateError(f"job {job_id!r} has already ended ({record.state}); there is nothing to cancel")
+            if record.state == "queued":
+                self.store.set_state(job_id, "cancelled", f"cancelled by {by} before it started")
+                self._count_end("cancelled")
+                return self.store.get(job_id)
+            self._cancels[job_id] = by
+            active = self._active
+        if active is not None and active.job.job_id == job_id:
+            _abort(active, JobAborted(f"cancelled by {by}"))
+        log.info("job_cancel_requested", job=job_id, by=by)
+        return self.store.get(job_id)
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Stop after the running job (interrupted now, to resume later); stop serving its parties."""
+        self._stopping.set()
+        self._wake.set()
+        with self._lock:
+            active = self._active
+        if active is not None:
+            _abort(active, JobAborted("the server is shutting down"))
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+        self._retire_served("the server is shutting down")
+
+    def running(self) -> str | None:
+        """The id of the job running now, if any."""
+        active = self._active
+        return None if active is None else active.job.job_id
+
+    def idle(self) -> bool:
+        """No job is running and none is queued."""
+        return self._active is None and self.store.next_queued() is None
+
+    # ---- the loop -----------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while not self._stopping.is_set():
+            record = self.store.next_queued()
+            if record is None:
+                self._wake.wait(0.5)
+                self._wake.clear()
+                continue
+            self._retire_served(f"job {record.job_id} starts")
+            try:
+                self._run(record)
+            except Exception:  # never lose the runner: the next job must still run
+                log.exception("runner_failed", job=record.job_id)
+                self._end(record.job_id, "failed", "internal error in the job runner; see the server log")
+
+    def _run(self, record: JobRecord) -> None:
+        job_id = record.job_id
+        structlog.contextvars.bind_contextvars(job=job_id)
+        try:
+            plan = plan_from_document(record.document, default_join_timeout_s=self.settings.join_timeout_s)
+            plan = replace(plan, job=replace(plan.job, job_id=job_id))
+            parties = list(plan.job.passive_parties)
+            self.store.set_state(job_id, "aligning", f"waiting for parties {parties}, then PSI")
+            active = ActiveParty(
+                plan.job,
+                self._active_table(plan),
+                top_hidden=plan.top_hidden,
+                top_dropout=plan.top_dropout,
+                run_dir=self.settings.run_dir,
+                step_timeout_s=self.settings.step_timeout_s,
+                psi_workers=self.settings.psi_workers,
+                psi_only=plan.psi_only,
+            )
+        except (ConfigError, DataError, ValueError) as exc:
+            self._end(job_id, "failed", str(exc))
+            return
+        with self._lock:
+            self._active = active
+            cancelled_by = self._cancels.get(job_id)
+        if cancelled_by is not None or self._stopping.is_set():
+            _abort(active, JobAborted(f"cancelled by {cancelled_by}" if cancelled_by else "shutting down"))
+        serve_federated = (
+            self.registry is not None
+            and plan.serve
+            and not plan.psi_only
+            and algorithm_spec(plan.job.algorithm).active_half().needs_parties_to_predict
+        )
+        self.board.open(active.parties, plan.datasets)
+        summary: RunSummary | None = None
+        try:
+            summary = active.run(
+                join_timeout_s=plan.join_timeout_s,
+                on_aligned=lambda result: self._aligned(active, result),
+                on_epoch=lambda report: self._epoch(active, report),
+                keep_serving=serve_federated,
+            )
+        except BaseException as exc:
+            self._failed(active, exc)
+        else:
+            self._finished(active, plan, summary, serve_federated)
+        finally:
+            with self._lock:
+                self._active = None
+                self._cancels.pop(job_id, None)
+            if self._serving is not active:
+                self.board.close(active.parties)
+            structlog.contextvars.unbind_contextvars("job")
+            self.listener.ended(self.store.get(job_id), summary, active)
+
+    def _active_table(self, plan: JobPlan) -> PartyTable:
+        """The active party's dataset for this job; a name it lacks fails the job, naming both."""
+        name = plan.datasets[ACTIVE_PARTY]
+        try:
+            source = dataset_named(self.settings.datasets, name, "the active party (party 1)")
+        except ConfigError as exc:
+            raise ConfigError(f"job {plan.job.job_id}: {exc}") from None
+        if plan.psi_only:  # only the ID column matters: labels and features may be absent or anything
+            return read_party_csv(source.path, id_column=source.id_column, feature_columns=())
+        return read_party_csv(source.path, id_column=source.id_column, label_column=source.label_column)
+
+    # ---- what the job reports -----------------------------------------------------------------
+
+    def _aligned(self, active: ActiveParty, result: AlignmentResult) -> None:
+        job_id = active.job.job_id
+        how = "reused a saved alignment" if result.reused else "PSI"
+        if not active.psi_only:
+            self.store.set_state(job_id, "training", f"{result.table.num_rows} common IDs ({how})")
+        self.listener.aligned(job_id, result)
+
+    def _epoch(self, active: ActiveParty, report: EpochReport) -> None:
+        job_id = active.job.job_id
+        record = EpochRecord(
+            epoch=report.epoch,
+            train_loss=report.train_loss,
+            test_loss=report.test_loss,
+            metrics=dict(report.metrics),
+            seconds=report.seconds,
+            wire_bytes=round(report.wire_mb * MB),
+        )
+        self.store.record_epoch(job_id, record)
+        if self.metrics is not None:
+            self.metrics.epoch_done(active.job.algorithm)
+            phase = f"train {report.epoch}"
+            for party, phases in active.parties.traffic.report().items():
+                counts = phases.get(phase, {})
+                self.metrics.wire_bytes(party, "sent", counts.get("sent", 0))
+                self.metrics.wire_bytes(party, "received", counts.get("received", 0))
+        self.listener.epoch(job_id, report)
+
+    def _failed(self, active: ActiveParty, exc: BaseException) -> None:
+        job_id = active.job.job_id
+        with self._lock:
+            cancelled_by = self._cancels.get(job_id)
+        if cancelled_by is not None:
+            self._end(job_id, "cancelled", f"cancelled by {cancelled_by}")
+        elif self._stopping.is_set():
+            record = self.store.get(job_id)
+            self._end(
+                job_id,
+                "interrupted",
+                f"the server stopped during {record.state} after {record.epochs_done} of {record.epochs} epochs",
+            )
+        else:
+            log.error("job_failed", job=job_id, error=str(exc))
+            self._end(job_id, "failed", str(exc) or type(exc).__name__)
+
+    def _finished(self, active: ActiveParty, plan: JobPlan, summary: RunSummary, serve_federated: bool) -> None:
+        """Serve the model first, then record the job finished: whoever sees it finished can query it."""
+        job_id = active.job.job_id
+        try:
+            self._serve(active, plan, summary, serve_federated)
+        except (VflError, OSError, ValueError) as exc:  # the job still finished; only serving failed
+            log.warning("model_not_served", job=job_id, error=str(exc))
+        message = "aligned IDs written" if plan.psi_only else "trained and evaluated"
+        self._end(job_id, "finished", message, final_metrics=summary.final_metrics)
+
+    def _serve(self, active: ActiveParty, plan: JobPlan, summary: RunSummary, serve_federated: bool) -> None:
+        job_id = active.job.job_id
+        if self.registry is not None and plan.serve:
+            if summary.artifact is not None:
+                self.registry.add(ArtifactServable(summary.artifact, name=job_id))
+                self.store.set_served(job_id, True)
+                log.info("model_served", job=job_id, how="standalone artifact")
+            elif serve_federated:
+                self.registry.add(FederatedServable(active, name=job_id, degraded=plan.degraded))
+                self.store.set_served(job_id, True)
+                self._serving = active
+                log.info("model_served", job=job_id, how="federated, until the next job starts")
+
+    def _end(self, job_id: str, state: str, message: str, *, final_metrics: Mapping[str, float] | None = None) -> None:
+        self.store.set_state(job_id, state, message, final_metrics=final_metrics)
+        self._count_end(state)
+        log.info("job_ended", job=job_id, state=state, message=message)
+
+    def _count_end(self, state: str) -> None:
+        if self.metrics is not None:
+            self.metrics.job_ended(state)
+
+    # ---- serving ------------------------------------------------------------------------------
+
+    def _retire_served(self, why: str) -> None:
+        """End the federated model kept served after its job: its parties are needed elsewhere."""
+        active, self._serving = self._serving, None
+        if active is None:
+            return
+        job_id = active.job.job_id
+        if self.registry is not None:
+            with contextlib.suppress(VflError):  # already gone
+                self.registry.remove(job_id)
+        active.shutdown(f"the model is no longer served: {why}")
+        self.board.close(active.parties)
+        self.store.set_served(job_id, False)
+        log.info("model_unserved", job=job_id, why=why)
+
+    def _serve_saved_artifacts(self) -> None:
+        """After a restart: serve again every finished job's standalone model; federated ones are gone."""
+        if self.registry is None:
+            return
+        for record in self.store.list(states=("finished",)):
+            if not record.served:
+                continue
+            artifact = party_dir(self.settings.run_dir, record.job_id, ACTIVE_PARTY) / ARTIFACT_FILE
+            if artifact.exists():
+                try:
+                    self.registry.add(ArtifactServable(artifact, name=record.job_id))
+                    continue
+                except (OSError, VflError, ValueError) as exc:
+                    log.warning("artifact_unreadable", job=record.job_id, path=str(artifact), error=str(exc))
+            self.store.set_served(record.job_id, False)
+
+
+def _abort(active: ActiveParty, reason: JobAborted) -> None:
+    """Make a running job end at its next wait: the loop's stop flag and every waiting exchange."""
+    active.stop_event.set()
+    active.parties.abort(reason)
+
+
+def wait_until_ended(store: JobStore, job_id: str, timeout_s: float) -> JobRecord:
+    """The job's record once it has ended; TimeoutError after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    seq = 0
+    while True:
+        record = store.get(job_id)
+        if record.state in ENDED:
+            return record
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError(f"job {job_id} did not end within {timeout_s:.0f} s (it is {record.state})")
+        events = store.wait_for_events(job_id, seq, min(remaining, 1.0))
+        if events:
+            seq = events[-1].seq

@@ -1,0 +1,549 @@
+"""The job store: every job the service was given, its state, epochs and history, in one SQLite file.
+
+Why SQLite: it is embedded, so there is no database server to run beside vfl-server, and the whole
+store is one file in the run directory, so there is one thing to back up. Not with ``cp`` while the
+server runs, though: a live WAL database is the main file plus its ``-wal`` and ``-shm`` files, and a
+plain copy can catch them half-written. A consistent copy, safe while the server runs, is
+``sqlite3 jobs.sqlite ".backup copy.sqlite"`` or Python's ``sqlite3.Connection.backup``.
+
+Why WAL: readers (the control API's List, Get and Watch) never block the writer (the job runner), nor
+it them, and a crash mid-write leaves the store as of the last commit. Why ``synchronous=FULL``: in WAL
+mode NORMAL may lose the last commits on a power cut; writes here are few and small, so one fsync per
+commit is cheap and buys that a job reported submitted or finished is still so after a power failure.
+
+Every write is one ``BEGIN IMMEDIATE`` transaction that rolls back whole if any part fails: a job is
+never stored without its "queued" event, nor an epoch without its "epoch" event. Every commit wakes
+``wait_for_events``, which is how a Watch stream follows a job without polling. The wake-up is
+in-process only: one vfl-server opens a store at a time.
+
+Schema changes are versioned: ``MIGRATIONS`` is an ordered list of SQL scripts and ``PRAGMA
+user_version`` counts how many have run. Opening a store runs the missing ones in order, each in its
+own transaction, so a newer server opens an older store. A store whose version is above
+``len(MIGRATIONS)`` was made by a newer vfl-server with tables this code does not know, and is refused
+rather than guessed at. Never edit a shipped migration; append a new one.
+"""
+
+from __future__ import annotations
+
+import builtins
+import dataclasses
+import fcntl
+import json
+import math
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Collection, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from vflcore.errors import DuplicateJob, JobNotFound, JobStateError, JobStoreError
+
+JOB_STATES = ("queued", "aligning", "training", "finished", "failed", "cancelled", "interrupted")
+ENDED = frozenset({"finished", "failed", "cancelled", "interrupted"})  # a Watch stream ends at these
+
+# The only state changes allowed. A PSI-only job finishes straight after aligning; an interrupted
+# job goes back to the queue when the server resumes it.
+_NEXT: dict[str, frozenset[str]] = {
+    "queued": frozenset({"aligning", "failed", "cancelled"}),
+    "aligning": frozenset({"training", "finished", "failed", "cancelled", "interrupted"}),
+    "training": frozenset({"finished", "failed", "cancelled", "interrupted"}),
+    "finished": frozenset(),
+    "failed": frozenset(),
+    "cancelled": frozenset(),
+    "interrupted": frozenset({"queued"}),
+}
+_WITH_ERROR = frozenset({"failed", "cancelled", "interrupted"})  # their message is the job's error
+
+MIGRATIONS: list[str] = [
+    # 1: jobs in submission order (``seq``), one row per finished epoch, and each job's history.
+    # Losses are NULL for NaN, which SQLite cannot store. An event keeps its own copy of the epoch
+    # (JSON), so the history still shows what was reported when a resumed job re-runs that epoch.
+    """
+    CREATE TABLE jobs (
+        seq           INTEGER PRIMARY KEY AUTOINCREMENT,
+        job_id        TEXT    NOT NULL UNIQUE,
+        document      TEXT    NOT NULL,
+        algorithm     TEXT    NOT NULL,
+        epochs        INTEGER NOT NULL,
+        state         TEXT    NOT NULL,
+        submitter     TEXT    NOT NULL,
+        submitted_at  REAL    NOT NULL,
+        started_at    REAL,
+        ended_at      REAL,
+        error         TEXT    NOT NULL DEFAULT '',
+        epochs_done   INTEGER NOT NULL DEFAULT 0,
+        final_metrics TEXT    NOT NULL DEFAULT '{}',
+        served        INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX jobs_by_state ON jobs (state, seq);
+    CREATE TABLE epochs (
+        job_id      TEXT    NOT NULL REFERENCES jobs (job_id),
+        epoch       INTEGER NOT NULL,
+        train_loss  REAL,
+        test_loss   REAL,
+        metrics     TEXT    NOT NULL,
+        seconds     REAL    NOT NULL,
+        wire_bytes  INTEGER NOT NULL,
+        PRIMARY KEY (job_id, epoch)
+    ) WITHOUT ROWID;
+    CREATE TABLE events (
+        job_id        TEXT    NOT NULL REFERENCES jobs (job_id),
+        seq           INTEGER NOT NULL,
+        at            REAL    NOT NULL,
+        kind          TEXT    NOT NULL,
+        state         TEXT    NOT NULL,
+        message       TEXT    NOT NULL,
+        epoch         TEXT,
+        final_metrics TEXT    NOT NULL,
+        PRIMARY KEY (job_id, seq)
+    ) WITHOUT ROWID;
+    """,
+]
+
+
+@dataclass(frozen=True)
+class EpochRecord:
+    """What one training epoch produced, as the runner reports it."""
+
+    epoch: int  # 0-based
+    train_loss: float
+    test_loss: float
+    metrics: dict[str, float]
+    seconds: float
+    wire_bytes: int
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """A job as the store holds it now."""
+
+    job_id: str
+    document: dict[str, Any]  # the job file as submitted (JSON-able dict of TOML tables)
+    algorithm: str
+    epochs: int  # epochs the job asks for
+    state: str
+    submitter: str
+    submitted_at: float  # time.time()
+    started_at: float | None
+    ended_at: float | None
+    error: str  # "" if none
+    epochs_done: int
+    final_metrics: dict[str, float]
+    served: bool
+
+
+@dataclass(frozen=True)
+class JobEvent:
+    """One entry of a job's history: a state change or a finished epoch."""
+
+    job_id: str
+    seq: int  # 1, 2, ... per job
+    at: float
+    kind: str  # "state" or "epoch"
+    state: str  # the job's state after the event
+    message: str
+    epoch: EpochRecord | None  # kind == "epoch" only
+    final_metrics: dict[str, float]  # set on the "finished" state event
+
+
+class JobStore:
+    """The service's jobs in one SQLite file; safe to share between threads."""
+
+    SCHEMA_VERSION: int = len(MIGRATIONS)
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # One connection behind one lock: writes are serialised anyway, and SQLite's own locking
+        # then never has to arbitrate between this server's threads.
+        self._changed = threading.Condition(threading.Lock())
+        self._closed = False
+        self._lock_file = _hold_lock(self.path)
+        try:
+            self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as exc:
+            self._lock_file.close()
+            raise JobStoreError(f"{self.path} cannot be opened as a job store ({exc})") from exc
+        try:
+            self._conn.row_factory = sqlite3.Row
+            mode = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise JobStoreError(
+                    f"SQLite could not put the job store {self.path} in WAL mode (it stayed in {mode} "
+                    "mode); put the server's run directory on a local file system"
+                )
+            self._conn.execute("PRAGMA synchronous=FULL")
+            self._conn.execute("PRAGMA foreign_keys=ON")
+            _migrate(self._conn, self.path)
+        except sqlite3.DatabaseError as exc:
+            self._conn.close()
+            self._lock_file.close()
+            raise JobStoreError(
+                f"{self.path} cannot be opened as a job store ({exc}); if it is not one, move it out "
+                "of the server's run directory"
+            ) from exc
+        except BaseException:
+            self._conn.close()
+            self._lock_file.close()
+            raise
+
+    def close(self) -> None:
+        """Close the file; threads in ``wait_for_events`` return at once with no events."""
+        with self._changed:
+            if not self._closed:
+                self._closed = True
+                self._conn.close()
+                self._lock_file.close()  # releases the lock: another server may open the store now
+            self._changed.notify_all()
+
+    # ---- jobs --------------------------------------------------------------------------------
+
+    def submit(
+        self, job_id: str, document: dict[str, Any], *, algorithm: str, epochs: int, submitter: str
+    ) -> JobRecord:
+        """Queue a new job behind every job already queued."""
+        if not job_id:
+            raise ValueError("a job ID must not be empty")
+        if epochs < 0:
+            raise ValueError(f"job {job_id!r}: epochs must be 0 or more, not {epochs}")
+        text = json.dumps(document, sort_keys=True)
+        with self._write() as conn:
+            taken = conn.execute("SELECT state FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
+            if taken is not None:
+                raise DuplicateJob(
+                    f"a job with ID {job_id!r} was already submitted (it is {taken['state']}); "
+                    "submit this one under another ID"
+                )
+            now = time.time()
+            conn.execute(
+                "INSERT INTO jobs (job_id, document, algorithm, epochs, state, submitter, submitted_at)"
+                " VALUES (?, ?, ?, ?, 'queued', ?, ?)",
+                (job_id, text, algorithm, epochs, submitter, now),
+            )
+            _append_event(conn, job_id, now, "state", "queued", f"submitted by {submitter}", None, {})
+            return _fetch(conn, job_id)
+
+    def get(self, job_id: str) -> JobRecord:
+        """The job as it is now."""
+        with self._changed:
+            return _fetch(self._conn, job_id)
+
+    def list(self, states: Collection[str] = (), limit: int = 0) -> builtins.list[JobRecord]:
+        """Jobs newest submission first, only those in ``states`` if given, at most ``limit`` if > 0."""
+        unknown = sorted(set(states) - set(JOB_STATES))
+        if unknown:
+            raise ValueError(f"unknown job state {', '.join(map(repr, unknown))}; the states are {JOB_STATES}")
+        if limit < 0:
+            raise ValueError(f"limit must be 0 (no limit) or more, not {limit}")
+        sql, args = "SELECT * FROM jobs", builtins.list[object](states)
+        if states:
+            sql += f" WHERE state IN ({', '.join('?' * len(args))})"
+        sql += " ORDER BY seq DESC"
+        if limit:
+            sql += " LIMIT ?"
+            args.append(limit)
+        with self._changed:
+            return [_job(row) for row in self._conn.execute(sql, args)]
+
+    def next_queued(self) -> JobRecord | None:
+        """The job queued longest ago, the one to run next; None if the queue is empty."""
+        with self._changed:
+            row = self._conn.execute("SELECT * FROM jobs WHERE state = 'queued' ORDER BY seq LIMIT 1").fetchone()
+        return None if row is None else _job(row)
+
+    def set_state(
+        self, job_id: str, state: str, message: str = "", *, final_metrics: Mapping[str, float] | None = None
+    ) -> JobEvent:
+        """Move the job to ``state`` if the transition is allowed, and record it as an event."""
+        if state not in _NEXT:
+            raise ValueError(f"unknown job state {state!r}; the states are {JOB_STATES}")
+        with self._write() as conn:
+            return _change_state(conn, _fetch(conn, job_id), state, message, final_metrics)
+
+    def forget(self, job_id: str) -> None:
+        """Delete an ended job, its epochs and its events, so that its ID can be submitted afresh.
+
+        ``vfl-server --once`` re-runs the config's job this way, as the one-shot server always did;
+        a queued or running job cannot be forgotten (cancel it first).
+        """
+        with self._write() as conn:
+            record = _fetch(conn, job_id)
+            if record.state not in ENDED:
+                raise JobStateError(f"job {job_id!r} is {record.state}; only an ended job can be forgotten")
+            for table in ("events", "epochs", "jobs"):
+                conn.execute(f"DELETE FROM {table} WHERE job_id = ?", (job_id,))
+
+    def set_served(self, job_id: str, served: bool) -> None:
+        """Record whether the job's model is being served for inference."""
+        with self._write() as conn:
+            if not conn.execute("UPDATE jobs SET served = ? WHERE job_id = ?", (served, job_id)).rowcount:
+                raise _not_found(job_id)
+
+    def recover(self) -> builtins.list[JobRecord]:
+        """Mark every job that was aligning or training when the server stopped as interrupted.
+
+        Call once, when the server starts and before it runs anything: nothing can still be running.
+        """
+        with self._write() as conn:
+            rows = conn.execute("SELECT * FROM jobs WHERE state IN ('aligning', 'training') ORDER BY seq").fetchall()
+            for row in rows:
+                job = _job(row)
+                message = f"the server stopped during {job.state} after {job.epochs_done} of {job.epochs} epochs"
+                _change_state(conn, job, "interrupted", message, None)
+            return [_fetch(conn, row["job_id"]) for row in rows]
+
+    def counts_by_state(self) -> dict[str, int]:
+        """How many jobs are in each state, every state present."""
+        counts = dict.fromkeys(JOB_STATES, 0)
+        with self._changed:
+            for row in self._conn.execute("SELECT state, COUNT(*) AS n FROM jobs GROUP BY state"):
+                counts[row["state"]] = row["n"]
+        return counts
+
+    # ---- epochs --------------------------------------------------------------------------------
+
+    def record_epoch(self, job_id: str, epoch: EpochRecord) -> JobEvent:
+        """Store a finished epoch of a training job; an epoch run again replaces its earlier row."""
+        if epoch.epoch < 0:
+            raise ValueError(f"job {job_id!r}: epochs count from 0, not {epoch.epoch}")
+        # Plain ints and floats only, so that the JSON copy in the event reads back the same.
+        epoch = EpochRecord(
+            int(epoch.epoch),
+            float(epoch.train_loss),
+            float(epoch.test_loss),
+            _floats(epoch.metrics),
+            float(epoch.seconds),
+            int(epoch.wire_bytes),
+        )
+        with self._write() as conn:
+            job = _fetch(conn, job_id)
+            if job.state != "training":
+                raise JobStateError(
+                    f"job {job_id!r} is {job.state}, not training: it cannot record epoch {epoch.epoch}"
+                )
+            conn.execute(
+                "INSERT OR REPLACE INTO epochs (job_id, epoch, train_loss, test_loss, metrics, seconds, wire_bytes)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    job_id,
+                    epoch.epoch,
+                    _nullable(epoch.train_loss),
+                    _nullable(epoch.test_loss),
+                    json.dumps(epoch.metrics, sort_keys=True),
+                    epoch.seconds,
+                    epoch.wire_bytes,
+                ),
+            )
+            conn.execute("UPDATE jobs SET epochs_done = ? WHERE job_id = ?", (epoch.epoch + 1, job_id))
+            message = f"epoch {epoch.epoch + 1} of {job.epochs}"
+            return _append_event(conn, job_id, time.time(), "epoch", job.state, message, epoch, {})
+
+    def epochs(self, job_id: str) -> builtins.list[EpochRecord]:
+        """The job's epochs in order, each as last recorded."""
+        with self._changed:
+            _fetch(self._conn, job_id)
+            rows = self._conn.execute("SELECT * FROM epochs WHERE job_id = ? ORDER BY epoch", (job_id,)).fetchall()
+        return [
+            EpochRecord(
+                epoch=row["epoch"],
+                train_loss=_real(row["train_loss"]),
+                test_loss=_real(row["test_loss"]),
+                metrics=json.loads(row["metrics"]),
+                seconds=row["seconds"],
+                wire_bytes=row["wire_bytes"],
+            )
+            for row in rows
+        ]
+
+    # ---- history -------------------------------------------------------------------------------
+
+    def events(self, job_id: str, after_seq: int = 0) -> builtins.list[JobEvent]:
+        """The job's events with a sequence number above ``after_seq``, oldest first."""
+        with self._changed:
+            return self._events(job_id, after_seq)
+
+    def wait_for_events(self, job_id: str, after_seq: int, timeout_s: float) -> builtins.list[JobEvent]:
+        """The events after ``after_seq``, waiting up to ``timeout_s`` for one; [] if none came."""
+        deadline = time.monotonic() + timeout_s
+        with self._changed:
+            while not self._closed:
+                found = self._events(job_id, after_seq)
+                left = deadline - time.monotonic()
+                if found or left <= 0:
+                    return found
+                self._changed.wait(left)
+        return []
+
+    # ---- inside the lock -----------------------------------------------------------------------
+
+    def _events(self, job_id: str, after_seq: int) -> builtins.list[JobEvent]:
+        _fetch(self._conn, job_id)
+        rows = self._conn.execute(
+            "SELECT * FROM events WHERE job_id = ? AND seq > ? ORDER BY seq", (job_id, after_seq)
+        ).fetchall()
+        return [_event(row) for row in rows]
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction under the lock; it commits whole or not at all, then wakes waiters."""
+        with self._changed:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+                self._conn.execute("COMMIT")
+            except BaseException:
+                if self._conn.in_transaction:
+                    self._conn.rollback()
+                raise
+            self._changed.notify_all()
+
+
+# ---- rows ----------------------------------------------------------------------------------------
+
+
+def _hold_lock(path: Path) -> IO[str]:
+    """Hold ``<store>.lock`` for as long as the store is open: one server per store.
+
+    Two servers on one store would both take the same queued job; the one that lost the race
+    would then fail the other's running job. The lock is an advisory ``flock``: the kernel drops
+    it when the process dies, so a crash never leaves a stale lock behind.
+    """
+    lock_path = path.with_name(path.name + ".lock")
+    handle = lock_path.open("a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "unknown"
+        handle.close()
+        raise JobStoreError(
+            f"another vfl-server (pid {holder}) has the job store {path} open; stop it, or give this one "
+            "its own run directory or --store"
+        ) from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"{os.getpid()}\n")
+    handle.flush()
+    return handle
+
+
+def _migrate(conn: sqlite3.Connection, path: Path) -> None:
+    """Bring the schema up to ``len(MIGRATIONS)``, one transaction per migration."""
+    found = conn.execute("PRAGMA user_version").fetchone()[0]
+    known = len(MIGRATIONS)
+    if found > known:
+        raise JobStoreError(
+            f"the job store {path} was made by a newer vfl-server (schema version {found}; this "
+            f"vfl-server knows up to {known}): upgrade vfl-server to open it"
+        )
+    for version in range(found + 1, known + 1):
+        try:
+            script = MIGRATIONS[version - 1]
+            conn.executescript(f"BEGIN IMMEDIATE;\n{script}\nPRAGMA user_version = {version};\nCOMMIT;")
+        except BaseException as exc:
+            if conn.in_transaction:
+                conn.rollback()
+            if isinstance(exc, sqlite3.DatabaseError):
+                raise JobStoreError(
+                    f"could not bring the job store {path} from schema version {version - 1} to {version} "
+                    f"({exc}); it was left at version {version - 1}: keep the file and report this"
+                ) from exc
+            raise
+
+
+def _change_state(
+    conn: sqlite3.Connection, job: JobRecord, state: str, message: str, final_metrics: Mapping[str, float] | None
+) -> JobEvent:
+    if state not in _NEXT[job.state]:
+        allowed = ", ".join(sorted(_NEXT[job.state])) or "nothing: it has ended"
+        raise JobStateError(f"job {job.job_id!r} is {job.state} and cannot become {state}; it can become {allowed}")
+    now = time.time()
+    started_at = now if state == "aligning" and job.started_at is None else job.started_at
+    ended_at = now if state in ENDED else None  # a job re-queued after an interruption has not ended
+    error = message if state in _WITH_ERROR else ""
+    metrics = _floats(final_metrics) if final_metrics is not None else job.final_metrics
+    conn.execute(
+        "UPDATE jobs SET state = ?, started_at = ?, ended_at = ?, error = ?, final_metrics = ? WHERE job_id = ?",
+        (state, started_at, ended_at, error, json.dumps(metrics, sort_keys=True), job.job_id),
+    )
+    event_metrics = metrics if final_metrics is not None else {}
+    return _append_event(conn, job.job_id, now, "state", state, message, None, event_metrics)
+
+
+def _append_event(
+    conn: sqlite3.Connection,
+    job_id: str,
+    at: float,
+    kind: str,
+    state: str,
+    message: str,
+    epoch: EpochRecord | None,
+    final_metrics: dict[str, float],
+) -> JobEvent:
+    seq = conn.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE job_id = ?", (job_id,)).fetchone()[0]
+    snapshot = None if epoch is None else json.dumps(dataclasses.asdict(epoch), sort_keys=True)
+    conn.execute(
+        "INSERT INTO events (job_id, seq, at, kind, state, message, epoch, final_metrics)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (job_id, seq, at, kind, state, message, snapshot, json.dumps(final_metrics, sort_keys=True)),
+    )
+    return JobEvent(job_id, seq, at, kind, state, message, epoch, dict(final_metrics))
+
+
+def _fetch(conn: sqlite3.Connection, job_id: str) -> JobRecord:
+    row = conn.execute("SELECT * FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
+    if row is None:
+        raise _not_found(job_id)
+    return _job(row)
+
+
+def _not_found(job_id: str) -> JobNotFound:
+    return JobNotFound(f"no job with ID {job_id!r} in the job store; list the jobs to see their IDs")
+
+
+def _job(row: sqlite3.Row) -> JobRecord:
+    return JobRecord(
+        job_id=row["job_id"],
+        document=json.loads(row["document"]),
+        algorithm=row["algorithm"],
+        epochs=row["epochs"],
+        state=row["state"],
+        submitter=row["submitter"],
+        submitted_at=row["submitted_at"],
+        started_at=row["started_at"],
+        ended_at=row["ended_at"],
+        error=row["error"],
+        epochs_done=row["epochs_done"],
+        final_metrics=json.loads(row["final_metrics"]),
+        served=bool(row["served"]),
+    )
+
+
+def _event(row: sqlite3.Row) -> JobEvent:
+    epoch = None if row["epoch"] is None else EpochRecord(**json.loads(row["epoch"]))
+    return JobEvent(
+        job_id=row["job_id"],
+        seq=row["seq"],
+        at=row["at"],
+        kind=row["kind"],
+        state=row["state"],
+        message=row["message"],
+        epoch=epoch,
+        final_metrics=json.loads(row["final_metrics"]),
+    )
+
+
+def _floats(metrics: Mapping[str, float]) -> dict[str, float]:
+    return {str(name): float(value) for name, value in metrics.items()}
+
+
+def _nullable(value: float) -> float | None:
+    return None if math.isnan(value) else float(value)
+
+
+def _real(value: float | None) -> float:
+    return math.nan if value is None else value

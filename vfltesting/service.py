@@ -1,0 +1,210 @@
+"""The service as a user runs it: ``vfl-server`` and ``vfl-client`` daemons as OS processes, started once.
+
+Tests, the demo and ``make bench-service`` share this. Configs are written next to the data, in
+the form ``docs/operations.md`` documents; the server listens on port 0 (or a given port, for a
+restart on the same address) and announces its ports in files.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vfltesting.localrun import stop_all, wait_for_port
+from vfltesting.pki import Pki
+
+BIN = Path(sys.executable).parent
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str | Path):
+        return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, Mapping):
+        return "{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + " }"
+    return repr(value)
+
+
+def toml_text(document: Mapping[str, Mapping[str, Any]]) -> str:
+    """A TOML file of tables (enough for configs and job files; no arrays of tables)."""
+    lines: list[str] = []
+    for table, values in document.items():
+        lines.append(f"[{table}]")
+        lines.extend(f"{key} = {_toml_value(value)}" for key, value in values.items())
+        lines.append("")
+    return "\n".join(lines)
+
+
+@dataclass
+class ServiceRun:
+    """One server and its passive daemons, as processes, under one folder."""
+
+    root: Path
+    pki: Pki
+    data: Path
+    parties: tuple[int, ...] = (2, 3)
+    serving: bool = True
+    metrics: bool = False
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    port: int = 0
+    logs: dict[str, Path] = field(default_factory=dict)
+    _restarts: int = 0
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def server_config(self, listen: str) -> Path:
+        path = self.root / "server.toml"
+        tls = self.pki.server_files()
+        document: dict[str, dict[str, Any]] = {
+            "server": {
+                "listen": listen,
+                "run_dir": str(self.root / "runs"),
+                "port_file": str(self.root / "port"),
+                "join_timeout_s": 60,
+                "step_timeout_s": 60,
+            },
+            "tls": {"ca": tls.ca, "cert": tls.cert, "key": tls.key},
+            "datasets": {"digits": {"path": self.data / "party1.csv", "id_column": "id", "label_column": "label"}},
+        }
+        if self.serving:
+            document["serving"] = {"enabled": True, "grpc_listen": "127.0.0.1:0", "rest_listen": "127.0.0.1:0"}
+        if self.metrics:
+            document["metrics"] = {"enabled": True, "listen": "127.0.0.1:0"}
+        path.write_text(toml_text(document))
+        return path
+
+    def client_config(self, party: int, server: str) -> Path:
+        path = self.root / f"party{party}.toml"
+        tls = self.pki.party_files(party)
+        document: dict[str, dict[str, Any]] = {
+            "client": {
+                "server": server,
+                "party": party,
+                "run_dir": str(self.root / "runs"),
+                "retry_initial_s": 0.2,
+                "retry_max_s": 2.0,
+                "connect_timeout_s": 5,
+            },
+            "tls": {"ca": tls.ca, "cert": tls.cert, "key": tls.key},
+            "datasets": {"digits": {"path": self.data / f"party{party}.csv", "id_column": "id"}},
+        }
+        path.write_text(toml_text(document))
+        return path
+
+    def start_server(self, listen: str = "127.0.0.1:0", *, wait: bool = True) -> int:
+        """Start vfl-server as a service; returns its port once it listens."""
+        (self.root / "port").unlink(missing_ok=True)
+        ports = self.root / "serving-ports"
+        ports.unlink(missing_ok=True)
+        self._restarts += 1
+        log = self.root / f"server-{self._restarts}.log"
+        self.logs["server"] = log
+        cmd = [str(BIN / "vfl-server"), "--config", str(self.server_config(listen)), "--log-format", "json"]
+        if self.serving:
+            cmd += ["--serving-port-file", str(ports)]
+        with log.open("wb") as sink:  # the child keeps its own descriptor
+            self.procs["server"] = subprocess.Popen(
+                cmd, stdout=subprocess.DEVNULL, stderr=sink, env=_env(), cwd=self.root
+            )
+        if wait:
+            self.port = wait_for_port(self.root / "port", self.procs["server"], timeout_s=120)
+        return self.port
+
+    def start_clients(self, server: str | None = None) -> None:
+        """Start every passive daemon (they wait, and retry, until the server is there)."""
+        for party in self.parties:
+            log = self.root / f"party-{party}.log"
+            self.logs[f"party-{party}"] = log
+            config = self.client_config(party, server or self.address)
+            with log.open("ab") as sink:
+                self.procs[f"party-{party}"] = subprocess.Popen(
+                    [str(BIN / "vfl-client"), "--party", str(party), "--config", str(config), "--log-format", "json"],
+                    stdout=subprocess.DEVNULL,
+                    stderr=sink,
+                    env=_env(),
+                    cwd=self.root,
+                )
+
+    def serving_ports(self, timeout_s: float = 60) -> tuple[int, int]:
+        path = self.root / "serving-ports"
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if path.exists() and path.read_text().endswith("\n"):
+                grpc_port, rest_port = path.read_text().split()
+                return int(grpc_port), int(rest_port)
+            time.sleep(0.1)
+        raise RuntimeError(f"the inference endpoint did not announce its ports within {timeout_s:.0f} s")
+
+    def stop(self, names: Iterable[str] | None = None) -> dict[str, int]:
+        """SIGTERM the named processes (default: all) and return their exit codes."""
+        chosen = {n: p for n, p in self.procs.items() if names is None or n in set(names)}
+        for proc in chosen.values():
+            if proc.poll() is None:
+                proc.terminate()
+        codes = {}
+        for name, proc in chosen.items():
+            try:
+                codes[name] = proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                codes[name] = proc.wait()
+        return codes
+
+    def alive(self) -> dict[str, bool]:
+        return {name: proc.poll() is None for name, proc in self.procs.items()}
+
+    def tail(self, lines: int = 30) -> str:
+        """The end of every daemon's log, for a failing test's message."""
+        out = []
+        for name, path in self.logs.items():
+            text = path.read_text(errors="replace").splitlines() if path.exists() else []
+            out.append(f"--- {name} ({path}):\n" + "\n".join(text[-lines:]))
+        return "\n".join(out)
+
+    def close(self) -> None:
+        stop_all(self.procs)
+
+
+def _env() -> dict[str, str]:
+    """The daemons' environment: this checkout on the path (vfltesting is not installed)."""
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def job_document(job_id: str, algorithm: str, *, epochs: int = 1, **job: Any) -> dict[str, dict[str, Any]]:
+    """A digits job for parties 2 and 3 on the dataset "digits", as a job file holds it."""
+    options = job.pop("algorithm_options", {})
+    table: dict[str, Any] = {
+        "job_id": job_id,
+        "algorithm": algorithm,
+        "task": "classification",
+        "passive_parties": [2, 3],
+        "dataset": "digits",
+        "seed": 0,
+        "epochs": epochs,
+        "batch_size": 32,
+        "embedding_dim": 16,
+        "bottom_hidden": [64],
+        "optimizer": "adam",
+        "learning_rate": 0.002,
+        "test_fraction": 0.2,
+        "join_timeout_s": 60,
+    }
+    table.update(job)
+    document: dict[str, dict[str, Any]] = {"job": table, "model": {"top_hidden": [64]}}
+    if options:
+        document["algorithm"] = dict(options)
+    return document
