@@ -15,9 +15,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from vflclient import InferenceClient, JobClient
+from vflserver.serving.federated import IDS
 from vfltesting.pki import Pki
 from vfltesting.service import ServiceRun, job_document, toml_text
 
@@ -55,6 +57,7 @@ class TestOneSetOfDaemons:
         The finished APFed-C model appears on the inference endpoint under its job id, without a restart.
         """
         pids = {name: proc.pid for name, proc in daemons.procs.items()}
+        grpc_port, _ = daemons.serving_ports()
         with _jobs(daemons, pki) as jobs:
             for job_id, algorithm in (("b2b-splitnn", "splitnn"), ("b2b-vimsgd", "vimsgd"), ("b2b-apfed", "apfed_c")):
                 state, lines = _run_to_end(jobs, job_document(job_id, algorithm))
@@ -63,10 +66,13 @@ class TestOneSetOfDaemons:
                 record = jobs.get(job_id)
                 assert record.submitter == "alice" and record.epochs_done == 1 and record.history
                 assert record.final_metrics["accuracy"] > 0.1
+                if job_id == "b2b-splitnn":  # a federated model is served while its parties are online
+                    assert record.served
+                    _score_by_id(grpc_port, pki, job_id, daemons.root / "runs" / job_id / "party-1")
             assert jobs.get("b2b-apfed").served
+            assert not jobs.get("b2b-splitnn").served  # its parties moved on to the next job
         assert daemons.alive() == dict.fromkeys(pids, True)
         assert {name: proc.pid for name, proc in daemons.procs.items()} == pids
-        grpc_port, _ = daemons.serving_ports()
         with InferenceClient(f"127.0.0.1:{grpc_port}", tls=pki.caller_files("test-caller")) as client:
             assert client.metadata("b2b-apfed").name == "b2b-apfed"
 
@@ -99,8 +105,8 @@ class TestOneSetOfDaemons:
             state, lines = _run_to_end(jobs, job_document("after-cancel", "splitnn"))
             assert state == "finished", "\n".join(lines) + daemons.tail()
         assert all(daemons.alive().values())
-        for party in (1, 2, 3):  # every party kept the cancelled job's checkpoints
-            assert (daemons.root / "runs" / "long" / f"party-{party}" / "epoch-0000.pt").exists()
+        for party in (1, 2, 3):  # every party kept the cancelled job's newest checkpoint
+            assert (daemons.root / "runs" / "long" / f"party-{party}" / "latest.pt").exists()
 
     def test_vfl_jobs_watch_prints_one_json_object_per_event(
         self, daemons: ServiceRun, pki: Pki, tmp_path: Path
@@ -124,6 +130,14 @@ class TestOneSetOfDaemons:
         assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
         assert {"state", "epoch"} <= {e["kind"] for e in events}
         assert events[-1]["state"] == "finished" and events[-1]["final_metrics"]["accuracy"] > 0.1
+
+
+def _score_by_id(grpc_port: int, pki: Pki, model: str, run_dir: Path) -> None:
+    """Ask the endpoint for a federated prediction of two aligned sample IDs (every party computes its part)."""
+    ids = (run_dir / "aligned_ids.csv").read_text().splitlines()[1:3]
+    with InferenceClient(f"127.0.0.1:{grpc_port}", tls=pki.caller_files("test-caller")) as client:
+        out = client.infer(model, {IDS: np.array([i.encode() for i in ids], dtype=object)})
+    assert len(out["label"]) == 2
 
 
 def _free_port() -> int:
