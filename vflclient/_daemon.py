@@ -73,6 +73,7 @@ class PartyDaemon:
         run_dir: Path = Path("runs"),
         heartbeat_s: float = 10.0,
         psi_workers: int | None = None,
+        keep_checkpoints: int = 2,
         backoff: Backoff | None = None,
         offer_wait_s: float = 30.0,
     ) -> None:
@@ -83,6 +84,7 @@ class PartyDaemon:
         self.run_dir = run_dir
         self.heartbeat_s = heartbeat_s
         self.psi_workers = psi_workers
+        self.keep_checkpoints = keep_checkpoints
         self.backoff = backoff or Backoff()
         self.offer_wait_s = offer_wait_s
         self.stop_event = threading.Event()
@@ -171,6 +173,7 @@ class PartyDaemon:
             run_dir=self.run_dir,
             heartbeat_s=self.heartbeat_s,
             psi_workers=self.psi_workers,
+            keep_checkpoints=self.keep_checkpoints,
         )
 
     def check_datasets(self) -> None:

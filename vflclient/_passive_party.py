@@ -62,7 +62,10 @@ class PassiveParty:
         run_dir: Path = Path("runs"),
         heartbeat_s: float = 10.0,
         psi_workers: int | None = None,
+        keep_checkpoints: int = 2,
     ) -> None:
+        if keep_checkpoints < 1:
+            raise ConfigError(f"keep_checkpoints = {keep_checkpoints}; keep at least the newest checkpoint (1)")
         self.party = party
         self.own_table = table
         self.table: PartyTable | None = None  # the aligned rows, once PSI is done
@@ -70,6 +73,7 @@ class PassiveParty:
         self.run_dir = run_dir
         self.heartbeat_s = heartbeat_s
         self.psi_workers = psi_workers
+        self.keep_checkpoints = keep_checkpoints  # per job, the newest epochs' checkpoints
         self.stop_event = threading.Event()
         self.job: JobSpec | None = None
         self.algorithm: ClientAlgorithm | None = None
@@ -173,7 +177,7 @@ class PassiveParty:
             case TrainEpoch(_, epoch):
                 structlog.contextvars.bind_contextvars(round=epoch)
                 algorithm.train_epoch(epoch)
-                save_checkpoint(self._dir(job), epoch, algorithm.state())
+                save_checkpoint(self._dir(job), epoch, algorithm.state(), keep=self.keep_checkpoints)
                 log.info("epoch_done")
                 return 1
             case Evaluate(_, epoch, rows):

@@ -142,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         run_dir=config.run_dir,
         heartbeat_s=config.heartbeat_s,
         psi_workers=config.psi_workers,
+        keep_checkpoints=config.keep_checkpoints,
         backoff=Backoff(config.retry_initial_s, config.retry_max_s),
     )
     try:

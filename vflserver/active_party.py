@@ -88,7 +88,10 @@ class ActiveParty:
         offline_grace_s: float = 5.0,
         psi_workers: int | None = None,
         psi_only: bool = False,
+        keep_checkpoints: int = 2,
     ) -> None:
+        if keep_checkpoints < 1:
+            raise ConfigError(f"keep_checkpoints = {keep_checkpoints}; keep at least the newest checkpoint (1)")
         if table.labels is None and not psi_only:
             raise ConfigError(f"{table.source}: the active party's data needs a label column")
         if not job.job_id:
@@ -112,6 +115,7 @@ class ActiveParty:
         self.top_dropout = top_dropout
         self.psi_workers = psi_workers
         self.psi_only = psi_only
+        self.keep_checkpoints = keep_checkpoints
         self.parties = PassiveParties(self.job, step_timeout_s=step_timeout_s, offline_grace_s=offline_grace_s)
         self.run_dir = party_dir(run_dir, self.job.job_id, ACTIVE_PARTY)
         self.stop_event = threading.Event()
@@ -202,7 +206,7 @@ class ActiveParty:
                 wire_mb = fed.traffic.phase_total(f"train {epoch}") / MB
                 report = EpochReport(epoch, train_loss, test_loss, metrics, time.perf_counter() - started, wire_mb)
                 summary.epochs.append(report)
-                save_checkpoint(self.run_dir, epoch, self.algorithm.state())
+                save_checkpoint(self.run_dir, epoch, self.algorithm.state(), keep=self.keep_checkpoints)
                 log.info("epoch_done", train_loss=train_loss, test_loss=test_loss, **metrics)
                 if on_epoch is not None:
                     on_epoch(report)

@@ -21,7 +21,8 @@ pytestmark = pytest.mark.integration
 
 class TestSplitNNJob:
     def test_job_trains_checkpoints_and_scores(self, job_factory, pki: Pki, digits_data: Path, tmp_path: Path) -> None:
-        """Every party checkpoints each epoch, and the final federated inference reaches 0.85 after 6 epochs."""
+        """Every party checkpoints each epoch and keeps the newest two, and the final federated inference reaches
+        0.85 after 6 epochs."""
         running = job_factory(replace(SMALL_JOB, epochs=6))
         waits = [run_party_in_thread(running, pki, digits_data, tmp_path, p) for p in (2, 3)]
         summary = running.summary()
@@ -31,7 +32,7 @@ class TestSplitNNJob:
         assert set(summary.final_metrics) == {"accuracy", "macro_f1", "precision", "recall"}
         for party in (1, 2, 3):
             party_dir = tmp_path / "runs" / "test-job" / f"party-{party}"
-            assert sorted(p.name for p in party_dir.glob("epoch-*.pt")) == [f"epoch-{e:04d}.pt" for e in range(6)]
+            assert sorted(p.name for p in party_dir.glob("epoch-*.pt")) == ["epoch-0004.pt", "epoch-0005.pt"]
             assert load_checkpoint(party_dir / "latest.pt")["epoch"] == 5
         assert (tmp_path / "runs" / "test-job" / "party-1" / "test_predictions.csv").exists()
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from vflcore.errors import ConfigError
-from vflcore.runtime.config import client_config_from, load_toml, server_config_from
+from vflcore.runtime.config import ClientConfig, ServerConfig, client_config_from, load_toml, server_config_from
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -85,3 +86,25 @@ class TestClientConfig:
         """Without --party or [client] party the error says how to give one."""
         with pytest.raises(ConfigError, match="--party N"):
             client_config_from({"data": {"path": "x.csv"}}, tmp_path / "c.toml")
+
+
+class TestKeepCheckpoints:
+    @pytest.mark.parametrize("section", ["server", "client"])
+    def test_default_is_two_and_a_value_is_read(self, tmp_path: Path, section: str) -> None:
+        """Left out, ``keep_checkpoints`` is 2; set, its value reaches the config."""
+        assert _config(section, {}, tmp_path).keep_checkpoints == 2
+        assert _config(section, {"keep_checkpoints": 5}, tmp_path).keep_checkpoints == 5
+
+    @pytest.mark.parametrize("section", ["server", "client"])
+    @pytest.mark.parametrize("value", [0, -3, 1.5, "2", True])
+    def test_anything_but_a_whole_number_from_one_is_refused(self, tmp_path: Path, section: str, value: object) -> None:
+        """Zero, a negative, a fraction, a string or a boolean is a ConfigError naming the table and key."""
+        with pytest.raises(ConfigError, match=rf"\[{section}\] keep_checkpoints = .*at least 1"):
+            _config(section, {"keep_checkpoints": value}, tmp_path)
+
+
+def _config(section: str, keys: dict[str, Any], tmp_path: Path) -> ServerConfig | ClientConfig:
+    """The ``[server]`` or ``[client]`` table ``keys`` read as that daemon's config."""
+    if section == "server":
+        return server_config_from({"data": {"path": "x.csv"}, "server": keys}, tmp_path / "server.toml")
+    return client_config_from({"data": {"path": "x.csv"}, "client": {"party": 2, **keys}}, tmp_path / "party2.toml")

@@ -1,18 +1,33 @@
-"""Per-party checkpoints: model, optimizer and epoch, written atomically at every epoch end.
+"""Per-party checkpoints: written atomically at every epoch end, the newest few kept, corrupt ones skipped.
 
-Each party writes only its own state, under ``<run_dir>/<job_id>/party-<N>/``. A checkpoint is
-written to a temporary file and renamed into place, so a crash never leaves a half-written
-file where ``latest.pt`` should be. Loading uses ``weights_only=True``: no pickled code runs.
+Each party writes only its own state, under ``<run_dir>/<job_id>/party-<N>/``: ``epoch-NNNN.pt``
+for the newest ``keep`` epochs and ``latest.pt``, a copy of the newest. A power cut or a
+``kill -9`` never leaves a half-written file under either name (see ``_atomic_write``), yet a
+disk can still hand back a truncated or damaged file, so ``newest_readable_checkpoint`` falls
+back to an older epoch. Loading uses ``weights_only=True``: no pickled code runs.
 """
 
 from __future__ import annotations
 
+import io
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
 
+import structlog
 import torch
+
+log = structlog.get_logger(__name__)
+
+#: The copy of the newest checkpoint, under a name that never changes.
+LATEST = "latest.pt"
+
+_EPOCH_FILE = re.compile(r"epoch-(\d+)\.pt")
+#: What ``_atomic_write`` leaves behind if the process dies before the rename (only ours: other
+#: writers share the folder, such as the model artifact's).
+_TEMP_GLOBS = (".epoch-*.pt.*.tmp", f".{LATEST}.*.tmp")
 
 
 def party_dir(run_dir: Path, job_id: str, party: int) -> Path:
@@ -20,13 +35,26 @@ def party_dir(run_dir: Path, job_id: str, party: int) -> Path:
     return run_dir / job_id / f"party-{party}"
 
 
-def save_checkpoint(directory: Path, epoch: int, state: dict[str, Any]) -> Path:
-    """Write ``epoch-NNNN.pt`` and point ``latest.pt`` at the same content, both atomically."""
+def epoch_path(directory: Path, epoch: int) -> Path:
+    """The file that holds epoch ``epoch``'s checkpoint."""
+    return directory / f"epoch-{epoch:04d}.pt"
+
+
+def save_checkpoint(directory: Path, epoch: int, state: dict[str, Any], *, keep: int = 2) -> Path:
+    """Write ``epoch-NNNN.pt`` and ``latest.pt`` atomically, then delete all but the newest ``keep`` epochs.
+
+    The older files go only once the new one is on disk, so at every moment at least one whole
+    checkpoint exists. The file just written is never deleted, even if newer epochs are present.
+    """
+    if keep < 1:
+        raise ValueError(f"keep must be at least 1 (the newest checkpoint), got {keep}")
     directory.mkdir(parents=True, exist_ok=True)
-    payload = {"epoch": epoch, **state}
-    target = directory / f"epoch-{epoch:04d}.pt"
-    _atomic_save(payload, target)
-    _atomic_save(payload, directory / "latest.pt")
+    buffer = io.BytesIO()
+    torch.save({"epoch": epoch, **state}, buffer)  # serialised once, written twice
+    target = epoch_path(directory, epoch)
+    _atomic_write(buffer.getvalue(), target)
+    _atomic_write(buffer.getvalue(), directory / LATEST)
+    _prune(directory, keep, written=epoch)
     return target
 
 
@@ -36,14 +64,84 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     return state
 
 
-def _atomic_save(payload: dict[str, Any], target: Path) -> None:
+def checkpoint_epochs(directory: Path) -> list[int]:
+    """The epochs that have an ``epoch-NNNN.pt`` file in ``directory``, ascending; [] if there is none."""
+    if not directory.is_dir():
+        return []
+    found = (_EPOCH_FILE.fullmatch(p.name) for p in directory.iterdir())
+    return sorted(int(m.group(1)) for m in found if m is not None)
+
+
+def newest_readable_checkpoint(directory: Path) -> tuple[int, dict[str, Any]] | None:
+    """The newest epoch whose file loads, with its state; None if none does.
+
+    A file that fails to load (truncated, overwritten with garbage, not a checkpoint of this
+    epoch) is skipped with a ``checkpoint_unreadable`` warning naming it and the reason.
+    """
+    for epoch in reversed(checkpoint_epochs(directory)):
+        path = epoch_path(directory, epoch)
+        try:
+            state = load_checkpoint(path)
+        # torch.load reports damage as whatever its reader trips over first: OSError for a
+        # truncated zip, KeyError or UnpicklingError for garbage, EOFError for an empty file,
+        # RuntimeError for a non-zip file. Any of them means only "not this file".
+        except Exception as exc:
+            _unreadable(path, f"{type(exc).__name__}: {_first_line(exc)}")
+            continue
+        if not isinstance(state, dict) or state.get("epoch") != epoch:
+            held = state.get("epoch") if isinstance(state, dict) else type(state).__name__
+            _unreadable(path, f"it holds epoch {held!r}, not {epoch}")
+            continue
+        return epoch, state
+    return None
+
+
+def _unreadable(path: Path, reason: str) -> None:
+    log.warning("checkpoint_unreadable", path=str(path), reason=reason)
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else ""
+
+
+def _atomic_write(data: bytes, target: Path) -> None:
+    """Put ``data`` at ``target`` so that after a crash or power cut it holds either the old or the new bytes.
+
+    1. Write a temporary file in the same folder: ``os.replace`` is atomic only within one
+       file system, and a crash now leaves ``target`` untouched.
+    2. Flush Python's buffer and ``fsync`` the file: the bytes must be on disk before the rename
+       publishes them, or a power cut could leave ``target`` naming an empty or partial file.
+    3. ``os.replace`` onto ``target``: readers see the old file or the new one, never a mix.
+    4. ``fsync`` the folder: the rename is a change to the folder, and until the folder is
+       synced a power cut can undo it.
+    """
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
-            torch.save(payload, fh)
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    _fsync_directory(target.parent)
+
+
+def _fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _prune(directory: Path, keep: int, *, written: int) -> None:
+    """Delete the epoch files older than the newest ``keep``, and temporary files a crash left."""
+    stale = [epoch_path(directory, e) for e in checkpoint_epochs(directory)[:-keep] if e != written]
+    for pattern in _TEMP_GLOBS:  # no save runs alongside this one: each party's folder has one writer
+        stale += directory.glob(pattern)
+    # No fsync of the folder: a deletion that a power cut undoes is simply made again at the next save.
+    for path in stale:
+        path.unlink(missing_ok=True)

@@ -56,6 +56,8 @@ class ServerConfig:
     store: Path | None = None
     #: ``[metrics] listen`` when ``[metrics] enabled``: where the Prometheus endpoint listens.
     metrics_listen: str | None = None
+    #: How many epochs' checkpoints the active party keeps per job (the newest).
+    keep_checkpoints: int = 2
 
     @property
     def data(self) -> DataSource:
@@ -85,6 +87,8 @@ class ClientConfig:
     #: Reconnecting to an unreachable server: the first wait, doubled each try up to the cap.
     retry_initial_s: float = 0.5
     retry_max_s: float = 60.0
+    #: How many epochs' checkpoints this party keeps per job (the newest).
+    keep_checkpoints: int = 2
 
     @property
     def data(self) -> DataSource:
@@ -238,6 +242,7 @@ def server_config_from(doc: Mapping[str, Any], source: Path | None = None) -> Se
         port_file=port_file,
         torch_threads=srv.integer("torch_threads", 1),
         psi_workers=_psi_workers(doc, source),
+        keep_checkpoints=_keep_checkpoints(srv),
     )
 
 
@@ -280,6 +285,7 @@ def client_config_from(doc: Mapping[str, Any], source: Path | None = None, party
         connect_timeout_s=cli.number("connect_timeout_s", 60.0),
         torch_threads=cli.integer("torch_threads", 1),
         psi_workers=_psi_workers(doc, source),
+        keep_checkpoints=_keep_checkpoints(cli),
     )
 
 
@@ -310,6 +316,17 @@ def _datasets(doc: Mapping[str, Any], source: Path | None, *, label_column: str 
             path, sec.text("id_column", "id"), sec.text("label_column", label_column) if label_column else None
         )
     return found
+
+
+def _keep_checkpoints(sec: _Section) -> int:
+    """``keep_checkpoints`` in ``[server]`` or ``[client]``: a whole number of epochs, at least 1."""
+    keep = sec.raw.get("keep_checkpoints", 2)
+    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:  # bool: TOML true is not a count
+        raise ConfigError(
+            f"{sec.where}: [{sec.name}] keep_checkpoints = {keep!r}; give a whole number of epochs, at least 1 "
+            "(the newest checkpoint is always kept)"
+        )
+    return keep
 
 
 def _psi_workers(doc: Mapping[str, Any], source: Path | None) -> int | None:

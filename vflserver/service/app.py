@@ -70,6 +70,7 @@ class Service:
                 join_timeout_s=config.join_timeout_s,
                 step_timeout_s=config.step_timeout_s,
                 psi_workers=config.psi_workers,
+                keep_checkpoints=config.keep_checkpoints,
             ),
             registry=self.registry,
             metrics=self.metrics,

@@ -49,6 +49,7 @@ class RunnerSettings:
     join_timeout_s: float = 300.0
     step_timeout_s: float = 300.0
     psi_workers: int | None = None
+    keep_checkpoints: int = 2  # per job, the newest epochs' checkpoints the active party keeps
 
 
 class JobListener:
@@ -169,6 +170,7 @@ class JobRunner:
                 step_timeout_s=self.settings.step_timeout_s,
                 psi_workers=self.settings.psi_workers,
                 psi_only=plan.psi_only,
+                keep_checkpoints=self.settings.keep_checkpoints,
             )
         except (ConfigError, DataError, ValueError) as exc:
             self._end(job_id, "failed", str(exc))
