@@ -28,7 +28,6 @@ import structlog
 from vflalgorithms.base import ModelFactory
 from vflclient._connection import Connection
 from vflclient._passive_party import PassiveParty, RunResult
-from vflcore.data.checkpoints import party_dir
 from vflcore.data.tables import PartyTable, read_party_csv
 from vflcore.errors import ConfigError, DataError, PermissionDenied, ServerUnavailable, TlsConfigError, VflError
 from vflcore.job import JobSpec
@@ -134,12 +133,7 @@ class PartyDaemon:
                     raise ServerUnavailable("stopped before a job came")
                 if offer is not None:
                     job, dataset = offer
-                    try:
-                        party = self._party(dataset)
-                    except (ConfigError, DataError) as exc:
-                        connection.report_failure(job.job_id, 0, str(exc))
-                        raise
-                    return party.run(connection, job_id=job.job_id)
+                    return self._party_for(connection, job, dataset).run(connection, job_id=job.job_id)
 
     # ---- one job ------------------------------------------------------------------------------
 
@@ -147,11 +141,9 @@ class PartyDaemon:
         structlog.contextvars.bind_contextvars(job=job.job_id)
         try:
             try:
-                party = self._party(dataset)
-            except (ConfigError, DataError) as exc:
-                log.error("job_refused", dataset=dataset, error=str(exc))
-                connection.report_failure(job.job_id, 0, str(exc))
-                return
+                party = self._party_for(connection, job, dataset)
+            except (ConfigError, DataError):
+                return  # reported: the job fails before PSI; this party waits for the next
             result = party.run(connection, job_id=job.job_id)
             self.jobs_done += 1
             log.info("job_ended", success=result.success, message=result.message, epochs=result.epochs_trained)
@@ -164,11 +156,21 @@ class PartyDaemon:
         finally:
             structlog.contextvars.unbind_contextvars("job", "round")
 
-    def _party(self, dataset: str) -> PassiveParty:
-        """A fresh party for one job on the named dataset; nothing of an earlier job is kept in memory."""
+    def _party_for(self, connection: Connection, job: JobSpec, dataset: str) -> PassiveParty:
+        """A fresh party for ``job`` on the named dataset; nothing of an earlier job is kept in memory.
+
+        A dataset this party lacks (or cannot read) is reported to the server, which then fails the
+        job before PSI naming the party and the dataset, and the error is raised here too.
+        """
+        try:
+            table = self._table(dataset)
+        except (ConfigError, DataError) as exc:
+            log.error("job_refused", job=job.job_id, dataset=dataset, error=str(exc))
+            connection.report_failure(job.job_id, 0, str(exc))
+            raise
         return PassiveParty(
             self.party,
-            self._table(dataset),
+            table,
             model_factory=self.model_factory,
             run_dir=self.run_dir,
             heartbeat_s=self.heartbeat_s,
@@ -211,7 +213,3 @@ class PartyDaemon:
         wait = self.backoff.next_wait()
         log.warning("server_unreachable", attempt=self.backoff.attempt, retry_in_s=round(wait, 2), error=str(exc))
         self.stop_event.wait(wait)
-
-    def checkpoints(self, job_id: str) -> Path:
-        """Where this party keeps a job's checkpoints (they outlive the job's state in memory)."""
-        return party_dir(self.run_dir, job_id, self.party)

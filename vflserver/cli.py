@@ -23,16 +23,16 @@ from typing import Any
 
 import structlog
 
-from vflcore.data.tables import DataError, read_party_csv
+from vflcore.data.tables import DataError
 from vflcore.errors import ConfigError, JobStoreError, VflError
 from vflcore.runtime import daemon
-from vflcore.runtime.config import ServerConfig, dataset_named, document_with_flags, server_config_from
+from vflcore.runtime.config import ServerConfig, document_with_flags, server_config_from
 from vflcore.security.tls import TlsConfigError
 from vflcore.wire.traffic import summary_lines
 from vflserver.active_party import ActiveParty, EpochReport, RunSummary
 from vflserver.alignment import AlignmentResult
 from vflserver.service.app import Service
-from vflserver.service.plan import TABLES, plan_from_document
+from vflserver.service.plan import TABLES, plan_from_document, read_active_table
 from vflserver.service.runner import JobListener
 from vflserver.service.store import ENDED, JobRecord, JobStore
 from vflserver.serving.config import serving_config_from
@@ -157,16 +157,8 @@ def _check_data(config: ServerConfig, job: dict[str, Any] | None) -> None:
             raise DataError(f"dataset {name!r}: {source.path} does not exist")
     if job is None:
         return
-    plan = plan_from_document(job, default_join_timeout_s=config.join_timeout_s, where=str(config_source(config)))
-    source = dataset_named(config.datasets, plan.datasets[1], "the active party (party 1)")
-    if plan.psi_only:
-        read_party_csv(source.path, id_column=source.id_column, feature_columns=())
-    else:
-        read_party_csv(source.path, id_column=source.id_column, label_column=source.label_column)
-
-
-def config_source(config: ServerConfig) -> str:
-    return "the config's [job]" if config.submit_at_start else "job"
+    plan = plan_from_document(job, default_join_timeout_s=config.join_timeout_s, where="the config's [job]")
+    read_active_table(plan, config.datasets)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -269,14 +261,10 @@ def _submit_config_job(service: Service, job: dict[str, Any], once: bool) -> str
     record = service.submit(job, submitter="vfl-server config")
     print(
         f"vfl-server: job {record.job_id} ({record.algorithm}) queued from the config; "
-        f"waiting for its parties {plan_parties(record)}",
+        f"waiting for its parties {record.document['job'].get('passive_parties', [])}",
         flush=True,
     )
     return record.job_id
-
-
-def plan_parties(record: JobRecord) -> list[int]:
-    return list(record.document.get("job", {}).get("passive_parties", []))
 
 
 def _wait_for_end(store: JobStore, job_id: str, stopped: threading.Event) -> JobRecord | None:

@@ -18,12 +18,11 @@ import grpc
 import structlog
 
 from vflcore.errors import ConfigError, DuplicateJob, JobNotFound, JobStateError, PermissionDenied
-from vflcore.job import ACTIVE_PARTY
 from vflcore.proto import federation_pb2 as pb
 from vflcore.proto import federation_pb2_grpc as pb_grpc
-from vflcore.runtime.config import DataSource, dataset_named
+from vflcore.runtime.config import DataSource
 from vflcore.security.identity import operator_from_auth_context
-from vflserver.service.plan import JobPlan, plan_from_document
+from vflserver.service.plan import active_source, plan_from_document
 from vflserver.service.runner import JobRunner
 from vflserver.service.store import ENDED, JOB_STATES, EpochRecord, JobEvent, JobRecord, JobStore
 
@@ -64,7 +63,7 @@ def submit_job(
 ) -> JobRecord:
     """Check ``document``, queue it under its ``[job] job_id`` (or a new id), and wake the runner."""
     plan = plan_from_document(document, default_join_timeout_s=join_timeout_s)
-    _check_active_dataset(plan, datasets)
+    active_source(plan, datasets)  # the passive parties say so at join, before PSI
     job_id = plan.job.job_id or f"job-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     record = store.submit(
         job_id, dict(document), algorithm=plan.job.algorithm, epochs=plan.job.epochs, submitter=submitter
@@ -72,14 +71,6 @@ def submit_job(
     log.info("job_submitted", job=job_id, algorithm=plan.job.algorithm, submitter=submitter)
     runner.wake()
     return record
-
-
-def _check_active_dataset(plan: JobPlan, datasets: Mapping[str, DataSource]) -> None:
-    """The active party must have the dataset the job names for it; the passive ones say so at join."""
-    try:
-        dataset_named(datasets, plan.datasets[ACTIVE_PARTY], "the active party (party 1)")
-    except ConfigError as exc:
-        raise ConfigError(f"job: {exc}") from None
 
 
 class ControlService(pb_grpc.ControlServicer):

@@ -29,9 +29,10 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from vflalgorithms.base import algorithm_spec
+from vflcore.data.tables import PartyTable, read_party_csv
 from vflcore.errors import ConfigError
 from vflcore.job import ACTIVE_PARTY, SET_BY_ACTIVE_PARTY, JobSpec
-from vflcore.runtime.config import DEFAULT_DATASET, _Section, job_from_document
+from vflcore.runtime.config import DEFAULT_DATASET, DataSource, _Section, dataset_named, job_from_document
 from vflserver.serving.config import DEGRADED_MODES
 
 #: The tables of a job document; anything else is refused by name.
@@ -110,6 +111,22 @@ def plan_from_document(doc: Mapping[str, Any], *, default_join_timeout_s: float,
         serve=serve,
         degraded=degraded,
     )
+
+
+def active_source(plan: JobPlan, datasets: Mapping[str, DataSource]) -> DataSource:
+    """The active party's dataset for ``plan``; a ConfigError naming the job and the dataset if it lacks it."""
+    try:
+        return dataset_named(datasets, plan.datasets[ACTIVE_PARTY], "the active party (party 1)")
+    except ConfigError as exc:
+        raise ConfigError(f"job {plan.job.job_id or '(new)'}: {exc}") from None
+
+
+def read_active_table(plan: JobPlan, datasets: Mapping[str, DataSource]) -> PartyTable:
+    """The active party's table for ``plan``: with labels to train, or only the IDs for a PSI-only job."""
+    source = active_source(plan, datasets)
+    if plan.psi_only:  # only the ID column matters: labels and features may be absent or anything
+        return read_party_csv(source.path, id_column=source.id_column, feature_columns=())
+    return read_party_csv(source.path, id_column=source.id_column, label_column=source.label_column)
 
 
 def _refuse_unknown(doc: Mapping[str, Any], table: str, known: tuple[str, ...], where: str) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -22,16 +21,16 @@ import structlog
 
 from vflalgorithms.base import algorithm_spec
 from vflcore.data.checkpoints import party_dir
-from vflcore.data.tables import DataError, PartyTable, read_party_csv
+from vflcore.data.tables import DataError
 from vflcore.errors import ConfigError, JobAborted, JobStateError, VflError
 from vflcore.job import ACTIVE_PARTY
-from vflcore.runtime.config import DataSource, dataset_named
+from vflcore.runtime.config import DataSource
 from vflcore.wire.traffic import MB
 from vflserver.active_party import ARTIFACT_FILE, ActiveParty, EpochReport, RunSummary
 from vflserver.alignment import AlignmentResult
 from vflserver.service.board import JobBoard
 from vflserver.service.metrics import ServiceMetrics
-from vflserver.service.plan import JobPlan, plan_from_document
+from vflserver.service.plan import JobPlan, plan_from_document, read_active_table
 from vflserver.service.store import ENDED, EpochRecord, JobRecord, JobStore
 from vflserver.serving.artifact import ArtifactServable
 from vflserver.serving.federated import FederatedServable
@@ -128,15 +127,6 @@ class JobRunner:
             self._thread.join(timeout_s)
         self._retire_served("the server is shutting down")
 
-    def running(self) -> str | None:
-        """The id of the job running now, if any."""
-        active = self._active
-        return None if active is None else active.job.job_id
-
-    def idle(self) -> bool:
-        """No job is running and none is queued."""
-        return self._active is None and self.store.next_queued() is None
-
     # ---- the loop -----------------------------------------------------------------------------
 
     def _loop(self) -> None:
@@ -163,7 +153,7 @@ class JobRunner:
             self.store.set_state(job_id, "aligning", f"waiting for parties {parties}, then PSI")
             active = ActiveParty(
                 plan.job,
-                self._active_table(plan),
+                read_active_table(plan, self.settings.datasets),
                 top_hidden=plan.top_hidden,
                 top_dropout=plan.top_dropout,
                 run_dir=self.settings.run_dir,
@@ -207,17 +197,6 @@ class JobRunner:
                 self.board.close(active.parties)
             structlog.contextvars.unbind_contextvars("job")
             self.listener.ended(self.store.get(job_id), summary, active)
-
-    def _active_table(self, plan: JobPlan) -> PartyTable:
-        """The active party's dataset for this job; a name it lacks fails the job, naming both."""
-        name = plan.datasets[ACTIVE_PARTY]
-        try:
-            source = dataset_named(self.settings.datasets, name, "the active party (party 1)")
-        except ConfigError as exc:
-            raise ConfigError(f"job {plan.job.job_id}: {exc}") from None
-        if plan.psi_only:  # only the ID column matters: labels and features may be absent or anything
-            return read_party_csv(source.path, id_column=source.id_column, feature_columns=())
-        return read_party_csv(source.path, id_column=source.id_column, label_column=source.label_column)
 
     # ---- what the job reports -----------------------------------------------------------------
 
@@ -334,19 +313,3 @@ def _abort(active: ActiveParty, reason: JobAborted) -> None:
     """Make a running job end at its next wait: the loop's stop flag and every waiting exchange."""
     active.stop_event.set()
     active.parties.abort(reason)
-
-
-def wait_until_ended(store: JobStore, job_id: str, timeout_s: float) -> JobRecord:
-    """The job's record once it has ended; TimeoutError after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    seq = 0
-    while True:
-        record = store.get(job_id)
-        if record.state in ENDED:
-            return record
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise TimeoutError(f"job {job_id} did not end within {timeout_s:.0f} s (it is {record.state})")
-        events = store.wait_for_events(job_id, seq, min(remaining, 1.0))
-        if events:
-            seq = events[-1].seq
