@@ -26,6 +26,7 @@ from torch import nn
 
 from vflcore.errors import ConfigError
 from vflcore.job import JobSpec, Schedule
+from vflcore.ml.state import capture, restore
 from vflcore.tasks import Task
 from vflcore.wire.links import TrainingLink
 from vflcore.wire.tensors import TensorKey
@@ -110,9 +111,18 @@ class ServerAlgorithm(ABC):
     def predict(self, rows: np.ndarray, embeddings: dict[int, np.ndarray]) -> torch.Tensor:
         """The model's output for aligned ``rows``, given each passive party's representation."""
 
-    @abstractmethod
+    #: The attributes that hold this half's training state (``vflcore.ml.state``): models,
+    #: optimizers, generators and the algorithm's own variables. A resumed job reloads exactly
+    #: these, so an attribute that changes during training and is missing here breaks resumption.
+    checkpointed: tuple[str, ...] = ("step_losses",)
+
     def state(self) -> dict[str, Any]:
-        """Model and optimizer state for the active party's checkpoint."""
+        """Everything ``checkpointed`` names, for the active party's checkpoint."""
+        return capture(self, self.checkpointed)
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Continue from ``state`` (from ``state()``), as if training had never stopped."""
+        restore(self, state, self.checkpointed)
 
     def standalone_model(self) -> nn.Module | None:
         """The whole trained model on the active party's own features, if it needs no other party.
@@ -160,9 +170,16 @@ class ClientAlgorithm(ABC):
     def embed(self, rows: np.ndarray) -> np.ndarray:
         """This party's representation of aligned ``rows``, for evaluation and inference."""
 
-    @abstractmethod
+    #: The attributes that hold this half's training state; see ``ServerAlgorithm.checkpointed``.
+    checkpointed: tuple[str, ...] = ()
+
     def state(self) -> dict[str, Any]:
-        """Model and optimizer state for this party's checkpoint."""
+        """Everything ``checkpointed`` names, for this party's checkpoint."""
+        return capture(self, self.checkpointed)
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Continue from ``state`` (from ``state()``), as if training had never stopped."""
+        restore(self, state, self.checkpointed)
 
     def share(self, name: str) -> np.ndarray:
         """A tensor the active party asks for by name after training (VIMADMM-J: its head W_k)."""

@@ -121,11 +121,19 @@ class Connection(TrainingLink):
             return None
         return wire.job_from_proto(reply.job), reply.dataset
 
-    def join(self, table: PartyTable, cached_alignments: Sequence[bytes] = (), job_id: str = "") -> JobSpec:
+    def join(
+        self,
+        table: PartyTable,
+        cached_alignments: Sequence[bytes] = (),
+        job_id: str = "",
+        checkpoints: Sequence[int] = (),
+    ) -> JobSpec:
         """Join the server's job (``job_id``, as ``next_job`` offered it; "": the waiting one); returns its settings.
 
         ``cached_alignments`` are the keys of PSI results this party saved earlier; if every
-        party still has the one for the current data, the server skips PSI.
+        party still has the one for the current data, the server skips PSI. ``checkpoints`` are
+        the epochs of this job whose checkpoints this party can read: a resumed job continues
+        from the newest one every party holds.
         """
         request = pb.JoinRequest(
             party=self.party,
@@ -135,6 +143,7 @@ class Connection(TrainingLink):
             client_version=CLIENT_VERSION,
             cached_alignments=list(cached_alignments),
             job_id=job_id,
+            checkpoints=list(checkpoints),
         )
         with translated("Join"):
             reply = self._stub.Join(request, metadata=self._metadata)

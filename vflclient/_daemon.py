@@ -9,8 +9,10 @@
    party is to use, by the name in this party's own config.
 3. Load that dataset and take part (``PassiveParty.run``). A dataset this party lacks is reported
    to the server, which fails the job before PSI with a message naming the party and the dataset.
-4. Whatever the job's outcome (finished, failed, cancelled), drop its state, keep its checkpoints,
-   and go back to 2. A lost connection goes back to 1.
+4. Whatever the job's outcome (finished, failed, cancelled, paused because another party was
+   lost), drop its state, keep its checkpoints, and go back to 2. A lost connection goes back
+   to 1. A paused job is offered again: joining it with the checkpoints this party holds lets
+   the server resume it from the newest checkpoint every party holds.
 
 ``once=True`` is the one-shot party of old: one job, errors raised to the caller, no retries.
 """
@@ -145,6 +147,9 @@ class PartyDaemon:
             except (ConfigError, DataError):
                 return  # reported: the job fails before PSI; this party waits for the next
             result = party.run(connection, job_id=job.job_id)
+            if result.rejoin:  # the server offers it again once it can resume from a checkpoint
+                log.warning("job_paused", message=result.message, epochs=result.epochs_trained)
+                return
             self.jobs_done += 1
             log.info("job_ended", success=result.success, message=result.message, epochs=result.epochs_trained)
         except ServerUnavailable:

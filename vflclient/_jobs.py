@@ -73,7 +73,8 @@ class Job:
 
     id: str
     algorithm: str
-    #: "queued", "aligning", "training", "finished", "failed", "cancelled" or "interrupted".
+    #: "queued", "aligning", "training", "waiting" (for a lost party), "finished", "failed",
+    #: "cancelled" or "interrupted".
     state: str
     #: The operator who submitted it (the name in their certificate).
     submitter: str

@@ -25,13 +25,14 @@ import torch
 from vflalgorithms.base import ClientAlgorithm, ModelFactory, PassiveContext, algorithm_spec, algorithms
 from vflclient._alignment import align_passive
 from vflclient._connection import Connection
-from vflcore.data.checkpoints import party_dir, save_checkpoint
+from vflcore.data.checkpoints import discard_after, load_epoch, party_dir, readable_checkpoints, save_checkpoint
 from vflcore.data.tables import PartyTable, write_aligned_ids
-from vflcore.errors import ConfigError, JoinRejected
+from vflcore.errors import ConfigError, JobAborted, JoinRejected, PartyUnavailable, ServerUnavailable
 from vflcore.job import ACTIVE_PARTY, JobSpec
+from vflcore.ml.state import restore_rng, rng_state
 from vflcore.psi.cache import cached_keys
 from vflcore.runtime.daemon import adopt_torch_threads
-from vflcore.tasks import Align, Evaluate, Finish, Infer, Share, Task, TrainEpoch
+from vflcore.tasks import Align, Checkpoint, Evaluate, Finish, Infer, Restore, Share, Task, TrainEpoch
 from vflcore.wire.names import EVAL_EMBEDDING, infer_embedding_name
 from vflcore.wire.tensors import TensorKey
 from vflcore.wire.traffic import summary_lines
@@ -48,6 +49,8 @@ class RunResult:
     message: str
     epochs_trained: int
     run_dir: Path
+    #: The job only paused (a party was lost): ask NextJob and join it again to resume it.
+    rejoin: bool = False
 
 
 class PassiveParty:
@@ -82,7 +85,8 @@ class PassiveParty:
         """Join the job (``job_id`` as ``Connection.next_job`` offered it, or the waiting one) and work
         through its tasks; returns when the server says Finish."""
         adopt_torch_threads()  # the SDK may run a party on any thread
-        job = connection.join(self.own_table, self._saved_alignments(), job_id=job_id)
+        held = readable_checkpoints(party_dir(self.run_dir, job_id, self.party)) if job_id else []
+        job = connection.join(self.own_table, self._saved_alignments(), job_id=job_id, checkpoints=held)
         _passive_half(job.algorithm)  # refuse an algorithm this client lacks before any work
         self.job = job
         structlog.contextvars.bind_contextvars(job=job.job_id)
@@ -99,11 +103,13 @@ class PassiveParty:
             if self.stop_event.is_set():
                 break
             if isinstance(task, Finish):
-                log.info("job_finished", success=task.success, message=task.message)
+                log.info("job_finished", success=task.success, message=task.message, rejoin=task.rejoin)
                 self._write_traffic(connection, job)
-                return RunResult(job.job_id, task.success, task.message, epochs_trained, self._dir(job))
+                return RunResult(job.job_id, task.success, task.message, epochs_trained, self._dir(job), task.rejoin)
             try:
                 epochs_trained += self._perform(task, connection)
+            except (JobAborted, PartyUnavailable, ServerUnavailable):
+                raise  # the server ended the task, or cannot be reached: nothing to report
             except Exception as exc:
                 connection.report_failure(job.job_id, task.task_id, f"{type(exc).__name__}: {exc}")
                 raise
@@ -177,9 +183,13 @@ class PassiveParty:
             case TrainEpoch(_, epoch):
                 structlog.contextvars.bind_contextvars(round=epoch)
                 algorithm.train_epoch(epoch)
-                save_checkpoint(self._dir(job), epoch, algorithm.state(), keep=self.keep_checkpoints)
                 log.info("epoch_done")
                 return 1
+            case Checkpoint(_, epoch):
+                state = {"algorithm": algorithm.state(), "rng": rng_state()}
+                save_checkpoint(self._dir(job), epoch, state, keep=self.keep_checkpoints)
+            case Restore(_, epoch):
+                self._restore(algorithm, epoch)
             case Evaluate(_, epoch, rows):
                 connection.send(TensorKey(job.job_id, epoch, 0, EVAL_EMBEDDING), algorithm.embed(rows))
             case Share(_, round_, name):
@@ -188,6 +198,17 @@ class PassiveParty:
                 connection.send(TensorKey(job.job_id, 0, 0, infer_embedding_name(request_id)), algorithm.embed(rows))
                 log.info("inference_served", request=request_id, rows=len(rows))
         return 0
+
+    def _restore(self, algorithm: ClientAlgorithm, epoch: int) -> None:
+        """Continue from the checkpoint of ``epoch`` (-1: from the start) and delete newer ones."""
+        assert self.job is not None
+        folder = self._dir(self.job)
+        if epoch >= 0:
+            state = load_epoch(folder, epoch)  # CheckpointError names the file; reported, the job fails
+            algorithm.load_state(state["algorithm"])
+            restore_rng(state["rng"])
+            log.info("resumed", epoch=epoch)
+        discard_after(folder, epoch)
 
     def _dir(self, job: JobSpec) -> Path:
         return party_dir(self.run_dir, job.job_id, self.party)

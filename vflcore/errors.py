@@ -7,6 +7,7 @@
     ├── CertsError             a certificate file is missing, unreadable or in the way  local
     │   └── KeyExistsError     issuing would overwrite a private key (no --force)       local
     ├── ArtifactError          a model artifact cannot be written or read               local
+    ├── CheckpointError        a training checkpoint is missing or cannot be read       local
     ├── JobStoreError          the job store cannot be opened: made by a newer          local
     │                          vfl-server, or not a job store
     ├── PsiError               a PSI point is malformed or low-order (malicious)        fails the job
@@ -15,6 +16,8 @@
     ├── JoinRejected           the party's data does not fit this job, or it joined     FAILED_PRECONDITION
     │                          after training started
     ├── PartyUnavailable       a party is offline or stopped answering (``party``)      UNAVAILABLE, 503
+    │   └── PartyLost          its connection closed or it went silent: the service     UNAVAILABLE
+    │                          pauses the job and resumes it from a checkpoint
     ├── JobAborted             the job stopped (failure or shutdown)                    ABORTED
     │   └── EmptyIntersection  the parties share no sample ID: nothing to train on      ABORTED
     ├── TensorError            a tensor from a peer failed validation (``field``)       INVALID_ARGUMENT
@@ -82,6 +85,10 @@ class ArtifactError(VflError):
     """The artifact cannot be written or read; the message names the file and the problem."""
 
 
+class CheckpointError(VflError):
+    """A training checkpoint is missing or cannot be read; the message names the file."""
+
+
 class JobStoreError(VflError):
     """The job store file cannot be used as it is; the message names the file and says what to do."""
 
@@ -137,6 +144,14 @@ class PartyUnavailable(VflError):
         else:
             super().__init__(f"party {party} is unavailable: {reason}")
             self.party, self.reason = party, str(reason)
+
+
+class PartyLost(PartyUnavailable):
+    """A party of a running job is gone: its connection closed, it went silent, or it restarted.
+
+    Unlike a party that reported a failure, a lost party may come back: the service pauses the
+    job and resumes it from the newest checkpoint every party holds once it has rejoined.
+    """
 
 
 class JobAborted(VflError):

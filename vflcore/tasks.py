@@ -53,6 +53,9 @@ class Finish:
     task_id: int
     success: bool
     message: str
+    #: The job only pauses: a party was lost, and the job is offered again to resume from the
+    #: newest checkpoint every party holds. A daemon asks NextJob and joins it again.
+    rejoin: bool = False
 
 
 @dataclass(frozen=True)
@@ -68,4 +71,24 @@ class Share:
     name: str = "head"
 
 
-Task = Align | TrainEpoch | Evaluate | Infer | Share | Finish
+@dataclass(frozen=True)
+class Checkpoint:
+    """Save this party's training state as the checkpoint of ``epoch``; every party saves the same epochs."""
+
+    task_id: int
+    epoch: int
+
+
+@dataclass(frozen=True)
+class Restore:
+    """Continue from the checkpoint of ``epoch`` (the newest every party holds) and delete newer ones.
+
+    ``epoch`` -1 starts afresh: every checkpoint this party holds for the job is deleted, so that
+    a job id used again never resumes from an older run's files.
+    """
+
+    task_id: int
+    epoch: int
+
+
+Task = Align | TrainEpoch | Checkpoint | Restore | Evaluate | Infer | Share | Finish

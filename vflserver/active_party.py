@@ -22,15 +22,22 @@ import structlog
 import torch
 
 from vflalgorithms.base import ActiveContext, ServerAlgorithm, algorithm_spec
-from vflcore.data.checkpoints import party_dir, save_checkpoint
+from vflcore.data.checkpoints import (
+    discard_after,
+    load_epoch,
+    party_dir,
+    readable_checkpoints,
+    save_checkpoint,
+)
 from vflcore.data.tables import PartyTable, write_aligned_ids
-from vflcore.errors import ConfigError, JobAborted
+from vflcore.errors import CheckpointError, ConfigError, JobAborted, PartyLost
 from vflcore.job import ACTIVE_PARTY, JobSpec, Schedule
 from vflcore.ml.losses import label_tensor, task_loss
 from vflcore.ml.metrics import task_metrics
 from vflcore.ml.models import seed_dropout
+from vflcore.ml.state import restore_rng, rng_state
 from vflcore.runtime.daemon import adopt_torch_threads
-from vflcore.tasks import Evaluate, Infer
+from vflcore.tasks import Checkpoint, Evaluate, Infer, Restore
 from vflcore.wire.names import EVAL_EMBEDDING, infer_embedding_name
 from vflcore.wire.traffic import MB
 from vflserver.alignment import AlignmentResult, align_active
@@ -54,6 +61,15 @@ class EpochReport:
     metrics: dict[str, float]
     seconds: float
     wire_mb: float = 0.0  # training traffic of the epoch, both directions, every party
+
+    def plain(self) -> dict[str, Any]:
+        """Its fields as Python numbers (no NumPy scalars), as a checkpoint stores them."""
+        return {
+            **vars(self),
+            "train_loss": float(self.train_loss),
+            "test_loss": float(self.test_loss),
+            "metrics": {name: float(value) for name, value in self.metrics.items()},
+        }
 
 
 @dataclass
@@ -89,6 +105,7 @@ class ActiveParty:
         psi_workers: int | None = None,
         psi_only: bool = False,
         keep_checkpoints: int = 2,
+        heartbeat_timeout_s: float | None = None,
     ) -> None:
         if keep_checkpoints < 1:
             raise ConfigError(f"keep_checkpoints = {keep_checkpoints}; keep at least the newest checkpoint (1)")
@@ -116,9 +133,16 @@ class ActiveParty:
         self.psi_workers = psi_workers
         self.psi_only = psi_only
         self.keep_checkpoints = keep_checkpoints
-        self.parties = PassiveParties(self.job, step_timeout_s=step_timeout_s, offline_grace_s=offline_grace_s)
+        self.parties = PassiveParties(
+            self.job,
+            step_timeout_s=step_timeout_s,
+            offline_grace_s=offline_grace_s,
+            heartbeat_timeout_s=heartbeat_timeout_s,
+        )
         self.run_dir = party_dir(run_dir, self.job.job_id, ACTIVE_PARTY)
         self.stop_event = threading.Event()
+        #: Set once every passive party has joined: a failure before it means one never came.
+        self.everyone_joined = False
         self._inference_lock = threading.Lock()
         self._loss_fn = task_loss(self.job.task)
         # Set by _prepare once PSI has aligned the rows:
@@ -175,11 +199,15 @@ class ActiveParty:
         on_epoch: Callable[[EpochReport], None] | None = None,
         on_aligned: Callable[[AlignmentResult], None] | None = None,
         keep_serving: bool = False,
+        resume: bool = False,
     ) -> RunSummary:
         """Train, evaluate and score the held-out rows; always tell the parties how it ended.
 
         With ``keep_serving`` the passive parties stay connected after training, so that
-        ``predict_ids`` can go on scoring rows until ``shutdown`` is called.
+        ``predict_ids`` can go on scoring rows until ``shutdown`` is called. With ``resume`` the
+        job continues from the newest checkpoint that every party holds (``_roll_back``);
+        without it, every party starts afresh and deletes what an earlier run left. A party lost
+        on the way raises PartyLost after the others were told to rejoin (``Finish(rejoin)``).
         """
         adopt_torch_threads()  # this may be any thread (the daemon's job thread, a test's)
         summary = RunSummary(job_id=self.job.job_id, run_dir=self.run_dir)
@@ -187,6 +215,7 @@ class ActiveParty:
         try:
             log.info("waiting_for_parties", parties=list(self.job.passive_parties), timeout_s=join_timeout_s)
             fed.wait_until_ready(join_timeout_s, self.stop_event)
+            self.everyone_joined = True
             fed.state = "aligning"
             summary.alignment = self.align()
             if on_aligned is not None:
@@ -196,7 +225,7 @@ class ActiveParty:
                 return summary
             fed.state = "training"
             seed_dropout(self.job)
-            for epoch in range(self.job.epochs):
+            for epoch in range(self._roll_back(resume, summary), self.job.epochs):
                 structlog.contextvars.bind_contextvars(round=epoch)
                 if self.stop_event.is_set():
                     raise JobAborted("shutdown requested")
@@ -206,7 +235,7 @@ class ActiveParty:
                 wire_mb = fed.traffic.phase_total(f"train {epoch}") / MB
                 report = EpochReport(epoch, train_loss, test_loss, metrics, time.perf_counter() - started, wire_mb)
                 summary.epochs.append(report)
-                save_checkpoint(self.run_dir, epoch, self.algorithm.state(), keep=self.keep_checkpoints)
+                self._checkpoint(epoch, summary)
                 log.info("epoch_done", train_loss=train_loss, test_loss=test_loss, **metrics)
                 if on_epoch is not None:
                     on_epoch(report)
@@ -226,10 +255,64 @@ class ActiveParty:
             if not keep_serving:
                 self.shutdown("training finished")
             return summary
+        except PartyLost as exc:
+            fed.finish(False, f"the job pauses until it can resume: {exc}", rejoin=True)
+            fed.abort(exc)
+            raise
         except BaseException as exc:
             fed.finish(False, f"the active party stopped the job: {exc}")
             fed.abort(exc if isinstance(exc, Exception) else JobAborted("interrupted"))
             raise
+
+    # ---- checkpoints ------------------------------------------------------------------------
+
+    def _checkpoint(self, epoch: int, summary: RunSummary) -> None:
+        """Save this party's state as epoch ``epoch``'s checkpoint, then have every passive party save its own.
+
+        The active party saves first, so a passive party never holds an epoch the active party
+        lacks; the rollback point is the newest epoch they all hold (``_roll_back``).
+        """
+        state = {
+            "algorithm": self.algorithm.state(),
+            "rng": rng_state(),
+            "reports": [report.plain() for report in summary.epochs],
+        }
+        save_checkpoint(self.run_dir, epoch, state, keep=self.keep_checkpoints)
+        self.parties.dispatch(lambda tid: Checkpoint(tid, epoch))
+
+    def _roll_back(self, resume: bool, summary: RunSummary) -> int:
+        """Agree on the newest checkpoint every party holds, load it everywhere; returns the next epoch.
+
+        Each passive party said at Join which epochs it can read. The active party tries the
+        common ones, newest first, and loads its own; then every passive party is told to load
+        the same epoch (``Restore``) and to delete newer ones. With no common checkpoint, or
+        without ``resume``, every party starts afresh (``Restore(-1)``), which gives the same model.
+        """
+        fed, epochs = self.parties, self.job.epochs
+        held = {ACTIVE_PARTY: readable_checkpoints(self.run_dir) if resume else []}
+        held |= {party: list(fed.member(party).checkpoints) for party in self.job.passive_parties}
+        common = set(held[ACTIVE_PARTY]).intersection(*(set(h) for h in held.values()))
+        chosen = -1
+        for epoch in sorted((e for e in common if e < epochs), reverse=True):
+            try:
+                state = load_epoch(self.run_dir, epoch)
+            except CheckpointError as exc:  # damaged since it was listed: an older one will do
+                log.warning("checkpoint_unreadable", epoch=epoch, error=str(exc))
+                continue
+            self.algorithm.load_state(state["algorithm"])
+            restore_rng(state["rng"])
+            summary.epochs = [EpochReport(**report) for report in state["reports"]]
+            chosen = epoch
+            break
+        discard_after(self.run_dir, chosen)
+        fed.dispatch(lambda tid: Restore(tid, chosen))
+        if resume:
+            log.info(
+                "resumed" if chosen >= 0 else "resumed_from_the_start",
+                epoch=chosen,
+                held={str(party): found for party, found in held.items()},
+            )
+        return chosen + 1
 
     def shutdown(self, message: str) -> None:
         """End the job successfully: every passive party gets Finish and leaves."""
@@ -353,6 +436,7 @@ class ActiveParty:
             "aligned_rows": self.job.num_rows,
             "psi": None if alignment is None else {"reused": alignment.reused, "pairwise": alignment.pairwise},
             "epochs": [vars(e) for e in summary.epochs],
+            "step_losses": list(self.algorithm.step_losses),
             "final_metrics": summary.final_metrics,
             "wire_bytes": {str(party): phases for party, phases in summary.wire.items()},
             "artifact": None if summary.artifact is None else str(summary.artifact),

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import structlog
 
-from vflcore.errors import JobAborted, JoinRejected, PartyUnavailable
+from vflcore.errors import JobAborted, JoinRejected, PartyLost, PartyUnavailable
 from vflcore.job import JobSpec
 from vflcore.tasks import Finish, Task
 from vflcore.wire.tensors import TensorError, TensorKey, check_shape
@@ -37,6 +37,14 @@ class _Member:
     online: bool = False
     offline_since: float | None = None
     failure: str | None = None
+    #: Why the party counts as gone although its stream may look open (it restarted, say).
+    lost: str | None = None
+    #: When the server last heard from it: Join, Subscribe or a Heartbeat.
+    last_seen: float = 0.0
+    #: Which Subscribe stream is its current one: a stream that closes late must not count.
+    session: int = 0
+    #: The epochs of this job whose checkpoints it can read, as it said at Join.
+    checkpoints: tuple[int, ...] = ()
     id_count: int = 0
     id_set_digest: bytes = b""
     cached_alignments: frozenset[bytes] = frozenset()
@@ -59,8 +67,11 @@ class PassiveParties:
         step_timeout_s: float = 300.0,
         offline_grace_s: float = OFFLINE_GRACE_S,
         psi_timeout_s: float = 3600.0,
+        heartbeat_timeout_s: float | None = None,
     ) -> None:
         self.job = job
+        #: A party silent for longer is lost even if its stream has not closed (None: never).
+        self.heartbeat_timeout_s = heartbeat_timeout_s
         self.psi_timeout_s = psi_timeout_s
         self.offline_grace_s = offline_grace_s
         self.step_timeout_s = step_timeout_s
@@ -86,7 +97,14 @@ class PassiveParties:
                 f"it expects parties {list(self.job.passive_parties)}"
             ) from None
 
-    def join(self, party: int, id_set_digest: bytes, id_count: int, cached_alignments: frozenset[bytes]) -> JobSpec:
+    def join(
+        self,
+        party: int,
+        id_set_digest: bytes,
+        id_count: int,
+        cached_alignments: frozenset[bytes],
+        checkpoints: tuple[int, ...] = (),
+    ) -> JobSpec:
         """Admit a party before the job starts; what it holds is settled by PSI afterwards."""
         member = self.member(party)
         if self.state != "waiting":
@@ -97,26 +115,55 @@ class PassiveParties:
             member.joined = True
             member.id_count, member.id_set_digest = id_count, id_set_digest
             member.cached_alignments = cached_alignments
-        log.info("party_joined", peer=party, ids=id_count)
+            member.checkpoints = tuple(sorted(checkpoints))
+            member.last_seen = time.monotonic()
+        log.info("party_joined", peer=party, ids=id_count, checkpoints=list(member.checkpoints))
         return self.job
 
-    def subscribe(self, party: int) -> queue.Queue[Task]:
-        """Mark a joined party online; its task queue feeds its Subscribe stream."""
+    def subscribe(self, party: int) -> tuple[queue.Queue[Task], int]:
+        """Mark a joined party online; its task queue feeds its Subscribe stream, known by the number returned."""
         member = self.member(party)
         if not member.joined:
             raise JoinRejected(f"party {party} must call Join before Subscribe")
         with self._lock:
             member.online, member.offline_since = True, None
+            member.session += 1
+            member.last_seen = time.monotonic()
+            session = member.session
             self._everyone_ready.notify_all()
         log.info("party_online", peer=party)
-        return member.tasks
+        return member.tasks, session
 
-    def leave(self, party: int) -> None:
-        """The party's Subscribe stream closed: it is offline until it subscribes again."""
+    def leave(self, party: int, session: int) -> None:
+        """The party's Subscribe stream ``session`` closed: it is offline until it subscribes again."""
         member = self.member(party)
         with self._lock:
+            if session != member.session:
+                return  # an older stream, closed after a newer one opened
             member.online, member.offline_since = False, time.monotonic()
         log.warning("party_offline", peer=party)
+
+    def unjoin(self, party: int) -> None:
+        """Forget ``party``'s join before the job started (its daemon restarted), so it can join again."""
+        member = self.member(party)
+        with self._lock:
+            member.joined = member.online = False
+            member.session += 1  # the old stream's late close must not count
+        log.warning("party_rejoining", peer=party)
+
+    def heartbeat(self, party: int) -> None:
+        """A sign of life from ``party``."""
+        member = self.member(party)
+        with self._lock:
+            member.last_seen = time.monotonic()
+
+    def lose(self, party: int, reason: str) -> None:
+        """``party`` is gone though its stream may look open (its daemon restarted): waits on it fail now."""
+        member = self.member(party)
+        with self._lock:
+            if member.lost is None:
+                member.lost = reason
+        log.warning("party_lost", peer=party, reason=reason)
 
     def report_failure(self, party: int, message: str) -> None:
         """A party says its side of a task failed; waits on it end with that message."""
@@ -141,14 +188,24 @@ class PassiveParties:
                 self._everyone_ready.wait(min(0.5, remaining))
 
     def check_online(self, party: int) -> None:
-        """Raise if waiting any longer on this party is hopeless."""
+        """Raise if waiting any longer on this party is hopeless.
+
+        A party that reported a failure is PartyUnavailable: it will fail the same way again. A
+        party whose stream closed, that went silent or that restarted is PartyLost: it may come
+        back, and the service resumes the job from a checkpoint when it does.
+        """
         member = self.member(party)
         if member.failure is not None:
             raise PartyUnavailable(party, f"it reported a failure: {member.failure}")
+        if member.lost is not None:
+            raise PartyLost(party, member.lost)
+        now = time.monotonic()
         if not member.online:
-            since = member.offline_since or time.monotonic()
-            if time.monotonic() - since >= self.offline_grace_s:
-                raise PartyUnavailable(party, "its connection to the server closed")
+            since = member.offline_since or now
+            if now - since >= self.offline_grace_s:
+                raise PartyLost(party, "its connection to the server closed")
+        elif self.heartbeat_timeout_s is not None and now - member.last_seen > self.heartbeat_timeout_s:
+            raise PartyLost(party, f"no heartbeat for {now - member.last_seen:.0f} s ([server] heartbeat_timeout_s)")
 
     def online_parties(self) -> list[int]:
         return [p for p, m in self._members.items() if m.online]
@@ -161,9 +218,9 @@ class PassiveParties:
         for member in members:
             member.tasks.put(make_task(next(self._task_ids)))
 
-    def finish(self, success: bool, message: str) -> None:
-        """Tell every party the job is over; each Subscribe stream ends after this task."""
-        self.dispatch(lambda tid: Finish(tid, success, message))
+    def finish(self, success: bool, message: str, *, rejoin: bool = False) -> None:
+        """Tell every party the job is over (with ``rejoin``: paused); each Subscribe stream ends after this task."""
+        self.dispatch(lambda tid: Finish(tid, success, message, rejoin))
 
     def expect(
         self,
@@ -184,6 +241,8 @@ class PassiveParties:
         """Validate an uploaded tensor against the expectation; store it only if it fits."""
         if key.job_id != self.job.job_id:
             raise TensorError("key.job_id", f"{key.job_id!r} is not the running job {self.job.job_id!r}")
+        if not self.member(party).joined:
+            raise JoinRejected(f"party {party} has not joined job {self.job.job_id!r} (again) since it was paused")
         with self._lock:
             expectation = self._expected.get((party, key.name, key.round, key.batch))
         if expectation is None:

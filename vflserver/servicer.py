@@ -151,6 +151,7 @@ class FederationService(pb_grpc.FederationServicer):
             bytes(request.id_set_digest),
             request.num_rows,
             frozenset(bytes(k) for k in request.cached_alignments),
+            tuple(request.checkpoints),
         )
         return pb.JoinReply(job=wire.job_to_proto(job))
 
@@ -159,8 +160,8 @@ class FederationService(pb_grpc.FederationServicer):
         party, parties = self._caller(context)
         if request.job_id and request.job_id != parties.job.job_id:
             raise JoinRejected(f"job {request.job_id!r} is not running (the running job is {parties.job.job_id!r})")
-        tasks = parties.subscribe(party)
-        context.add_callback(lambda: parties.leave(party))
+        tasks, session = parties.subscribe(party)
+        context.add_callback(lambda: parties.leave(party, session))
         return self._task_stream(tasks, context)
 
     @staticmethod
@@ -180,6 +181,7 @@ class FederationService(pb_grpc.FederationServicer):
         parties = self.board.current()
         if parties is None or party not in parties.job.passive_parties:
             return pb.HeartbeatReply(party=party, job_id="", state="idle")
+        parties.heartbeat(party)
         return pb.HeartbeatReply(party=party, job_id=parties.job.job_id, state=parties.state)
 
     @_handler

@@ -16,8 +16,6 @@ H^k of the requested rows with its fine-tuned W_e^k.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import structlog
 import torch
@@ -40,6 +38,16 @@ class AdptVFedConvServer(ServerAlgorithm):
     """W_e^1 and W_clst (pre-training), then W_s over every party's feature maps."""
 
     name = conv.NAME
+    #: With the phase and the feature maps of phase 2, a resumed job does not pre-train again.
+    checkpointed: tuple[str, ...] = (
+        "step_losses",
+        "extractor",
+        "pretrain_head",
+        "classifier",
+        "optimizer",
+        "maps",
+        "phase",
+    )
     needs_own_features = True
 
     def __init__(self, ctx: ActiveContext) -> None:
@@ -146,11 +154,3 @@ class AdptVFedConvServer(ServerAlgorithm):
         }
         out: torch.Tensor = self.classifier(self.geometry.full_map(maps))
         return out
-
-    def state(self) -> dict[str, Any]:
-        return {
-            "extractor": self.extractor.state_dict(),
-            "pretrain_head": self.pretrain_head.state_dict(),
-            "classifier": self.classifier.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-        }

@@ -9,8 +9,6 @@ fine-tuned W_e^k stay here; for evaluation and inference it computes H^k of the 
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import structlog
 import torch
@@ -31,6 +29,7 @@ class AdptVFedConvClient(ClientAlgorithm):
     """W_e^k (from W_e^1) and the decoder W_g^k that fine-tunes it."""
 
     name = conv.NAME
+    checkpointed: tuple[str, ...] = ("extractor", "decoder", "received_digest")
 
     def __init__(self, ctx: PassiveContext) -> None:
         super().__init__(ctx)
@@ -111,6 +110,3 @@ class AdptVFedConvClient(ClientAlgorithm):
         self.extractor.eval()
         out: np.ndarray = self.extractor(self.pieces[rows]).reshape(len(rows), -1).numpy()
         return out
-
-    def state(self) -> dict[str, Any]:
-        return {"extractor": self.extractor.state_dict(), "decoder": self.decoder.state_dict()}

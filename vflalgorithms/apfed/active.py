@@ -11,8 +11,6 @@ alone, which is why ``needs_parties_to_predict`` is False and ``standalone_model
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import torch
 from torch import nn
@@ -31,6 +29,7 @@ class APFedServer(ServerAlgorithm):
     """APFed-R: the passive parties reconstruct their own features from h^A."""
 
     name = apfed.APFED_R
+    checkpointed: tuple[str, ...] = ("step_losses", "encoder", "classifier", "optimizer")
     needs_parties_to_predict = False
     needs_own_features = True
 
@@ -86,13 +85,6 @@ class APFedServer(ServerAlgorithm):
 
     def standalone_model(self) -> nn.Module:
         return nn.Sequential(self.encoder, self.classifier)
-
-    def state(self) -> dict[str, Any]:
-        return {
-            "encoder": self.encoder.state_dict(),
-            "classifier": self.classifier.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-        }
 
 
 class APFedCServer(APFedServer):

@@ -10,8 +10,6 @@ representation at evaluation or inference time.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import torch
 
@@ -27,6 +25,7 @@ class APFedClient(ClientAlgorithm):
     """APFed-R: a decoder DEC_p from h^A back to this party's features (Eq. 12)."""
 
     name = apfed.APFED_R
+    checkpointed: tuple[str, ...] = ("step_losses", "model", "optimizer")
 
     def __init__(self, ctx: PassiveContext) -> None:
         super().__init__(ctx)
@@ -57,9 +56,6 @@ class APFedClient(ClientAlgorithm):
 
     def embed(self, rows: np.ndarray) -> np.ndarray:
         raise VflError(f"{self.name}: the active party predicts alone; a passive party has no representation to send")
-
-    def state(self) -> dict[str, Any]:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
 
 
 class APFedCClient(APFedClient):

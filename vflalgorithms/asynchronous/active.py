@@ -31,6 +31,8 @@ class AsyncServer(SplitNNServer):
     """SplitNN's models, trained on each party's uploads as they arrive."""
 
     name = "async"
+    #: The cached embeddings and the warm-up flag: a resumed job neither warms up again nor forgets.
+    checkpointed: tuple[str, ...] = (*SplitNNServer.checkpointed, "cache", "_warm", "arrivals")
 
     def __init__(self, ctx: ActiveContext) -> None:
         super().__init__(ctx)

@@ -20,6 +20,7 @@ class AsyncClient(SplitNNClient):
     """SplitNN's client half, after one warm-up upload of every training row."""
 
     name = "async"
+    checkpointed: tuple[str, ...] = (*SplitNNClient.checkpointed, "_warm")
 
     def __init__(self, ctx: PassiveContext) -> None:
         super().__init__(ctx)

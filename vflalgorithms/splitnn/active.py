@@ -13,7 +13,7 @@ active party back-propagates into its own bottom model and steps its optimizer.
 from __future__ import annotations
 
 import functools
-from typing import Any, cast
+from typing import cast
 
 import numpy as np
 import torch
@@ -45,6 +45,8 @@ class SplitNNServer(ServerAlgorithm):
     name = "splitnn"
     #: Updates per communication round; FedBCD sets its Q here.
     local_steps = 1
+    #: Its own bottom model is None when the active party has no features.
+    checkpointed: tuple[str, ...] = ("step_losses", "top", "bottom", "optimizer")
 
     def __init__(self, ctx: ActiveContext) -> None:
         super().__init__(ctx)
@@ -133,9 +135,3 @@ class SplitNNServer(ServerAlgorithm):
             self.bottom.eval()
         passive = [torch.from_numpy(embeddings[p].copy()) for p in sorted(embeddings)]
         return self._forward(self._own(rows), passive)
-
-    def state(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"top": self.top.state_dict(), "optimizer": self.optimizer.state_dict()}
-        if self.bottom is not None:
-            out["bottom"] = self.bottom.state_dict()
-        return out

@@ -6,8 +6,6 @@ or raw features: only the representation of a batch and its gradient cross the w
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import torch
 
@@ -25,6 +23,7 @@ class SplitNNClient(ClientAlgorithm):
     name = "splitnn"
     #: Updates per gradient received; FedBCD sets its Q here.
     local_steps = 1
+    checkpointed: tuple[str, ...] = ("bottom", "optimizer", "delay._rng")
 
     def __init__(self, ctx: PassiveContext) -> None:
         super().__init__(ctx)
@@ -59,6 +58,3 @@ class SplitNNClient(ClientAlgorithm):
         self.bottom.eval()
         out: np.ndarray = self.bottom(self.ctx.features[rows]).numpy()
         return out
-
-    def state(self) -> dict[str, Any]:
-        return {"bottom": self.bottom.state_dict(), "optimizer": self.optimizer.state_dict()}

@@ -12,7 +12,7 @@ would. The duals λ_j live here for every training row, across epochs.
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import cast
 
 import numpy as np
 import torch
@@ -28,6 +28,7 @@ class VIMADMMServer(VIMSGDServer):
     """Linear heads and ADMM state on the server; bottom models trained by τ local steps."""
 
     name = "vimadmm"
+    checkpointed: tuple[str, ...] = (*VIMSGDServer.checkpointed, "duals")
 
     def __init__(self, ctx: ActiveContext) -> None:
         super().__init__(ctx)
@@ -65,6 +66,3 @@ class VIMADMMServer(VIMSGDServer):
                 torch.autograd.backward(consensus_loss(h @ weights[0].T, duals, slack[0], self.rho))
                 self.bottom_optimizer.step()
         return float(loss.item())
-
-    def state(self) -> dict[str, Any]:
-        return {**super().state(), "duals": self.duals}

@@ -13,8 +13,6 @@ party's head (a Share task, answered on the FetchHead call).
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import torch
 from torch import nn
@@ -34,6 +32,7 @@ class VIMADMMJServer(SplitNNServer):
     """ADMM state on the server; every model, heads included, on its own party."""
 
     name = "vimadmm_j"
+    checkpointed: tuple[str, ...] = ("step_losses", "duals", "bottom", "head", "own_optimizers")
 
     def __init__(self, ctx: ActiveContext) -> None:
         # Not SplitNN's constructor: there is no server model to optimise, and an active party
@@ -93,10 +92,3 @@ class VIMADMMJServer(SplitNNServer):
         if self.head is not None:
             norms[ACTIVE_PARTY] = float(torch.linalg.matrix_norm(self.head.weight.detach()))
         return dict(sorted(norms.items()))
-
-    def state(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"duals": self.duals}
-        if self.bottom is not None and self.head is not None and self.own_optimizers is not None:
-            out["bottom"], out["head"] = self.bottom.state_dict(), self.head.state_dict()
-            out["head_optimizer"], out["optimizer"] = (o.state_dict() for o in self.own_optimizers)
-        return out

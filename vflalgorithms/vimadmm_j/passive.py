@@ -8,8 +8,6 @@ head never leaves the party; for evaluation and inference it sends logits too.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import torch
 
@@ -27,6 +25,7 @@ class VIMADMMJClient(VIMADMMClient):
     """VIMADMM's loop, with the head on this party: logits up, λ and s^k down."""
 
     name = "vimadmm_j"
+    checkpointed: tuple[str, ...] = (*VIMADMMClient.checkpointed, "head_layer", "head_optimizer")
     state_names = (ADMM_DUAL, ADMM_RESIDUAL)
 
     def __init__(self, ctx: PassiveContext) -> None:
@@ -59,10 +58,3 @@ class VIMADMMJClient(VIMADMMClient):
             return super().share(name)
         out: np.ndarray = self.head_layer.weight.detach().numpy().copy()
         return out
-
-    def state(self) -> dict[str, Any]:
-        return {
-            **super().state(),
-            "head": self.head_layer.state_dict(),
-            "head_optimizer": self.head_optimizer.state_dict(),
-        }

@@ -13,7 +13,7 @@ paper's regularisers (β R) are not applied; use the optimizer's own settings in
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import cast
 
 import numpy as np
 import torch
@@ -30,6 +30,7 @@ class VIMSGDServer(SplitNNServer):
     """Linear heads on the server, updated before the embeddings' gradients are computed."""
 
     name = "vimsgd"
+    checkpointed: tuple[str, ...] = (*SplitNNServer.checkpointed, "bottom_optimizer")
 
     def __init__(self, ctx: ActiveContext) -> None:
         super().__init__(ctx)
@@ -70,9 +71,3 @@ class VIMSGDServer(SplitNNServer):
         """‖W_k‖_F per party id (004 §4.2); the active party is 1, if it has features of its own."""
         parties = ([ACTIVE_PARTY] if self.bottom is not None else []) + sorted(self.ctx.job.passive_parties)
         return dict(zip(parties, cast(LinearHeads, self.top).norms(), strict=True))
-
-    def state(self) -> dict[str, Any]:
-        out = super().state()
-        if self.bottom_optimizer is not None:
-            out["bottom_optimizer"] = self.bottom_optimizer.state_dict()
-        return out

@@ -19,6 +19,8 @@ from typing import Any
 import structlog
 import torch
 
+from vflcore.errors import CheckpointError
+
 log = structlog.get_logger(__name__)
 
 #: The copy of the newest checkpoint, under a name that never changes.
@@ -94,6 +96,62 @@ def newest_readable_checkpoint(directory: Path) -> tuple[int, dict[str, Any]] | 
             continue
         return epoch, state
     return None
+
+
+def readable_checkpoints(directory: Path) -> list[int]:
+    """The epochs whose checkpoint file loads, ascending: what this party offers as a rollback point.
+
+    Each file is read in full, because a truncated one only fails when it is read; the unreadable
+    ones are left out with a ``checkpoint_unreadable`` warning, so the server picks an older epoch.
+    """
+    found = []
+    for epoch in checkpoint_epochs(directory):
+        if _readable(epoch_path(directory, epoch), epoch):
+            found.append(epoch)
+    return found
+
+
+def load_epoch(directory: Path, epoch: int) -> dict[str, Any]:
+    """The checkpoint of ``epoch``; CheckpointError names the file if it is missing or unreadable."""
+    path = epoch_path(directory, epoch)
+    try:
+        state = load_checkpoint(path)
+    except Exception as exc:  # any reader error means "not this file" (see newest_readable_checkpoint)
+        raise CheckpointError(f"{path}: cannot read the checkpoint of epoch {epoch + 1} ({_first_line(exc)})") from exc
+    if not isinstance(state, dict) or state.get("epoch") != epoch:
+        raise CheckpointError(f"{path}: it does not hold the checkpoint of epoch {epoch + 1}")
+    return state
+
+
+def discard_after(directory: Path, epoch: int) -> None:
+    """Delete the checkpoints newer than ``epoch`` (-1: all of them): a rollback abandons that future.
+
+    ``latest.pt`` is then a copy of the newest epoch kept, or gone if none is. Without this, a
+    rolled-back party would hold two different futures under the same epoch numbers, and a job
+    id used again would resume from an older run's files.
+    """
+    if not directory.is_dir():
+        return
+    for newer in (e for e in checkpoint_epochs(directory) if e > epoch):
+        epoch_path(directory, newer).unlink(missing_ok=True)
+    kept = checkpoint_epochs(directory)
+    if kept:
+        _atomic_write(epoch_path(directory, kept[-1]).read_bytes(), directory / LATEST)
+    else:
+        (directory / LATEST).unlink(missing_ok=True)
+    _fsync_directory(directory)
+
+
+def _readable(path: Path, epoch: int) -> bool:
+    try:
+        state = load_checkpoint(path)
+    except Exception as exc:  # see newest_readable_checkpoint
+        _unreadable(path, f"{type(exc).__name__}: {_first_line(exc)}")
+        return False
+    if not isinstance(state, dict) or state.get("epoch") != epoch:
+        _unreadable(path, f"it does not hold epoch {epoch}")
+        return False
+    return True
 
 
 def _unreadable(path: Path, reason: str) -> None:

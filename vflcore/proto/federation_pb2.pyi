@@ -55,7 +55,7 @@ class SendAck(_message.Message):
     def __init__(self, key: _Optional[_Union[TensorKey, _Mapping]] = ..., bytes_received: _Optional[int] = ..., tensors: _Optional[int] = ...) -> None: ...
 
 class JoinRequest(_message.Message):
-    __slots__ = ("party", "num_rows", "num_features", "id_set_digest", "client_version", "cached_alignments", "job_id")
+    __slots__ = ("party", "num_rows", "num_features", "id_set_digest", "client_version", "cached_alignments", "job_id", "checkpoints")
     PARTY_FIELD_NUMBER: _ClassVar[int]
     NUM_ROWS_FIELD_NUMBER: _ClassVar[int]
     NUM_FEATURES_FIELD_NUMBER: _ClassVar[int]
@@ -63,6 +63,7 @@ class JoinRequest(_message.Message):
     CLIENT_VERSION_FIELD_NUMBER: _ClassVar[int]
     CACHED_ALIGNMENTS_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
     party: int
     num_rows: int
     num_features: int
@@ -70,7 +71,8 @@ class JoinRequest(_message.Message):
     client_version: str
     cached_alignments: _containers.RepeatedScalarFieldContainer[bytes]
     job_id: str
-    def __init__(self, party: _Optional[int] = ..., num_rows: _Optional[int] = ..., num_features: _Optional[int] = ..., id_set_digest: _Optional[bytes] = ..., client_version: _Optional[str] = ..., cached_alignments: _Optional[_Iterable[bytes]] = ..., job_id: _Optional[str] = ...) -> None: ...
+    checkpoints: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, party: _Optional[int] = ..., num_rows: _Optional[int] = ..., num_features: _Optional[int] = ..., id_set_digest: _Optional[bytes] = ..., client_version: _Optional[str] = ..., cached_alignments: _Optional[_Iterable[bytes]] = ..., job_id: _Optional[str] = ..., checkpoints: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class NextJobRequest(_message.Message):
     __slots__ = ("wait_s",)
@@ -165,15 +167,29 @@ class Infer(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., rows: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Finish(_message.Message):
-    __slots__ = ("success", "message")
+    __slots__ = ("success", "message", "rejoin")
     SUCCESS_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    REJOIN_FIELD_NUMBER: _ClassVar[int]
     success: bool
     message: str
-    def __init__(self, success: _Optional[bool] = ..., message: _Optional[str] = ...) -> None: ...
+    rejoin: bool
+    def __init__(self, success: _Optional[bool] = ..., message: _Optional[str] = ..., rejoin: _Optional[bool] = ...) -> None: ...
+
+class Checkpoint(_message.Message):
+    __slots__ = ("epoch",)
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    def __init__(self, epoch: _Optional[int] = ...) -> None: ...
+
+class Restore(_message.Message):
+    __slots__ = ("epoch",)
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    def __init__(self, epoch: _Optional[int] = ...) -> None: ...
 
 class Task(_message.Message):
-    __slots__ = ("task_id", "train_epoch", "evaluate", "infer", "finish", "align", "share_head")
+    __slots__ = ("task_id", "train_epoch", "evaluate", "infer", "finish", "align", "share_head", "checkpoint", "restore")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     TRAIN_EPOCH_FIELD_NUMBER: _ClassVar[int]
     EVALUATE_FIELD_NUMBER: _ClassVar[int]
@@ -181,6 +197,8 @@ class Task(_message.Message):
     FINISH_FIELD_NUMBER: _ClassVar[int]
     ALIGN_FIELD_NUMBER: _ClassVar[int]
     SHARE_HEAD_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    RESTORE_FIELD_NUMBER: _ClassVar[int]
     task_id: int
     train_epoch: TrainEpoch
     evaluate: Evaluate
@@ -188,7 +206,9 @@ class Task(_message.Message):
     finish: Finish
     align: Align
     share_head: ShareHead
-    def __init__(self, task_id: _Optional[int] = ..., train_epoch: _Optional[_Union[TrainEpoch, _Mapping]] = ..., evaluate: _Optional[_Union[Evaluate, _Mapping]] = ..., infer: _Optional[_Union[Infer, _Mapping]] = ..., finish: _Optional[_Union[Finish, _Mapping]] = ..., align: _Optional[_Union[Align, _Mapping]] = ..., share_head: _Optional[_Union[ShareHead, _Mapping]] = ...) -> None: ...
+    checkpoint: Checkpoint
+    restore: Restore
+    def __init__(self, task_id: _Optional[int] = ..., train_epoch: _Optional[_Union[TrainEpoch, _Mapping]] = ..., evaluate: _Optional[_Union[Evaluate, _Mapping]] = ..., infer: _Optional[_Union[Infer, _Mapping]] = ..., finish: _Optional[_Union[Finish, _Mapping]] = ..., align: _Optional[_Union[Align, _Mapping]] = ..., share_head: _Optional[_Union[ShareHead, _Mapping]] = ..., checkpoint: _Optional[_Union[Checkpoint, _Mapping]] = ..., restore: _Optional[_Union[Restore, _Mapping]] = ...) -> None: ...
 
 class ShareHead(_message.Message):
     __slots__ = ("round",)

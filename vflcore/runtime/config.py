@@ -58,6 +58,10 @@ class ServerConfig:
     metrics_listen: str | None = None
     #: How many epochs' checkpoints the active party keeps per job (the newest).
     keep_checkpoints: int = 2
+    #: How long a job waits for a lost party to come back before it fails (docs/operations.md).
+    party_timeout_s: float = 600.0
+    #: A party silent this long (no heartbeat) counts as lost, even if its TCP stream looks open.
+    heartbeat_timeout_s: float = 60.0
 
     @property
     def data(self) -> DataSource:
@@ -243,7 +247,17 @@ def server_config_from(doc: Mapping[str, Any], source: Path | None = None) -> Se
         torch_threads=srv.integer("torch_threads", 1),
         psi_workers=_psi_workers(doc, source),
         keep_checkpoints=_keep_checkpoints(srv),
+        party_timeout_s=_positive(srv, "party_timeout_s", 600.0),
+        heartbeat_timeout_s=_positive(srv, "heartbeat_timeout_s", 60.0),
     )
+
+
+def _positive(sec: _Section, key: str, default: float) -> float:
+    """A number of seconds that must be above zero."""
+    value = float(sec.number(key, default))
+    if not value > 0:
+        raise ConfigError(f"{sec.where}: [{sec.name}] {key} = {value:g}; give a number of seconds above 0")
+    return value
 
 
 def _top_dropout(doc: Mapping[str, Any], source: Path | None) -> float:

@@ -177,8 +177,12 @@ def task_to_proto(task: tasks.Task) -> pb.Task:
             return pb.Task(task_id=task_id, infer=pb.Infer(request_id=request_id, rows=rows.tolist()))
         case tasks.Share(task_id, round_, names.HEAD):  # the only tensor the protocol asks for
             return pb.Task(task_id=task_id, share_head=pb.ShareHead(round=round_))
-        case tasks.Finish(task_id, success, message):
-            return pb.Task(task_id=task_id, finish=pb.Finish(success=success, message=message))
+        case tasks.Checkpoint(task_id, epoch):
+            return pb.Task(task_id=task_id, checkpoint=pb.Checkpoint(epoch=epoch))
+        case tasks.Restore(task_id, epoch):
+            return pb.Task(task_id=task_id, restore=pb.Restore(epoch=epoch))
+        case tasks.Finish(task_id, success, message, rejoin):
+            return pb.Task(task_id=task_id, finish=pb.Finish(success=success, message=message, rejoin=rejoin))
     raise TypeError(f"not a task the protocol can carry: {task!r}")
 
 
@@ -194,6 +198,10 @@ def task_from_proto(msg: pb.Task) -> tasks.Task:
         return tasks.Infer(msg.task_id, msg.infer.request_id, np.asarray(msg.infer.rows, dtype=np.int64))
     if kind == "share_head":
         return tasks.Share(msg.task_id, msg.share_head.round, names.HEAD)
+    if kind == "checkpoint":
+        return tasks.Checkpoint(msg.task_id, msg.checkpoint.epoch)
+    if kind == "restore":
+        return tasks.Restore(msg.task_id, msg.restore.epoch)
     if kind == "finish":
-        return tasks.Finish(msg.task_id, msg.finish.success, msg.finish.message)
+        return tasks.Finish(msg.task_id, msg.finish.success, msg.finish.message, msg.finish.rejoin)
     raise ValueError(f"task {msg.task_id} has no kind this client understands ({kind!r}); upgrade the client")

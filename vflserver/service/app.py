@@ -47,9 +47,13 @@ class Service:
         self.config = config
         tls = None if insecure else config.tls
         self.store = JobStore(config.store_path)
-        self.recovered = self.store.recover()  # jobs a previous run left unfinished: interrupted
+        # Jobs a previous run left unfinished are interrupted, then queued again: each resumes
+        # from the newest checkpoint every party holds once its parties have reconnected.
+        self.recovered = self.store.recover()
         for record in self.recovered:
             log.warning("job_interrupted", job=record.job_id, reason=record.error)
+        for record in self.store.requeue_interrupted():
+            log.info("job_resumes", job=record.job_id, epochs_done=record.epochs_done, epochs=record.epochs)
         self.board = JobBoard()
         self.metrics = (
             ServiceMetrics(jobs_by_state=self.store.counts_by_state, parties_online=self.board.online)
@@ -71,6 +75,8 @@ class Service:
                 step_timeout_s=config.step_timeout_s,
                 psi_workers=config.psi_workers,
                 keep_checkpoints=config.keep_checkpoints,
+                party_timeout_s=config.party_timeout_s,
+                heartbeat_timeout_s=config.heartbeat_timeout_s,
             ),
             registry=self.registry,
             metrics=self.metrics,

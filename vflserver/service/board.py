@@ -17,6 +17,9 @@ from vflcore.job import JobSpec
 from vflcore.runtime.config import DEFAULT_DATASET
 from vflserver.passive_parties import PassiveParties
 
+#: The states of a job's parties in which each party holds a session that a restart breaks.
+IN_PROGRESS = frozenset({"waiting", "aligning", "training"})
+
 #: The longest a NextJob call is held before an empty reply; a daemon asks again at once.
 MAX_OFFER_WAIT_S = 60.0
 
@@ -71,6 +74,7 @@ class JobBoard:
     def next_offer(self, party: int, wait_s: float, active: Callable[[], bool]) -> tuple[JobSpec, str] | None:
         """(job, dataset name) once a job that names ``party`` waits for it to join; None after ``wait_s``."""
         deadline = time.monotonic() + min(max(wait_s, 0.0), MAX_OFFER_WAIT_S)
+        self._restarted(party)
         with self._changed:
             while True:
                 offer = self._offer_for(party)
@@ -78,6 +82,22 @@ class JobBoard:
                 if offer is not None or remaining <= 0 or not active():
                     return offer
                 self._changed.wait(min(remaining, 0.5))
+
+    def _restarted(self, party: int) -> None:
+        """A party that asks for a job while it takes part in one has lost its session: say so now.
+
+        Its daemon restarted, or its connection broke and it reconnected. Waiting out the grace
+        period for a stream that will never come back would only delay the job's resumption.
+        """
+        parties = self._parties
+        if parties is None or party not in parties.job.passive_parties or parties.state not in IN_PROGRESS:
+            return
+        if not parties.member(party).joined:
+            return
+        if parties.state == "waiting":  # nothing started yet: it simply joins again
+            parties.unjoin(party)
+        else:
+            parties.lose(party, "it asked for a new job: its daemon restarted or its connection broke")
 
     def _offer_for(self, party: int) -> tuple[JobSpec, str] | None:
         parties = self._parties

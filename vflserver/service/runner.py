@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -20,9 +21,9 @@ from pathlib import Path
 import structlog
 
 from vflalgorithms.base import algorithm_spec
-from vflcore.data.checkpoints import party_dir
-from vflcore.data.tables import DataError
-from vflcore.errors import ConfigError, JobAborted, JobStateError, VflError
+from vflcore.data.checkpoints import checkpoint_epochs, party_dir
+from vflcore.data.tables import DataError, PartyTable
+from vflcore.errors import ConfigError, JobAborted, JobStateError, PartyLost, PartyUnavailable, VflError
 from vflcore.job import ACTIVE_PARTY
 from vflcore.runtime.config import DataSource
 from vflcore.wire.traffic import MB
@@ -49,6 +50,10 @@ class RunnerSettings:
     step_timeout_s: float = 300.0
     psi_workers: int | None = None
     keep_checkpoints: int = 2  # per job, the newest epochs' checkpoints the active party keeps
+    #: How long a paused job waits for a lost party to come back before it fails.
+    party_timeout_s: float = 600.0
+    #: A party silent this long (no heartbeat) counts as lost; None: only a closed stream counts.
+    heartbeat_timeout_s: float | None = None
 
 
 class JobListener:
@@ -144,16 +149,49 @@ class JobRunner:
                 self._end(record.job_id, "failed", "internal error in the job runner; see the server log")
 
     def _run(self, record: JobRecord) -> None:
+        """Run one job to its end: a lost party pauses it, and it resumes once every party is back.
+
+        Each attempt is a fresh ``ActiveParty`` on the board. A job that ran before (this server
+        restarted) and every attempt after a lost party resume from the newest checkpoint that
+        every party holds; a job that never ran starts afresh.
+        """
         job_id = record.job_id
         structlog.contextvars.bind_contextvars(job=job_id)
         try:
             plan = plan_from_document(record.document, default_join_timeout_s=self.settings.join_timeout_s)
             plan = replace(plan, job=replace(plan.job, job_id=job_id))
-            parties = list(plan.job.passive_parties)
-            self.store.set_state(job_id, "aligning", f"waiting for parties {parties}, then PSI")
+            table = read_active_table(plan, self.settings.datasets)
+        except (ConfigError, DataError, ValueError) as exc:
+            self._end(job_id, "failed", str(exc))
+            structlog.contextvars.unbind_contextvars("job")
+            return
+        resume = record.started_at is not None
+        lost: tuple[PartyLost, float] | None = None
+        try:
+            while True:
+                lost = self._attempt(plan, table, resume=resume, lost=lost)
+                if lost is None:
+                    return
+                resume = True
+        finally:
+            structlog.contextvars.unbind_contextvars("job")
+
+    def _attempt(
+        self, plan: JobPlan, table: PartyTable, *, resume: bool, lost: tuple[PartyLost, float] | None
+    ) -> tuple[PartyLost, float] | None:
+        """One run of the job's ``ActiveParty``; returns the lost party (and when) if the job must wait for it."""
+        job_id = plan.job.job_id
+        parties = list(plan.job.passive_parties)
+        if lost is None:
+            then = "resume from the newest checkpoint" if resume else "PSI"
+            self.store.set_state(job_id, "aligning", f"waiting for parties {parties}, then {then}")
+            join_timeout_s = plan.join_timeout_s
+        else:
+            join_timeout_s = max(0.0, lost[1] + self.settings.party_timeout_s - time.monotonic())
+        try:
             active = ActiveParty(
                 plan.job,
-                read_active_table(plan, self.settings.datasets),
+                table,
                 top_hidden=plan.top_hidden,
                 top_dropout=plan.top_dropout,
                 run_dir=self.settings.run_dir,
@@ -161,10 +199,11 @@ class JobRunner:
                 psi_workers=self.settings.psi_workers,
                 psi_only=plan.psi_only,
                 keep_checkpoints=self.settings.keep_checkpoints,
+                heartbeat_timeout_s=self.settings.heartbeat_timeout_s,
             )
         except (ConfigError, DataError, ValueError) as exc:
             self._end(job_id, "failed", str(exc))
-            return
+            return None
         with self._lock:
             self._active = active
             cancelled_by = self._cancels.get(job_id)
@@ -178,13 +217,30 @@ class JobRunner:
         )
         self.board.open(active.parties, plan.datasets)
         summary: RunSummary | None = None
+        paused: tuple[PartyLost, float] | None = None
         try:
             summary = active.run(
-                join_timeout_s=plan.join_timeout_s,
+                join_timeout_s=join_timeout_s,
                 on_aligned=lambda result: self._aligned(active, result),
                 on_epoch=lambda report: self._epoch(active, report),
                 keep_serving=serve_federated,
+                resume=resume,
             )
+        except PartyLost as exc:
+            if self._stopping.is_set() or job_id in self._cancels:
+                self._failed(active, exc)
+            else:
+                paused = (exc, time.monotonic())
+                self._wait_for(active, exc)
+        except PartyUnavailable as exc:
+            if lost is not None and not active.everyone_joined:
+                missing = exc.party if exc.party is not None else lost[0].party
+                exc = PartyUnavailable(
+                    missing if missing is not None else 0,
+                    f"it did not come back within {self.settings.party_timeout_s:g} s ([server] party_timeout_s) "
+                    f"after {lost[0].reason}; {_last_saved(active)}. Start its daemon and submit the job again",
+                )
+            self._failed(active, exc)
         except BaseException as exc:
             self._failed(active, exc)
         else:
@@ -192,11 +248,24 @@ class JobRunner:
         finally:
             with self._lock:
                 self._active = None
-                self._cancels.pop(job_id, None)
+                if paused is None:
+                    self._cancels.pop(job_id, None)
             if self._serving is not active:
                 self.board.close(active.parties)
-            structlog.contextvars.unbind_contextvars("job")
-            self.listener.ended(self.store.get(job_id), summary, active)
+            if paused is None:
+                self.listener.ended(self.store.get(job_id), summary, active)
+        return paused
+
+    def _wait_for(self, active: ActiveParty, exc: PartyLost) -> None:
+        """Record that the job waits for the lost party, naming it, the reason and the time limit."""
+        job_id = active.job.job_id
+        message = (
+            f"waiting for party {exc.party}: {exc.reason}; the job resumes from the newest checkpoint every party "
+            f"holds once it is back ({_last_saved(active)}), or fails after "
+            f"{self.settings.party_timeout_s:g} s ([server] party_timeout_s)"
+        )
+        self.store.set_state(job_id, "waiting", message)
+        log.warning("job_waiting", job=job_id, party=exc.party, reason=exc.reason)
 
     # ---- what the job reports -----------------------------------------------------------------
 
@@ -307,6 +376,12 @@ class JobRunner:
                 except (OSError, VflError, ValueError) as exc:
                     log.warning("artifact_unreadable", job=record.job_id, path=str(artifact), error=str(exc))
             self.store.set_served(record.job_id, False)
+
+
+def _last_saved(active: ActiveParty) -> str:
+    """The newest epoch the active party saved, in words, for messages about a paused job."""
+    saved = checkpoint_epochs(active.run_dir)
+    return f"the last epoch saved is {saved[-1] + 1}" if saved else "no epoch has been saved yet"
 
 
 def _abort(active: ActiveParty, reason: JobAborted) -> None:

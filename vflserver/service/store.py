@@ -42,15 +42,17 @@ from typing import IO, Any
 
 from vflcore.errors import DuplicateJob, JobNotFound, JobStateError, JobStoreError
 
-JOB_STATES = ("queued", "aligning", "training", "finished", "failed", "cancelled", "interrupted")
+JOB_STATES = ("queued", "aligning", "training", "waiting", "finished", "failed", "cancelled", "interrupted")
 ENDED = frozenset({"finished", "failed", "cancelled", "interrupted"})  # a Watch stream ends at these
 
-# The only state changes allowed. A PSI-only job finishes straight after aligning; an interrupted
-# job goes back to the queue when the server resumes it.
+# The only state changes allowed. A PSI-only job finishes straight after aligning; a job whose
+# party was lost is waiting for it, then aligns again and resumes from a checkpoint; an
+# interrupted job goes back to the queue when the server starts again, to resume the same way.
 _NEXT: dict[str, frozenset[str]] = {
     "queued": frozenset({"aligning", "failed", "cancelled"}),
-    "aligning": frozenset({"training", "finished", "failed", "cancelled", "interrupted"}),
-    "training": frozenset({"finished", "failed", "cancelled", "interrupted"}),
+    "aligning": frozenset({"training", "waiting", "finished", "failed", "cancelled", "interrupted"}),
+    "training": frozenset({"waiting", "finished", "failed", "cancelled", "interrupted"}),
+    "waiting": frozenset({"training", "finished", "failed", "cancelled", "interrupted"}),
     "finished": frozenset(),
     "failed": frozenset(),
     "cancelled": frozenset(),
@@ -284,16 +286,31 @@ class JobStore:
                 raise _not_found(job_id)
 
     def recover(self) -> builtins.list[JobRecord]:
-        """Mark every job that was aligning or training when the server stopped as interrupted.
+        """Mark every job that was aligning, training or waiting when the server stopped as interrupted.
 
         Call once, when the server starts and before it runs anything: nothing can still be running.
         """
         with self._write() as conn:
-            rows = conn.execute("SELECT * FROM jobs WHERE state IN ('aligning', 'training') ORDER BY seq").fetchall()
+            rows = conn.execute(
+                "SELECT * FROM jobs WHERE state IN ('aligning', 'training', 'waiting') ORDER BY seq"
+            ).fetchall()
             for row in rows:
                 job = _job(row)
                 message = f"the server stopped during {job.state} after {job.epochs_done} of {job.epochs} epochs"
                 _change_state(conn, job, "interrupted", message, None)
+            return [_fetch(conn, row["job_id"]) for row in rows]
+
+    def requeue_interrupted(self) -> builtins.list[JobRecord]:
+        """Queue every interrupted job again, in submission order, to resume from its checkpoints.
+
+        The runner takes the oldest queued job first, so these run before jobs submitted later.
+        """
+        with self._write() as conn:
+            rows = conn.execute("SELECT * FROM jobs WHERE state = 'interrupted' ORDER BY seq").fetchall()
+            for row in rows:
+                job = _job(row)
+                message = f"resuming after {job.epochs_done} of {job.epochs} epochs, from the newest checkpoint"
+                _change_state(conn, job, "queued", message, None)
             return [_fetch(conn, row["job_id"]) for row in rows]
 
     def counts_by_state(self) -> dict[str, int]:

@@ -6,8 +6,6 @@ shared tensor names only, as a new algorithm's author would write it.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import torch
 from torch import nn
@@ -28,6 +26,7 @@ class LinearProbeServer(ServerAlgorithm):
     """A linear top over the passive parties' embeddings; the active party's own features are unused."""
 
     name = "throwaway_linear_probe"
+    checkpointed: tuple[str, ...] = ("step_losses", "top", "optimizer")
 
     def __init__(self, ctx: ActiveContext) -> None:
         super().__init__(ctx)
@@ -70,14 +69,12 @@ class LinearProbeServer(ServerAlgorithm):
         )
         return output
 
-    def state(self) -> dict[str, Any]:
-        return {"top": self.top.state_dict()}
-
 
 class LinearProbeClient(ClientAlgorithm):
     """A linear bottom: the embedding up, the scaled gradient down, one step per batch."""
 
     name = "throwaway_linear_probe"
+    checkpointed: tuple[str, ...] = ("bottom", "optimizer")
 
     def __init__(self, ctx: PassiveContext) -> None:
         super().__init__(ctx)
@@ -102,6 +99,3 @@ class LinearProbeClient(ClientAlgorithm):
     def embed(self, rows: np.ndarray) -> np.ndarray:
         out: np.ndarray = self.bottom(self.ctx.features[rows]).numpy()
         return out
-
-    def state(self) -> dict[str, Any]:
-        return {"bottom": self.bottom.state_dict()}
