@@ -54,6 +54,11 @@ class ServiceRun:
     parties: tuple[int, ...] = (2, 3)
     serving: bool = True
     metrics: bool = False
+    #: Extra ``[server]`` and ``[client]`` settings (timeouts, heartbeats) for every config written.
+    server_settings: dict[str, Any] = field(default_factory=dict)
+    client_settings: dict[str, Any] = field(default_factory=dict)
+    #: The address a party dials instead of the server's (a proxy in front of it), by party.
+    via: dict[int, str] = field(default_factory=dict)
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     port: int = 0
     logs: dict[str, Path] = field(default_factory=dict)
@@ -73,6 +78,7 @@ class ServiceRun:
                 "port_file": str(self.root / "port"),
                 "join_timeout_s": 60,
                 "step_timeout_s": 60,
+                **self.server_settings,
             },
             "tls": {"ca": tls.ca, "cert": tls.cert, "key": tls.key},
             "datasets": {"digits": {"path": self.data / "party1.csv", "id_column": "id", "label_column": "label"}},
@@ -95,6 +101,7 @@ class ServiceRun:
                 "retry_initial_s": 0.2,
                 "retry_max_s": 2.0,
                 "connect_timeout_s": 5,
+                **self.client_settings,
             },
             "tls": {"ca": tls.ca, "cert": tls.cert, "key": tls.key},
             "datasets": {"digits": {"path": self.data / f"party{party}.csv", "id_column": "id"}},
@@ -124,17 +131,27 @@ class ServiceRun:
     def start_clients(self, server: str | None = None) -> None:
         """Start every passive daemon (they wait, and retry, until the server is there)."""
         for party in self.parties:
-            log = self.root / f"party-{party}.log"
-            self.logs[f"party-{party}"] = log
-            config = self.client_config(party, server or self.address)
-            with log.open("ab") as sink:
-                self.procs[f"party-{party}"] = subprocess.Popen(
-                    [str(BIN / "vfl-client"), "--party", str(party), "--config", str(config), "--log-format", "json"],
-                    stdout=subprocess.DEVNULL,
-                    stderr=sink,
-                    env=_env(),
-                    cwd=self.root,
-                )
+            self.start_client(party, server)
+
+    def start_client(self, party: int, server: str | None = None) -> None:
+        """Start (or start again) party ``party``'s daemon; its log is appended to."""
+        log = self.root / f"party-{party}.log"
+        self.logs[f"party-{party}"] = log
+        config = self.client_config(party, server or self.via.get(party) or self.address)
+        with log.open("ab") as sink:
+            self.procs[f"party-{party}"] = subprocess.Popen(
+                [str(BIN / "vfl-client"), "--party", str(party), "--config", str(config), "--log-format", "json"],
+                stdout=subprocess.DEVNULL,
+                stderr=sink,
+                env=_env(),
+                cwd=self.root,
+            )
+
+    def kill(self, name: str) -> None:
+        """``kill -9`` one daemon ("server" or "party-N"), as a crash or a power cut would stop it."""
+        proc = self.procs[name]
+        proc.kill()
+        proc.wait()
 
     def serving_ports(self, timeout_s: float = 60) -> tuple[int, int]:
         path = self.root / "serving-ports"

@@ -23,7 +23,7 @@ from vflclient._alignment import align_passive
 from vflcore.proto import federation_pb2 as pb
 from vflcore.proto import federation_pb2_grpc as pb_grpc
 from vflcore.security.tls import channel_credentials
-from vflcore.tasks import Align, TrainEpoch
+from vflcore.tasks import Align, Restore, TrainEpoch
 from vflcore.wire import serde as wire
 from vflcore.wire.tensors import TensorKey
 from vfltesting.pki import Pki
@@ -58,6 +58,7 @@ def party2_session(job_factory, pki: Pki, digits_data: Path, tmp_path: Path):
     align = next(tasks)
     assert isinstance(align, Align)
     align_passive(table, "test-job", align, connection, cache_dir=tmp_path / "psi")
+    assert next(tasks) == Restore(2, -1)  # a new job starts afresh
     assert isinstance(next(tasks), TrainEpoch)
     channel = grpc.secure_channel(running.address, channel_credentials(pki.party_files(2)))
     stub = pb_grpc.FederationStub(channel)
@@ -68,7 +69,7 @@ def party2_session(job_factory, pki: Pki, digits_data: Path, tmp_path: Path):
 
 
 def _model_snapshot(running: RunningJob) -> dict[str, torch.Tensor]:
-    return {k: v.clone() for k, v in running.active.algorithm.state()["top"].items()}
+    return {k: v.clone() for k, v in running.active.algorithm.top.state_dict().items()}
 
 
 class TestMalformedTensors:

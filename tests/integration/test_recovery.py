@@ -1,0 +1,260 @@
+"""Nothing lost when a party fails: a job resumes from checkpoints and ends with the uninterrupted run's model.
+
+Every test runs ``vfl-server`` and two ``vfl-client`` daemons as OS processes over mTLS
+(``vfltesting.service``), kills or freezes one of them during a job, and compares the result
+with a fault-free run of the same job (same seed, same data, its own folder): every per-step
+training loss and every party's final weights must agree within 1e-6.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from vflclient import JobClient
+from vflcore.data.checkpoints import LATEST, load_checkpoint
+from vfltesting.pki import Pki
+from vfltesting.proxy import CuttableProxy
+from vfltesting.service import ServiceRun, job_document
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+
+EPOCHS = 5
+#: Small batches make an epoch long enough (117 steps) to be killed in its middle.
+JOB = {"batch_size": 8, "join_timeout_s": 60}
+ALGORITHMS = ("splitnn", "vimadmm", "apfed_c")
+#: Short limits, so that a frozen party is noticed in seconds, not minutes.
+SERVER = {"party_timeout_s": 60, "heartbeat_timeout_s": 3}
+CLIENT = {"heartbeat_s": 0.3}
+TOLERANCE = 1e-6
+
+
+def _job_id(algorithm: str, tag: str) -> str:
+    return f"{tag}-{algorithm.replace('_', '-')}"
+
+
+def _service(root: Path, pki: Pki, data: Path, **settings: Any) -> ServiceRun:
+    run = ServiceRun(
+        root,
+        pki,
+        data,
+        serving=False,
+        server_settings={**SERVER, **settings.pop("server", {})},
+        client_settings=dict(CLIENT),
+        **settings,
+    )
+    run.start_server()
+    run.start_clients()
+    return run
+
+
+def _jobs(run: ServiceRun, pki: Pki) -> JobClient:
+    return JobClient(run.address, tls=pki.operator_files("alice"))
+
+
+def _outcome(run: ServiceRun, job_id: str) -> dict[str, Any]:
+    """Per-step losses (the active party's summary) and each party's final weights."""
+    runs = run.root / "runs" / job_id
+    summary = json.loads((runs / "party-1" / "summary.json").read_text())
+    weights = {party: _tensors(load_checkpoint(runs / f"party-{party}" / LATEST)["algorithm"]) for party in (1, 2, 3)}
+    return {"losses": summary["step_losses"], "weights": weights}
+
+
+def _tensors(state: Any, prefix: str = "") -> dict[str, torch.Tensor]:
+    """Every tensor in a nested checkpoint state, by its path."""
+    if isinstance(state, torch.Tensor):
+        return {prefix: state}
+    items = state.items() if isinstance(state, dict) else enumerate(state) if isinstance(state, list | tuple) else ()
+    found: dict[str, torch.Tensor] = {}
+    for key, value in items:
+        found |= _tensors(value, f"{prefix}/{key}")
+    return found
+
+
+def _assert_same_model(faulty: dict[str, Any], clean: dict[str, Any]) -> None:
+    losses, reference = faulty["losses"], clean["losses"]
+    assert len(losses) == len(reference), (len(losses), len(reference))
+    worst = max(abs(a - b) for a, b in zip(losses, reference, strict=True))
+    assert worst <= TOLERANCE, f"per-step losses differ by up to {worst:.3g}"
+    for party, tensors in clean["weights"].items():
+        mine = faulty["weights"][party]
+        assert mine.keys() == tensors.keys(), party
+        for path, tensor in tensors.items():
+            diff = float((mine[path].double() - tensor.double()).abs().max()) if tensor.numel() else 0.0
+            assert diff <= TOLERANCE, f"party {party} {path} differs by {diff:.3g}"
+
+
+def _wait(condition: Callable[[], bool], what: str, run: ServiceRun, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}\n{run.tail()}")
+        time.sleep(0.01)
+
+
+def _finish(jobs: JobClient, run: ServiceRun, job_id: str) -> list[str]:
+    """Watch the job to its end; it must finish. Returns its event lines."""
+    lines = [str(event) for event in jobs.watch(job_id)]
+    assert jobs.get(job_id).state == "finished", "\n".join(lines) + run.tail()
+    return lines
+
+
+@pytest.fixture(scope="module")
+def clean(pki: Pki, digits_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """The fault-free run of every algorithm's job, on one set of daemons."""
+    run = _service(tmp_path_factory.mktemp("clean"), pki, digits_data)
+    try:
+        outcomes = {}
+        with _jobs(run, pki) as jobs:
+            for algorithm in ALGORITHMS:
+                job_id = _job_id(algorithm, "fault")
+                jobs.submit(job_document(job_id, algorithm, epochs=EPOCHS, **JOB))
+                _finish(jobs, run, job_id)
+                outcomes[algorithm] = _outcome(run, job_id)
+        yield outcomes
+    finally:
+        run.close()
+
+
+def _epochs_done(jobs: JobClient, job_id: str) -> int:
+    return jobs.get(job_id).epochs_done
+
+
+def _restart_after(run: ServiceRun, name: str, pause_s: float = 1.0) -> None:
+    time.sleep(pause_s)
+    if name == "server":
+        run.start_server(f"127.0.0.1:{run.port}")
+    else:
+        run.start_client(int(name.split("-")[1]))
+
+
+class TestPassivePartyKilled:
+    @pytest.mark.parametrize("algorithm", ALGORITHMS)
+    def test_killed_during_psi_mid_epoch_and_between_epochs(
+        self, algorithm: str, clean: dict[str, Any], pki: Pki, digits_data: Path, tmp_path: Path
+    ) -> None:
+        """kill -9 of party 3 during PSI, in the middle of epoch 2 and right after epoch 3: the same model."""
+        run = _service(tmp_path, pki, digits_data)
+        job_id = _job_id(algorithm, "fault")
+        party3 = run.root / "runs" / job_id / "party-3"
+        log3 = run.root / "party-3.log"
+        try:
+            with _jobs(run, pki) as jobs:
+                jobs.submit(job_document(job_id, algorithm, epochs=EPOCHS, **JOB))
+                # 1. During PSI: it has joined, and has no saved alignment yet.
+                _wait(lambda: '"joined"' in log3.read_text(errors="replace"), "party 3 to join", run)
+                run.kill("party-3")
+                assert not any((party3 / "psi").glob("*")), "PSI had already finished: the kill came too late"
+                _restart_after(run, "party-3")
+                # 2. In the middle of epoch 2 (index 1): epoch 1 recorded, epoch 2 not yet.
+                _wait(lambda: _epochs_done(jobs, job_id) >= 1, "epoch 1", run)
+                time.sleep(0.3)
+                run.kill("party-3")
+                assert _epochs_done(jobs, job_id) == 1, "the kill missed the middle of epoch 2"
+                _restart_after(run, "party-3")
+                # 3. Between epochs: right after party 3 saved epoch 3's checkpoint.
+                _wait(lambda: (party3 / "epoch-0002.pt").exists(), "party 3's checkpoint of epoch 3", run)
+                run.kill("party-3")
+                _restart_after(run, "party-3")
+                lines = _finish(jobs, run, job_id)
+            assert sum("waiting for party 3" in line for line in lines) == 3, lines
+            _assert_same_model(_outcome(run, job_id), clean[algorithm])
+        finally:
+            run.close()
+
+
+class TestServerKilled:
+    def test_server_killed_mid_epoch_resumes_after_restart(
+        self, clean: dict[str, Any], pki: Pki, digits_data: Path, tmp_path: Path
+    ) -> None:
+        """kill -9 of vfl-server in the middle of epoch 3, then a restart: the job resumes by itself."""
+        run = _service(tmp_path, pki, digits_data)
+        job_id = _job_id("splitnn", "fault")
+        try:
+            with _jobs(run, pki) as jobs:
+                jobs.submit(job_document(job_id, "splitnn", epochs=EPOCHS, **JOB))
+                _wait(lambda: _epochs_done(jobs, job_id) >= 2, "epoch 2", run)
+                time.sleep(0.3)
+            run.kill("server")
+            _restart_after(run, "server")
+            with _jobs(run, pki) as jobs:
+                lines = _finish(jobs, run, job_id)
+            assert any("resuming after 2 of 5 epochs" in line for line in lines), lines
+            _assert_same_model(_outcome(run, job_id), clean["splitnn"])
+        finally:
+            run.close()
+
+
+class TestNetwork:
+    def test_connection_cut_twice_by_a_proxy(
+        self, clean: dict[str, Any], pki: Pki, digits_data: Path, tmp_path: Path
+    ) -> None:
+        """A TCP proxy between party 3 and the server drops every connection twice during training."""
+        run = ServiceRun(
+            tmp_path, pki, digits_data, serving=False, server_settings=dict(SERVER), client_settings=dict(CLIENT)
+        )
+        job_id = _job_id("splitnn", "fault")
+        try:
+            run.start_server()
+            with CuttableProxy(("127.0.0.1", run.port)) as proxy:
+                run.via[3] = proxy.address
+                run.start_clients()
+                with _jobs(run, pki) as jobs:
+                    jobs.submit(job_document(job_id, "splitnn", epochs=EPOCHS, **JOB))
+                    for after in (1, 3):
+                        _wait(lambda after=after: _epochs_done(jobs, job_id) >= after, f"epoch {after}", run)
+                        time.sleep(0.3)
+                        assert proxy.cut() > 0
+                    _finish(jobs, run, job_id)
+            _assert_same_model(_outcome(run, job_id), clean["splitnn"])
+        finally:
+            run.close()
+
+    def test_frozen_party_pauses_the_job_until_it_thaws(
+        self, clean: dict[str, Any], pki: Pki, digits_data: Path, tmp_path: Path
+    ) -> None:
+        """SIGSTOP for longer than heartbeat_timeout_s: the job waits for party 3, and resumes after SIGCONT."""
+        run = _service(tmp_path, pki, digits_data)
+        job_id = _job_id("splitnn", "fault")
+        try:
+            with _jobs(run, pki) as jobs:
+                jobs.submit(job_document(job_id, "splitnn", epochs=EPOCHS, **JOB))
+                _wait(lambda: _epochs_done(jobs, job_id) >= 1, "epoch 1", run)
+                pid = run.procs["party-3"].pid
+                os.kill(pid, signal.SIGSTOP)
+                try:
+                    _wait(lambda: jobs.get(job_id).state == "waiting", "the job to wait for party 3", run, 30)
+                finally:
+                    os.kill(pid, signal.SIGCONT)
+                lines = _finish(jobs, run, job_id)
+            waits = [line for line in lines if "waiting for party 3" in line]
+            assert waits and "heartbeat" in waits[0], lines
+            _assert_same_model(_outcome(run, job_id), clean["splitnn"])
+        finally:
+            run.close()
+
+    def test_party_away_too_long_fails_the_job_naming_it(self, pki: Pki, digits_data: Path, tmp_path: Path) -> None:
+        """A party that does not come back within party_timeout_s fails the job: the message names it and the last epoch."""
+        run = _service(tmp_path, pki, digits_data, server={"party_timeout_s": 3})
+        job_id = _job_id("splitnn", "away")
+        try:
+            with _jobs(run, pki) as jobs:
+                jobs.submit(job_document(job_id, "splitnn", epochs=EPOCHS, **JOB))
+                _wait(lambda: _epochs_done(jobs, job_id) >= 1, "epoch 1", run)
+                run.kill("party-3")
+                lines = [str(event) for event in jobs.watch(job_id)]
+                record = jobs.get(job_id)
+            assert record.state == "failed", lines
+            assert "party 3" in record.error and "party_timeout_s" in record.error, record.error
+            assert "the last epoch saved is" in record.error, record.error
+            assert run.alive()["party-2"], "the other daemon must stay up"
+        finally:
+            run.close()
