@@ -10,7 +10,7 @@ GRPC_TOOLS_VERSION := 1.81.1
 CERTS := certs
 DATA := examples/data
 
-.PHONY: help venv certs data demo test test-unit test-integration lint typecheck proto proto-check bench-overhead bench-psi bench-comm bench-fedbcd bench-async bench-apfed bench-adptvfedconv bench-inference bench-service clean
+.PHONY: help venv certs data demo test test-unit test-integration lint typecheck proto proto-check bench-overhead bench-psi bench-comm bench-fedbcd bench-async bench-apfed bench-adptvfedconv bench-inference bench-service bench-recovery clean
 
 help:
 	@echo "make demo            set up, then run server + 2 clients over mTLS: training and inference"
@@ -24,6 +24,7 @@ help:
 	@echo "make bench-adptvfedconv AdptVFedConv Table 2 on digits: 4 quadrant parties vs centralised, ablations (3-7 min)"
 	@echo "make bench-inference KServe v2 endpoint: 8 callers at batch 1, 30 s gRPC + 30 s REST, p50/p99 and req/s"
 	@echo "make bench-service   30 one-epoch SplitNN jobs on one long-running server + 2 daemons: RSS, fds, threads, latency"
+	@echo "make bench-recovery  SplitNN, 20 epochs, party 3 killed 3 times: loss difference and restart-to-training time"
 	@echo "make bench-psi       PSI 1M x 1M: vfl-server --psi-only + vfl-client over mTLS (several minutes)"
 
 venv: $(STAMP)
@@ -106,6 +107,9 @@ bench-inference: venv
 
 bench-service: venv
 	$(PY) -m bench.service
+
+bench-recovery: venv
+	$(PY) -m bench.recovery
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .mypy_cache .ruff_cache

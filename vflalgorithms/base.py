@@ -92,6 +92,17 @@ class ServerAlgorithm(ABC):
         #: The training loss of every step, in order: what reference tests compare.
         self.step_losses: list[float] = []
 
+    #: Called after every training step with its index over the whole job (from 0): the
+    #: service's view of progress, e.g. when a resumed job takes its first step.
+    on_step: Callable[[int], None] | None = None
+
+    def record_step(self, loss: float) -> float:
+        """Keep one training step's loss (what reference tests compare), tell ``on_step``; returns the loss."""
+        self.step_losses.append(loss)
+        if self.on_step is not None:
+            self.on_step(len(self.step_losses) - 1)
+        return loss
+
     #: Whether ``predict`` needs each passive party's representation. APFed's does not: the
     #: active party evaluates and serves alone, and no party is asked for anything.
     needs_parties_to_predict = True

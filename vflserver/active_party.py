@@ -225,7 +225,9 @@ class ActiveParty:
                 return summary
             fed.state = "training"
             seed_dropout(self.job)
-            for epoch in range(self._roll_back(resume, summary), self.job.epochs):
+            first_epoch = self._roll_back(resume, summary)
+            self._announce_first_step(first_epoch, resume)
+            for epoch in range(first_epoch, self.job.epochs):
                 structlog.contextvars.bind_contextvars(round=epoch)
                 if self.stop_event.is_set():
                     raise JobAborted("shutdown requested")
@@ -313,6 +315,16 @@ class ActiveParty:
                 held={str(party): found for party, found in held.items()},
             )
         return chosen + 1
+
+    def _announce_first_step(self, epoch: int, resumed: bool) -> None:
+        """Log ``first_step`` once the first training step is done: how long a resumption took is seen here."""
+        algorithm = self.algorithm
+
+        def first(step: int) -> None:
+            algorithm.on_step = None
+            log.info("first_step", step=step, epoch=epoch, resumed=resumed)
+
+        algorithm.on_step = first
 
     def shutdown(self, message: str) -> None:
         """End the job successfully: every passive party gets Finish and leaves."""

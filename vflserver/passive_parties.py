@@ -241,8 +241,6 @@ class PassiveParties:
         """Validate an uploaded tensor against the expectation; store it only if it fits."""
         if key.job_id != self.job.job_id:
             raise TensorError("key.job_id", f"{key.job_id!r} is not the running job {self.job.job_id!r}")
-        if not self.member(party).joined:
-            raise JoinRejected(f"party {party} has not joined job {self.job.job_id!r} (again) since it was paused")
         with self._lock:
             expectation = self._expected.get((party, key.name, key.round, key.batch))
         if expectation is None:

@@ -8,7 +8,6 @@ training loss and every party's final weights must agree within 1e-6.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
@@ -17,12 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 
 from vflclient import JobClient
-from vflcore.data.checkpoints import LATEST, load_checkpoint
 from vfltesting.pki import Pki
 from vfltesting.proxy import CuttableProxy
+from vfltesting.recovery import JobOutcome, job_outcome, loss_difference, weight_differences
 from vfltesting.service import ServiceRun, job_document
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
@@ -60,36 +58,16 @@ def _jobs(run: ServiceRun, pki: Pki) -> JobClient:
     return JobClient(run.address, tls=pki.operator_files("alice"))
 
 
-def _outcome(run: ServiceRun, job_id: str) -> dict[str, Any]:
-    """Per-step losses (the active party's summary) and each party's final weights."""
-    runs = run.root / "runs" / job_id
-    summary = json.loads((runs / "party-1" / "summary.json").read_text())
-    weights = {party: _tensors(load_checkpoint(runs / f"party-{party}" / LATEST)["algorithm"]) for party in (1, 2, 3)}
-    return {"losses": summary["step_losses"], "weights": weights}
+def _outcome(run: ServiceRun, job_id: str) -> JobOutcome:
+    return job_outcome(run.root / "runs", job_id)
 
 
-def _tensors(state: Any, prefix: str = "") -> dict[str, torch.Tensor]:
-    """Every tensor in a nested checkpoint state, by its path."""
-    if isinstance(state, torch.Tensor):
-        return {prefix: state}
-    items = state.items() if isinstance(state, dict) else enumerate(state) if isinstance(state, list | tuple) else ()
-    found: dict[str, torch.Tensor] = {}
-    for key, value in items:
-        found |= _tensors(value, f"{prefix}/{key}")
-    return found
-
-
-def _assert_same_model(faulty: dict[str, Any], clean: dict[str, Any]) -> None:
-    losses, reference = faulty["losses"], clean["losses"]
-    assert len(losses) == len(reference), (len(losses), len(reference))
-    worst = max(abs(a - b) for a, b in zip(losses, reference, strict=True))
+def _assert_same_model(faulty: JobOutcome, clean: JobOutcome) -> None:
+    assert len(faulty.losses) == len(clean.losses), (len(faulty.losses), len(clean.losses))
+    worst = loss_difference(faulty, clean)
     assert worst <= TOLERANCE, f"per-step losses differ by up to {worst:.3g}"
-    for party, tensors in clean["weights"].items():
-        mine = faulty["weights"][party]
-        assert mine.keys() == tensors.keys(), party
-        for path, tensor in tensors.items():
-            diff = float((mine[path].double() - tensor.double()).abs().max()) if tensor.numel() else 0.0
-            assert diff <= TOLERANCE, f"party {party} {path} differs by {diff:.3g}"
+    weights = weight_differences(faulty, clean)
+    assert weights and max(weights.values()) <= TOLERANCE, {k: v for k, v in weights.items() if v > TOLERANCE}
 
 
 def _wait(condition: Callable[[], bool], what: str, run: ServiceRun, timeout_s: float = 120) -> None:
@@ -108,7 +86,7 @@ def _finish(jobs: JobClient, run: ServiceRun, job_id: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def clean(pki: Pki, digits_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+def clean(pki: Pki, digits_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, JobOutcome]]:
     """The fault-free run of every algorithm's job, on one set of daemons."""
     run = _service(tmp_path_factory.mktemp("clean"), pki, digits_data)
     try:
@@ -139,7 +117,7 @@ def _restart_after(run: ServiceRun, name: str, pause_s: float = 1.0) -> None:
 class TestPassivePartyKilled:
     @pytest.mark.parametrize("algorithm", ALGORITHMS)
     def test_killed_during_psi_mid_epoch_and_between_epochs(
-        self, algorithm: str, clean: dict[str, Any], pki: Pki, digits_data: Path, tmp_path: Path
+        self, algorithm: str, clean: dict[str, JobOutcome], pki: Pki, digits_data: Path, tmp_path: Path
     ) -> None:
         """kill -9 of party 3 during PSI, in the middle of epoch 2 and right after epoch 3: the same model."""
         run = _service(tmp_path, pki, digits_data)
@@ -173,7 +151,7 @@ class TestPassivePartyKilled:
 
 class TestServerKilled:
     def test_server_killed_mid_epoch_resumes_after_restart(
-        self, clean: dict[str, Any], pki: Pki, digits_data: Path, tmp_path: Path
+        self, clean: dict[str, JobOutcome], pki: Pki, digits_data: Path, tmp_path: Path
     ) -> None:
         """kill -9 of vfl-server in the middle of epoch 3, then a restart: the job resumes by itself."""
         run = _service(tmp_path, pki, digits_data)
@@ -195,7 +173,7 @@ class TestServerKilled:
 
 class TestNetwork:
     def test_connection_cut_twice_by_a_proxy(
-        self, clean: dict[str, Any], pki: Pki, digits_data: Path, tmp_path: Path
+        self, clean: dict[str, JobOutcome], pki: Pki, digits_data: Path, tmp_path: Path
     ) -> None:
         """A TCP proxy between party 3 and the server drops every connection twice during training."""
         run = ServiceRun(
@@ -219,7 +197,7 @@ class TestNetwork:
             run.close()
 
     def test_frozen_party_pauses_the_job_until_it_thaws(
-        self, clean: dict[str, Any], pki: Pki, digits_data: Path, tmp_path: Path
+        self, clean: dict[str, JobOutcome], pki: Pki, digits_data: Path, tmp_path: Path
     ) -> None:
         """SIGSTOP for longer than heartbeat_timeout_s: the job waits for party 3, and resumes after SIGCONT."""
         run = _service(tmp_path, pki, digits_data)
@@ -242,7 +220,7 @@ class TestNetwork:
             run.close()
 
     def test_party_away_too_long_fails_the_job_naming_it(self, pki: Pki, digits_data: Path, tmp_path: Path) -> None:
-        """A party that does not come back within party_timeout_s fails the job: the message names it and the last epoch."""
+        """A party away longer than party_timeout_s fails the job; the message names it and the last epoch saved."""
         run = _service(tmp_path, pki, digits_data, server={"party_timeout_s": 3})
         job_id = _job_id("splitnn", "away")
         try:

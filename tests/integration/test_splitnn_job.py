@@ -99,5 +99,5 @@ class TestOwnModel:
         for t in threads:
             t.join(60)
         assert all(isinstance(r, RunResult) and r.success for r in box.values()), box
-        state = load_checkpoint(tmp_path / "runs" / "test-job" / "party-2" / "latest.pt")["bottom"]
+        state = load_checkpoint(tmp_path / "runs" / "test-job" / "party-2" / "latest.pt")["algorithm"]["bottom"]
         assert state["0.weight"].shape == (12, 24)  # the factory's first layer, not the built-in MLP's

@@ -139,9 +139,9 @@ class AdptVFedConvServer(ServerAlgorithm):
             loss: torch.Tensor = self.loss_fn(self.classifier(maps[rows]), ctx.labels[rows])
             torch.autograd.backward(loss)
             self.optimizer.step()
-            return float(loss.item())
+            return self.record_step(float(loss.item()))
 
-        return epoch_mean(progress(batches, total=len(batches), desc=f"epoch {epoch + 1}"), step, self.step_losses)
+        return epoch_mean(progress(batches, total=len(batches), desc=f"epoch {epoch + 1}"), step)
 
     @torch.no_grad()
     def predict(self, rows: np.ndarray, embeddings: dict[int, np.ndarray]) -> torch.Tensor:

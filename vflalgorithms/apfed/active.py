@@ -55,7 +55,7 @@ class APFedServer(ServerAlgorithm):
         total = 0.0
         for b, rows in progress(enumerate(batches), total=len(batches), desc=f"epoch {epoch + 1}"):
             value = self._step(epoch, b, rows)
-            self.step_losses.append(value)
+            self.record_step(value)
             total += value * len(rows)
         return total / max(1, sum(len(r) for r in batches))
 

@@ -78,7 +78,7 @@ class AsyncServer(SplitNNServer):
             value = self._round(own, passive, rows, publish=publish)
             self.arrivals.append((party, b, min(done.values())))
             done[party] += 1
-            self.step_losses.append(value)
+            self.record_step(value)
             total += value * len(rows)
             rows_seen += len(rows)
         return total / max(1, rows_seen)

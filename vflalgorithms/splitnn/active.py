@@ -93,7 +93,7 @@ class SplitNNServer(ServerAlgorithm):
             parties = sorted(uploads)
             passive = [torch.from_numpy(uploads[p].copy()) for p in parties]
             value = self._round(own, passive, rows, publish=functools.partial(self._publish, epoch, b, parties))
-            self.step_losses.append(value)
+            self.record_step(value)
             total += value * len(rows)
         return total / max(1, sum(len(r) for r in batches))
 

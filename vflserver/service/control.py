@@ -164,13 +164,17 @@ class ControlService(pb_grpc.ControlServicer):
         return self._events(request.job_id, context)
 
     def _events(self, job_id: str, context: grpc.ServicerContext) -> Iterator[pb.JobEvent]:
-        """Every event so far, then each new one, until the job has ended or the caller leaves."""
+        """Every event so far, then each new one, until the job has ended or the caller leaves.
+
+        An "interrupted" event in the history does not end the stream if the job was queued
+        again since (a restarted server resumes it): the stream ends where the job now has.
+        """
         seq = 0
         while context.is_active():
             for event in self.store.wait_for_events(job_id, seq, timeout_s=1.0):
                 seq = event.seq
                 yield job_event(event)
-                if event.kind == "state" and event.state in ENDED:
+                if event.kind == "state" and event.state in ENDED and self.store.get(job_id).state in ENDED:
                     return
 
 
