@@ -81,6 +81,7 @@ def align_active(
 def _run_psi(ids: np.ndarray, passive: PassiveParties, workers: int | None) -> tuple[np.ndarray, dict[int, int]]:
     job_id = passive.job.job_id
     parties = list(passive.job.passive_parties)
+    log.info("psi_started", own_ids=len(ids), parties=parties)
     for party in parties:
         count = passive.member(party).id_count
         passive.expect(PSI_CLIENT_BLINDED, 0, 0, (count, 32), "uint8", party=party)

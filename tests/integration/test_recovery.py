@@ -123,12 +123,12 @@ class TestPassivePartyKilled:
         run = _service(tmp_path, pki, digits_data)
         job_id = _job_id(algorithm, "fault")
         party3 = run.root / "runs" / job_id / "party-3"
-        log3 = run.root / "party-3.log"
+        server_log = run.logs["server"]
         try:
             with _jobs(run, pki) as jobs:
                 jobs.submit(job_document(job_id, algorithm, epochs=EPOCHS, **JOB))
-                # 1. During PSI: it has joined, and has no saved alignment yet.
-                _wait(lambda: '"joined"' in log3.read_text(errors="replace"), "party 3 to join", run)
+                # 1. During PSI: the server has started it, and party 3 has no saved alignment yet.
+                _wait(lambda: '"psi_started"' in server_log.read_text(errors="replace"), "PSI to start", run)
                 run.kill("party-3")
                 assert not any((party3 / "psi").glob("*")), "PSI had already finished: the kill came too late"
                 _restart_after(run, "party-3")
