@@ -130,8 +130,9 @@ def faulty(root: Path, pki: Pki, data: Path, rng: random.Random) -> tuple[float,
                 # Training is running: the first step of the job, or of the last resumption.
                 _wait_for(lambda index=index: len(_events(server_log, "first_step")) > index)
                 time.sleep(rng.uniform(*KILL_DELAY_S))
-                if jobs.get(JOB_ID).state != "training":
-                    raise RuntimeError(f"the job is {jobs.get(JOB_ID).state} before failure {index + 1}\n{run.tail(60)}")
+                state = jobs.get(JOB_ID).state
+                if state != "training":
+                    raise RuntimeError(f"the job is {state} before failure {index + 1}\n{run.tail(60)}")
                 killed = time.time()
                 run.kill("party-3")
                 time.sleep(RESTART_AFTER_S)
