@@ -15,11 +15,14 @@ from vflcore.data import checkpoints
 from vflcore.data.checkpoints import (
     LATEST,
     checkpoint_epochs,
+    discard_after,
     epoch_path,
     load_checkpoint,
-    newest_readable_checkpoint,
+    load_epoch,
+    readable_checkpoints,
     save_checkpoint,
 )
+from vflcore.errors import CheckpointError
 
 
 def _state(epoch: int) -> dict[str, torch.Tensor]:
@@ -102,14 +105,11 @@ class TestCheckpointEpochs:
         assert checkpoint_epochs(tmp_path / "nowhere") == []
 
 
-class TestNewestReadableCheckpoint:
-    def test_returns_the_newest_epoch_and_its_state(self, tmp_path: Path) -> None:
-        """With every file whole, the newest epoch is returned with its state."""
-        _save_epochs(tmp_path, range(3))
-        found = newest_readable_checkpoint(tmp_path)
-        assert found is not None
-        epoch, state = found
-        assert epoch == 2 and torch.equal(state["weight"], _state(2)["weight"])
+class TestReadableCheckpoints:
+    def test_lists_every_epoch_whose_file_loads(self, tmp_path: Path) -> None:
+        """With every file whole, every kept epoch is offered, ascending."""
+        _save_epochs(tmp_path, range(4), keep=3)
+        assert readable_checkpoints(tmp_path) == [1, 2, 3]
 
     @pytest.mark.parametrize(
         "damage",
@@ -120,37 +120,59 @@ class TestNewestReadableCheckpoint:
             pytest.param(lambda data: b"\x8f not a checkpoint \x00" * 64, id="garbage"),
         ],
     )
-    def test_damaged_newest_falls_back_to_the_previous(self, tmp_path: Path, damage: Callable[[bytes], bytes]) -> None:
-        """A newest file that does not load is skipped with a warning naming it; the previous epoch is used."""
+    def test_damaged_newest_is_left_out(self, tmp_path: Path, damage: Callable[[bytes], bytes]) -> None:
+        """A newest file that does not load is left out with a warning naming it; the older epoch stays."""
         _save_epochs(tmp_path, range(3))
         newest = epoch_path(tmp_path, 2)
         newest.write_bytes(damage(newest.read_bytes()))
         with capture_logs() as logs:
-            found = newest_readable_checkpoint(tmp_path)
-        assert found is not None and found[0] == 1
-        assert torch.equal(found[1]["weight"], _state(1)["weight"])
+            assert readable_checkpoints(tmp_path) == [1]
         [warning] = [e for e in logs if e["event"] == "checkpoint_unreadable"]
         assert warning["log_level"] == "warning" and warning["path"] == str(newest) and warning["reason"]
+        assert torch.equal(load_epoch(tmp_path, 1)["weight"], _state(1)["weight"])
 
-    def test_file_holding_another_epoch_is_skipped(self, tmp_path: Path) -> None:
+    def test_file_holding_another_epoch_is_left_out(self, tmp_path: Path) -> None:
         """A file whose content is another epoch's (a misplaced copy) is not trusted under this name."""
         _save_epochs(tmp_path, range(3))
         epoch_path(tmp_path, 2).write_bytes(epoch_path(tmp_path, 1).read_bytes())
         with capture_logs() as logs:
-            found = newest_readable_checkpoint(tmp_path)
-        assert found is not None and found[0] == 1
+            assert readable_checkpoints(tmp_path) == [1]
         assert [e["reason"] for e in logs] == ["it holds epoch 1, not 2"]
 
-    def test_none_when_no_file_loads(self, tmp_path: Path) -> None:
-        """Every epoch file damaged: None, with one warning per file."""
-        _save_epochs(tmp_path, range(2))
-        for epoch in (0, 1):
-            epoch_path(tmp_path, epoch).write_bytes(b"garbage")
-        with capture_logs() as logs:
-            assert newest_readable_checkpoint(tmp_path) is None
-        assert [e["path"] for e in logs] == [str(epoch_path(tmp_path, e)) for e in (1, 0)]
-
     def test_empty_folder_has_none(self, tmp_path: Path) -> None:
-        """An empty folder, or one that does not exist, gives None."""
-        assert newest_readable_checkpoint(tmp_path) is None
-        assert newest_readable_checkpoint(tmp_path / "nowhere") is None
+        """An empty folder, or one that does not exist, offers nothing."""
+        assert readable_checkpoints(tmp_path) == []
+        assert readable_checkpoints(tmp_path / "nowhere") == []
+
+
+class TestLoadEpoch:
+    def test_damaged_file_is_a_checkpoint_error_naming_it(self, tmp_path: Path) -> None:
+        """Loading a damaged epoch raises CheckpointError with the file's path and the epoch, counted from 1."""
+        _save_epochs(tmp_path, range(2))
+        epoch_path(tmp_path, 1).write_bytes(b"garbage")
+        with pytest.raises(CheckpointError, match=r"epoch-0001\.pt.*epoch 2"):
+            load_epoch(tmp_path, 1)
+
+    def test_missing_file_is_a_checkpoint_error(self, tmp_path: Path) -> None:
+        """An epoch that was never saved (or was pruned) raises CheckpointError."""
+        with pytest.raises(CheckpointError, match="epoch 4"):
+            load_epoch(tmp_path, 3)
+
+
+class TestDiscardAfter:
+    def test_rollback_deletes_newer_epochs_and_points_latest_at_the_kept_one(self, tmp_path: Path) -> None:
+        """discard_after(1) keeps epochs up to 1; latest.pt then holds epoch 1."""
+        _save_epochs(tmp_path, range(4), keep=4)
+        discard_after(tmp_path, 1)
+        assert checkpoint_epochs(tmp_path) == [0, 1]
+        assert load_checkpoint(tmp_path / LATEST)["epoch"] == 1
+
+    def test_minus_one_deletes_everything(self, tmp_path: Path) -> None:
+        """A fresh start (-1) leaves no epoch file and no latest.pt: a reused job id starts clean."""
+        _save_epochs(tmp_path, range(3))
+        discard_after(tmp_path, -1)
+        assert checkpoint_epochs(tmp_path) == [] and not (tmp_path / LATEST).exists()
+
+    def test_missing_folder_is_fine(self, tmp_path: Path) -> None:
+        """Nothing saved yet: nothing to discard."""
+        discard_after(tmp_path / "nowhere", -1)

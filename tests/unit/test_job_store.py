@@ -367,6 +367,55 @@ class TestDurability:
         finally:
             second.close()
 
+    def test_interrupted_jobs_are_queued_again_to_resume(self, path: Path) -> None:
+        """requeue_interrupted queues every interrupted job, oldest first, keeping its epochs and start time."""
+        first = JobStore(path)
+        for job_id in ("older", "newer"):
+            submit(first, job_id, epochs=5)
+            to_training(first, job_id)
+        first.record_epoch("older", epoch(0))
+        first.close()
+        second = JobStore(path)
+        try:
+            second.recover()
+            requeued = second.requeue_interrupted()
+            assert [job.job_id for job in requeued] == ["older", "newer"]
+            assert all(job.state == "queued" and job.ended_at is None and job.started_at for job in requeued)
+            assert second.events("older")[-1].message == "resuming after 1 of 5 epochs, from the newest checkpoint"
+            assert second.next_queued() == second.get("older")
+            assert second.epochs("older") == [epoch(0)]
+        finally:
+            second.close()
+
+    def test_a_job_waits_for_a_lost_party_then_trains_again(self, jobs: JobStore) -> None:
+        """training -> waiting -> training is allowed, and a waiting job can still fail or be cancelled."""
+        submit(jobs, "j1")
+        to_training(jobs, "j1")
+        jobs.set_state("j1", "waiting", "waiting for party 3")
+        jobs.set_state("j1", "training", "1170 common IDs")
+        jobs.record_epoch("j1", epoch(0))
+        jobs.set_state("j1", "waiting", "waiting for party 3")
+        jobs.set_state("j1", "failed", "party 3 did not come back")
+        assert [e.state for e in jobs.events("j1") if e.kind == "state"][-4:] == [
+            "waiting",
+            "training",
+            "waiting",
+            "failed",
+        ]
+
+    def test_recover_interrupts_a_waiting_job(self, path: Path) -> None:
+        """A job that waited for a lost party when the server stopped is interrupted too, so it resumes."""
+        first = JobStore(path)
+        submit(first, "j1")
+        to_training(first, "j1")
+        first.set_state("j1", "waiting", "waiting for party 3")
+        first.close()
+        second = JobStore(path)
+        try:
+            assert [job.state for job in second.recover()] == ["interrupted"]
+        finally:
+            second.close()
+
     def test_failed_write_rolls_back(self, jobs: JobStore) -> None:
         """A duplicate submission leaves exactly the first job's row and its one event."""
         submit(jobs, "j1")

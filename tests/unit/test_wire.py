@@ -131,6 +131,10 @@ class TestSerde:
         [
             tasks.TrainEpoch(1, 4),
             tasks.Finish(2, False, "bye"),
+            tasks.Finish(5, False, "paused: party 3 is lost", rejoin=True),
+            tasks.Checkpoint(6, 3),
+            tasks.Restore(7, 2),
+            tasks.Restore(8, -1),
             tasks.Share(3, 12, "head"),
             tasks.Align(4, b"key", True),
         ],

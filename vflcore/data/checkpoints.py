@@ -3,8 +3,9 @@
 Each party writes only its own state, under ``<run_dir>/<job_id>/party-<N>/``: ``epoch-NNNN.pt``
 for the newest ``keep`` epochs and ``latest.pt``, a copy of the newest. A power cut or a
 ``kill -9`` never leaves a half-written file under either name (see ``_atomic_write``), yet a
-disk can still hand back a truncated or damaged file, so ``newest_readable_checkpoint`` falls
-back to an older epoch. Loading uses ``weights_only=True``: no pickled code runs.
+disk can still hand back a truncated or damaged file, so ``readable_checkpoints`` lists only the
+epochs whose files load, and a resumed job falls back to an older epoch every party holds.
+Loading uses ``weights_only=True``: no pickled code runs.
 """
 
 from __future__ import annotations
@@ -74,30 +75,6 @@ def checkpoint_epochs(directory: Path) -> list[int]:
     return sorted(int(m.group(1)) for m in found if m is not None)
 
 
-def newest_readable_checkpoint(directory: Path) -> tuple[int, dict[str, Any]] | None:
-    """The newest epoch whose file loads, with its state; None if none does.
-
-    A file that fails to load (truncated, overwritten with garbage, not a checkpoint of this
-    epoch) is skipped with a ``checkpoint_unreadable`` warning naming it and the reason.
-    """
-    for epoch in reversed(checkpoint_epochs(directory)):
-        path = epoch_path(directory, epoch)
-        try:
-            state = load_checkpoint(path)
-        # torch.load reports damage as whatever its reader trips over first: OSError for a
-        # truncated zip, KeyError or UnpicklingError for garbage, EOFError for an empty file,
-        # RuntimeError for a non-zip file. Any of them means only "not this file".
-        except Exception as exc:
-            _unreadable(path, f"{type(exc).__name__}: {_first_line(exc)}")
-            continue
-        if not isinstance(state, dict) or state.get("epoch") != epoch:
-            held = state.get("epoch") if isinstance(state, dict) else type(state).__name__
-            _unreadable(path, f"it holds epoch {held!r}, not {epoch}")
-            continue
-        return epoch, state
-    return None
-
-
 def readable_checkpoints(directory: Path) -> list[int]:
     """The epochs whose checkpoint file loads, ascending: what this party offers as a rollback point.
 
@@ -116,7 +93,7 @@ def load_epoch(directory: Path, epoch: int) -> dict[str, Any]:
     path = epoch_path(directory, epoch)
     try:
         state = load_checkpoint(path)
-    except Exception as exc:  # any reader error means "not this file" (see newest_readable_checkpoint)
+    except Exception as exc:  # any reader error means "not this file" (see _readable)
         raise CheckpointError(f"{path}: cannot read the checkpoint of epoch {epoch + 1} ({_first_line(exc)})") from exc
     if not isinstance(state, dict) or state.get("epoch") != epoch:
         raise CheckpointError(f"{path}: it does not hold the checkpoint of epoch {epoch + 1}")
@@ -143,13 +120,18 @@ def discard_after(directory: Path, epoch: int) -> None:
 
 
 def _readable(path: Path, epoch: int) -> bool:
+    """Whether ``path`` loads and holds epoch ``epoch``; a ``checkpoint_unreadable`` warning says why not."""
     try:
         state = load_checkpoint(path)
-    except Exception as exc:  # see newest_readable_checkpoint
+    # torch.load reports damage as whatever its reader trips over first: OSError for a
+    # truncated zip, KeyError or UnpicklingError for garbage, EOFError for an empty file,
+    # RuntimeError for a non-zip file. Any of them means only "not this file".
+    except Exception as exc:
         _unreadable(path, f"{type(exc).__name__}: {_first_line(exc)}")
         return False
     if not isinstance(state, dict) or state.get("epoch") != epoch:
-        _unreadable(path, f"it does not hold epoch {epoch}")
+        held = state.get("epoch") if isinstance(state, dict) else type(state).__name__
+        _unreadable(path, f"it holds epoch {held!r}, not {epoch}")
         return False
     return True
 

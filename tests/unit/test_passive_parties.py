@@ -1,0 +1,100 @@
+"""The active party's view of the passive parties: liveness, lost parties, and tensors applied once."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from vflcore.errors import PartyLost, PartyUnavailable, TensorError
+from vflcore.job import JobSpec
+from vflcore.tasks import Finish
+from vflcore.wire.tensors import TensorKey
+from vflserver.passive_parties import PassiveParties
+
+JOB = JobSpec("j", passive_parties=(2, 3), num_rows=10)
+
+
+def _online(**kwargs: float) -> PassiveParties:
+    parties = PassiveParties(JOB, offline_grace_s=0.0, **kwargs)
+    for party in (2, 3):
+        parties.join(party, b"", 10, frozenset(), (0, 1))
+        parties.subscribe(party)
+    return parties
+
+
+class TestTensorsAppliedOnce:
+    def test_a_tensor_sent_again_after_it_was_used_is_refused(self) -> None:
+        """Once the loop took (2, epoch 0, batch 1), the same key again is refused: no step applies twice."""
+        parties = _online()
+        key = TensorKey("j", 0, 1, "embedding")
+        parties.expect("embedding", 0, 1, (2, 4))
+        array = np.ones((2, 4), np.float32)
+        parties.accept_upload(2, key, array)
+        assert np.array_equal(parties.gather_from(2, "embedding", 0, 1), array)
+        with pytest.raises(TensorError, match="expects no"):
+            parties.accept_upload(2, key, array)
+
+    def test_a_tensor_sent_twice_before_use_is_taken_once(self) -> None:
+        """A re-send that arrives before the loop takes the tensor replaces it: the loop sees one tensor."""
+        parties = _online()
+        key = TensorKey("j", 0, 0, "embedding")
+        parties.expect("embedding", 0, 0, (1, 2))
+        parties.accept_upload(3, key, np.zeros((1, 2), np.float32))
+        parties.accept_upload(3, key, np.zeros((1, 2), np.float32))
+        parties.gather_from(3, "embedding", 0, 0)
+        assert len(parties.uploads) == 0
+
+
+class TestLiveness:
+    def test_a_silent_party_is_lost_after_the_heartbeat_timeout(self) -> None:
+        """No heartbeat for heartbeat_timeout_s: PartyLost naming the party and the setting, though online."""
+        parties = _online(heartbeat_timeout_s=0.05)
+        time.sleep(0.1)
+        parties.heartbeat(2)
+        parties.check_online(2)
+        with pytest.raises(PartyLost, match=r"party 3 .*heartbeat_timeout_s") as caught:
+            parties.check_online(3)
+        assert caught.value.party == 3
+
+    def test_a_closed_stream_is_lost_a_reported_failure_is_not(self) -> None:
+        """A closed stream may come back (PartyLost); a party that reported a failure would fail again."""
+        parties = _online()
+        _, session = parties.subscribe(2)
+        parties.leave(2, session)
+        with pytest.raises(PartyLost, match="connection to the server closed"):
+            parties.check_online(2)
+        parties.report_failure(3, "disk full")
+        with pytest.raises(PartyUnavailable, match="disk full") as caught:
+            parties.check_online(3)
+        assert not isinstance(caught.value, PartyLost)
+
+    def test_an_old_stream_closing_late_does_not_take_the_party_offline(self) -> None:
+        """The first Subscribe stream closes after a second one opened: the party stays online."""
+        parties = _online()
+        _, old = parties.subscribe(2)
+        parties.subscribe(2)
+        parties.leave(2, old)
+        assert 2 in parties.online_parties()
+
+    def test_a_restarted_party_is_lost_at_once(self) -> None:
+        """lose() (its daemon asked for a new job mid-job) fails the next wait with the reason."""
+        parties = _online()
+        parties.lose(3, "it asked for a new job")
+        with pytest.raises(PartyLost, match="asked for a new job"):
+            parties.check_online(3)
+
+    def test_join_records_the_checkpoints_a_party_holds(self) -> None:
+        """The epochs a party can resume from travel with its Join."""
+        assert _online().member(2).checkpoints == (0, 1)
+
+
+class TestPause:
+    def test_rejoin_finish_reaches_every_party(self) -> None:
+        """finish(rejoin=True) queues Finish(rejoin) for every party: each daemon comes back for the job."""
+        parties = _online()
+        parties.finish(False, "paused", rejoin=True)
+        for party in (2, 3):
+            task = parties.member(party).tasks.get_nowait()
+            assert isinstance(task, Finish) and task.rejoin and not task.success
