@@ -236,3 +236,64 @@ class TestNetwork:
             assert run.alive()["party-2"], "the other daemon must stay up"
         finally:
             run.close()
+
+
+#: The algorithms not covered above: one kill each, in the middle of epoch 2 of 3.
+OTHERS = ("fedbcd", "vimsgd", "vimadmm_j", "apfed_r", "async")
+OTHER_EPOCHS = 3
+#: Async is compared by accuracy, not step by step: enough epochs that the accuracy has settled
+#: (at 3 epochs two fault-free async runs differed by 1.7 points).
+ASYNC_EPOCHS = 10
+ASYNC_POINTS = 0.02
+
+
+def _epochs_for(algorithm: str) -> int:
+    return ASYNC_EPOCHS if algorithm == "async" else OTHER_EPOCHS
+
+
+@pytest.fixture(scope="module")
+def clean_others(pki: Pki, digits_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """The fault-free run of each of ``OTHERS``, with its outcome and final accuracy."""
+    run = _service(tmp_path_factory.mktemp("clean-others"), pki, digits_data)
+    try:
+        outcomes = {}
+        with _jobs(run, pki) as jobs:
+            for algorithm in OTHERS:
+                job_id = _job_id(algorithm, "other")
+                jobs.submit(job_document(job_id, algorithm, epochs=_epochs_for(algorithm), **JOB))
+                _finish(jobs, run, job_id)
+                outcomes[algorithm] = (_outcome(run, job_id), jobs.get(job_id).final_metrics["accuracy"])
+        yield outcomes
+    finally:
+        run.close()
+
+
+class TestEveryOtherAlgorithm:
+    @pytest.mark.parametrize("algorithm", OTHERS)
+    def test_killed_mid_epoch(
+        self, algorithm: str, clean_others: dict[str, Any], pki: Pki, digits_data: Path, tmp_path: Path
+    ) -> None:
+        """kill -9 of party 3 in the middle of epoch 2: the same model; async (not deterministic) within 1 point."""
+        run = _service(tmp_path, pki, digits_data)
+        job_id = _job_id(algorithm, "other")
+        try:
+            with _jobs(run, pki) as jobs:
+                jobs.submit(job_document(job_id, algorithm, epochs=_epochs_for(algorithm), **JOB))
+                _wait(lambda: _epochs_done(jobs, job_id) >= 1, "epoch 1", run)
+                time.sleep(0.3)
+                run.kill("party-3")
+                assert _epochs_done(jobs, job_id) == 1, "the kill missed the middle of epoch 2"
+                _restart_after(run, "party-3")
+                lines = _finish(jobs, run, job_id)
+                accuracy = jobs.get(job_id).final_metrics["accuracy"]
+            assert any("waiting for party 3" in line for line in lines), lines
+            reference, reference_accuracy = clean_others[algorithm]
+            if algorithm == "async":  # arrival order decides the steps: not reproducible, even without faults
+                # Six fault-free 10-epoch runs here spanned 0.953-0.962 (0.85 points, 2 of 234 rows),
+                # so a 1-point check against one fault-free run fails now and then without any
+                # fault; 2 points still catches a resumption that loses or repeats work.
+                assert abs(accuracy - reference_accuracy) <= ASYNC_POINTS, (accuracy, reference_accuracy)
+            else:
+                _assert_same_model(_outcome(run, job_id), reference)
+        finally:
+            run.close()
