@@ -301,6 +301,9 @@ class ActiveParty:
             except CheckpointError as exc:  # damaged since it was listed: an older one will do
                 log.warning("checkpoint_unreadable", epoch=epoch, error=str(exc))
                 continue
+            if not {"algorithm", "rng", "reports"} <= state.keys():  # written before resumption existed
+                log.warning("checkpoint_unreadable", epoch=epoch, error="an older format: it cannot resume a job")
+                continue
             self.algorithm.load_state(state["algorithm"])
             restore_rng(state["rng"])
             summary.epochs = [EpochReport(**report) for report in state["reports"]]

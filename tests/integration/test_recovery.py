@@ -40,6 +40,7 @@ def _job_id(algorithm: str, tag: str) -> str:
 
 
 def _service(root: Path, pki: Pki, data: Path, **settings: Any) -> ServiceRun:
+    root.mkdir(parents=True, exist_ok=True)
     run = ServiceRun(
         root,
         pki,
@@ -297,3 +298,41 @@ class TestEveryOtherAlgorithm:
                 _assert_same_model(_outcome(run, job_id), reference)
         finally:
             run.close()
+
+
+#: AdptVFedConv on digits quadrants, one per party (003): its passive parties work only in epoch 1.
+CONV_OPTIONS = {"pretrain_epochs": 3, "finetune_epochs": 2, "channels": 8}
+CONV_JOB = {"batch_size": 8, "join_timeout_s": 60, "passive_parties": [2, 3, 4], "seed": 3, "learning_rate": 0.003}
+
+
+class TestAdptVFedConv:
+    def _run(self, root: Path, pki: Pki, data: Path, kill: bool) -> JobOutcome:
+        run = _service(root, pki, data, parties=(2, 3, 4))
+        job_id = "fault-adptvfedconv"
+        document = job_document(job_id, "adptvfedconv", epochs=3, algorithm_options=CONV_OPTIONS, **CONV_JOB)
+        try:
+            with _jobs(run, pki) as jobs:
+                jobs.submit(document)
+                if kill:
+                    # Phase 2: party 3 has the extractor and is fine-tuning; nothing is saved yet.
+                    log3 = run.root / "party-3.log"
+                    _wait(lambda: '"extractor_received"' in log3.read_text(errors="replace"), "phase 2", run)
+                    run.kill("party-3")
+                    _restart_after(run, "party-3")
+                    # Phase 3: the server trains its classifier alone; the loss shows at the evaluation.
+                    _wait(lambda: _epochs_done(jobs, job_id) >= 1, "epoch 1", run)
+                    time.sleep(0.2)
+                    run.kill("party-3")
+                    _restart_after(run, "party-3")
+                lines = _finish(jobs, run, job_id)
+            if kill:
+                assert sum("waiting for party 3" in line for line in lines) == 2, lines
+            return job_outcome(run.root / "runs", job_id, parties=(1, 2, 3, 4))
+        finally:
+            run.close()
+
+    def test_killed_in_phase_2_and_phase_3(self, pki: Pki, digits_quadrants: Path, tmp_path: Path) -> None:
+        """kill -9 of party 3 while it fine-tunes (phase 2) and while the server trains alone (phase 3): same model."""
+        clean = self._run(tmp_path / "clean", pki, digits_quadrants, kill=False)
+        faulty = self._run(tmp_path / "faulty", pki, digits_quadrants, kill=True)
+        _assert_same_model(faulty, clean)
