@@ -62,7 +62,7 @@ class Failure:
 
     killed_after_s: float  # seconds from the job's submission
     restarted_at: float  # Unix seconds
-    resumed_epoch: int | None = None  # the checkpoint the job rolled back to (0-based; -1: from the start)
+    resumed_at: str = "?"  # the checkpoint the job rolled back to, in words
     first_step_at: float | None = None
 
     @property
@@ -142,11 +142,10 @@ def faulty(root: Path, pki: Pki, data: Path, rng: random.Random) -> tuple[float,
             wall = time.time() - started
         if state != "finished":
             raise RuntimeError(f"the faulty job ended {state}\n{run.tail()}")
-        resumed = _events(server_log, "resumed") + _events(server_log, "resumed_from_the_start")
-        resumed.sort(key=_unix)
+        resumed = _events(server_log, "resumed")
         firsts = [e for e in _events(server_log, "first_step") if e.get("resumed")]
         for failure, event, first in zip(failures, resumed, firsts, strict=False):
-            failure.resumed_epoch = int(str(event["epoch"]))
+            failure.resumed_at = str(event["at"])
             failure.first_step_at = _unix(first)
         return wall, job_outcome(root / "runs", JOB_ID), failures
     finally:
@@ -159,15 +158,14 @@ def report(clean: tuple[float, JobOutcome], broken: tuple[float, JobOutcome, lis
     print(f"fault-free: {clean_wall:.1f} s, {len(reference.losses)} steps")
     print(f"faulty:     {wall:.1f} s, {len(outcome.losses)} steps, {len(failures)} kills of party 3")
     print(f"wall time, faulty / fault-free: {wall / clean_wall:.2f}x")
-    print("failure  killed at (s after submit)  rolled back to epoch  restart -> first step (s)")
+    print("failure  killed at (s after submit)  resumed from            restart -> first step (s)")
     times = []
     for index, failure in enumerate(failures, start=1):
         seconds = failure.restart_to_training_s
         if seconds is not None:
             times.append(seconds)
-        rolled = "?" if failure.resumed_epoch is None else f"{failure.resumed_epoch + 1}"  # counted from 1
         shown = "never" if seconds is None else f"{seconds:.2f}"
-        print(f"{index:>7}  {failure.killed_after_s:>24.2f}  {rolled:>20}  {shown:>24}")
+        print(f"{index:>7}  {failure.killed_after_s:>24.2f}  {failure.resumed_at:<22}  {shown:>24}")
     median = statistics.median(times) if times else float("inf")
     print(f"median restart -> training: {median:.2f} s (aim <= {AIM_RESTART_S:g} s)")
     weights = weight_differences(outcome, reference)

@@ -36,6 +36,14 @@ from vflcore.wire.tensors import TensorKey
 #: Leaves each passive party of a round its answer: named tensors per party, in party order.
 Publish = Callable[[list[dict[str, torch.Tensor]]], None]
 
+#: Called by a half after each training step: (epoch, batches of it done, batches per epoch).
+#: The party saves a checkpoint there when ``[job] checkpoint_every_steps`` says one is due.
+AfterStep = Callable[[int, int, int], None]
+
+
+def _no_checkpoints(epoch: int, done: int, per_epoch: int) -> None:
+    """A half run outside a party (a test, a reference): nothing to save."""
+
 
 class PassivePartiesView(Protocol):
     """What an algorithm's active half may do with the passive parties (``vflserver.passive_parties``)."""
@@ -79,6 +87,7 @@ class ActiveContext:
     top_hidden: tuple[int, ...]
     #: Dropout after each hidden layer of the active party's MLP top (``[model] top_dropout``).
     top_dropout: float = 0.0
+    after_step: AfterStep = _no_checkpoints
 
 
 class ServerAlgorithm(ABC):
@@ -95,6 +104,17 @@ class ServerAlgorithm(ABC):
     #: Called after every training step with its index over the whole job (from 0): the
     #: service's view of progress, e.g. when a resumed job takes its first step.
     on_step: Callable[[int], None] | None = None
+
+    def epoch_loss(self, batches: list[np.ndarray]) -> float:
+        """The row-weighted mean loss of an epoch of ``batches`` just trained, one step each.
+
+        From the epoch's last ``len(batches)`` step losses, summed in batch order: the same
+        numbers whether the epoch ran in one go or was resumed from a checkpoint inside it.
+        """
+        total = 0.0
+        for rows, value in zip(batches, self.step_losses[-len(batches) :], strict=True):
+            total += value * len(rows)
+        return total / max(1, sum(len(rows) for rows in batches))
 
     def record_step(self, loss: float) -> float:
         """Keep one training step's loss (what reference tests compare), tell ``on_step``; returns the loss."""
@@ -114,9 +134,17 @@ class ServerAlgorithm(ABC):
         """Columns of what a passive party uploads per row: its embedding, or (VIMADMM-J) its logits."""
         return self.ctx.job.embedding_dim
 
+    #: Whether the halves can resume inside an epoch (``train_epoch``'s ``first_batch``), and so
+    #: take ``[job] checkpoint_every_steps``; async (arrival order) and AdptVFedConv (phases) cannot.
+    resumes_mid_epoch = False
+
     @abstractmethod
-    def train_epoch(self, epoch: int) -> float:
-        """Run one epoch with every passive party; return the mean training loss."""
+    def train_epoch(self, epoch: int, first_batch: int = 0) -> float:
+        """Run one epoch with every passive party, from batch ``first_batch``; return the epoch's mean training loss.
+
+        ``first_batch`` > 0 only when ``resumes_mid_epoch``: the steps before it are restored from a
+        checkpoint, and their losses are the last ``first_batch`` of ``step_losses``.
+        """
 
     @abstractmethod
     def predict(self, rows: np.ndarray, embeddings: dict[int, np.ndarray]) -> torch.Tensor:
@@ -163,6 +191,7 @@ class PassiveContext:
     features: torch.Tensor  # aligned rows x this party's features
     link: TrainingLink
     model_factory: ModelFactory | None = None
+    after_step: AfterStep = _no_checkpoints
 
 
 class ClientAlgorithm(ABC):
@@ -174,8 +203,8 @@ class ClientAlgorithm(ABC):
         self.ctx = ctx
 
     @abstractmethod
-    def train_epoch(self, epoch: int) -> None:
-        """Take part in one epoch, following the shared batch schedule."""
+    def train_epoch(self, epoch: int, first_batch: int = 0) -> None:
+        """Take part in one epoch, following the shared batch schedule from batch ``first_batch``."""
 
     @abstractmethod
     def embed(self, rows: np.ndarray) -> np.ndarray:

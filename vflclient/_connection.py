@@ -20,7 +20,7 @@ from vflclient._exceptions import translated
 from vflcore import tasks
 from vflcore.data.tables import PartyTable, ids_digest
 from vflcore.errors import ServerUnavailable, TensorError, VflError
-from vflcore.job import ACTIVE_PARTY, JobSpec
+from vflcore.job import ACTIVE_PARTY, JobSpec, Position
 from vflcore.proto import federation_pb2 as pb
 from vflcore.proto import federation_pb2_grpc as pb_grpc
 from vflcore.security.tls import KEEPALIVE_CHANNEL_OPTIONS, TlsFiles, channel_credentials
@@ -126,13 +126,13 @@ class Connection(TrainingLink):
         table: PartyTable,
         cached_alignments: Sequence[bytes] = (),
         job_id: str = "",
-        checkpoints: Sequence[int] = (),
+        checkpoints: Sequence[Position] = (),
     ) -> JobSpec:
         """Join the server's job (``job_id``, as ``next_job`` offered it; "": the waiting one); returns its settings.
 
         ``cached_alignments`` are the keys of PSI results this party saved earlier; if every
         party still has the one for the current data, the server skips PSI. ``checkpoints`` are
-        the epochs of this job whose checkpoints this party can read: a resumed job continues
+        the positions of this job whose checkpoints this party can read: a resumed job continues
         from the newest one every party holds.
         """
         request = pb.JoinRequest(
@@ -143,7 +143,7 @@ class Connection(TrainingLink):
             client_version=CLIENT_VERSION,
             cached_alignments=list(cached_alignments),
             job_id=job_id,
-            checkpoints=list(checkpoints),
+            checkpoints=[wire.position_to_proto(p) for p in checkpoints],
         )
         with translated("Join"):
             reply = self._stub.Join(request, metadata=self._metadata)
@@ -198,7 +198,7 @@ class Connection(TrainingLink):
         return array
 
     def exchange(
-        self, job_id: str, round_: int, batches: int, *, up: str, down: str | tuple[str, ...]
+        self, job_id: str, round_: int, batches: int, *, up: str, down: str | tuple[str, ...], first: int = 0
     ) -> TensorExchange:
         """A round over two streams that stay open: SendEmbeddings up, ReturnGradients (or PushADMMState) down.
 
@@ -208,7 +208,9 @@ class Connection(TrainingLink):
         names = (down,) if isinstance(down, str) else down
         if upload_rpc(up) != "SendEmbeddings":
             raise ValueError(f"{up!r} travels on {upload_rpc(up)}, not on a round's upload stream; use send()")
-        return _StreamedExchange(self._stub, self._metadata, self._codec, job_id, round_, batches, up=up, down=names)
+        return _StreamedExchange(
+            self._stub, self._metadata, self._codec, job_id, round_, batches, up=up, down=names, first=first
+        )
 
     def report_failure(self, job_id: str, task_id: int, message: str) -> None:
         """Tell the server this party's side of a task failed; best effort."""
@@ -269,12 +271,13 @@ class _StreamedExchange(TensorExchange):
         *,
         up: str,
         down: tuple[str, ...],
+        first: int = 0,
     ) -> None:
         self._job_id, self._round, self._up, self._down = job_id, round_, up, down
         self._rpc = download_rpc(down)
         self._outbox: queue.SimpleQueue[pb.TensorChunk | None] = queue.SimpleQueue()
-        first = TensorKey(job_id, round_, 0, down[0])
-        request = pb.TensorRequest(key=wire.key_to_proto(first), count=batches, names=list(down))
+        start = TensorKey(job_id, round_, first, down[0])
+        request = pb.TensorRequest(key=wire.key_to_proto(start), count=batches - first, names=list(down))
         self._download = getattr(stub, self._rpc)(request, metadata=metadata)
         self._codec = codec
         self._arrivals = codec.decode_stream(self._download)

@@ -25,10 +25,17 @@ import torch
 from vflalgorithms.base import ClientAlgorithm, ModelFactory, PassiveContext, algorithm_spec, algorithms
 from vflclient._alignment import align_passive
 from vflclient._connection import Connection
-from vflcore.data.checkpoints import discard_after, load_epoch, party_dir, readable_checkpoints, save_checkpoint
+from vflcore.data.checkpoints import (
+    discard_after,
+    load_position,
+    party_dir,
+    readable_checkpoints,
+    save_checkpoint,
+    save_position,
+)
 from vflcore.data.tables import PartyTable, write_aligned_ids
 from vflcore.errors import ConfigError, JobAborted, JoinRejected, PartyUnavailable, ServerUnavailable
-from vflcore.job import ACTIVE_PARTY, JobSpec
+from vflcore.job import ACTIVE_PARTY, JobSpec, Position, mid_epoch_checkpoint_due
 from vflcore.ml.state import restore_rng, rng_state
 from vflcore.psi.cache import cached_keys
 from vflcore.runtime.daemon import adopt_torch_threads
@@ -167,6 +174,7 @@ class PassiveParty:
                     features=torch.from_numpy(np.ascontiguousarray(self.table.features, dtype=np.float32)),
                     link=connection,
                     model_factory=self.model_factory,
+                    after_step=self._after_step,
                 )
             )
         return self.algorithm
@@ -180,16 +188,15 @@ class PassiveParty:
         assert self.job is not None
         job = self.job
         match task:
-            case TrainEpoch(_, epoch):
+            case TrainEpoch(_, epoch, first_batch):
                 structlog.contextvars.bind_contextvars(round=epoch)
-                algorithm.train_epoch(epoch)
+                algorithm.train_epoch(epoch, first_batch)
                 log.info("epoch_done")
                 return 1
             case Checkpoint(_, epoch):
-                state = {"algorithm": algorithm.state(), "rng": rng_state()}
-                save_checkpoint(self._dir(job), epoch, state, keep=self.keep_checkpoints)
-            case Restore(_, epoch):
-                self._restore(algorithm, epoch)
+                save_checkpoint(self._dir(job), epoch, self._state(algorithm), keep=self.keep_checkpoints)
+            case Restore(_, position):
+                self._restore(algorithm, position)
             case Evaluate(_, epoch, rows):
                 connection.send(TensorKey(job.job_id, epoch, 0, EVAL_EMBEDDING), algorithm.embed(rows))
             case Share(_, round_, name):
@@ -199,16 +206,27 @@ class PassiveParty:
                 log.info("inference_served", request=request_id, rows=len(rows))
         return 0
 
-    def _restore(self, algorithm: ClientAlgorithm, epoch: int) -> None:
-        """Continue from the checkpoint of ``epoch`` (-1: from the start) and delete newer ones."""
+    @staticmethod
+    def _state(algorithm: ClientAlgorithm) -> dict[str, object]:
+        return {"algorithm": algorithm.state(), "rng": rng_state()}
+
+    def _after_step(self, epoch: int, done: int, per_epoch: int) -> None:
+        """Inside an epoch, save at the same steps as every other party (``[job] checkpoint_every_steps``)."""
+        assert self.job is not None and self.algorithm is not None
+        if mid_epoch_checkpoint_due(self.job, epoch, done, per_epoch):
+            state = self._state(self.algorithm)
+            save_position(self._dir(self.job), Position(epoch, done), state, keep=self.keep_checkpoints)
+
+    def _restore(self, algorithm: ClientAlgorithm, position: Position) -> None:
+        """Continue from the checkpoint of ``position`` (``Position(0, 0)``: the start) and delete newer ones."""
         assert self.job is not None
         folder = self._dir(self.job)
-        if epoch >= 0:
-            state = load_epoch(folder, epoch)  # CheckpointError names the file; reported, the job fails
+        if position > Position(0, 0):
+            state = load_position(folder, position)  # CheckpointError names the file; reported, the job fails
             algorithm.load_state(state["algorithm"])
             restore_rng(state["rng"])
-            log.info("resumed", epoch=epoch)
-        discard_after(folder, epoch)
+            log.info("resumed", at=str(position), epoch=position.epoch, batch=position.batch)
+        discard_after(folder, position)
 
     def _dir(self, job: JobSpec) -> Path:
         return party_dir(self.run_dir, job.job_id, self.party)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -52,6 +52,9 @@ class JobSpec:
     #: The model's output width (classes, or 1 for regression); the active party sets it from its
     #: label column, for algorithms whose passive parties hold a head of their own (VIMADMM-J).
     num_outputs: int = 0
+    #: Also checkpoint every this many training steps (batches), not only at each epoch's end
+    #: (0: epochs only). A resumed job then replays at most this many steps.
+    checkpoint_every_steps: int = 0
 
     # The fields above are the only list of the job's settings. The wire (``vflcore.wire.serde``)
     # and the config file (``vflcore.runtime.config``) both walk them, so a new setting is a new
@@ -64,6 +67,38 @@ class JobSpec:
     def schedule(self) -> Schedule:
         """The row split and batch order, derived from the seed alone."""
         return Schedule(self)
+
+
+class Position(NamedTuple):
+    """Where training continues: the next step is batch ``batch`` of epoch ``epoch`` (both from 0).
+
+    A checkpoint is named by the position it resumes at. The end of epoch e is ``Position(e + 1, 0)``
+    (``after_epoch``); a checkpoint taken after s batches of epoch e is ``Position(e, s)``; a job
+    that starts afresh starts at ``Position(0, 0)``. Positions compare in training order.
+    """
+
+    epoch: int
+    batch: int = 0
+
+    @classmethod
+    def after_epoch(cls, epoch: int) -> Position:
+        return cls(epoch + 1, 0)
+
+    def __str__(self) -> str:
+        """Counted from 1, as users read epochs: "the end of epoch 3", "epoch 4 after 20 batches"."""
+        if self.batch == 0:
+            return "the start" if self.epoch == 0 else f"the end of epoch {self.epoch}"
+        return f"epoch {self.epoch + 1} after {self.batch} batches"
+
+
+def mid_epoch_checkpoint_due(job: JobSpec, epoch: int, done: int, per_epoch: int) -> bool:
+    """Whether ``done`` batches into ``epoch`` is a ``checkpoint_every_steps`` boundary inside the epoch.
+
+    Every party asks the same question after the same step, so all of them save the same
+    positions without telling each other; the epoch's end is saved anyway, so it is not due here.
+    """
+    every = job.checkpoint_every_steps
+    return every > 0 and 0 < done < per_epoch and (epoch * per_epoch + done) % every == 0
 
 
 def model_seed(job_seed: int, party: int, part: str) -> int:

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from vflcore.job import Position
+
 
 @dataclass(frozen=True)
 class Align:
@@ -26,6 +28,8 @@ class TrainEpoch:
 
     task_id: int
     epoch: int
+    #: A job resumed inside this epoch starts at this batch (0: the whole epoch).
+    first_batch: int = 0
 
 
 @dataclass(frozen=True)
@@ -73,7 +77,7 @@ class Share:
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """Save this party's training state as the checkpoint of ``epoch``; every party saves the same epochs."""
+    """Save this party's training state as the checkpoint of the end of ``epoch``; every party saves the same."""
 
     task_id: int
     epoch: int
@@ -81,14 +85,14 @@ class Checkpoint:
 
 @dataclass(frozen=True)
 class Restore:
-    """Continue from the checkpoint of ``epoch`` (the newest every party holds) and delete newer ones.
+    """Continue from the checkpoint of ``position`` (the newest every party holds) and delete newer ones.
 
-    ``epoch`` -1 starts afresh: every checkpoint this party holds for the job is deleted, so that
-    a job id used again never resumes from an older run's files.
+    ``Position(0, 0)`` starts afresh: every checkpoint this party holds for the job is deleted, so
+    that a job id used again never resumes from an older run's files.
     """
 
     task_id: int
-    epoch: int
+    position: Position
 
 
 Task = Align | TrainEpoch | Checkpoint | Restore | Evaluate | Infer | Share | Finish

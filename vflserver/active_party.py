@@ -8,6 +8,7 @@ never touch this class directly; they talk to its ``PassiveParties``.
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 import time
@@ -24,14 +25,14 @@ import torch
 from vflalgorithms.base import ActiveContext, ServerAlgorithm, algorithm_spec
 from vflcore.data.checkpoints import (
     discard_after,
-    load_epoch,
+    load_position,
     party_dir,
     readable_checkpoints,
-    save_checkpoint,
+    save_position,
 )
 from vflcore.data.tables import PartyTable, write_aligned_ids
 from vflcore.errors import CheckpointError, ConfigError, JobAborted, PartyLost
-from vflcore.job import ACTIVE_PARTY, JobSpec, Schedule
+from vflcore.job import ACTIVE_PARTY, JobSpec, Position, Schedule, mid_epoch_checkpoint_due
 from vflcore.ml.losses import label_tensor, task_loss
 from vflcore.ml.metrics import task_metrics
 from vflcore.ml.models import seed_dropout
@@ -151,6 +152,7 @@ class ActiveParty:
         self.labels: torch.Tensor
         self.algorithm: ServerAlgorithm
         self._row_of_id: dict[str, int] = {}
+        self._summary = RunSummary(job_id=self.job.job_id)  # the running job's, once run() starts
 
     def _prepare(self, aligned: PartyTable) -> None:
         """Build the schedule and the algorithm's models once the aligned rows are known."""
@@ -173,6 +175,7 @@ class ActiveParty:
                 num_outputs=self.job.num_outputs,
                 top_hidden=self.top_hidden,
                 top_dropout=self.top_dropout,
+                after_step=self._after_step,
             )
         )
 
@@ -210,7 +213,7 @@ class ActiveParty:
         on the way raises PartyLost after the others were told to rejoin (``Finish(rejoin)``).
         """
         adopt_torch_threads()  # this may be any thread (the daemon's job thread, a test's)
-        summary = RunSummary(job_id=self.job.job_id, run_dir=self.run_dir)
+        summary = self._summary = RunSummary(job_id=self.job.job_id, run_dir=self.run_dir)
         fed = self.parties
         try:
             log.info("waiting_for_parties", parties=list(self.job.passive_parties), timeout_s=join_timeout_s)
@@ -225,19 +228,20 @@ class ActiveParty:
                 return summary
             fed.state = "training"
             seed_dropout(self.job)
-            first_epoch = self._roll_back(resume, summary)
-            self._announce_first_step(first_epoch, resume)
-            for epoch in range(first_epoch, self.job.epochs):
+            first = self._roll_back(resume, summary)
+            self._announce_first_step(first, resume)
+            for epoch in range(first.epoch, self.job.epochs):
                 structlog.contextvars.bind_contextvars(round=epoch)
                 if self.stop_event.is_set():
                     raise JobAborted("shutdown requested")
                 started = time.perf_counter()
-                train_loss = self.algorithm.train_epoch(epoch)
+                train_loss = self.algorithm.train_epoch(epoch, first.batch if epoch == first.epoch else 0)
                 test_loss, metrics = self.evaluate(epoch)
                 wire_mb = fed.traffic.phase_total(f"train {epoch}") / MB
                 report = EpochReport(epoch, train_loss, test_loss, metrics, time.perf_counter() - started, wire_mb)
                 summary.epochs.append(report)
-                self._checkpoint(epoch, summary)
+                self._save(Position.after_epoch(epoch))
+                fed.dispatch(functools.partial(Checkpoint, epoch=epoch))
                 log.info("epoch_done", train_loss=train_loss, test_loss=test_loss, **metrics)
                 if on_epoch is not None:
                     on_epoch(report)
@@ -268,64 +272,72 @@ class ActiveParty:
 
     # ---- checkpoints ------------------------------------------------------------------------
 
-    def _checkpoint(self, epoch: int, summary: RunSummary) -> None:
-        """Save this party's state as epoch ``epoch``'s checkpoint, then have every passive party save its own.
+    def _save(self, position: Position) -> None:
+        """Save this party's state as the checkpoint of ``position``.
 
-        The active party saves first, so a passive party never holds an epoch the active party
-        lacks; the rollback point is the newest epoch they all hold (``_roll_back``).
+        At an epoch's end the passive parties are then told to save theirs (``Checkpoint``), so a
+        passive party never holds an epoch the active party lacks. Inside an epoch
+        (``[job] checkpoint_every_steps``) every party saves at the same steps by itself. The
+        rollback point is the newest position they all hold (``_roll_back``).
         """
         state = {
             "algorithm": self.algorithm.state(),
             "rng": rng_state(),
-            "reports": [report.plain() for report in summary.epochs],
+            "reports": [report.plain() for report in self._summary.epochs],
         }
-        save_checkpoint(self.run_dir, epoch, state, keep=self.keep_checkpoints)
-        self.parties.dispatch(lambda tid: Checkpoint(tid, epoch))
+        save_position(self.run_dir, position, state, keep=self.keep_checkpoints)
 
-    def _roll_back(self, resume: bool, summary: RunSummary) -> int:
-        """Agree on the newest checkpoint every party holds, load it everywhere; returns the next epoch.
+    def _after_step(self, epoch: int, done: int, per_epoch: int) -> None:
+        if mid_epoch_checkpoint_due(self.job, epoch, done, per_epoch):
+            self._save(Position(epoch, done))
 
-        Each passive party said at Join which epochs it can read. The active party tries the
+    def _roll_back(self, resume: bool, summary: RunSummary) -> Position:
+        """Agree on the newest checkpoint every party holds, load it everywhere; returns where training goes on.
+
+        Each passive party said at Join which positions it can read. The active party tries the
         common ones, newest first, and loads its own; then every passive party is told to load
-        the same epoch (``Restore``) and to delete newer ones. With no common checkpoint, or
-        without ``resume``, every party starts afresh (``Restore(-1)``), which gives the same model.
+        the same one (``Restore``) and to delete newer ones. With no common checkpoint, or
+        without ``resume``, every party starts afresh (``Restore`` of ``Position(0, 0)``), which
+        gives the same model.
         """
-        fed, epochs = self.parties, self.job.epochs
+        fed, end = self.parties, Position(self.job.epochs, 0)
         held = {ACTIVE_PARTY: readable_checkpoints(self.run_dir) if resume else []}
         held |= {party: list(fed.member(party).checkpoints) for party in self.job.passive_parties}
         common = set(held[ACTIVE_PARTY]).intersection(*(set(h) for h in held.values()))
-        chosen = -1
-        for epoch in sorted((e for e in common if e < epochs), reverse=True):
+        chosen = Position(0, 0)
+        for position in sorted((p for p in common if p <= end), reverse=True):
             try:
-                state = load_epoch(self.run_dir, epoch)
+                state = load_position(self.run_dir, position)
             except CheckpointError as exc:  # damaged since it was listed: an older one will do
-                log.warning("checkpoint_unreadable", epoch=epoch, error=str(exc))
+                log.warning("checkpoint_unreadable", position=str(position), error=str(exc))
                 continue
             if not {"algorithm", "rng", "reports"} <= state.keys():  # written before resumption existed
-                log.warning("checkpoint_unreadable", epoch=epoch, error="an older format: it cannot resume a job")
+                log.warning("checkpoint_unreadable", position=str(position), error="an older format: cannot resume")
                 continue
             self.algorithm.load_state(state["algorithm"])
             restore_rng(state["rng"])
             summary.epochs = [EpochReport(**report) for report in state["reports"]]
-            chosen = epoch
+            chosen = position
             break
         discard_after(self.run_dir, chosen)
         fed.dispatch(lambda tid: Restore(tid, chosen))
         if resume:
             log.info(
-                "resumed" if chosen >= 0 else "resumed_from_the_start",
-                epoch=chosen,
-                held={str(party): found for party, found in held.items()},
+                "resumed",
+                at=str(chosen),
+                epoch=chosen.epoch,
+                batch=chosen.batch,
+                held={str(party): [str(p) for p in found] for party, found in held.items()},
             )
-        return chosen + 1
+        return chosen
 
-    def _announce_first_step(self, epoch: int, resumed: bool) -> None:
+    def _announce_first_step(self, position: Position, resumed: bool) -> None:
         """Log ``first_step`` once the first training step is done: how long a resumption took is seen here."""
         algorithm = self.algorithm
 
         def first(step: int) -> None:
             algorithm.on_step = None
-            log.info("first_step", step=step, epoch=epoch, resumed=resumed)
+            log.info("first_step", step=step, epoch=position.epoch, batch=position.batch, resumed=resumed)
 
         algorithm.on_step = first
 

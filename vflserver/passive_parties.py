@@ -18,7 +18,7 @@ import numpy as np
 import structlog
 
 from vflcore.errors import JobAborted, JoinRejected, PartyLost, PartyUnavailable
-from vflcore.job import JobSpec
+from vflcore.job import JobSpec, Position
 from vflcore.tasks import Finish, Task
 from vflcore.wire.tensors import TensorError, TensorKey, check_shape
 from vflcore.wire.traffic import Traffic
@@ -43,8 +43,8 @@ class _Member:
     last_seen: float = 0.0
     #: Which Subscribe stream is its current one: a stream that closes late must not count.
     session: int = 0
-    #: The epochs of this job whose checkpoints it can read, as it said at Join.
-    checkpoints: tuple[int, ...] = ()
+    #: The positions of this job whose checkpoints it can read, as it said at Join.
+    checkpoints: tuple[Position, ...] = ()
     id_count: int = 0
     id_set_digest: bytes = b""
     cached_alignments: frozenset[bytes] = frozenset()
@@ -103,7 +103,7 @@ class PassiveParties:
         id_set_digest: bytes,
         id_count: int,
         cached_alignments: frozenset[bytes],
-        checkpoints: tuple[int, ...] = (),
+        checkpoints: tuple[Position, ...] = (),
     ) -> JobSpec:
         """Admit a party before the job starts; what it holds is settled by PSI afterwards."""
         member = self.member(party)
@@ -117,7 +117,7 @@ class PassiveParties:
             member.cached_alignments = cached_alignments
             member.checkpoints = tuple(sorted(checkpoints))
             member.last_seen = time.monotonic()
-        log.info("party_joined", peer=party, ids=id_count, checkpoints=list(member.checkpoints))
+        log.info("party_joined", peer=party, ids=id_count, checkpoints=[str(p) for p in member.checkpoints])
         return self.job
 
     def subscribe(self, party: int) -> tuple[queue.Queue[Task], int]:

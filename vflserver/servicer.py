@@ -151,7 +151,7 @@ class FederationService(pb_grpc.FederationServicer):
             bytes(request.id_set_digest),
             request.num_rows,
             frozenset(bytes(k) for k in request.cached_alignments),
-            tuple(request.checkpoints),
+            tuple(wire.position_from_proto(p) for p in request.checkpoints),
         )
         return pb.JoinReply(job=wire.job_to_proto(job))
 

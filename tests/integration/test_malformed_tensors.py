@@ -20,6 +20,7 @@ import torch
 from tests.integration.conftest import SMALL_JOB, RunningJob
 from vflclient import Connection, TensorRejected, read_party_csv
 from vflclient._alignment import align_passive
+from vflcore.job import Position
 from vflcore.proto import federation_pb2 as pb
 from vflcore.proto import federation_pb2_grpc as pb_grpc
 from vflcore.security.tls import channel_credentials
@@ -58,7 +59,7 @@ def party2_session(job_factory, pki: Pki, digits_data: Path, tmp_path: Path):
     align = next(tasks)
     assert isinstance(align, Align)
     align_passive(table, "test-job", align, connection, cache_dir=tmp_path / "psi")
-    assert next(tasks) == Restore(2, -1)  # a new job starts afresh
+    assert next(tasks) == Restore(2, Position(0, 0))  # a new job starts afresh
     assert isinstance(next(tasks), TrainEpoch)
     channel = grpc.secure_channel(running.address, channel_credentials(pki.party_files(2)))
     stub = pb_grpc.FederationStub(channel)

@@ -8,6 +8,7 @@ training loss and every party's final weights must agree within 1e-6.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -221,7 +222,7 @@ class TestNetwork:
             run.close()
 
     def test_party_away_too_long_fails_the_job_naming_it(self, pki: Pki, digits_data: Path, tmp_path: Path) -> None:
-        """A party away longer than party_timeout_s fails the job; the message names it and the last epoch saved."""
+        """A party away longer than party_timeout_s fails the job; the message names it and the last checkpoint."""
         run = _service(tmp_path, pki, digits_data, server={"party_timeout_s": 3})
         job_id = _job_id("splitnn", "away")
         try:
@@ -233,7 +234,7 @@ class TestNetwork:
                 record = jobs.get(job_id)
             assert record.state == "failed", lines
             assert "party 3" in record.error and "party_timeout_s" in record.error, record.error
-            assert "the last epoch saved is" in record.error, record.error
+            assert "the last checkpoint saved is at the end of epoch" in record.error, record.error
             assert run.alive()["party-2"], "the other daemon must stay up"
         finally:
             run.close()
@@ -336,3 +337,41 @@ class TestAdptVFedConv:
         clean = self._run(tmp_path / "clean", pki, digits_quadrants, kill=False)
         faulty = self._run(tmp_path / "faulty", pki, digits_quadrants, kill=True)
         _assert_same_model(faulty, clean)
+
+
+#: Batches per epoch of these jobs: 936 training rows in batches of 8.
+BATCHES_PER_EPOCH = 117
+EVERY_STEPS = 50
+
+
+class TestCheckpointsInsideEpochs:
+    @pytest.mark.parametrize("algorithm", ALGORITHMS)
+    def test_resume_replays_at_most_one_interval(
+        self, algorithm: str, clean: dict[str, JobOutcome], pki: Pki, digits_data: Path, tmp_path: Path
+    ) -> None:
+        """checkpoint_every_steps = 50: a kill inside epoch 2 resumes inside it, at most 50 steps back; same model."""
+        run = _service(tmp_path, pki, digits_data)
+        job_id = _job_id(algorithm, "fault")
+        job = {**JOB, "checkpoint_every_steps": EVERY_STEPS}
+        try:
+            with _jobs(run, pki) as jobs:
+                jobs.submit(job_document(job_id, algorithm, epochs=EPOCHS, **job))
+                # Step 150 is 33 batches into epoch 2: kill once both ends have saved it.
+                folders = [run.root / "runs" / job_id / f"party-{p}" for p in (1, 3)]
+                _wait(lambda: all((f / "epoch-0001-batch-00033.pt").exists() for f in folders), "step 150", run)
+                time.sleep(0.05)
+                run.kill("party-3")
+                _restart_after(run, "party-3")
+                _finish(jobs, run, job_id)
+            events = [json.loads(line) for line in run.logs["server"].read_text().splitlines()]
+            [lost] = [e["steps_done"] for e in events if e["event"] == "job_waiting"]
+            [resumed] = [e for e in events if e["event"] == "resumed"]
+            at = resumed["epoch"] * BATCHES_PER_EPOCH + resumed["batch"]
+            assert (resumed["epoch"], resumed["batch"]) == (1, 33), resumed  # inside epoch 2, not at its start
+            assert 0 <= lost - at < EVERY_STEPS, (lost, resumed)
+            saved = sorted(p.name for p in (run.root / "runs" / job_id / "party-3").glob("epoch-*.pt"))
+            # The newest two: 550 steps (11 x 50) is 82 batches into epoch 5, then that epoch's end.
+            assert saved == ["epoch-0004-batch-00082.pt", "epoch-0004.pt"], saved
+            _assert_same_model(_outcome(run, job_id), clean[algorithm])
+        finally:
+            run.close()

@@ -15,14 +15,18 @@ from vflcore.data import checkpoints
 from vflcore.data.checkpoints import (
     LATEST,
     checkpoint_epochs,
+    checkpoint_positions,
     discard_after,
     epoch_path,
     load_checkpoint,
-    load_epoch,
+    load_position,
+    position_path,
     readable_checkpoints,
     save_checkpoint,
+    save_position,
 )
 from vflcore.errors import CheckpointError
+from vflcore.job import Position
 
 
 def _state(epoch: int) -> dict[str, torch.Tensor]:
@@ -109,7 +113,7 @@ class TestReadableCheckpoints:
     def test_lists_every_epoch_whose_file_loads(self, tmp_path: Path) -> None:
         """With every file whole, every kept epoch is offered, ascending."""
         _save_epochs(tmp_path, range(4), keep=3)
-        assert readable_checkpoints(tmp_path) == [1, 2, 3]
+        assert readable_checkpoints(tmp_path) == [Position(2), Position(3), Position(4)]
 
     @pytest.mark.parametrize(
         "damage",
@@ -126,18 +130,18 @@ class TestReadableCheckpoints:
         newest = epoch_path(tmp_path, 2)
         newest.write_bytes(damage(newest.read_bytes()))
         with capture_logs() as logs:
-            assert readable_checkpoints(tmp_path) == [1]
+            assert readable_checkpoints(tmp_path) == [Position.after_epoch(1)]
         [warning] = [e for e in logs if e["event"] == "checkpoint_unreadable"]
         assert warning["log_level"] == "warning" and warning["path"] == str(newest) and warning["reason"]
-        assert torch.equal(load_epoch(tmp_path, 1)["weight"], _state(1)["weight"])
+        assert torch.equal(load_position(tmp_path, Position.after_epoch(1))["weight"], _state(1)["weight"])
 
     def test_file_holding_another_epoch_is_left_out(self, tmp_path: Path) -> None:
         """A file whose content is another epoch's (a misplaced copy) is not trusted under this name."""
         _save_epochs(tmp_path, range(3))
         epoch_path(tmp_path, 2).write_bytes(epoch_path(tmp_path, 1).read_bytes())
         with capture_logs() as logs:
-            assert readable_checkpoints(tmp_path) == [1]
-        assert [e["reason"] for e in logs] == ["it holds epoch 1, not 2"]
+            assert readable_checkpoints(tmp_path) == [Position.after_epoch(1)]
+        assert [e["reason"] for e in logs] == ["it holds position (2, 0), not (3, 0)"]
 
     def test_empty_folder_has_none(self, tmp_path: Path) -> None:
         """An empty folder, or one that does not exist, offers nothing."""
@@ -147,32 +151,55 @@ class TestReadableCheckpoints:
 
 class TestLoadEpoch:
     def test_damaged_file_is_a_checkpoint_error_naming_it(self, tmp_path: Path) -> None:
-        """Loading a damaged epoch raises CheckpointError with the file's path and the epoch, counted from 1."""
+        """Loading a damaged checkpoint raises CheckpointError with the file's path and the epoch, counted from 1."""
         _save_epochs(tmp_path, range(2))
         epoch_path(tmp_path, 1).write_bytes(b"garbage")
-        with pytest.raises(CheckpointError, match=r"epoch-0001\.pt.*epoch 2"):
-            load_epoch(tmp_path, 1)
+        with pytest.raises(CheckpointError, match=r"epoch-0001\.pt.*the end of epoch 2"):
+            load_position(tmp_path, Position.after_epoch(1))
 
     def test_missing_file_is_a_checkpoint_error(self, tmp_path: Path) -> None:
         """An epoch that was never saved (or was pruned) raises CheckpointError."""
         with pytest.raises(CheckpointError, match="epoch 4"):
-            load_epoch(tmp_path, 3)
+            load_position(tmp_path, Position.after_epoch(3))
 
 
 class TestDiscardAfter:
     def test_rollback_deletes_newer_epochs_and_points_latest_at_the_kept_one(self, tmp_path: Path) -> None:
         """discard_after(1) keeps epochs up to 1; latest.pt then holds epoch 1."""
         _save_epochs(tmp_path, range(4), keep=4)
-        discard_after(tmp_path, 1)
+        discard_after(tmp_path, Position.after_epoch(1))
         assert checkpoint_epochs(tmp_path) == [0, 1]
         assert load_checkpoint(tmp_path / LATEST)["epoch"] == 1
 
     def test_minus_one_deletes_everything(self, tmp_path: Path) -> None:
         """A fresh start (-1) leaves no epoch file and no latest.pt: a reused job id starts clean."""
         _save_epochs(tmp_path, range(3))
-        discard_after(tmp_path, -1)
+        discard_after(tmp_path, Position(0, 0))
         assert checkpoint_epochs(tmp_path) == [] and not (tmp_path / LATEST).exists()
 
     def test_missing_folder_is_fine(self, tmp_path: Path) -> None:
         """Nothing saved yet: nothing to discard."""
-        discard_after(tmp_path / "nowhere", -1)
+        discard_after(tmp_path / "nowhere", Position(0, 0))
+
+
+class TestInsideAnEpoch:
+    def test_positions_sort_in_training_order_and_share_the_keep_limit(self, tmp_path: Path) -> None:
+        """End of epoch 1, 40 and 80 batches into epoch 2, end of epoch 2: keep 3 leaves the newest three."""
+        saves = [Position(1, 0), Position(1, 40), Position(1, 80), Position(2, 0)]
+        for position in saves:
+            save_position(tmp_path, position, _state(position.epoch), keep=3)
+        assert checkpoint_positions(tmp_path) == saves[1:]
+        assert position_path(tmp_path, Position(1, 40)).name == "epoch-0001-batch-00040.pt"
+        assert load_checkpoint(tmp_path / LATEST)["position"] == (2, 0)
+
+    def test_rollback_inside_an_epoch_keeps_what_came_before(self, tmp_path: Path) -> None:
+        """discard_after(epoch 2 after 40 batches) deletes the later mid-epoch file and the epoch's end."""
+        for position in [Position(1, 0), Position(1, 40), Position(1, 80), Position(2, 0)]:
+            save_position(tmp_path, position, _state(position.epoch), keep=4)
+        discard_after(tmp_path, Position(1, 40))
+        assert checkpoint_positions(tmp_path) == [Position(1, 0), Position(1, 40)]
+
+    def test_a_fresh_job_has_no_file(self, tmp_path: Path) -> None:
+        """Position(0, 0), the start, has no checkpoint file."""
+        with pytest.raises(ValueError, match="afresh"):
+            position_path(tmp_path, Position(0, 0))

@@ -35,6 +35,7 @@ def test_every_field_survives_the_wire() -> None:
         passive_parties=(2, 5),
         algorithm_options={"local_steps": 2},
         num_outputs=1,
+        checkpoint_every_steps=40,
     )
     assert {f.name for f in fields(JobSpec)} == set(vars(job))
     assert all(getattr(job, f.name) != f.default for f in fields(JobSpec) if f.name != "job_id")
@@ -60,4 +61,4 @@ def test_every_configurable_field_is_read_from_the_job_table() -> None:
     assert job.job_id == "x" and job.task == "regression" and job.optimizer == "sgd"
     assert job.bottom_hidden == (2, 3) and job.passive_parties == (2, 3)
     assert job.learning_rate == job.weight_decay == job.test_fraction == 0.125
-    assert job.seed == job.batch_size == job.epochs == job.embedding_dim == 6
+    assert job.seed == job.batch_size == job.epochs == job.embedding_dim == job.checkpoint_every_steps == 6

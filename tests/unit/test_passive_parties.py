@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from vflcore.errors import PartyLost, PartyUnavailable, TensorError
-from vflcore.job import JobSpec
+from vflcore.job import JobSpec, Position
 from vflcore.tasks import Finish
 from vflcore.wire.tensors import TensorKey
 from vflserver.passive_parties import PassiveParties
@@ -19,7 +19,7 @@ JOB = JobSpec("j", passive_parties=(2, 3), num_rows=10)
 def _online(**kwargs: float) -> PassiveParties:
     parties = PassiveParties(JOB, offline_grace_s=0.0, **kwargs)
     for party in (2, 3):
-        parties.join(party, b"", 10, frozenset(), (0, 1))
+        parties.join(party, b"", 10, frozenset(), (Position(1), Position(1, 5)))
         parties.subscribe(party)
     return parties
 
@@ -87,7 +87,7 @@ class TestLiveness:
 
     def test_join_records_the_checkpoints_a_party_holds(self) -> None:
         """The epochs a party can resume from travel with its Join."""
-        assert _online().member(2).checkpoints == (0, 1)
+        assert _online().member(2).checkpoints == (Position(1), Position(1, 5))
 
 
 class TestPause:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from vflcore import tasks
-from vflcore.job import JobSpec
+from vflcore.job import JobSpec, Position
 from vflcore.proto import federation_pb2 as pb
 from vflcore.wire import serde as wire
 from vflcore.wire.tensors import CHUNK_BYTES, TensorError, TensorKey
@@ -133,8 +133,10 @@ class TestSerde:
             tasks.Finish(2, False, "bye"),
             tasks.Finish(5, False, "paused: party 3 is lost", rejoin=True),
             tasks.Checkpoint(6, 3),
-            tasks.Restore(7, 2),
-            tasks.Restore(8, -1),
+            tasks.Restore(7, Position(2, 0)),
+            tasks.Restore(8, Position(0, 0)),
+            tasks.Restore(9, Position(3, 17)),
+            tasks.TrainEpoch(10, 3, first_batch=17),
             tasks.Share(3, 12, "head"),
             tasks.Align(4, b"key", True),
         ],

@@ -88,7 +88,8 @@ class AdptVFedConvServer(ServerAlgorithm):
     def upload_width(self) -> int:
         return self.geometry.map_features
 
-    def train_epoch(self, epoch: int) -> float:
+    def train_epoch(self, epoch: int, first_batch: int = 0) -> float:
+        assert first_batch == 0, "resumes only at the start of an epoch"
         if self.maps is None:
             self._pretrain()
             self.maps = self._transfer(epoch)

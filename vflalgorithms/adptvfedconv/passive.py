@@ -58,7 +58,8 @@ class AdptVFedConvClient(ClientAlgorithm):
         #: SHA-256 of W_e^1 as received (``extractor_digest``), for checking the broadcast.
         self.received_digest: str | None = None
 
-    def train_epoch(self, epoch: int) -> None:
+    def train_epoch(self, epoch: int, first_batch: int = 0) -> None:
+        assert first_batch == 0, "resumes only at the start of an epoch"
         self._adopt_extractor()
         self._finetune()
         self._upload_maps()

@@ -44,20 +44,21 @@ class APFedServer(ServerAlgorithm):
         options = algorithm_options(job.algorithm, job.algorithm_options)
         self.weights = {p: apfed.passive_weight(options, p) for p in job.passive_parties}
 
-    def train_epoch(self, epoch: int) -> float:
+    resumes_mid_epoch = True
+
+    def train_epoch(self, epoch: int, first_batch: int = 0) -> float:
         ctx, fed = self.ctx, self.ctx.parties
         batches = ctx.schedule.batches(epoch)
-        for b, rows in enumerate(batches):
-            fed.expect(PASSIVE_GRADIENT, epoch, b, (len(rows), ctx.job.embedding_dim))
-        fed.dispatch(lambda tid: TrainEpoch(tid, epoch))
+        for b in range(first_batch, len(batches)):
+            fed.expect(PASSIVE_GRADIENT, epoch, b, (len(batches[b]), ctx.job.embedding_dim))
+        fed.dispatch(lambda tid: TrainEpoch(tid, epoch, first_batch))
         self.encoder.train()
         self.classifier.train()
-        total = 0.0
-        for b, rows in progress(enumerate(batches), total=len(batches), desc=f"epoch {epoch + 1}"):
-            value = self._step(epoch, b, rows)
-            self.record_step(value)
-            total += value * len(rows)
-        return total / max(1, sum(len(r) for r in batches))
+        steps = range(first_batch, len(batches))
+        for b in progress(steps, total=len(steps), desc=f"epoch {epoch + 1}"):
+            self.record_step(self._step(epoch, b, batches[b]))
+            ctx.after_step(epoch, b + 1, len(batches))
+        return self.epoch_loss(batches)
 
     def _step(self, epoch: int, batch: int, rows: np.ndarray) -> float:
         ctx, fed = self.ctx, self.ctx.parties

@@ -35,14 +35,15 @@ class APFedClient(ClientAlgorithm):
         #: L_p of every step, in order, for reference tests and this party's logs.
         self.step_losses: list[float] = []
 
-    def train_epoch(self, epoch: int) -> None:
+    def train_epoch(self, epoch: int, first_batch: int = 0) -> None:
         ctx = self.ctx
         self.model.train()
         batches = ctx.schedule.batches(epoch)
         with ctx.link.exchange(
-            ctx.job.job_id, epoch, len(batches), up=PASSIVE_GRADIENT, down=ACTIVE_EMBEDDING
+            ctx.job.job_id, epoch, len(batches), up=PASSIVE_GRADIENT, down=ACTIVE_EMBEDDING, first=first_batch
         ) as exchange:
-            for b, rows in enumerate(batches):
+            for b in range(first_batch, len(batches)):
+                rows = batches[b]
                 received = exchange.receive(b)
                 check_shape(received, (len(rows), ctx.job.embedding_dim), what="h^A from the active party")
                 active = torch.from_numpy(received.astype(np.float32, copy=True)).requires_grad_(True)
@@ -53,6 +54,7 @@ class APFedClient(ClientAlgorithm):
                 self.step_losses.append(loss.item())
                 assert active.grad is not None
                 exchange.send(b, active.grad.numpy())
+                ctx.after_step(epoch, b + 1, len(batches))
 
     def embed(self, rows: np.ndarray) -> np.ndarray:
         raise VflError(f"{self.name}: the active party predicts alone; a passive party has no representation to send")

@@ -45,7 +45,8 @@ class AsyncServer(SplitNNServer):
         #: Per processed upload: (party, batch, batches the slowest party had done then).
         self.arrivals: list[tuple[int, int, int]] = []
 
-    def train_epoch(self, epoch: int) -> float:
+    def train_epoch(self, epoch: int, first_batch: int = 0) -> float:
+        assert first_batch == 0, "resumes only at the start of an epoch"
         ctx, fed = self.ctx, self.ctx.parties
         parties = sorted(ctx.job.passive_parties)
         batches = ctx.schedule.batches(epoch)

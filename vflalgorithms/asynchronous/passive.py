@@ -26,7 +26,8 @@ class AsyncClient(SplitNNClient):
         super().__init__(ctx)
         self._warm = False  # the warm-up upload happens once, before the first epoch
 
-    def train_epoch(self, epoch: int) -> None:
+    def train_epoch(self, epoch: int, first_batch: int = 0) -> None:
+        assert first_batch == 0, "resumes only at the start of an epoch"
         if not self._warm:
             rows = self.ctx.schedule.train_rows
             with torch.no_grad():

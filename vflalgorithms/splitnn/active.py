@@ -77,25 +77,28 @@ class SplitNNServer(ServerAlgorithm):
         output: torch.Tensor = self.top(torch.cat(own + passive, dim=1))
         return output
 
-    def train_epoch(self, epoch: int) -> float:
+    resumes_mid_epoch = True
+
+    def train_epoch(self, epoch: int, first_batch: int = 0) -> float:
         ctx, fed = self.ctx, self.ctx.parties
         batches = ctx.schedule.batches(epoch)
-        for b, rows in enumerate(batches):
-            fed.expect(EMBEDDING, epoch, b, (len(rows), self.upload_width))
-        fed.dispatch(lambda tid: TrainEpoch(tid, epoch))
+        for b in range(first_batch, len(batches)):
+            fed.expect(EMBEDDING, epoch, b, (len(batches[b]), self.upload_width))
+        fed.dispatch(lambda tid: TrainEpoch(tid, epoch, first_batch))
         self.top.train()
         if self.bottom is not None:
             self.bottom.train()
-        total = 0.0
-        for b, rows in progress(enumerate(batches), total=len(batches), desc=f"epoch {epoch + 1}"):
+        steps = range(first_batch, len(batches))
+        for b in progress(steps, total=len(steps), desc=f"epoch {epoch + 1}"):
+            rows = batches[b]
             own = self._own(rows)  # computed while the passive parties compute theirs
             uploads = fed.gather(EMBEDDING, epoch, b)
             parties = sorted(uploads)
             passive = [torch.from_numpy(uploads[p].copy()) for p in parties]
             value = self._round(own, passive, rows, publish=functools.partial(self._publish, epoch, b, parties))
             self.record_step(value)
-            total += value * len(rows)
-        return total / max(1, sum(len(r) for r in batches))
+            ctx.after_step(epoch, b + 1, len(batches))
+        return self.epoch_loss(batches)
 
     def _publish(self, epoch: int, batch: int, parties: list[int], answers: list[dict[str, torch.Tensor]]) -> None:
         """Leave each party its answer for the batch: named tensors, in ``parties`` order."""

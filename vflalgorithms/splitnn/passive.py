@@ -33,12 +33,15 @@ class SplitNNClient(ClientAlgorithm):
         self.optimizer = job_optimizer(job, self.bottom.parameters())
         self.delay = Delay(job, ctx.party)  # the thesis's delay scenarios, if the job asks for one
 
-    def train_epoch(self, epoch: int) -> None:
+    def train_epoch(self, epoch: int, first_batch: int = 0) -> None:
         ctx = self.ctx
         self.bottom.train()
         batches = ctx.schedule.batches(epoch)
-        with ctx.link.exchange(ctx.job.job_id, epoch, len(batches), up=EMBEDDING, down=GRADIENT) as exchange:
-            for b, rows in enumerate(batches):
+        with ctx.link.exchange(
+            ctx.job.job_id, epoch, len(batches), up=EMBEDDING, down=GRADIENT, first=first_batch
+        ) as exchange:
+            for b in range(first_batch, len(batches)):
+                rows = batches[b]
                 x = ctx.features[rows]
                 h = self.bottom(x)
                 self.delay.before_step()
@@ -52,6 +55,7 @@ class SplitNNClient(ClientAlgorithm):
                     self.optimizer.zero_grad()
                     h.backward(gradient)
                     self.optimizer.step()
+                ctx.after_step(epoch, b + 1, len(batches))
 
     @torch.no_grad()
     def embed(self, rows: np.ndarray) -> np.ndarray:

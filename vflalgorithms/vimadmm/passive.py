@@ -31,13 +31,16 @@ class VIMADMMClient(SplitNNClient):
         self.rho = float(job_options(ctx.job)["rho"])
         self.local_steps = int(job_options(ctx.job)["local_steps"])
 
-    def train_epoch(self, epoch: int) -> None:
+    def train_epoch(self, epoch: int, first_batch: int = 0) -> None:
         ctx = self.ctx
         self.bottom.train()
         batches = ctx.schedule.batches(epoch)
         names = self.state_names
-        with ctx.link.exchange(ctx.job.job_id, epoch, len(batches), up=EMBEDDING, down=names) as link:
-            for b, rows in enumerate(batches):
+        with ctx.link.exchange(
+            ctx.job.job_id, epoch, len(batches), up=EMBEDDING, down=names, first=first_batch
+        ) as link:
+            for b in range(first_batch, len(batches)):
+                rows = batches[b]
                 x = ctx.features[rows]
                 h = self.bottom(x)
                 self.delay.before_step()
@@ -47,6 +50,7 @@ class VIMADMMClient(SplitNNClient):
                     if step:
                         h = self.bottom(x)
                     self._local_step(h, state)
+                ctx.after_step(epoch, b + 1, len(batches))
 
     def _upload(self, h: torch.Tensor) -> np.ndarray:
         """What the party sends for a batch: its embedding h^k."""

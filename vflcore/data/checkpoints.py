@@ -1,7 +1,9 @@
 """Per-party checkpoints: written atomically at every epoch end, the newest few kept, corrupt ones skipped.
 
 Each party writes only its own state, under ``<run_dir>/<job_id>/party-<N>/``: ``epoch-NNNN.pt``
-for the newest ``keep`` epochs and ``latest.pt``, a copy of the newest. A power cut or a
+at the end of epoch NNNN, ``epoch-NNNN-batch-BBBBB.pt`` after BBBBB batches of it (with
+``[job] checkpoint_every_steps``), only the newest ``keep`` of them, and ``latest.pt``, a copy of
+the newest. Each is named by the ``Position`` it resumes at. A power cut or a
 ``kill -9`` never leaves a half-written file under either name (see ``_atomic_write``), yet a
 disk can still hand back a truncated or damaged file, so ``readable_checkpoints`` lists only the
 epochs whose files load, and a resumed job falls back to an older epoch every party holds.
@@ -21,13 +23,15 @@ import structlog
 import torch
 
 from vflcore.errors import CheckpointError
+from vflcore.job import Position
 
 log = structlog.get_logger(__name__)
 
 #: The copy of the newest checkpoint, under a name that never changes.
 LATEST = "latest.pt"
 
-_EPOCH_FILE = re.compile(r"epoch-(\d+)\.pt")
+#: ``epoch-NNNN.pt``: the end of epoch NNNN; ``epoch-NNNN-batch-BBBBB.pt``: BBBBB batches into it.
+_CHECKPOINT_FILE = re.compile(r"epoch-(\d+)(?:-batch-(\d+))?\.pt")
 #: What ``_atomic_write`` leaves behind if the process dies before the rename (only ours: other
 #: writers share the folder, such as the model artifact's).
 _TEMP_GLOBS = (".epoch-*.pt.*.tmp", f".{LATEST}.*.tmp")
@@ -39,25 +43,40 @@ def party_dir(run_dir: Path, job_id: str, party: int) -> Path:
 
 
 def epoch_path(directory: Path, epoch: int) -> Path:
-    """The file that holds epoch ``epoch``'s checkpoint."""
-    return directory / f"epoch-{epoch:04d}.pt"
+    """The file that holds the checkpoint of the end of epoch ``epoch`` (from 0)."""
+    return position_path(directory, Position.after_epoch(epoch))
+
+
+def position_path(directory: Path, position: Position) -> Path:
+    """The file of the checkpoint that resumes at ``position``."""
+    if position.batch == 0:
+        if position.epoch < 1:
+            raise ValueError("a job that starts afresh has no checkpoint")
+        return directory / f"epoch-{position.epoch - 1:04d}.pt"
+    return directory / f"epoch-{position.epoch:04d}-batch-{position.batch:05d}.pt"
 
 
 def save_checkpoint(directory: Path, epoch: int, state: dict[str, Any], *, keep: int = 2) -> Path:
-    """Write ``epoch-NNNN.pt`` and ``latest.pt`` atomically, then delete all but the newest ``keep`` epochs.
+    """The checkpoint of the end of epoch ``epoch``: ``save_position`` at ``Position.after_epoch(epoch)``."""
+    return save_position(directory, Position.after_epoch(epoch), state, keep=keep)
+
+
+def save_position(directory: Path, position: Position, state: dict[str, Any], *, keep: int = 2) -> Path:
+    """Write the checkpoint of ``position`` and ``latest.pt`` atomically, then keep only the newest ``keep``.
 
     The older files go only once the new one is on disk, so at every moment at least one whole
-    checkpoint exists. The file just written is never deleted, even if newer epochs are present.
+    checkpoint exists. The file just written is never deleted, even if newer ones are present.
     """
     if keep < 1:
         raise ValueError(f"keep must be at least 1 (the newest checkpoint), got {keep}")
     directory.mkdir(parents=True, exist_ok=True)
     buffer = io.BytesIO()
-    torch.save({"epoch": epoch, **state}, buffer)  # serialised once, written twice
-    target = epoch_path(directory, epoch)
-    _atomic_write(buffer.getvalue(), target)
+    # "position" names what the file holds; "epoch" (the last epoch begun) is for a human reader.
+    torch.save({"position": tuple(position), "epoch": position.epoch - (position.batch == 0), **state}, buffer)
+    target = position_path(directory, position)
+    _atomic_write(buffer.getvalue(), target)  # serialised once, written twice
     _atomic_write(buffer.getvalue(), directory / LATEST)
-    _prune(directory, keep, written=epoch)
+    _prune(directory, keep, written=position)
     return target
 
 
@@ -67,60 +86,67 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     return state
 
 
-def checkpoint_epochs(directory: Path) -> list[int]:
-    """The epochs that have an ``epoch-NNNN.pt`` file in ``directory``, ascending; [] if there is none."""
+def checkpoint_positions(directory: Path) -> list[Position]:
+    """The positions that have a checkpoint file in ``directory``, in training order; [] if none."""
     if not directory.is_dir():
         return []
-    found = (_EPOCH_FILE.fullmatch(p.name) for p in directory.iterdir())
-    return sorted(int(m.group(1)) for m in found if m is not None)
+    found = []
+    for path in directory.iterdir():
+        match = _CHECKPOINT_FILE.fullmatch(path.name)
+        if match is None:
+            continue
+        epoch, batch = int(match.group(1)), match.group(2)
+        found.append(Position.after_epoch(epoch) if batch is None else Position(epoch, int(batch)))
+    return sorted(found)
 
 
-def readable_checkpoints(directory: Path) -> list[int]:
-    """The epochs whose checkpoint file loads, ascending: what this party offers as a rollback point.
+def checkpoint_epochs(directory: Path) -> list[int]:
+    """The epochs (from 0) whose end has a checkpoint file in ``directory``, ascending."""
+    return [p.epoch - 1 for p in checkpoint_positions(directory) if p.batch == 0]
+
+
+def readable_checkpoints(directory: Path) -> list[Position]:
+    """The positions whose checkpoint file loads, in order: what this party offers to resume from.
 
     Each file is read in full, because a truncated one only fails when it is read; the unreadable
-    ones are left out with a ``checkpoint_unreadable`` warning, so the server picks an older epoch.
+    ones are left out with a ``checkpoint_unreadable`` warning, so the job resumes from an older one.
     """
-    found = []
-    for epoch in checkpoint_epochs(directory):
-        if _readable(epoch_path(directory, epoch), epoch):
-            found.append(epoch)
-    return found
+    return [p for p in checkpoint_positions(directory) if _readable(position_path(directory, p), p)]
 
 
-def load_epoch(directory: Path, epoch: int) -> dict[str, Any]:
-    """The checkpoint of ``epoch``; CheckpointError names the file if it is missing or unreadable."""
-    path = epoch_path(directory, epoch)
+def load_position(directory: Path, position: Position) -> dict[str, Any]:
+    """The checkpoint of ``position``; CheckpointError names the file if it is missing or unreadable."""
+    path = position_path(directory, position)
     try:
         state = load_checkpoint(path)
     except Exception as exc:  # any reader error means "not this file" (see _readable)
-        raise CheckpointError(f"{path}: cannot read the checkpoint of epoch {epoch + 1} ({_first_line(exc)})") from exc
-    if not isinstance(state, dict) or state.get("epoch") != epoch:
-        raise CheckpointError(f"{path}: it does not hold the checkpoint of epoch {epoch + 1}")
+        raise CheckpointError(f"{path}: cannot read the checkpoint of {position} ({_first_line(exc)})") from exc
+    if not isinstance(state, dict) or tuple(state.get("position", ())) != tuple(position):
+        raise CheckpointError(f"{path}: it does not hold the checkpoint of {position}")
     return state
 
 
-def discard_after(directory: Path, epoch: int) -> None:
-    """Delete the checkpoints newer than ``epoch`` (-1: all of them): a rollback abandons that future.
+def discard_after(directory: Path, position: Position) -> None:
+    """Delete the checkpoints newer than ``position`` (``Position(0, 0)``: all): a rollback abandons that future.
 
-    ``latest.pt`` is then a copy of the newest epoch kept, or gone if none is. Without this, a
-    rolled-back party would hold two different futures under the same epoch numbers, and a job
-    id used again would resume from an older run's files.
+    ``latest.pt`` is then a copy of the newest checkpoint kept, or gone if none is. Without this,
+    a rolled-back party would hold two different futures under the same names, and a job id used
+    again would resume from an older run's files.
     """
     if not directory.is_dir():
         return
-    for newer in (e for e in checkpoint_epochs(directory) if e > epoch):
-        epoch_path(directory, newer).unlink(missing_ok=True)
-    kept = checkpoint_epochs(directory)
+    for newer in (p for p in checkpoint_positions(directory) if p > position):
+        position_path(directory, newer).unlink(missing_ok=True)
+    kept = checkpoint_positions(directory)
     if kept:
-        _atomic_write(epoch_path(directory, kept[-1]).read_bytes(), directory / LATEST)
+        _atomic_write(position_path(directory, kept[-1]).read_bytes(), directory / LATEST)
     else:
         (directory / LATEST).unlink(missing_ok=True)
     _fsync_directory(directory)
 
 
-def _readable(path: Path, epoch: int) -> bool:
-    """Whether ``path`` loads and holds epoch ``epoch``; a ``checkpoint_unreadable`` warning says why not."""
+def _readable(path: Path, position: Position) -> bool:
+    """Whether ``path`` loads and holds ``position``; a ``checkpoint_unreadable`` warning says why not."""
     try:
         state = load_checkpoint(path)
     # torch.load reports damage as whatever its reader trips over first: OSError for a
@@ -129,9 +155,9 @@ def _readable(path: Path, epoch: int) -> bool:
     except Exception as exc:
         _unreadable(path, f"{type(exc).__name__}: {_first_line(exc)}")
         return False
-    if not isinstance(state, dict) or state.get("epoch") != epoch:
-        held = state.get("epoch") if isinstance(state, dict) else type(state).__name__
-        _unreadable(path, f"it holds epoch {held!r}, not {epoch}")
+    held = state.get("position") if isinstance(state, dict) else type(state).__name__
+    if not isinstance(held, tuple) or held != tuple(position):
+        _unreadable(path, f"it holds position {held!r}, not {tuple(position)!r}")
         return False
     return True
 
@@ -177,9 +203,10 @@ def _fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
-def _prune(directory: Path, keep: int, *, written: int) -> None:
-    """Delete the epoch files older than the newest ``keep``, and temporary files a crash left."""
-    stale = [epoch_path(directory, e) for e in checkpoint_epochs(directory)[:-keep] if e != written]
+def _prune(directory: Path, keep: int, *, written: Position) -> None:
+    """Delete the checkpoints older than the newest ``keep``, and temporary files a crash left."""
+    kept = checkpoint_positions(directory)[-keep:]
+    stale = [position_path(directory, p) for p in checkpoint_positions(directory) if p not in kept and p != written]
     for pattern in _TEMP_GLOBS:  # no save runs alongside this one: each party's folder has one writer
         stale += directory.glob(pattern)
     # No fsync of the folder: a deletion that a power cut undoes is simply made again at the next save.

@@ -71,8 +71,16 @@ class JoinRequest(_message.Message):
     client_version: str
     cached_alignments: _containers.RepeatedScalarFieldContainer[bytes]
     job_id: str
-    checkpoints: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, party: _Optional[int] = ..., num_rows: _Optional[int] = ..., num_features: _Optional[int] = ..., id_set_digest: _Optional[bytes] = ..., client_version: _Optional[str] = ..., cached_alignments: _Optional[_Iterable[bytes]] = ..., job_id: _Optional[str] = ..., checkpoints: _Optional[_Iterable[int]] = ...) -> None: ...
+    checkpoints: _containers.RepeatedCompositeFieldContainer[Position]
+    def __init__(self, party: _Optional[int] = ..., num_rows: _Optional[int] = ..., num_features: _Optional[int] = ..., id_set_digest: _Optional[bytes] = ..., client_version: _Optional[str] = ..., cached_alignments: _Optional[_Iterable[bytes]] = ..., job_id: _Optional[str] = ..., checkpoints: _Optional[_Iterable[_Union[Position, _Mapping]]] = ...) -> None: ...
+
+class Position(_message.Message):
+    __slots__ = ("epoch", "batch")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    batch: int
+    def __init__(self, epoch: _Optional[int] = ..., batch: _Optional[int] = ...) -> None: ...
 
 class NextJobRequest(_message.Message):
     __slots__ = ("wait_s",)
@@ -89,7 +97,7 @@ class NextJobReply(_message.Message):
     def __init__(self, job: _Optional[_Union[JobSpec, _Mapping]] = ..., dataset: _Optional[str] = ...) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ("job_id", "algorithm", "task", "seed", "batch_size", "epochs", "embedding_dim", "bottom_hidden", "optimizer", "learning_rate", "test_fraction", "num_rows", "passive_parties", "algorithm_options", "num_outputs", "weight_decay")
+    __slots__ = ("job_id", "algorithm", "task", "seed", "batch_size", "epochs", "embedding_dim", "bottom_hidden", "optimizer", "learning_rate", "test_fraction", "num_rows", "passive_parties", "algorithm_options", "num_outputs", "weight_decay", "checkpoint_every_steps")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ALGORITHM_FIELD_NUMBER: _ClassVar[int]
     TASK_FIELD_NUMBER: _ClassVar[int]
@@ -106,6 +114,7 @@ class JobSpec(_message.Message):
     ALGORITHM_OPTIONS_FIELD_NUMBER: _ClassVar[int]
     NUM_OUTPUTS_FIELD_NUMBER: _ClassVar[int]
     WEIGHT_DECAY_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_EVERY_STEPS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     algorithm: str
     task: str
@@ -122,7 +131,8 @@ class JobSpec(_message.Message):
     algorithm_options: str
     num_outputs: int
     weight_decay: float
-    def __init__(self, job_id: _Optional[str] = ..., algorithm: _Optional[str] = ..., task: _Optional[str] = ..., seed: _Optional[int] = ..., batch_size: _Optional[int] = ..., epochs: _Optional[int] = ..., embedding_dim: _Optional[int] = ..., bottom_hidden: _Optional[_Iterable[int]] = ..., optimizer: _Optional[str] = ..., learning_rate: _Optional[float] = ..., test_fraction: _Optional[float] = ..., num_rows: _Optional[int] = ..., passive_parties: _Optional[_Iterable[int]] = ..., algorithm_options: _Optional[str] = ..., num_outputs: _Optional[int] = ..., weight_decay: _Optional[float] = ...) -> None: ...
+    checkpoint_every_steps: int
+    def __init__(self, job_id: _Optional[str] = ..., algorithm: _Optional[str] = ..., task: _Optional[str] = ..., seed: _Optional[int] = ..., batch_size: _Optional[int] = ..., epochs: _Optional[int] = ..., embedding_dim: _Optional[int] = ..., bottom_hidden: _Optional[_Iterable[int]] = ..., optimizer: _Optional[str] = ..., learning_rate: _Optional[float] = ..., test_fraction: _Optional[float] = ..., num_rows: _Optional[int] = ..., passive_parties: _Optional[_Iterable[int]] = ..., algorithm_options: _Optional[str] = ..., num_outputs: _Optional[int] = ..., weight_decay: _Optional[float] = ..., checkpoint_every_steps: _Optional[int] = ...) -> None: ...
 
 class JoinReply(_message.Message):
     __slots__ = ("job",)
@@ -145,10 +155,12 @@ class Align(_message.Message):
     def __init__(self, alignment_key: _Optional[bytes] = ..., run_psi: _Optional[bool] = ...) -> None: ...
 
 class TrainEpoch(_message.Message):
-    __slots__ = ("epoch",)
+    __slots__ = ("epoch", "first_batch")
     EPOCH_FIELD_NUMBER: _ClassVar[int]
+    FIRST_BATCH_FIELD_NUMBER: _ClassVar[int]
     epoch: int
-    def __init__(self, epoch: _Optional[int] = ...) -> None: ...
+    first_batch: int
+    def __init__(self, epoch: _Optional[int] = ..., first_batch: _Optional[int] = ...) -> None: ...
 
 class Evaluate(_message.Message):
     __slots__ = ("epoch", "rows")
@@ -183,10 +195,10 @@ class Checkpoint(_message.Message):
     def __init__(self, epoch: _Optional[int] = ...) -> None: ...
 
 class Restore(_message.Message):
-    __slots__ = ("epoch",)
-    EPOCH_FIELD_NUMBER: _ClassVar[int]
-    epoch: int
-    def __init__(self, epoch: _Optional[int] = ...) -> None: ...
+    __slots__ = ("position",)
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    position: Position
+    def __init__(self, position: _Optional[_Union[Position, _Mapping]] = ...) -> None: ...
 
 class Task(_message.Message):
     __slots__ = ("task_id", "train_epoch", "evaluate", "infer", "finish", "align", "share_head", "checkpoint", "restore")

@@ -209,6 +209,11 @@ def validate_job(job: JobSpec, where: str = "config") -> None:
         raise ConfigError(f"{where}: [job] test_fraction must be in [0, 1)")
     if job.learning_rate <= 0:
         raise ConfigError(f"{where}: [job] learning_rate must be positive")
+    if job.checkpoint_every_steps < 0:
+        raise ConfigError(
+            f"{where}: [job] checkpoint_every_steps = {job.checkpoint_every_steps}; give a number of steps, "
+            "or 0 to checkpoint only at the end of each epoch"
+        )
     if not 0.0 <= job.weight_decay < float("inf"):
         raise ConfigError(f"{where}: [job] weight_decay must be zero or a positive number, got {job.weight_decay}")
     if not job.passive_parties or any(p < 2 for p in job.passive_parties):

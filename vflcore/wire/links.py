@@ -70,6 +70,9 @@ class TrainingLink(ServerLink):
 
     @abstractmethod
     def exchange(
-        self, job_id: str, round_: int, batches: int, *, up: str, down: str | tuple[str, ...]
+        self, job_id: str, round_: int, batches: int, *, up: str, down: str | tuple[str, ...], first: int = 0
     ) -> TensorExchange:
-        """A round of ``batches`` uploads named ``up``, each answered by the downloads named ``down``."""
+        """A round of ``batches`` uploads named ``up``, each answered by the downloads named ``down``.
+
+        ``first`` > 0: the round resumes at that batch (a job resumed inside an epoch).
+        """

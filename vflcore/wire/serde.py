@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from vflcore import tasks
-from vflcore.job import JobSpec
+from vflcore.job import JobSpec, Position
 from vflcore.proto import federation_pb2 as pb
 from vflcore.wire import names
 from vflcore.wire.tensors import (
@@ -165,12 +165,20 @@ def _to_wire(value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value
 
 
+def position_to_proto(position: Position) -> pb.Position:
+    return pb.Position(epoch=position.epoch, batch=position.batch)
+
+
+def position_from_proto(msg: pb.Position) -> Position:
+    return Position(msg.epoch, msg.batch)
+
+
 def task_to_proto(task: tasks.Task) -> pb.Task:
     match task:
         case tasks.Align(task_id, key, run_psi):
             return pb.Task(task_id=task_id, align=pb.Align(alignment_key=key, run_psi=run_psi))
-        case tasks.TrainEpoch(task_id, epoch):
-            return pb.Task(task_id=task_id, train_epoch=pb.TrainEpoch(epoch=epoch))
+        case tasks.TrainEpoch(task_id, epoch, first_batch):
+            return pb.Task(task_id=task_id, train_epoch=pb.TrainEpoch(epoch=epoch, first_batch=first_batch))
         case tasks.Evaluate(task_id, epoch, rows):
             return pb.Task(task_id=task_id, evaluate=pb.Evaluate(epoch=epoch, rows=rows.tolist()))
         case tasks.Infer(task_id, request_id, rows):
@@ -179,8 +187,8 @@ def task_to_proto(task: tasks.Task) -> pb.Task:
             return pb.Task(task_id=task_id, share_head=pb.ShareHead(round=round_))
         case tasks.Checkpoint(task_id, epoch):
             return pb.Task(task_id=task_id, checkpoint=pb.Checkpoint(epoch=epoch))
-        case tasks.Restore(task_id, epoch):
-            return pb.Task(task_id=task_id, restore=pb.Restore(epoch=epoch))
+        case tasks.Restore(task_id, position):
+            return pb.Task(task_id=task_id, restore=pb.Restore(position=position_to_proto(position)))
         case tasks.Finish(task_id, success, message, rejoin):
             return pb.Task(task_id=task_id, finish=pb.Finish(success=success, message=message, rejoin=rejoin))
     raise TypeError(f"not a task the protocol can carry: {task!r}")
@@ -191,7 +199,7 @@ def task_from_proto(msg: pb.Task) -> tasks.Task:
     if kind == "align":
         return tasks.Align(msg.task_id, bytes(msg.align.alignment_key), msg.align.run_psi)
     if kind == "train_epoch":
-        return tasks.TrainEpoch(msg.task_id, msg.train_epoch.epoch)
+        return tasks.TrainEpoch(msg.task_id, msg.train_epoch.epoch, msg.train_epoch.first_batch)
     if kind == "evaluate":
         return tasks.Evaluate(msg.task_id, msg.evaluate.epoch, np.asarray(msg.evaluate.rows, dtype=np.int64))
     if kind == "infer":
@@ -201,7 +209,7 @@ def task_from_proto(msg: pb.Task) -> tasks.Task:
     if kind == "checkpoint":
         return tasks.Checkpoint(msg.task_id, msg.checkpoint.epoch)
     if kind == "restore":
-        return tasks.Restore(msg.task_id, msg.restore.epoch)
+        return tasks.Restore(msg.task_id, position_from_proto(msg.restore.position))
     if kind == "finish":
         return tasks.Finish(msg.task_id, msg.finish.success, msg.finish.message, msg.finish.rejoin)
     raise ValueError(f"task {msg.task_id} has no kind this client understands ({kind!r}); upgrade the client")

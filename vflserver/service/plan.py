@@ -78,6 +78,11 @@ def plan_from_document(doc: Mapping[str, Any], *, default_join_timeout_s: float,
     job = job_from_document(doc, where)
     spec = algorithm_spec(job.algorithm)  # an unknown algorithm, or a bad option, is refused now
     spec.options(job.algorithm_options)
+    if job.checkpoint_every_steps and not spec.active_half().resumes_mid_epoch:
+        raise ConfigError(
+            f"{where}: [job] checkpoint_every_steps = {job.checkpoint_every_steps}: {job.algorithm} resumes only "
+            "at the end of an epoch (it checkpoints every epoch); remove the key or set it to 0"
+        )
     sec = _Section(doc, "job", where)
     model = _Section(doc, "model", where)
     top_dropout = float(model.number("top_dropout", 0.0))

@@ -21,7 +21,7 @@ from pathlib import Path
 import structlog
 
 from vflalgorithms.base import algorithm_spec
-from vflcore.data.checkpoints import checkpoint_epochs, party_dir
+from vflcore.data.checkpoints import checkpoint_positions, party_dir
 from vflcore.data.tables import DataError, PartyTable
 from vflcore.errors import ConfigError, JobAborted, JobStateError, PartyLost, PartyUnavailable, VflError
 from vflcore.job import ACTIVE_PARTY
@@ -265,7 +265,9 @@ class JobRunner:
             f"{self.settings.party_timeout_s:g} s ([server] party_timeout_s)"
         )
         self.store.set_state(job_id, "waiting", message)
-        log.warning("job_waiting", job=job_id, party=exc.party, reason=exc.reason)
+        algorithm = getattr(active, "algorithm", None)  # none before PSI has aligned the rows
+        steps = len(algorithm.step_losses) if algorithm is not None else 0
+        log.warning("job_waiting", job=job_id, party=exc.party, reason=exc.reason, steps_done=steps)
 
     # ---- what the job reports -----------------------------------------------------------------
 
@@ -380,8 +382,8 @@ class JobRunner:
 
 def _last_saved(active: ActiveParty) -> str:
     """The newest epoch the active party saved, in words, for messages about a paused job."""
-    saved = checkpoint_epochs(active.run_dir)
-    return f"the last epoch saved is {saved[-1] + 1}" if saved else "no epoch has been saved yet"
+    saved = checkpoint_positions(active.run_dir)
+    return f"the last checkpoint saved is at {saved[-1]}" if saved else "no checkpoint has been saved yet"
 
 
 def _abort(active: ActiveParty, reason: JobAborted) -> None:

@@ -37,7 +37,8 @@ class LinearProbeServer(ServerAlgorithm):
         self.loss_fn = task_loss(job.task)
         self.scale = float(job_options(job)["gradient_scale"])
 
-    def train_epoch(self, epoch: int) -> float:
+    def train_epoch(self, epoch: int, first_batch: int = 0) -> float:
+        assert first_batch == 0, "resumes only at the start of an epoch"
         ctx, parties = self.ctx, self.ctx.parties
         batches = ctx.schedule.batches(epoch)
         for b, rows in enumerate(batches):
@@ -84,7 +85,8 @@ class LinearProbeClient(ClientAlgorithm):
         )
         self.optimizer = job_optimizer(job, self.bottom.parameters())
 
-    def train_epoch(self, epoch: int) -> None:
+    def train_epoch(self, epoch: int, first_batch: int = 0) -> None:
+        assert first_batch == 0, "resumes only at the start of an epoch"
         ctx = self.ctx
         batches = ctx.schedule.batches(epoch)
         with ctx.link.exchange(ctx.job.job_id, epoch, len(batches), up=EMBEDDING, down=PROBE_GRADIENT) as link:
