@@ -33,6 +33,8 @@ class AsyncServer(SplitNNServer):
     name = "async"
     #: The cached embeddings and the warm-up flag: a resumed job neither warms up again nor forgets.
     checkpointed: tuple[str, ...] = (*SplitNNServer.checkpointed, "cache", "_warm", "arrivals")
+    #: Uploads are taken in arrival order, so "batch b of epoch e" is no place to resume at.
+    resumes_mid_epoch = False
 
     def __init__(self, ctx: ActiveContext) -> None:
         super().__init__(ctx)
