@@ -108,6 +108,19 @@ def _epochs_done(jobs: JobClient, job_id: str) -> int:
     return jobs.get(job_id).epochs_done
 
 
+def _inside_epoch(run: ServiceRun, jobs: JobClient, job_id: str, done: int) -> None:
+    """Return 0.3 s into epoch ``done + 1``: ``done`` epochs recorded, a third of the next one under way."""
+    _wait(lambda: _epochs_done(jobs, job_id) >= done, f"epoch {done}", run)
+    time.sleep(0.3)
+
+
+def _kill_inside_epoch(run: ServiceRun, jobs: JobClient, job_id: str, done: int, name: str = "party-3") -> None:
+    """kill -9 of ``name`` inside epoch ``done + 1``, checked against the job store after the kill."""
+    _inside_epoch(run, jobs, job_id, done)
+    run.kill(name)
+    assert _epochs_done(jobs, job_id) == done, f"the kill missed the middle of epoch {done + 1}"
+
+
 def _restart_after(run: ServiceRun, name: str, pause_s: float = 1.0) -> None:
     time.sleep(pause_s)
     if name == "server":
@@ -135,10 +148,7 @@ class TestPassivePartyKilled:
                 assert not any((party3 / "psi").glob("*")), "PSI had already finished: the kill came too late"
                 _restart_after(run, "party-3")
                 # 2. In the middle of epoch 2 (index 1): epoch 1 recorded, epoch 2 not yet.
-                _wait(lambda: _epochs_done(jobs, job_id) >= 1, "epoch 1", run)
-                time.sleep(0.3)
-                run.kill("party-3")
-                assert _epochs_done(jobs, job_id) == 1, "the kill missed the middle of epoch 2"
+                _kill_inside_epoch(run, jobs, job_id, 1)
                 _restart_after(run, "party-3")
                 # 3. Between epochs: right after party 3 saved epoch 3's checkpoint.
                 _wait(lambda: (party3 / "epoch-0002.pt").exists(), "party 3's checkpoint of epoch 3", run)
@@ -161,8 +171,7 @@ class TestServerKilled:
         try:
             with _jobs(run, pki) as jobs:
                 jobs.submit(job_document(job_id, "splitnn", epochs=EPOCHS, **JOB))
-                _wait(lambda: _epochs_done(jobs, job_id) >= 2, "epoch 2", run)
-                time.sleep(0.3)
+                _inside_epoch(run, jobs, job_id, 2)
             run.kill("server")
             _restart_after(run, "server")
             with _jobs(run, pki) as jobs:
@@ -190,8 +199,7 @@ class TestNetwork:
                 with _jobs(run, pki) as jobs:
                     jobs.submit(job_document(job_id, "splitnn", epochs=EPOCHS, **JOB))
                     for after in (1, 3):
-                        _wait(lambda after=after: _epochs_done(jobs, job_id) >= after, f"epoch {after}", run)
-                        time.sleep(0.3)
+                        _inside_epoch(run, jobs, job_id, after)
                         assert proxy.cut() > 0
                     _finish(jobs, run, job_id)
             _assert_same_model(_outcome(run, job_id), clean["splitnn"])
@@ -207,7 +215,7 @@ class TestNetwork:
         try:
             with _jobs(run, pki) as jobs:
                 jobs.submit(job_document(job_id, "splitnn", epochs=EPOCHS, **JOB))
-                _wait(lambda: _epochs_done(jobs, job_id) >= 1, "epoch 1", run)
+                _inside_epoch(run, jobs, job_id, 1)
                 pid = run.procs["party-3"].pid
                 os.kill(pid, signal.SIGSTOP)
                 try:
@@ -228,8 +236,7 @@ class TestNetwork:
         try:
             with _jobs(run, pki) as jobs:
                 jobs.submit(job_document(job_id, "splitnn", epochs=EPOCHS, **JOB))
-                _wait(lambda: _epochs_done(jobs, job_id) >= 1, "epoch 1", run)
-                run.kill("party-3")
+                _kill_inside_epoch(run, jobs, job_id, 1)
                 lines = [str(event) for event in jobs.watch(job_id)]
                 record = jobs.get(job_id)
             assert record.state == "failed", lines
@@ -281,10 +288,7 @@ class TestEveryOtherAlgorithm:
         try:
             with _jobs(run, pki) as jobs:
                 jobs.submit(job_document(job_id, algorithm, epochs=_epochs_for(algorithm), **JOB))
-                _wait(lambda: _epochs_done(jobs, job_id) >= 1, "epoch 1", run)
-                time.sleep(0.3)
-                run.kill("party-3")
-                assert _epochs_done(jobs, job_id) == 1, "the kill missed the middle of epoch 2"
+                _kill_inside_epoch(run, jobs, job_id, 1)
                 _restart_after(run, "party-3")
                 lines = _finish(jobs, run, job_id)
                 accuracy = jobs.get(job_id).final_metrics["accuracy"]
