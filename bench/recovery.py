@@ -184,7 +184,8 @@ def _machine(window: Window) -> str:
 
     return (
         f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; during the {window.wall_s:.0f} s "
-        f"of both runs other processes used {cpus(window.others)} CPUs and the hypervisor stole {cpus(window.steal)}"
+        f"of both runs the machine was busy {cpus(window.busy)} CPUs (the daemons included; the bench cannot "
+        f"tell them from other processes) and the hypervisor stole {cpus(window.steal)}"
     )
 
 
