@@ -109,9 +109,9 @@ def _epochs_done(jobs: JobClient, job_id: str) -> int:
 
 
 def _inside_epoch(run: ServiceRun, jobs: JobClient, job_id: str, done: int) -> None:
-    """Return 0.3 s into epoch ``done + 1``: ``done`` epochs recorded, a third of the next one under way."""
+    """Return about half way through epoch ``done + 1``, on any CPU: half as long as the last epoch took."""
     _wait(lambda: _epochs_done(jobs, job_id) >= done, f"epoch {done}", run)
-    time.sleep(0.3)
+    time.sleep(jobs.get(job_id).history[-1].seconds / 2)
 
 
 def _kill_inside_epoch(run: ServiceRun, jobs: JobClient, job_id: str, done: int, name: str = "party-3") -> None:
@@ -325,8 +325,7 @@ class TestAdptVFedConv:
                     run.kill("party-3")
                     _restart_after(run, "party-3")
                     # Phase 3: the server trains its classifier alone; the loss shows at the evaluation.
-                    _wait(lambda: _epochs_done(jobs, job_id) >= 1, "epoch 1", run)
-                    time.sleep(0.2)
+                    _inside_epoch(run, jobs, job_id, 1)
                     run.kill("party-3")
                     _restart_after(run, "party-3")
                 lines = _finish(jobs, run, job_id)

@@ -233,12 +233,13 @@ class JobRunner:
                 paused = (exc, time.monotonic())
                 self._wait_for(active, exc)
         except PartyUnavailable as exc:
-            if lost is not None and not active.everyone_joined:
-                missing = exc.party if exc.party is not None else lost[0].party
+            missing = exc.party
+            if lost is not None and missing is not None and _never_came_back(active, missing):
                 exc = PartyUnavailable(
-                    missing if missing is not None else 0,
+                    missing,
                     f"it did not come back within {self.settings.party_timeout_s:g} s ([server] party_timeout_s) "
-                    f"after {lost[0].reason}; {_last_saved(active)}. Start its daemon and submit the job again",
+                    f"after {lost[0].reason}; {_last_saved(active)}. Start its daemon, then submit the job "
+                    "again under a new id",
                 )
             self._failed(active, exc)
         except BaseException as exc:
@@ -378,6 +379,11 @@ class JobRunner:
                 except (OSError, VflError, ValueError) as exc:
                     log.warning("artifact_unreadable", job=record.job_id, path=str(artifact), error=str(exc))
             self.store.set_served(record.job_id, False)
+
+
+def _never_came_back(active: ActiveParty, party: int) -> bool:
+    """Whether a paused job's new attempt failed because ``party`` did not join in time (not a reported failure)."""
+    return not active.everyone_joined and active.parties.member(party).failure is None
 
 
 def _last_saved(active: ActiveParty) -> str:
