@@ -262,8 +262,9 @@ class ActiveParty:
                 self.shutdown("training finished")
             return summary
         except PartyLost as exc:
-            fed.finish(False, f"the job pauses until it can resume: {exc}", rejoin=True)
-            fed.abort(exc)
+            paused = f"the job pauses until it can resume: {exc}"
+            fed.finish(False, paused, rejoin=True)
+            fed.abort(JobAborted(paused))  # what a party in the middle of a step reads (ABORTED)
             raise
         except BaseException as exc:
             fed.finish(False, f"the active party stopped the job: {exc}")
