@@ -312,9 +312,6 @@ class ActiveParty:
             except CheckpointError as exc:  # damaged since it was listed: an older one will do
                 log.warning("checkpoint_unreadable", position=str(position), error=str(exc))
                 continue
-            if not {"algorithm", "rng", "reports"} <= state.keys():  # written before resumption existed
-                log.warning("checkpoint_unreadable", position=str(position), error="an older format: cannot resume")
-                continue
             self.algorithm.load_state(state["algorithm"])
             restore_rng(state["rng"])
             summary.epochs = [EpochReport(**report) for report in state["reports"]]

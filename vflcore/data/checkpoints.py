@@ -111,19 +111,25 @@ def readable_checkpoints(directory: Path) -> list[Position]:
     Each file is read in full, because a truncated one only fails when it is read; the unreadable
     ones are left out with a ``checkpoint_unreadable`` warning, so the job resumes from an older one.
     """
-    return [p for p in checkpoint_positions(directory) if _readable(position_path(directory, p), p)]
+    found = []
+    for position in checkpoint_positions(directory):
+        path = position_path(directory, position)
+        try:
+            _checked(path, position)
+        except CheckpointError as exc:
+            log.warning("checkpoint_unreadable", path=str(path), reason=str(exc))
+            continue
+        found.append(position)
+    return found
 
 
 def load_position(directory: Path, position: Position) -> dict[str, Any]:
     """The checkpoint of ``position``; CheckpointError names the file if it is missing or unreadable."""
     path = position_path(directory, position)
     try:
-        state = load_checkpoint(path)
-    except Exception as exc:  # any reader error means "not this file" (see _readable)
-        raise CheckpointError(f"{path}: cannot read the checkpoint of {position} ({_first_line(exc)})") from exc
-    if not isinstance(state, dict) or tuple(state.get("position", ())) != tuple(position):
-        raise CheckpointError(f"{path}: it does not hold the checkpoint of {position}")
-    return state
+        return _checked(path, position)
+    except CheckpointError as exc:
+        raise CheckpointError(f"{path}: cannot read the checkpoint of {position} ({exc})") from exc
 
 
 def discard_after(directory: Path, position: Position) -> None:
@@ -145,25 +151,19 @@ def discard_after(directory: Path, position: Position) -> None:
     _fsync_directory(directory)
 
 
-def _readable(path: Path, position: Position) -> bool:
-    """Whether ``path`` loads and holds ``position``; a ``checkpoint_unreadable`` warning says why not."""
+def _checked(path: Path, position: Position) -> dict[str, Any]:
+    """The state in ``path``, if it loads and holds ``position``; else CheckpointError with the reason alone."""
     try:
         state = load_checkpoint(path)
     # torch.load reports damage as whatever its reader trips over first: OSError for a
     # truncated zip, KeyError or UnpicklingError for garbage, EOFError for an empty file,
     # RuntimeError for a non-zip file. Any of them means only "not this file".
     except Exception as exc:
-        _unreadable(path, f"{type(exc).__name__}: {_first_line(exc)}")
-        return False
+        raise CheckpointError(f"{type(exc).__name__}: {_first_line(exc)}") from exc
     held = state.get("position") if isinstance(state, dict) else type(state).__name__
     if not isinstance(held, tuple) or held != tuple(position):
-        _unreadable(path, f"it holds position {held!r}, not {tuple(position)!r}")
-        return False
-    return True
-
-
-def _unreadable(path: Path, reason: str) -> None:
-    log.warning("checkpoint_unreadable", path=str(path), reason=reason)
+        raise CheckpointError(f"it holds position {held!r}, not {tuple(position)!r}")
+    return state
 
 
 def _first_line(exc: BaseException) -> str:
