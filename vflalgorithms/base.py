@@ -135,8 +135,19 @@ class ServerAlgorithm(ABC):
         return self.ctx.job.embedding_dim
 
     #: Whether the halves can resume inside an epoch (``train_epoch``'s ``first_batch``), and so
-    #: take ``[job] checkpoint_every_steps``; async (arrival order) and AdptVFedConv (phases) cannot.
+    #: take ``[job] checkpoint_every_steps``. Every algorithm here can; an algorithm added from
+    #: outside must say so, and is refused the key at submission until it does.
     resumes_mid_epoch = False
+
+    @property
+    def parties_in_step(self) -> bool:
+        """Whether the passive parties take part in the steps being trained now.
+
+        If they do, each party saves the checkpoints inside an epoch by itself, after the same
+        steps (``AfterStep``). If not (AdptVFedConv's server trains its classifier alone), the
+        active party tells them when to save (``Checkpoint``); their state does not change then.
+        """
+        return True
 
     @abstractmethod
     def train_epoch(self, epoch: int, first_batch: int = 0) -> float:

@@ -30,7 +30,6 @@ from vflcore.data.checkpoints import (
     load_position,
     party_dir,
     readable_checkpoints,
-    save_checkpoint,
     save_position,
 )
 from vflcore.data.tables import PartyTable, write_aligned_ids
@@ -193,8 +192,8 @@ class PassiveParty:
                 algorithm.train_epoch(epoch, first_batch)
                 log.info("epoch_done")
                 return 1
-            case Checkpoint(_, epoch):
-                save_checkpoint(self._dir(job), epoch, self._state(algorithm), keep=self.keep_checkpoints)
+            case Checkpoint(_, position):
+                save_position(self._dir(job), position, self._state(algorithm), keep=self.keep_checkpoints)
             case Restore(_, position):
                 self._restore(algorithm, position)
             case Evaluate(_, epoch, rows):

@@ -77,10 +77,14 @@ class Share:
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """Save this party's training state as the checkpoint of the end of ``epoch``; every party saves the same."""
+    """Save this party's training state as the checkpoint of ``position``; every party saves the same.
+
+    Sent at every epoch's end, and inside an epoch only where the active party trains alone
+    (``ServerAlgorithm.parties_in_step``): elsewhere each party saves those by itself.
+    """
 
     task_id: int
-    epoch: int
+    position: Position
 
 
 @dataclass(frozen=True)

@@ -241,7 +241,7 @@ class ActiveParty:
                 report = EpochReport(epoch, train_loss, test_loss, metrics, time.perf_counter() - started, wire_mb)
                 summary.epochs.append(report)
                 self._save(Position.after_epoch(epoch))
-                fed.dispatch(functools.partial(Checkpoint, epoch=epoch))
+                fed.dispatch(functools.partial(Checkpoint, position=Position.after_epoch(epoch)))
                 log.info("epoch_done", train_loss=train_loss, test_loss=test_loss, **metrics)
                 if on_epoch is not None:
                     on_epoch(report)
@@ -290,7 +290,10 @@ class ActiveParty:
 
     def _after_step(self, epoch: int, done: int, per_epoch: int) -> None:
         if mid_epoch_checkpoint_due(self.job, epoch, done, per_epoch):
-            self._save(Position(epoch, done))
+            position = Position(epoch, done)
+            self._save(position)
+            if not self.algorithm.parties_in_step:  # they are idle: tell them, as at an epoch's end
+                self.parties.dispatch(functools.partial(Checkpoint, position=position))
 
     def _roll_back(self, resume: bool, summary: RunSummary) -> Position:
         """Agree on the newest checkpoint every party holds, load it everywhere; returns where training goes on.

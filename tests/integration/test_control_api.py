@@ -110,11 +110,6 @@ class TestSubmissionChecks:
             ({"dataset": "census"}, grpc.StatusCode.INVALID_ARGUMENT, "census"),
             ({"epochs": 0}, grpc.StatusCode.INVALID_ARGUMENT, "epochs"),
             ({"checkpoint_every_steps": -1}, grpc.StatusCode.INVALID_ARGUMENT, "checkpoint_every_steps"),
-            (
-                {"algorithm": "async", "checkpoint_every_steps": 50},
-                grpc.StatusCode.INVALID_ARGUMENT,
-                "async resumes only at the end of an epoch",
-            ),
         ],
     )
     def test_a_job_that_cannot_run_is_refused_before_it_is_queued(

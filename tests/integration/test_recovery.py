@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 
 from vflclient import JobClient
+from vflcore.data.checkpoints import checkpoint_positions
+from vflcore.job import Position
 from vfltesting.pki import Pki
 from vfltesting.proxy import CuttableProxy
 from vfltesting.recovery import JobOutcome, job_outcome, loss_difference, weight_differences
@@ -48,7 +50,7 @@ def _service(root: Path, pki: Pki, data: Path, **settings: Any) -> ServiceRun:
         data,
         serving=False,
         server_settings={**SERVER, **settings.pop("server", {})},
-        client_settings=dict(CLIENT),
+        client_settings={**CLIENT, **settings.pop("client", {})},
         **settings,
     )
     run.start_server()
@@ -310,37 +312,81 @@ CONV_OPTIONS = {"pretrain_epochs": 3, "finetune_epochs": 2, "channels": 8}
 CONV_JOB = {"batch_size": 8, "join_timeout_s": 60, "passive_parties": [2, 3, 4], "seed": 3, "learning_rate": 0.003}
 
 
-class TestAdptVFedConv:
-    def _run(self, root: Path, pki: Pki, data: Path, kill: bool) -> JobOutcome:
-        run = _service(root, pki, data, parties=(2, 3, 4))
-        job_id = "fault-adptvfedconv"
-        document = job_document(job_id, "adptvfedconv", epochs=3, algorithm_options=CONV_OPTIONS, **CONV_JOB)
-        try:
-            with _jobs(run, pki) as jobs:
-                jobs.submit(document)
-                if kill:
-                    # Phase 2: party 3 has the extractor and is fine-tuning; nothing is saved yet.
-                    log3 = run.root / "party-3.log"
-                    _wait(lambda: '"extractor_received"' in log3.read_text(errors="replace"), "phase 2", run)
-                    run.kill("party-3")
-                    _restart_after(run, "party-3")
-                    # Phase 3: the server trains its classifier alone (an epoch is a fraction of the
-                    # first, which held phases 1 and 2), so kill at once; the loss shows at its evaluation.
-                    _wait(lambda: _epochs_done(jobs, job_id) >= 1, "epoch 1", run)
-                    run.kill("party-3")
-                    _restart_after(run, "party-3")
-                lines = _finish(jobs, run, job_id)
-            if kill:
-                assert sum("waiting for party 3" in line for line in lines) == 2, lines
-            return job_outcome(run.root / "runs", job_id, parties=(1, 2, 3, 4))
-        finally:
-            run.close()
+def _adptvfedconv(
+    root: Path,
+    pki: Pki,
+    data: Path,
+    kill: Callable[[ServiceRun, JobClient, str], None] | None = None,
+    keep: int = 2,
+    **job: Any,
+) -> JobOutcome:
+    """One AdptVFedConv job on digits quadrants; ``kill`` interrupts it (and restarts what it killed)."""
+    keeping = {"keep_checkpoints": keep}
+    run = _service(root, pki, data, parties=(2, 3, 4), server=keeping, client=keeping)
+    job_id = "fault-adptvfedconv"
+    document = job_document(job_id, "adptvfedconv", epochs=3, algorithm_options=CONV_OPTIONS, **CONV_JOB, **job)
+    try:
+        with _jobs(run, pki) as jobs:
+            jobs.submit(document)
+            if kill is not None:
+                kill(run, jobs, job_id)
+            _finish(jobs, run, job_id)
+        return job_outcome(run.root / "runs", job_id, parties=(1, 2, 3, 4))
+    finally:
+        run.close()
 
-    def test_killed_in_phase_2_and_phase_3(self, pki: Pki, digits_quadrants: Path, tmp_path: Path) -> None:
+
+@pytest.fixture(scope="module")
+def clean_adptvfedconv(pki: Pki, digits_quadrants: Path, tmp_path_factory: pytest.TempPathFactory) -> JobOutcome:
+    return _adptvfedconv(tmp_path_factory.mktemp("clean-adptvfedconv"), pki, digits_quadrants)
+
+
+class TestAdptVFedConv:
+    def test_killed_in_phase_2_and_phase_3(
+        self, clean_adptvfedconv: JobOutcome, pki: Pki, digits_quadrants: Path, tmp_path: Path
+    ) -> None:
         """kill -9 of party 3 while it fine-tunes (phase 2) and while the server trains alone (phase 3): same model."""
-        clean = self._run(tmp_path / "clean", pki, digits_quadrants, kill=False)
-        faulty = self._run(tmp_path / "faulty", pki, digits_quadrants, kill=True)
-        _assert_same_model(faulty, clean)
+
+        def kill_twice(run: ServiceRun, jobs: JobClient, job_id: str) -> None:
+            # Phase 2: party 3 has the extractor and is fine-tuning; nothing is saved yet.
+            log3 = run.root / "party-3.log"
+            _wait(lambda: '"extractor_received"' in log3.read_text(errors="replace"), "phase 2", run)
+            run.kill("party-3")
+            _restart_after(run, "party-3")
+            # Phase 3: the server trains its classifier alone (an epoch is a fraction of the
+            # first, which held phases 1 and 2), so kill at once; the loss shows at its evaluation.
+            _wait(lambda: _epochs_done(jobs, job_id) >= 1, "epoch 1", run)
+            run.kill("party-3")
+            _restart_after(run, "party-3")
+            lines = _finish(jobs, run, job_id)
+            assert sum("waiting for party 3" in line for line in lines) == 2, lines
+
+        faulty = _adptvfedconv(tmp_path, pki, digits_quadrants, kill_twice)
+        _assert_same_model(faulty, clean_adptvfedconv)
+
+    def test_checkpoints_inside_phase_3_epochs(
+        self, clean_adptvfedconv: JobOutcome, pki: Pki, digits_quadrants: Path, tmp_path: Path
+    ) -> None:
+        """checkpoint_every_steps = 50: the server tells the idle parties when to save; a kill resumes in epoch 2."""
+
+        def kill_inside_epoch_2(run: ServiceRun, jobs: JobClient, job_id: str) -> None:
+            # Its epochs are quick (the server trains alone), so every checkpoint is kept, and
+            # party 3 dies as soon as it has saved one inside epoch 2: there it resumes.
+            folder = run.root / "runs" / job_id / "party-3"
+            _wait(lambda: any(folder.glob("epoch-0001-batch-*.pt")), "a checkpoint inside epoch 2", run)
+            run.kill("party-3")
+            newest = checkpoint_positions(folder)[-1]
+            _restart_after(run, "party-3")
+            _finish(jobs, run, job_id)
+            events = [json.loads(line) for line in run.logs["server"].read_text().splitlines()]
+            [resumed] = [e for e in events if e["event"] == "resumed"]
+            assert Position(resumed["epoch"], resumed["batch"]) == newest, (resumed, newest)
+            assert newest.batch > 0, newest
+
+        faulty = _adptvfedconv(
+            tmp_path, pki, digits_quadrants, kill_inside_epoch_2, keep=100, checkpoint_every_steps=EVERY_STEPS
+        )
+        _assert_same_model(faulty, clean_adptvfedconv)
 
 
 #: Batches per epoch of these jobs: 936 training rows in batches of 8.
@@ -377,5 +423,32 @@ class TestCheckpointsInsideEpochs:
             # The newest two: 550 steps (11 x 50) is 82 batches into epoch 5, then that epoch's end.
             assert saved == ["epoch-0004-batch-00082.pt", "epoch-0004.pt"], saved
             _assert_same_model(_outcome(run, job_id), clean[algorithm])
+        finally:
+            run.close()
+
+    def test_async_waits_for_every_party_at_each_checkpoint(
+        self, clean_others: dict[str, Any], pki: Pki, digits_data: Path, tmp_path: Path
+    ) -> None:
+        """Async, checkpoint_every_steps = 50: each party has done 150 batches at that save; a kill resumes there."""
+        run = _service(tmp_path, pki, digits_data)
+        job_id = _job_id("async", "other")
+        job = {**JOB, "checkpoint_every_steps": EVERY_STEPS}
+        try:
+            with _jobs(run, pki) as jobs:
+                jobs.submit(job_document(job_id, "async", epochs=ASYNC_EPOCHS, **job))
+                folders = [run.root / "runs" / job_id / f"party-{p}" for p in (1, 2, 3)]
+                _wait(lambda: all((f / "epoch-0001-batch-00033.pt").exists() for f in folders), "step 150", run)
+                run.kill("party-3")
+                _restart_after(run, "party-3")
+                _finish(jobs, run, job_id)
+                accuracy = jobs.get(job_id).final_metrics["accuracy"]
+            events = [json.loads(line) for line in run.logs["server"].read_text().splitlines()]
+            [resumed] = [e for e in events if e["event"] == "resumed"]
+            assert (resumed["epoch"], resumed["batch"]) == (1, 33), resumed
+            for folder in folders:  # 1150 steps (23 x 50) is 97 batches into epoch 10
+                saved = sorted(p.name for p in folder.glob("epoch-*.pt"))
+                assert saved == ["epoch-0009-batch-00097.pt", "epoch-0009.pt"], (folder.name, saved)
+            _, reference_accuracy = clean_others["async"]
+            assert abs(accuracy - reference_accuracy) <= ASYNC_POINTS, (accuracy, reference_accuracy)
         finally:
             run.close()

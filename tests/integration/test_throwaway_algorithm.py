@@ -19,7 +19,9 @@ from tests.integration.test_reference_equivalence import DIGITS_JOB
 from tests.integration.throwaway.spec import NAME, SPEC
 from vflalgorithms.base import algorithm_options, algorithm_spec, algorithms
 from vflcore.errors import ConfigError
+from vflserver.service.plan import plan_from_document
 from vfltesting.pki import Pki
+from vfltesting.service import job_document
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_torch_thread")]
 
@@ -33,6 +35,14 @@ class TestThrowawayAlgorithm:
         assert algorithm_options(NAME, {}) == {"gradient_scale": 1.0}
         with pytest.raises(ConfigError, match=r"\[algorithm\] gradient_scale must be a positive number"):
             algorithm_options(NAME, {"gradient_scale": -1})
+
+    def test_checkpoints_inside_epochs_are_refused_until_it_says_it_resumes_there(self) -> None:
+        """An algorithm from outside resumes only at epoch ends unless it sets ``resumes_mid_epoch``."""
+        document = job_document("probe", NAME, checkpoint_every_steps=50)
+        with pytest.raises(ConfigError, match=r"checkpoint_every_steps = 50: throwaway_linear_probe resumes only"):
+            plan_from_document(document, default_join_timeout_s=60)
+        document["job"]["checkpoint_every_steps"] = 0
+        assert plan_from_document(document, default_join_timeout_s=60).job.algorithm == NAME
 
     def test_it_trains_over_mtls(self, pki: Pki, digits_data: Path, tmp_path: Path) -> None:
         """Server and two passive parties over mTLS: the loss falls and the model beats chance well."""

@@ -24,7 +24,7 @@ from vflalgorithms.adptvfedconv import maths as conv
 from vflalgorithms.adptvfedconv.spec import FEATURE_MAPS
 from vflalgorithms.base import ActiveContext, ServerAlgorithm
 from vflcore.errors import ConfigError
-from vflcore.job import ACTIVE_PARTY, epoch_mean, model_seed
+from vflcore.job import ACTIVE_PARTY, model_seed
 from vflcore.ml.losses import task_loss
 from vflcore.ml.models import build_seeded, job_optimizer
 from vflcore.runtime.logs import progress
@@ -88,13 +88,22 @@ class AdptVFedConvServer(ServerAlgorithm):
     def upload_width(self) -> int:
         return self.geometry.map_features
 
+    #: Inside an epoch only in phase 3: the checkpoints of an epoch are all taken after the
+    #: transfer, so a job that fails in phases 1-2 runs them again from the start.
+    resumes_mid_epoch = True
+
+    @property
+    def parties_in_step(self) -> bool:
+        """Only phase 2 involves the parties; the classifier's steps (phase 3) are the server's alone."""
+        return self.maps is None
+
     def train_epoch(self, epoch: int, first_batch: int = 0) -> float:
-        assert first_batch == 0, "resumes only at the start of an epoch"
         if self.maps is None:
+            assert first_batch == 0, "no checkpoint is taken before the transfer"
             self._pretrain()
             self.maps = self._transfer(epoch)
         self.phase = "classifier"
-        return self._classifier_epoch(epoch, self.maps)
+        return self._classifier_epoch(epoch, self.maps, first_batch)
 
     def _pretrain(self) -> None:
         """Phase 1 (Eq. 1): W_e^1 and W_clst on the active party's own piece and the labels."""
@@ -129,20 +138,21 @@ class AdptVFedConvServer(ServerAlgorithm):
         log.info("feature_maps_collected", parties=sorted(uploads), rows=rows, shape=list(geo.map_shape))
         return geo.full_map(maps)
 
-    def _classifier_epoch(self, epoch: int, maps: torch.Tensor) -> float:
-        """Phase 3 (Eq. 5): one epoch of W_s on the full maps of the training rows."""
+    def _classifier_epoch(self, epoch: int, maps: torch.Tensor, first_batch: int) -> float:
+        """Phase 3 (Eq. 5): one epoch of W_s on the full maps of the training rows, from ``first_batch``."""
         ctx = self.ctx
         self.classifier.train()
         batches = ctx.schedule.batches(epoch)
-
-        def step(rows: np.ndarray) -> float:
+        steps = range(first_batch, len(batches))
+        for b in progress(steps, total=len(steps), desc=f"epoch {epoch + 1}"):
+            rows = batches[b]
             self.optimizer.zero_grad()
             loss: torch.Tensor = self.loss_fn(self.classifier(maps[rows]), ctx.labels[rows])
             torch.autograd.backward(loss)
             self.optimizer.step()
-            return self.record_step(float(loss.item()))
-
-        return epoch_mean(progress(batches, total=len(batches), desc=f"epoch {epoch + 1}"), step)
+            self.record_step(float(loss.item()))
+            ctx.after_step(epoch, b + 1, len(batches))
+        return self.epoch_loss(batches)
 
     @torch.no_grad()
     def predict(self, rows: np.ndarray, embeddings: dict[int, np.ndarray]) -> torch.Tensor:

@@ -11,6 +11,11 @@ Staleness is bounded: a party's upload for batch b is held back (so the party wa
 gradient) while b is more than ``[algorithm] max_staleness`` batches ahead of the slowest
 party's progress in the epoch. A delayed party therefore slows the others only once they are
 that far ahead of it.
+
+Checkpoints inside an epoch (``[job] checkpoint_every_steps``) need a moment when every party
+has done the same batches: at each such batch count the server holds back every later upload
+until the slowest party is there, saves, and goes on. Each passive party saves the same count
+by itself after its own step, so a resumed job starts every party at that batch.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import torch
 from vflalgorithms.asynchronous.spec import WARMUP_EMBEDDING
 from vflalgorithms.base import ActiveContext, job_options
 from vflalgorithms.splitnn.active import SplitNNServer
+from vflcore.job import mid_epoch_checkpoint_due
 from vflcore.tasks import TrainEpoch
 from vflcore.wire.names import EMBEDDING
 
@@ -33,8 +39,8 @@ class AsyncServer(SplitNNServer):
     name = "async"
     #: The cached embeddings and the warm-up flag: a resumed job neither warms up again nor forgets.
     checkpointed: tuple[str, ...] = (*SplitNNServer.checkpointed, "cache", "_warm", "arrivals")
-    #: Uploads are taken in arrival order, so "batch b of epoch e" is no place to resume at.
-    resumes_mid_epoch = False
+    #: At the batch counts where a checkpoint is due, every party has done the same batches.
+    resumes_mid_epoch = True
 
     def __init__(self, ctx: ActiveContext) -> None:
         super().__init__(ctx)
@@ -48,7 +54,6 @@ class AsyncServer(SplitNNServer):
         self.arrivals: list[tuple[int, int, int]] = []
 
     def train_epoch(self, epoch: int, first_batch: int = 0) -> float:
-        assert first_batch == 0, "resumes only at the start of an epoch"
         ctx, fed = self.ctx, self.ctx.parties
         parties = sorted(ctx.job.passive_parties)
         batches = ctx.schedule.batches(epoch)
@@ -56,9 +61,9 @@ class AsyncServer(SplitNNServer):
         if not self._warm:
             for party in parties:
                 fed.expect(WARMUP_EMBEDDING, epoch, 0, (len(train_rows), ctx.job.embedding_dim), party=party)
-        for b, rows in enumerate(batches):
-            fed.expect(EMBEDDING, epoch, b, (len(rows), ctx.job.embedding_dim))
-        fed.dispatch(lambda tid: TrainEpoch(tid, epoch))
+        for b in range(first_batch, len(batches)):
+            fed.expect(EMBEDDING, epoch, b, (len(batches[b]), ctx.job.embedding_dim))
+        fed.dispatch(lambda tid: TrainEpoch(tid, epoch, first_batch))
         if not self._warm:
             for party, warmup in fed.gather(WARMUP_EMBEDDING, epoch, 0).items():
                 self.cache[party][torch.from_numpy(train_rows)] = torch.from_numpy(warmup.copy())
@@ -66,11 +71,10 @@ class AsyncServer(SplitNNServer):
         self.top.train()
         if self.bottom is not None:
             self.bottom.train()
-        done = dict.fromkeys(parties, 0)
+        done = dict.fromkeys(parties, first_batch)
         held: dict[int, tuple[int, np.ndarray]] = {}
-        total, rows_seen = 0.0, 0
-        for _ in range(len(parties) * len(batches)):
-            party, b, h = self._next(epoch, done, held)
+        for _ in range(len(parties) * (len(batches) - first_batch)):
+            party, b, h = self._next(epoch, done, held, len(batches))
             rows = batches[b]
             index = torch.from_numpy(rows)
             fresh = torch.from_numpy(h.copy())
@@ -79,28 +83,48 @@ class AsyncServer(SplitNNServer):
             own = self._own(rows)
             publish = functools.partial(self._publish_to, epoch, b, party, parties.index(party))
             value = self._round(own, passive, rows, publish=publish)
-            self.arrivals.append((party, b, min(done.values())))
+            slowest = min(done.values())
+            self.arrivals.append((party, b, slowest))
             done[party] += 1
             self.record_step(value)
-            total += value * len(rows)
-            rows_seen += len(rows)
-        return total / max(1, rows_seen)
+            if min(done.values()) > slowest:  # every party has now done this many batches
+                ctx.after_step(epoch, min(done.values()), len(batches))
+        return self._epoch_loss(batches, len(parties))
+
+    def _epoch_loss(self, batches: list[np.ndarray], parties: int) -> float:
+        """The row-weighted mean loss of the epoch's uploads, in arrival order, resumed or not."""
+        steps = len(batches) * parties
+        total = 0.0
+        for (_, b, _), value in zip(self.arrivals[-steps:], self.step_losses[-steps:], strict=True):
+            total += value * len(batches[b])
+        return total / max(1, parties * sum(len(rows) for rows in batches))
 
     def _next(
-        self, epoch: int, done: dict[int, int], held: dict[int, tuple[int, np.ndarray]]
+        self, epoch: int, done: dict[int, int], held: dict[int, tuple[int, np.ndarray]], per_epoch: int
     ) -> tuple[int, int, np.ndarray]:
         """The next upload to train on: a held-back one that is now within bounds, else the next arrival."""
         while True:
             slowest = min(done.values())
             for party, (b, h) in list(held.items()):
-                if b - slowest <= self.max_staleness:
+                if self._may_train(epoch, b, slowest, per_epoch):
                     del held[party]
                     return party, b, h
             party, b, h = self.ctx.parties.next_arrival(EMBEDDING, epoch)
-            if b - slowest > self.max_staleness:
+            if not self._may_train(epoch, b, slowest, per_epoch):
                 held[party] = (b, h)  # the party waits for its gradient until the others catch up
                 continue
             return party, b, h
+
+    def _may_train(self, epoch: int, batch: int, slowest: int, per_epoch: int) -> bool:
+        """Whether an upload of ``batch`` may be trained on while the slowest party has done ``slowest``.
+
+        Not while it is more than ``max_staleness`` ahead, nor past a batch count where a
+        checkpoint is due that the slowest party has not reached: every party must be there.
+        """
+        if batch - slowest > self.max_staleness:
+            return False
+        job = self.ctx.job
+        return not any(mid_epoch_checkpoint_due(job, epoch, n, per_epoch) for n in range(slowest + 1, batch + 1))
 
     def _publish_to(
         self, epoch: int, batch: int, party: int, position: int, answers: list[dict[str, torch.Tensor]]

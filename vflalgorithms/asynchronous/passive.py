@@ -27,7 +27,6 @@ class AsyncClient(SplitNNClient):
         self._warm = False  # the warm-up upload happens once, before the first epoch
 
     def train_epoch(self, epoch: int, first_batch: int = 0) -> None:
-        assert first_batch == 0, "resumes only at the start of an epoch"
         if not self._warm:
             rows = self.ctx.schedule.train_rows
             with torch.no_grad():
@@ -35,4 +34,4 @@ class AsyncClient(SplitNNClient):
                 warmup = self.bottom(self.ctx.features[rows]).numpy()
             self.ctx.link.send(TensorKey(self.ctx.job.job_id, epoch, 0, WARMUP_EMBEDDING), warmup)
             self._warm = True
-        super().train_epoch(epoch)
+        super().train_epoch(epoch, first_batch)

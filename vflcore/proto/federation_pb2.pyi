@@ -189,10 +189,10 @@ class Finish(_message.Message):
     def __init__(self, success: _Optional[bool] = ..., message: _Optional[str] = ..., rejoin: _Optional[bool] = ...) -> None: ...
 
 class Checkpoint(_message.Message):
-    __slots__ = ("epoch",)
-    EPOCH_FIELD_NUMBER: _ClassVar[int]
-    epoch: int
-    def __init__(self, epoch: _Optional[int] = ...) -> None: ...
+    __slots__ = ("position",)
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    position: Position
+    def __init__(self, position: _Optional[_Union[Position, _Mapping]] = ...) -> None: ...
 
 class Restore(_message.Message):
     __slots__ = ("position",)

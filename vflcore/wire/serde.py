@@ -185,8 +185,8 @@ def task_to_proto(task: tasks.Task) -> pb.Task:
             return pb.Task(task_id=task_id, infer=pb.Infer(request_id=request_id, rows=rows.tolist()))
         case tasks.Share(task_id, round_, names.HEAD):  # the only tensor the protocol asks for
             return pb.Task(task_id=task_id, share_head=pb.ShareHead(round=round_))
-        case tasks.Checkpoint(task_id, epoch):
-            return pb.Task(task_id=task_id, checkpoint=pb.Checkpoint(epoch=epoch))
+        case tasks.Checkpoint(task_id, position):
+            return pb.Task(task_id=task_id, checkpoint=pb.Checkpoint(position=position_to_proto(position)))
         case tasks.Restore(task_id, position):
             return pb.Task(task_id=task_id, restore=pb.Restore(position=position_to_proto(position)))
         case tasks.Finish(task_id, success, message, rejoin):
@@ -207,7 +207,7 @@ def task_from_proto(msg: pb.Task) -> tasks.Task:
     if kind == "share_head":
         return tasks.Share(msg.task_id, msg.share_head.round, names.HEAD)
     if kind == "checkpoint":
-        return tasks.Checkpoint(msg.task_id, msg.checkpoint.epoch)
+        return tasks.Checkpoint(msg.task_id, position_from_proto(msg.checkpoint.position))
     if kind == "restore":
         return tasks.Restore(msg.task_id, position_from_proto(msg.restore.position))
     if kind == "finish":
