@@ -255,7 +255,11 @@ OTHER_EPOCHS = 3
 #: Async is compared by accuracy, not step by step: enough epochs that the accuracy has settled
 #: (at 3 epochs two fault-free async runs differed by 1.7 points).
 ASYNC_EPOCHS = 10
-ASYNC_POINTS = 0.02
+#: Its reference is the mean of this many fault-free runs: six of them here spanned 0.953-0.962
+#: (0.85 points, 2 of 234 test rows), so one run as the reference would fail a 1-point check
+#: now and then with no fault at all, while each run is within half a point of the mean.
+ASYNC_REFERENCE_RUNS = 3
+ASYNC_POINTS = 0.01
 
 
 def _epochs_for(algorithm: str) -> int:
@@ -264,16 +268,19 @@ def _epochs_for(algorithm: str) -> int:
 
 @pytest.fixture(scope="module")
 def clean_others(pki: Pki, digits_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """The fault-free run of each of ``OTHERS``, with its outcome and final accuracy."""
+    """The fault-free run of each of ``OTHERS``, with its outcome and final accuracy (async: the mean of several)."""
     run = _service(tmp_path_factory.mktemp("clean-others"), pki, digits_data)
     try:
         outcomes = {}
         with _jobs(run, pki) as jobs:
             for algorithm in OTHERS:
-                job_id = _job_id(algorithm, "other")
-                jobs.submit(job_document(job_id, algorithm, epochs=_epochs_for(algorithm), **JOB))
-                _finish(jobs, run, job_id)
-                outcomes[algorithm] = (_outcome(run, job_id), jobs.get(job_id).final_metrics["accuracy"])
+                accuracies = []
+                for attempt in range(ASYNC_REFERENCE_RUNS if algorithm == "async" else 1):
+                    job_id = _job_id(algorithm, f"other{attempt or ''}")  # the first one: the faulty run's id
+                    jobs.submit(job_document(job_id, algorithm, epochs=_epochs_for(algorithm), **JOB))
+                    _finish(jobs, run, job_id)
+                    accuracies.append(jobs.get(job_id).final_metrics["accuracy"])
+                outcomes[algorithm] = (_outcome(run, job_id), sum(accuracies) / len(accuracies))
         yield outcomes
     finally:
         run.close()
@@ -297,9 +304,6 @@ class TestEveryOtherAlgorithm:
             assert any("waiting for party 3" in line for line in lines), lines
             reference, reference_accuracy = clean_others[algorithm]
             if algorithm == "async":  # arrival order decides the steps: not reproducible, even without faults
-                # Six fault-free 10-epoch runs here spanned 0.953-0.962 (0.85 points, 2 of 234 rows),
-                # so a 1-point check against one fault-free run fails now and then without any
-                # fault; 2 points still catches a resumption that loses or repeats work.
                 assert abs(accuracy - reference_accuracy) <= ASYNC_POINTS, (accuracy, reference_accuracy)
             else:
                 _assert_same_model(_outcome(run, job_id), reference)
