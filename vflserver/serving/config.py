@@ -6,6 +6,11 @@
     rest_listen = "127.0.0.1:8000"   # KServe v2 REST over HTTPS
     client_auth = "required"         # or "optional": callers without a certificate are let in
     degraded = "none"                # federated models with a party offline: fail, or "zeros" / "mean"
+    max_connections = 256            # REST: open connections; more are closed at once
+    handshake_timeout_s = 5          # REST: a TLS handshake must be done by then
+    header_timeout_s = 10            # REST: a whole request head, from connect or the last response
+    body_timeout_s = 30              # REST: the body, from the end of the head
+    max_body_bytes = 67108864        # REST: larger bodies get 413 before they are read
 
 The defaults are Triton's and KServe's ports, on loopback. Every error is a ConfigError that
 names the file and the key, in the style of ``vflcore.runtime.config``.
@@ -25,7 +30,19 @@ CLIENT_AUTH = ("required", "optional")
 #: What stands in for an offline passive party in federated inference (``serving.federated``):
 #: nothing (the request fails with UNAVAILABLE), zeros, or its mean representation over training.
 DEGRADED_MODES = ("none", "zeros", "mean")
-_KEYS = ("enabled", "grpc_listen", "rest_listen", "client_auth", "degraded")
+_LIMIT_KEYS = ("max_connections", "handshake_timeout_s", "header_timeout_s", "body_timeout_s", "max_body_bytes")
+_KEYS = ("enabled", "grpc_listen", "rest_listen", "client_auth", "degraded", *_LIMIT_KEYS)
+
+
+@dataclass(frozen=True)
+class RestLimits:
+    """What callers may hold of the REST endpoint (``vflserver.serving.rest``); the defaults are ``[serving]``'s."""
+
+    max_connections: int = 256
+    handshake_timeout_s: float = 5.0
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    max_body_bytes: int = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -37,6 +54,7 @@ class ServingConfig:
     rest_listen: str = "127.0.0.1:8000"
     client_auth: str = "required"
     degraded: str = "none"
+    rest_limits: RestLimits = RestLimits()
 
     @property
     def require_client_cert(self) -> bool:
@@ -59,6 +77,7 @@ def serving_config_from(doc: Mapping[str, Any], source: Path | None = None) -> S
         rest_listen=sec.text("rest_listen", defaults.rest_listen),
         client_auth=sec.text("client_auth", defaults.client_auth),
         degraded=sec.text("degraded", defaults.degraded),
+        rest_limits=_rest_limits(sec),
     )
     for key in ("grpc_listen", "rest_listen"):
         try:
@@ -76,6 +95,24 @@ def serving_config_from(doc: Mapping[str, Any], source: Path | None = None) -> S
     if config.grpc_listen == config.rest_listen and not config.grpc_listen.endswith(":0"):
         raise ConfigError(f"{sec.where}: [serving] grpc_listen and rest_listen are both {config.grpc_listen!r}")
     return config
+
+
+def _rest_limits(sec: _Section) -> RestLimits:
+    """The REST endpoint's limits: whole numbers of connections and bytes, seconds above 0."""
+    defaults = RestLimits()
+    values: dict[str, Any] = {}
+    for key in _LIMIT_KEYS:
+        default = getattr(defaults, key)
+        if key.endswith("_s"):
+            value = sec.number(key, default)
+            if not value > 0:
+                raise ConfigError(f"{sec.where}: [serving] {key} = {value:g}; give a number of seconds above 0")
+        else:
+            value = sec.raw.get(key, default)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{sec.where}: [serving] {key} = {value!r}; give a whole number, at least 1")
+        values[key] = value
+    return RestLimits(**values)
 
 
 def split_listen(address: str) -> tuple[str, int]:

@@ -11,7 +11,6 @@ server, so grpc_health_probe and grpcurl work.
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from types import TracebackType
 
@@ -65,7 +64,6 @@ class InferenceEndpoint:
         self._tls, self._insecure = tls, insecure
         self._grpc: GrpcInferenceServer | None = None
         self._rest: RestServer | None = None
-        self._rest_thread: threading.Thread | None = None
         self._ports: BoundPorts | None = None
 
     @property
@@ -84,10 +82,13 @@ class InferenceEndpoint:
         except BaseException:
             grpc_server.stop(None)
             raise
-        thread = threading.Thread(target=rest.serve_forever, kwargs={"poll_interval": 0.2}, name="oip-rest")
-        thread.daemon = True
-        thread.start()
-        self._grpc, self._rest, self._rest_thread = grpc_server, rest, thread
+        try:
+            rest.start()
+        except BaseException:
+            rest.stop()
+            grpc_server.stop(None)
+            raise
+        self._grpc, self._rest = grpc_server, rest
         self._ports = BoundPorts(grpc=grpc_port, rest=rest.port)
         log.info(
             "inference_endpoint_listening",
@@ -100,13 +101,8 @@ class InferenceEndpoint:
     def stop(self, grace_s: float | None = 1.0) -> None:
         """Stop both endpoints; in-flight gRPC calls get ``grace_s`` to finish. Safe to call twice."""
         if self._rest is not None:
-            self._rest.shutdown()  # returns once serve_forever has left its loop
-            self._rest.close_connections()
-            self._rest.server_close()
+            self._rest.stop()
             self._rest = None
-        if self._rest_thread is not None:
-            self._rest_thread.join()
-            self._rest_thread = None
         if self._grpc is not None:
             self._grpc.stop(grace_s)
             self._grpc = None
@@ -140,7 +136,7 @@ class InferenceEndpoint:
             assert self._tls is not None
             context = server_ssl_context(self._tls, require_client_cert=self.config.require_client_cert)
         try:
-            return RestServer(split_listen(self.config.rest_listen), self.handler, context)
+            return RestServer(split_listen(self.config.rest_listen), self.handler, context, self.config.rest_limits)
         except OSError as exc:
             raise OSError(
                 f"could not listen on {self.config.rest_listen} (REST inference): {exc.strerror or exc}"

@@ -125,6 +125,10 @@ def _parse(data: bytes) -> Any:
         return json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ProtocolError(f"the request body is not valid JSON ({exc})") from None
+    except RecursionError:  # arrays or objects nested thousands deep: a caller's fault, not ours
+        raise ProtocolError("the request body nests JSON too deeply; a KServe v2 request is a few levels") from None
+    except ValueError as exc:  # an integer of more than 4300 digits (Python's int_max_str_digits)
+        raise ProtocolError(f"the request body holds a number too large to read ({exc})") from None
 
 
 def _object(value: Any, what: str) -> dict[str, Any]:

@@ -1,27 +1,48 @@
-"""The REST half of the inference endpoint: KServe v2 over HTTPS with the standard library.
+"""The REST half of the inference endpoint: KServe v2 over HTTPS, served by aiohttp on its own event loop.
 
-``ThreadingHTTPServer`` gives one thread per connection; connections are HTTP/1.1 keep-alive,
-and every accepted socket gets TCP_NODELAY, because with Nagle's algorithm on, the response's
-last small segment waits for the client's delayed ACK and every request takes ~44 ms (BRIEF).
-The TLS handshake runs in the connection's thread (``do_handshake_on_connect=False``), so a
-caller that connects and stays silent cannot stall the accept loop. Routes, status codes and
-bodies follow the KServe v2 REST API; errors are ``{"error": "..."}``.
+Why aiohttp: it is a maintained HTTP server that hands the route the connection's transport, so
+the caller's verified certificate can decide what it may call (``request.transport`` →
+``ssl_object``). uvicorn 0.54 and hypercorn 0.18 do not expose the client certificate to the
+application at all. aiohttp parses requests in C, caps header lines and fields, and caps the body
+(``client_max_size``). What it leaves to the socket's owner, ``rest_listener.ConnectionGate``
+adds: a cap on connections and a TLS handshake deadline.
+
+The limits, each a ``[serving]`` key (``RestLimits``):
+
+- ``max_connections``: open connections, counted from accept; more are closed at once.
+- ``handshake_timeout_s``: a TLS handshake not done by then is aborted.
+- ``header_timeout_s``: a connection must deliver a whole request head within this long of
+  connecting, or of its last response (aiohttp's keep-alive timer, which it arms at connect and
+  which closes a connection that has no complete request by then); an idle keep-alive
+  connection is closed after it too.
+- ``body_timeout_s``: the body must arrive within this long of the head (408 otherwise).
+- ``max_body_bytes``: a larger Content-Length gets 413 before a byte of the body is read.
+
+Chunked bodies get 411 and compressed ones 415. Routes, status codes and bodies follow the
+KServe v2 REST API, with Triton's binary tensor extension; errors are ``{"error": "..."}``.
+Inference runs on the loop only for a model whose ``predict`` just computes, with a small
+body; anything else (federated inference waits on passive parties; a large JSON body takes a
+while to parse) runs in a thread pool, so one slow request never stalls the others.
 """
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import socket
 import ssl
 import threading
+from collections.abc import Callable
+from concurrent import futures
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import structlog
+from aiohttp import web
 
-from vflcore.wire.oip import ProtocolError
+from vflcore.runtime.daemon import adopt_torch_threads
+from vflcore.wire.oip import InferRequest, ProtocolError
+from vflserver.serving.config import RestLimits
 from vflserver.serving.handler import Failure, InferenceHandler, failure
 from vflserver.serving.json_wire import (
     HEADER_LENGTH,
@@ -31,14 +52,17 @@ from vflserver.serving.json_wire import (
     model_metadata_to_json,
     server_metadata_to_json,
 )
+from vflserver.serving.rest_listener import ConnectionGate
+from vflserver.serving.servable import computes_inline
 
 log = structlog.get_logger(__name__)
 
-#: The largest request body accepted; larger ones get 413 before a byte is read.
-MAX_BODY_BYTES = 64 << 20
 
-#: A keep-alive connection with no request for this long is closed, and so is its thread.
-IDLE_TIMEOUT_S = 60.0
+#: Requests run in a thread unless the model computes inline and the body is at most this big.
+INLINE_BODY_BYTES = 64 << 10
+
+#: Threads for requests that may wait or take long: this many run at once, the rest queue.
+BLOCKING_WORKERS = 16
 
 _STATUS = {
     Failure.INVALID: HTTPStatus.BAD_REQUEST,
@@ -50,209 +74,225 @@ _STATUS = {
 _GET_ROUTES = frozenset({"server", "live", "ready", "model", "model_ready"})
 
 
-class RestServer(ThreadingHTTPServer):
+class RestServer:
     """An HTTPS (or, when ``tls`` is None, HTTP) server answering the KServe v2 REST routes."""
 
-    daemon_threads = True
-    block_on_close = False  # stop() closes the connections itself; see close_connections
-
-    def __init__(self, address: tuple[str, int], handler: InferenceHandler, tls: ssl.SSLContext | None) -> None:
-        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+    def __init__(
+        self,
+        address: tuple[str, int],
+        handler: InferenceHandler,
+        tls: ssl.SSLContext | None,
+        limits: RestLimits | None = None,
+    ) -> None:
         self.handler = handler
-        self.tls = tls
-        self._open: set[socket.socket] = set()
-        self._open_lock = threading.Lock()
-        super().__init__(address, _Routes)
+        self.limits = limits or RestLimits()
+        self._routes = _Routes(handler, self.limits)
+        self._sock = _bind(address)  # OSError now, in the caller's thread, if the address is taken
+        self._tls = tls
+        #: The connections, once started: the cap and the handshake deadline.
+        self.gate: ConnectionGate | None = None
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="oip-rest", daemon=True)
+        self._runner: web.AppRunner | None = None
+        self._server: asyncio.Server | None = None
 
     @property
     def port(self) -> int:
-        port: int = self.server_address[1]
+        port: int = self._sock.getsockname()[1]
         return port
 
-    def get_request(self) -> tuple[socket.socket, Any]:
-        sock, peer = self.socket.accept()
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if self.tls is not None:
-            sock = self.tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
-        with self._open_lock:
-            self._open.add(sock)
-        return sock, peer
+    def start(self) -> None:
+        """Serve on the loop's thread until ``stop``."""
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result()
 
-    def shutdown_request(self, request: Any) -> None:
-        with self._open_lock:
-            self._open.discard(request)
-        super().shutdown_request(request)
+    def stop(self) -> None:
+        """Stop accepting, end every open connection, free the port. Safe to call twice."""
+        if self._loop.is_closed():
+            return
+        if self._thread.is_alive():
+            asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result()
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join()
+        self._loop.close()
+        self._sock.close()
+        self._routes.pool.shutdown(wait=False, cancel_futures=True)
 
-    def close_connections(self) -> None:
-        """End every open keep-alive connection, so its thread returns instead of waiting idle."""
-        with self._open_lock:
-            sockets = list(self._open)
-        for sock in sockets:
-            with contextlib.suppress(OSError):  # already closed by the peer
-                sock.shutdown(socket.SHUT_RDWR)
+    async def _start(self) -> None:
+        app = web.Application(client_max_size=self.limits.max_body_bytes)
+        app.router.add_route("*", "/{path:.*}", self._routes.dispatch)
+        runner = web.AppRunner(
+            app, handle_signals=False, access_log=None, keepalive_timeout=self.limits.header_timeout_s
+        )
+        await runner.setup()
+        server = runner.server
+        assert server is not None
+        limits = self.limits
+        self.gate = ConnectionGate(
+            server,
+            self._tls,
+            max_connections=limits.max_connections,
+            handshake_timeout_s=limits.handshake_timeout_s,
+        )
+        self._runner = runner
+        self._server = await self._loop.create_server(self.gate, sock=self._sock)
 
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A failed handshake or a vanished caller is routine; it must not print a traceback."""
-        log.debug("rest_connection_error", peer=str(client_address), exc_info=True)
+    async def _stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        if self.gate is not None:
+            self.gate.close_all()
+        if self._runner is not None:
+            await self._runner.cleanup()
 
 
-class _Routes(BaseHTTPRequestHandler):
-    """One connection: parses each request, routes it, writes one response."""
+class _Routes:
+    """Routes each request to the handler, and writes the answer or the error."""
 
-    server: RestServer
-    protocol_version = "HTTP/1.1"  # keep-alive
-    server_version = "vfl-service"
-    sys_version = ""
-    timeout = IDLE_TIMEOUT_S
-    wbufsize = 1 << 16  # headers and body leave in one write, flushed after each request
+    def __init__(self, handler: InferenceHandler, limits: RestLimits) -> None:
+        self.handler = handler
+        self.limits = limits
+        self.pool = futures.ThreadPoolExecutor(
+            max_workers=BLOCKING_WORKERS, thread_name_prefix="oip-rest", initializer=adopt_torch_threads
+        )
 
-    def setup(self) -> None:
-        super().setup()  # applies the idle timeout
-        if isinstance(self.connection, ssl.SSLSocket):
-            self.connection.do_handshake()
-
-    def do_GET(self) -> None:
-        route = self._route()
+    async def dispatch(self, request: web.Request) -> web.StreamResponse:
+        route = _match([unquote(part) for part in urlsplit(request.raw_path).path.strip("/").split("/")])
         if route is None:
-            return
+            return _error(HTTPStatus.NOT_FOUND, f"no endpoint {request.path}; the API is under /v2")
         kind, name, version = route
-        if kind not in _GET_ROUTES:
-            self._error(HTTPStatus.METHOD_NOT_ALLOWED, f"use POST for {self.path}", allow="POST")
-            return
-        handler = self.server.handler
+        if request.method == "GET":
+            if kind not in _GET_ROUTES:
+                return _error(HTTPStatus.METHOD_NOT_ALLOWED, f"use POST for {request.path}", allow="POST")
+            return self._get(kind, name, version)
+        if request.method == "POST":
+            if kind != "infer":
+                return _error(HTTPStatus.METHOD_NOT_ALLOWED, f"use GET for {request.path}", allow="GET")
+            return await self._infer(request, name, version)
+        allowed = "POST" if kind == "infer" else "GET"
+        return _error(HTTPStatus.METHOD_NOT_ALLOWED, f"use {allowed} for {request.path}", allow=allowed)
+
+    def _get(self, kind: str, name: str, version: str) -> web.Response:
+        handler = self.handler
         try:
             if kind == "server":
-                self._json(HTTPStatus.OK, server_metadata_to_json(handler.metadata))
-            elif kind == "live":
-                self._json(HTTPStatus.OK, {"live": handler.live()})
-            elif kind == "ready":
-                self._readiness(handler.ready())
-            elif kind == "model":
-                self._json(HTTPStatus.OK, model_metadata_to_json(handler.model_metadata(name, version)))
+                return _json(HTTPStatus.OK, server_metadata_to_json(handler.metadata))
+            if kind == "live":
+                return _json(HTTPStatus.OK, {"live": handler.live()})
+            if kind == "ready":
+                return _readiness(handler.ready())
+            if kind == "model":
+                return _json(HTTPStatus.OK, model_metadata_to_json(handler.model_metadata(name, version)))
+            return _readiness(handler.model_ready(name, version))
+        except Exception as exc:
+            return _failure(exc, kind)
+
+    async def _infer(self, request: web.Request, name: str, version: str) -> web.StreamResponse:
+        body = await self._body(request)
+        if isinstance(body, web.Response):
+            return body
+        work = _answer_for(self.handler, name, version, body, request.headers.get(HEADER_LENGTH))
+        try:
+            if len(body) <= INLINE_BODY_BYTES and self._inline(name, version):
+                answer, json_length = work()
             else:
-                self._readiness(handler.model_ready(name, version))
+                answer, json_length = await asyncio.get_running_loop().run_in_executor(self.pool, work)
         except Exception as exc:
-            self._failure(exc, kind)
-
-    def do_POST(self) -> None:
-        route = self._route()
-        if route is None:
-            return
-        kind, name, version = route
-        if kind != "infer":
-            self._discard_body()
-            self._error(HTTPStatus.METHOD_NOT_ALLOWED, f"use GET for {self.path}", allow="GET")
-            return
-        body = self._body()
-        if body is None:
-            return
-        try:
-            header_length = self._header_length()
-            request = infer_request_from_http(name, version, body, header_length)
-            answer, json_length = infer_response_to_http(self.server.handler.infer(request))
-        except Exception as exc:
-            self._failure(exc, "infer")
-            return
+            return _failure(exc, "infer")
         if json_length is None:
-            self._send(HTTPStatus.OK, answer, "application/json")
-        else:
-            self._send(HTTPStatus.OK, answer, "application/octet-stream", {HEADER_LENGTH: str(json_length)})
+            return _response(HTTPStatus.OK, answer, "application/json")
+        return _response(HTTPStatus.OK, answer, "application/octet-stream", {HEADER_LENGTH: str(json_length)})
 
-    # ---- pieces -----------------------------------------------------------------------------
-
-    def _route(self) -> tuple[str, str, str] | None:
-        """(kind, model, version) for a known path; otherwise answers 404 and returns None."""
-        parts = [unquote(part) for part in urlsplit(self.path).path.strip("/").split("/")]
-        route = _match(parts)
-        if route is None:
-            self._discard_body()
-            self._error(HTTPStatus.NOT_FOUND, f"no endpoint {urlsplit(self.path).path}; the API is under /v2")
-        return route
-
-    def _body(self) -> bytes | None:
-        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
-            self.close_connection = True
-            self._error(HTTPStatus.LENGTH_REQUIRED, "send the body with a Content-Length, not chunked")
-            return None
-        if self.headers.get("Content-Encoding", "identity").lower() != "identity":
-            self._discard_body()
-            self._error(HTTPStatus.UNSUPPORTED_MEDIA_TYPE, "compressed request bodies are not supported")
-            return None
-        length = self._content_length()
+    async def _body(self, request: web.Request) -> bytes | web.Response:
+        """The whole body, or the response that refuses it (the connection closes where it cannot be reused)."""
+        if "chunked" in request.headers.get("Transfer-Encoding", "").lower():
+            return _error(HTTPStatus.LENGTH_REQUIRED, "send the body with a Content-Length, not chunked", close=True)
+        if request.headers.get("Content-Encoding", "identity").lower() != "identity":
+            return _error(HTTPStatus.UNSUPPORTED_MEDIA_TYPE, "compressed request bodies are not supported", close=True)
+        length = request.content_length
         if length is None:
-            return None
-        if length > MAX_BODY_BYTES:
-            self.close_connection = True  # the body stays unread, so the connection cannot be reused
-            limit = f"the body is {length} bytes; the limit is {MAX_BODY_BYTES}"
-            self._error(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, limit)
-            return None
-        body = self.rfile.read(length)
-        if len(body) != length:
-            self.close_connection = True
-            return None
-        return body
-
-    def _content_length(self) -> int | None:
+            return _error(HTTPStatus.LENGTH_REQUIRED, "a POST needs a valid Content-Length header", close=True)
+        limit = self.limits.max_body_bytes
+        if length > limit:
+            return _error(
+                HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"the body is {length} bytes; the limit is {limit}", close=True
+            )
         try:
-            length = int(self.headers.get("Content-Length", ""))
-            if length < 0:
-                raise ValueError
-        except ValueError:
-            self.close_connection = True
-            self._error(HTTPStatus.LENGTH_REQUIRED, "a POST needs a valid Content-Length header")
-            return None
-        return length
+            return await asyncio.wait_for(request.read(), self.limits.body_timeout_s)
+        except TimeoutError:
+            seconds = self.limits.body_timeout_s
+            return _error(HTTPStatus.REQUEST_TIMEOUT, f"the body did not arrive within {seconds:g} s", close=True)
 
-    def _discard_body(self) -> None:
-        """Read and drop a body nobody will use, so the keep-alive connection stays in step."""
+    def _inline(self, name: str, version: str) -> bool:
         try:
-            length = int(self.headers.get("Content-Length", "0"))
-        except ValueError:
-            length = -1
-        if 0 <= length <= MAX_BODY_BYTES:
-            self.rfile.read(length)
-        else:
-            self.close_connection = True
+            return computes_inline(self.handler.registry.get(name, version).servable)
+        except LookupError:
+            return True  # infer raises ModelNotFound at once; nothing to wait for
 
-    def _header_length(self) -> int | None:
-        value = self.headers.get(HEADER_LENGTH)
-        if value is None:
-            return None
-        try:
-            return int(value)
-        except ValueError:
-            raise ProtocolError(f"{HEADER_LENGTH} must be an integer, got {value!r}") from None
 
-    def _readiness(self, ready: bool) -> None:
-        # KServe: 200 means ready; any 4xx means not (Triton and MLServer both answer 400).
-        self._json(HTTPStatus.OK if ready else HTTPStatus.BAD_REQUEST, {"ready": ready})
+def _answer_for(
+    handler: InferenceHandler, name: str, version: str, body: bytes, header_length: str | None
+) -> Callable[[], tuple[bytes, int | None]]:
+    """The whole of one inference, parse to serialised answer, as one call (on the loop or in a thread)."""
 
-    def _failure(self, exc: Exception, call: str) -> None:
-        kind, message = failure(exc, call=f"REST {call}")
-        self._error(_STATUS[kind], message)
+    def work() -> tuple[bytes, int | None]:
+        ask: InferRequest = infer_request_from_http(name, version, body, _header_length(header_length))
+        return infer_response_to_http(handler.infer(ask))
 
-    def _error(self, status: HTTPStatus, message: str, allow: str | None = None) -> None:
-        self._send(status, dump({"error": message}), "application/json", {"Allow": allow} if allow else None)
+    return work
 
-    def _json(self, status: HTTPStatus, document: Any) -> None:
-        self._send(status, dump(document), "application/json")
 
-    def _send(self, status: HTTPStatus, body: bytes, content_type: str, headers: dict[str, str] | None = None) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        for key, value in (headers or {}).items():
-            self.send_header(key, value)
-        if self.close_connection:
-            self.send_header("Connection", "close")
-        self.end_headers()
-        self.wfile.write(body)
+def _header_length(value: str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise ProtocolError(f"{HEADER_LENGTH} must be an integer, got {value!r}") from None
 
-    def log_message(self, format: str, *args: Any) -> None:
-        """No line per request on stderr: at a thousand requests a second that is the bottleneck."""
 
-    def log_error(self, format: str, *args: Any) -> None:
-        log.debug("rest_protocol_error", detail=format % args)
+def _bind(address: tuple[str, int]) -> socket.socket:
+    """The listening socket, bound now so that a taken address fails before anything starts."""
+    family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(1024)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def _readiness(ready: bool) -> web.Response:
+    # KServe: 200 means ready; any 4xx means not (Triton and MLServer both answer 400).
+    return _json(HTTPStatus.OK if ready else HTTPStatus.BAD_REQUEST, {"ready": ready})
+
+
+def _failure(exc: Exception, call: str) -> web.Response:
+    kind, message = failure(exc, call=f"REST {call}")
+    return _error(_STATUS[kind], message)
+
+
+def _error(status: HTTPStatus, message: str, *, allow: str | None = None, close: bool = False) -> web.Response:
+    response = _response(status, dump({"error": message}), "application/json", {"Allow": allow} if allow else None)
+    if close:
+        response.force_close()
+    return response
+
+
+def _json(status: HTTPStatus, document: Any) -> web.Response:
+    return _response(status, dump(document), "application/json")
+
+
+def _response(
+    status: HTTPStatus, body: bytes, content_type: str, headers: dict[str, str] | None = None
+) -> web.Response:
+    response = web.Response(status=status, body=body, headers=headers)
+    response.content_type = content_type
+    return response
 
 
 def _match(parts: list[str]) -> tuple[str, str, str] | None:
