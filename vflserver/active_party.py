@@ -407,10 +407,14 @@ class ActiveParty:
         return {party: array.mean(axis=0, dtype=np.float64).astype(np.float32) for party, array in found.items()}
 
     def predict_ids(self, ids: Sequence[str], *, substitutes: Mapping[int, np.ndarray] | None = None) -> np.ndarray:
-        """Inference by sample ID (see ``predict_rows``); an unknown ID is an error that names it."""
-        missing = [i for i in ids if str(i) not in self._row_of_id]
+        """Inference by sample ID (see ``predict_rows``); KeyError if any ID is not among the aligned rows.
+
+        The error says how many, never which: on the inference endpoint, naming them would tell a
+        caller which of its IDs are in the PSI intersection (``docs/security.md``).
+        """
+        missing = sum(str(i) not in self._row_of_id for i in ids)
         if missing:
-            raise KeyError(f"{len(missing)} ID(s) are not among the aligned rows, e.g. {missing[:3]}")
+            raise KeyError(f"{missing} of the {len(ids)} IDs cannot be served")
         rows = np.asarray([self._row_of_id[str(i)] for i in ids], dtype=np.int64)
         return self.predict_rows(rows, substitutes=substitutes)
 

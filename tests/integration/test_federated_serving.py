@@ -19,7 +19,7 @@ import structlog
 
 from tests.integration.conftest import SMALL_JOB, RunningJob, start_job
 from tests.integration.test_party_offline import _Party
-from vflclient import InferenceClient, ServerUnavailable
+from vflclient import InferenceClient, ServerUnavailable, TensorRejected
 from vflserver.serving.artifact import LABEL, PROBABILITIES
 from vflserver.serving.config import ServingConfig
 from vflserver.serving.endpoint import InferenceEndpoint
@@ -104,11 +104,16 @@ def test_the_endpoint_serves_it_by_id_and_reports_a_missing_party(
     config = ServingConfig(grpc_listen="127.0.0.1:0", rest_listen="127.0.0.1:0")
     with (
         InferenceEndpoint(ModelRegistry(FederatedServable(running.active)), config, pki.server_files()) as endpoint,
-        InferenceClient(f"127.0.0.1:{endpoint.ports.grpc}", tls=pki.party_files(4)) as client,
+        InferenceClient(f"127.0.0.1:{endpoint.ports.grpc}", tls=pki.caller_files("test-caller")) as client,
     ):
         assert client.metadata(running.active.job.job_id).inputs[0].name == IDS
         out = client.infer(running.active.job.job_id, {IDS: np.array([i.encode() for i in ids], dtype=object)})
         assert np.array_equal(out[LABEL], expected)
+        # An ID outside the intersection is refused without saying which, so a caller cannot
+        # sort its IDs into aligned and not aligned from one answer.
+        with pytest.raises(TensorRejected, match="1 of the 2 IDs cannot be served") as refused:
+            client.infer(running.active.job.job_id, {IDS: np.array([ids[0].encode(), b"nobody"], dtype=object)})
+        assert "nobody" not in str(refused.value)
         _cut(running, parties[3], 3)
         with pytest.raises(ServerUnavailable, match="party 3"):
             client.infer(running.active.job.job_id, {IDS: np.array([ids[0].encode()], dtype=object)})

@@ -12,6 +12,7 @@ import json
 import socket
 import ssl
 from collections.abc import Iterator
+from dataclasses import replace
 
 import grpc
 import numpy as np
@@ -23,9 +24,9 @@ from tritonclient.utils import InferenceServerException
 
 from tests.servables import DigitsClassifier, digits_rows
 from vflclient import InferenceClient, ModelNotFound, ServerUnavailable, TensorRejected
-from vflcore.security.tls import channel_credentials
+from vflcore.security.tls import TlsFiles, channel_credentials
 from vflserver.serving.config import ServingConfig
-from vflserver.serving.endpoint import InferenceEndpoint
+from vflserver.serving.endpoint import BoundPorts, InferenceEndpoint
 from vflserver.serving.registry import ModelRegistry
 from vfltesting.pki import Pki
 
@@ -55,7 +56,7 @@ def endpoint(pki: Pki, model: DigitsClassifier, offline: DigitsClassifier) -> It
 
 @pytest.fixture(scope="module")
 def grpc_client(pki: Pki, endpoint: InferenceEndpoint) -> Iterator[triton_grpc.InferenceServerClient]:
-    files = pki.party_files(2)
+    files = pki.caller_files("test-caller")
     client = triton_grpc.InferenceServerClient(
         f"127.0.0.1:{endpoint.ports.grpc}",
         ssl=True,
@@ -69,7 +70,7 @@ def grpc_client(pki: Pki, endpoint: InferenceEndpoint) -> Iterator[triton_grpc.I
 
 @pytest.fixture(scope="module")
 def http_client(pki: Pki, endpoint: InferenceEndpoint) -> Iterator[triton_http.InferenceServerClient]:
-    files = pki.party_files(2)
+    files = pki.caller_files("test-caller")
     client = triton_http.InferenceServerClient(
         f"127.0.0.1:{endpoint.ports.rest}",
         ssl=True,
@@ -94,7 +95,7 @@ def _http_input(name: str, array: np.ndarray, datatype: str = "FP32", binary: bo
 def _https(pki: Pki, port: int, *, with_cert: bool = True) -> http.client.HTTPSConnection:
     context = ssl.create_default_context(cafile=str(pki.ca))
     if with_cert:
-        files = pki.party_files(2)
+        files = pki.caller_files("test-caller")
         context.load_cert_chain(str(files.cert), str(files.key))
     return http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=10)
 
@@ -254,10 +255,61 @@ class TestClientAuth:
             connection.close()
 
 
+class TestWhoMayCall:
+    """Least privilege: caller and operator certificates are served; party certificates only when allowed."""
+
+    def _calls(self, pki: Pki, ports: BoundPorts, files: TlsFiles) -> tuple[object, int, int]:
+        """(gRPC ServerLive outcome, REST readiness status, REST infer status) for ``files``' certificate."""
+        client = triton_grpc.InferenceServerClient(
+            f"127.0.0.1:{ports.grpc}",
+            ssl=True,
+            root_certificates=str(files.ca),
+            private_key=str(files.key),
+            certificate_chain=str(files.cert),
+        )
+        try:
+            live: object = client.is_server_live(client_timeout=10)
+        except InferenceServerException as exc:
+            live = (exc.status(), exc.message())
+        client.close()
+        context = ssl.create_default_context(cafile=str(pki.ca))
+        context.load_cert_chain(str(files.cert), str(files.key))
+        statuses = []
+        for method, path, body in (("GET", "/v2/health/ready", None), ("POST", "/v2/models/digits/infer", "{}")):
+            connection = http.client.HTTPSConnection("127.0.0.1", ports.rest, context=context, timeout=10)
+            connection.request(method, path, body)
+            response = connection.getresponse()
+            document = json.loads(response.read())
+            connection.close()
+            if response.status == 403:
+                assert "party 2's certificate may not call" in document["error"], document
+            statuses.append(response.status)
+        return live, statuses[0], statuses[1]
+
+    def test_party_certificates_are_refused_by_default(self, pki: Pki, endpoint: InferenceEndpoint) -> None:
+        """A passive party knows every aligned ID: its certificate gets PERMISSION_DENIED and 403 on every call."""
+        live, ready, infer = self._calls(pki, endpoint.ports, pki.party_files(2))
+        assert isinstance(live, tuple) and live[0] == "StatusCode.PERMISSION_DENIED", live
+        assert "party 2's certificate may not call the inference endpoint" in str(live[1])
+        assert "allow_party_certificates" in str(live[1])
+        assert (ready, infer) == (403, 403)
+
+    def test_callers_and_operators_are_served(self, pki: Pki, endpoint: InferenceEndpoint) -> None:
+        for files in (pki.caller_files("test-caller"), pki.operator_files("alice")):
+            assert self._calls(pki, endpoint.ports, files) == (True, 200, 400)  # 400: "{}" has no inputs
+
+    def test_an_explicit_setting_lets_party_certificates_in(self, pki: Pki, model: DigitsClassifier) -> None:
+        config = replace(LOOPBACK, allow_party_certificates=True)
+        with InferenceEndpoint(ModelRegistry(model), config, pki.server_files()) as running:
+            assert self._calls(pki, running.ports, pki.party_files(2)) == (True, 200, 400)
+
+
 class TestReflectionAndLifecycle:
     def test_reflection_lists_the_stock_service_name(self, pki: Pki, endpoint: InferenceEndpoint) -> None:
         """grpcurl-style discovery: the service is listed, and its file resolves under `inference`."""
-        channel = grpc.secure_channel(f"127.0.0.1:{endpoint.ports.grpc}", channel_credentials(pki.party_files(2)))
+        channel = grpc.secure_channel(
+            f"127.0.0.1:{endpoint.ports.grpc}", channel_credentials(pki.caller_files("test-caller"))
+        )
         stub = reflection_pb2_grpc.ServerReflectionStub(channel)
         asks = [
             reflection_pb2.ServerReflectionRequest(list_services=""),
@@ -273,7 +325,7 @@ class TestReflectionAndLifecycle:
         """Training finishes after the endpoint started: the registry change is visible at once."""
         registry = ModelRegistry()
         with InferenceEndpoint(registry, LOOPBACK, pki.server_files()) as running:
-            with InferenceClient(f"127.0.0.1:{running.ports.grpc}", tls=pki.party_files(3)) as client:
+            with InferenceClient(f"127.0.0.1:{running.ports.grpc}", tls=pki.caller_files("test-caller")) as client:
                 assert client.live() and not client.ready()
                 registry.add(model)
                 assert client.ready() and client.model_ready("digits")
@@ -300,7 +352,7 @@ class TestReflectionAndLifecycle:
 class TestSdk:
     @pytest.fixture
     def client(self, pki: Pki, endpoint: InferenceEndpoint) -> Iterator[InferenceClient]:
-        with InferenceClient(f"127.0.0.1:{endpoint.ports.grpc}", tls=pki.party_files(2)) as client:
+        with InferenceClient(f"127.0.0.1:{endpoint.ports.grpc}", tls=pki.caller_files("test-caller")) as client:
             yield client
 
     def test_round_trip(self, client: InferenceClient, model: DigitsClassifier) -> None:

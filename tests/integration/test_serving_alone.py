@@ -92,7 +92,7 @@ def test_endpoint_answers_with_every_passive_party_gone(pki: Pki, digits_data: P
         expected = local.predict({FEATURES: features})
         assert (expected[LABEL] == labels).mean() >= ACCURACY_BAR
 
-        caller = pki.party_files(2)  # any certificate the project CA signed may call
+        caller = pki.caller_files("test-caller")  # party certificates are refused by default
         grpc_client = triton_grpc.InferenceServerClient(
             f"127.0.0.1:{grpc_port}",
             ssl=True,

@@ -67,8 +67,9 @@ class TestSplitNNJob:
         running.summary()
         for w in waits:
             w()
-        with pytest.raises(KeyError, match="not among the aligned rows"):
-            running.active.predict_ids(["no-such-id"])
+        with pytest.raises(KeyError, match="1 of the 2 IDs cannot be served") as refused:
+            running.active.predict_ids([str(running.active.table.ids[0]), "no-such-id"])
+        assert "no-such-id" not in str(refused.value)  # which IDs are aligned is not told
 
 
 def small_bottom(num_features: int, embedding_dim: int) -> torch.nn.Module:

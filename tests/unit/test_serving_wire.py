@@ -10,7 +10,7 @@ import pytest
 
 from vflcore.errors import ConfigError
 from vflcore.wire.oip import SERVICE, InferResponse, OutputTensor, ProtocolError, array_to_raw
-from vflserver.serving.config import ServingConfig, serving_config_from, split_listen
+from vflserver.serving.config import RestLimits, ServingConfig, serving_config_from, split_listen
 from vflserver.serving.json_wire import infer_request_from_http, infer_response_to_http
 from vflserver.serving.reflection import reflection_pool
 
@@ -120,11 +120,20 @@ class TestServingConfig:
                 "grpc_listen": "0.0.0.0:9001",
                 "rest_listen": "[::1]:0",
                 "client_auth": "optional",
+                "allow_party_certificates": True,
                 "degraded": "mean",
+                "max_connections": 64,
+                "handshake_timeout_s": 2,
+                "header_timeout_s": 3.5,
+                "body_timeout_s": 20,
+                "max_body_bytes": 1024,
             }
         }
         config = serving_config_from(doc, Path("/etc/vfl/server.toml"))
-        assert config == ServingConfig(True, "0.0.0.0:9001", "[::1]:0", "optional", "mean")
+        limits = RestLimits(
+            max_connections=64, handshake_timeout_s=2.0, header_timeout_s=3.5, body_timeout_s=20.0, max_body_bytes=1024
+        )
+        assert config == ServingConfig(True, "0.0.0.0:9001", "[::1]:0", "optional", True, "mean", limits)
         assert not config.require_client_cert
 
     @pytest.mark.parametrize(
@@ -138,6 +147,10 @@ class TestServingConfig:
             ({"enabled": "yes"}, "enabled = 'yes' must be true or false"),
             ({"degraded": "guess"}, "degraded = 'guess'"),
             ({"client_auth_mode": "required"}, "no key 'client_auth_mode'"),
+            ({"allow_party_certificates": 1}, "allow_party_certificates = 1 must be true or false"),
+            ({"max_connections": 0}, "max_connections = 0; give a whole number, at least 1"),
+            ({"max_body_bytes": 1.5}, "max_body_bytes = 1.5; give a whole number"),
+            ({"header_timeout_s": 0}, "header_timeout_s = 0; give a number of seconds above 0"),
         ],
     )
     def test_bad_values_name_the_file_and_key(self, table: dict[str, object], message: str) -> None:

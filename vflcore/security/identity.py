@@ -91,6 +91,16 @@ def operator_from_auth_context(auth_context: Mapping[str, Sequence[bytes]]) -> s
     return None if pem is None else _operator_from_pem(pem)
 
 
+@functools.lru_cache(maxsize=256)
+def party_from_der(der: bytes) -> int | None:
+    """The party id of a verified certificate in DER form (what ``SSLObject.getpeercert(True)`` gives)."""
+    try:
+        cert = x509.load_der_x509_certificate(der)
+    except ValueError:
+        return None
+    return party_from_certificate(cert)
+
+
 def _verified_pem(auth_context: Mapping[str, Sequence[bytes]]) -> bytes | None:
     """The peer's one certificate from an mTLS handshake, or None for any other peer."""
     if list(auth_context.get("transport_security_type", ())) != [b"ssl"]:

@@ -5,6 +5,7 @@
     grpc_listen = "127.0.0.1:8001"   # KServe v2 gRPC; port 0 picks a free port
     rest_listen = "127.0.0.1:8000"   # KServe v2 REST over HTTPS
     client_auth = "required"         # or "optional": callers without a certificate are let in
+    allow_party_certificates = false # party certificates may call too (they could read every aligned row's prediction)
     degraded = "none"                # federated models with a party offline: fail, or "zeros" / "mean"
     max_connections = 256            # REST: open connections; more are closed at once
     handshake_timeout_s = 5          # REST: a TLS handshake must be done by then
@@ -31,7 +32,7 @@ CLIENT_AUTH = ("required", "optional")
 #: nothing (the request fails with UNAVAILABLE), zeros, or its mean representation over training.
 DEGRADED_MODES = ("none", "zeros", "mean")
 _LIMIT_KEYS = ("max_connections", "handshake_timeout_s", "header_timeout_s", "body_timeout_s", "max_body_bytes")
-_KEYS = ("enabled", "grpc_listen", "rest_listen", "client_auth", "degraded", *_LIMIT_KEYS)
+_KEYS = ("enabled", "grpc_listen", "rest_listen", "client_auth", "allow_party_certificates", "degraded", *_LIMIT_KEYS)
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,8 @@ class ServingConfig:
     grpc_listen: str = "127.0.0.1:8001"
     rest_listen: str = "127.0.0.1:8000"
     client_auth: str = "required"
+    #: Whether a party's certificate may call the endpoint (``serving.access``); off by default.
+    allow_party_certificates: bool = False
     degraded: str = "none"
     rest_limits: RestLimits = RestLimits()
 
@@ -68,11 +71,14 @@ def serving_config_from(doc: Mapping[str, Any], source: Path | None = None) -> S
     if unknown:
         raise ConfigError(f"{sec.where}: [serving] has no key {unknown[0]!r}; the keys are {list(_KEYS)}")
     defaults = ServingConfig()
-    enabled = sec.raw.get("enabled", defaults.enabled)
-    if not isinstance(enabled, bool):
-        raise ConfigError(f"{sec.where}: [serving] enabled = {enabled!r} must be true or false")
+    flags = {}
+    for key in ("enabled", "allow_party_certificates"):
+        flags[key] = sec.raw.get(key, getattr(defaults, key))
+        if not isinstance(flags[key], bool):
+            raise ConfigError(f"{sec.where}: [serving] {key} = {flags[key]!r} must be true or false")
     config = ServingConfig(
-        enabled=enabled,
+        enabled=flags["enabled"],
+        allow_party_certificates=flags["allow_party_certificates"],
         grpc_listen=sec.text("grpc_listen", defaults.grpc_listen),
         rest_listen=sec.text("rest_listen", defaults.rest_listen),
         client_auth=sec.text("client_auth", defaults.client_auth),

@@ -127,7 +127,7 @@ class InferenceEndpoint:
         if not self._insecure:
             assert self._tls is not None
             credentials = server_credentials(self._tls, require_client_auth=self.config.require_client_cert)
-        server = GrpcInferenceServer(self.handler, options)
+        server = GrpcInferenceServer(self.handler, options, allow_parties=self.config.allow_party_certificates)
         return server, server.start(self.config.grpc_listen, credentials)
 
     def _build_rest(self) -> RestServer:
@@ -136,7 +136,13 @@ class InferenceEndpoint:
             assert self._tls is not None
             context = server_ssl_context(self._tls, require_client_cert=self.config.require_client_cert)
         try:
-            return RestServer(split_listen(self.config.rest_listen), self.handler, context, self.config.rest_limits)
+            return RestServer(
+                split_listen(self.config.rest_listen),
+                self.handler,
+                context,
+                self.config.rest_limits,
+                allow_parties=self.config.allow_party_certificates,
+            )
         except OSError as exc:
             raise OSError(
                 f"could not listen on {self.config.rest_listen} (REST inference): {exc.strerror or exc}"

@@ -29,8 +29,10 @@ from grpc_reflection.v1alpha import reflection
 
 from vflcore.proto import open_inference_pb2 as pb
 from vflcore.runtime.daemon import adopt_torch_threads
+from vflcore.security.identity import party_from_auth_context
 from vflcore.wire import oip_serde as oip_wire
 from vflcore.wire.oip import SERVICE, InferRequest
+from vflserver.serving.access import refusal
 from vflserver.serving.handler import Failure, InferenceHandler, failure
 from vflserver.serving.reflection import reflection_pool
 from vflserver.serving.servable import computes_inline
@@ -112,8 +114,11 @@ class InferenceServicer:
 class GrpcInferenceServer:
     """A grpc.aio server for GRPCInferenceService (plus health and reflection) on its own event loop thread."""
 
-    def __init__(self, handler: InferenceHandler, options: Sequence[tuple[str, Any]] = ()) -> None:
+    def __init__(
+        self, handler: InferenceHandler, options: Sequence[tuple[str, Any]] = (), *, allow_parties: bool = False
+    ) -> None:
         self.handler = handler
+        self.allow_parties = allow_parties
         self._options = list(options)
         self._pool = futures.ThreadPoolExecutor(
             max_workers=BLOCKING_WORKERS, thread_name_prefix="oip-predict", initializer=adopt_torch_threads
@@ -146,7 +151,7 @@ class GrpcInferenceServer:
 
     async def _start(self, listen: str, credentials: grpc.ServerCredentials | None) -> int:
         server = grpc.aio.server(options=self._options)
-        add_inference_service(server, self.handler, self._pool)
+        add_inference_service(server, self.handler, self._pool, allow_parties=self.allow_parties)
         health_servicer = health.aio.HealthServicer()
         for name in ("", SERVICE):
             await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
@@ -168,8 +173,10 @@ class GrpcInferenceServer:
         return port
 
 
-def add_inference_service(server: grpc.aio.Server, handler: InferenceHandler, pool: futures.Executor) -> None:
-    """Serve GRPCInferenceService on ``server`` under its KServe wire name."""
+def add_inference_service(
+    server: grpc.aio.Server, handler: InferenceHandler, pool: futures.Executor, *, allow_parties: bool = False
+) -> None:
+    """Serve GRPCInferenceService on ``server`` under its KServe wire name, to the callers ``access`` admits."""
     servicer = InferenceServicer(handler, pool)
     methods: dict[str, tuple[Callable[..., Any], Any, Any]] = {
         "ServerLive": (servicer.server_live, pb.ServerLiveRequest, pb.ServerLiveResponse),
@@ -181,13 +188,25 @@ def add_inference_service(server: grpc.aio.Server, handler: InferenceHandler, po
     }
     handlers = {
         name: grpc.unary_unary_rpc_method_handler(
-            behaviour,
+            _admitted(behaviour, allow_parties),
             request_deserializer=request_type.FromString,
             response_serializer=response_type.SerializeToString,
         )
         for name, (behaviour, request_type, response_type) in methods.items()
     }
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
+
+
+def _admitted(behaviour: Callable[..., Any], allow_parties: bool) -> Callable[..., Any]:
+    """``behaviour``, called only for a caller ``access.refusal`` admits; PERMISSION_DENIED for the rest."""
+
+    async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        refused = refusal(party_from_auth_context(context.auth_context()), allow_parties=allow_parties)
+        if refused is not None:
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, refused)
+        return await behaviour(request, context)
+
+    return call
 
 
 async def _abort(context: grpc.aio.ServicerContext, exc: Exception, call: str) -> NoReturn:

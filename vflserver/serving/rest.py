@@ -41,7 +41,9 @@ import structlog
 from aiohttp import web
 
 from vflcore.runtime.daemon import adopt_torch_threads
+from vflcore.security.identity import party_from_der
 from vflcore.wire.oip import InferRequest, ProtocolError
+from vflserver.serving.access import refusal
 from vflserver.serving.config import RestLimits
 from vflserver.serving.handler import Failure, InferenceHandler, failure
 from vflserver.serving.json_wire import (
@@ -83,10 +85,12 @@ class RestServer:
         handler: InferenceHandler,
         tls: ssl.SSLContext | None,
         limits: RestLimits | None = None,
+        *,
+        allow_parties: bool = False,
     ) -> None:
         self.handler = handler
         self.limits = limits or RestLimits()
-        self._routes = _Routes(handler, self.limits)
+        self._routes = _Routes(handler, self.limits, allow_parties=allow_parties)
         self._sock = _bind(address)  # OSError now, in the caller's thread, if the address is taken
         self._tls = tls
         #: The connections, once started: the cap and the handshake deadline.
@@ -149,14 +153,18 @@ class RestServer:
 class _Routes:
     """Routes each request to the handler, and writes the answer or the error."""
 
-    def __init__(self, handler: InferenceHandler, limits: RestLimits) -> None:
+    def __init__(self, handler: InferenceHandler, limits: RestLimits, *, allow_parties: bool) -> None:
         self.handler = handler
         self.limits = limits
+        self.allow_parties = allow_parties
         self.pool = futures.ThreadPoolExecutor(
             max_workers=BLOCKING_WORKERS, thread_name_prefix="oip-rest", initializer=adopt_torch_threads
         )
 
     async def dispatch(self, request: web.Request) -> web.StreamResponse:
+        refused = refusal(_party_of(request), allow_parties=self.allow_parties)
+        if refused is not None:
+            return _error(HTTPStatus.FORBIDDEN, refused, close=True)
         route = _match([unquote(part) for part in urlsplit(request.raw_path).path.strip("/").split("/")])
         if route is None:
             return _error(HTTPStatus.NOT_FOUND, f"no endpoint {request.path}; the API is under /v2")
@@ -240,6 +248,14 @@ def _answer_for(
         return infer_response_to_http(handler.infer(ask))
 
     return work
+
+
+def _party_of(request: web.Request) -> int | None:
+    """The party the caller's verified certificate names; None for any other caller, or plaintext."""
+    transport = request.transport
+    ssl_object = transport.get_extra_info("ssl_object") if transport is not None else None
+    der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+    return party_from_der(der) if der else None
 
 
 def _header_length(value: str | None) -> int | None:
