@@ -20,7 +20,7 @@ import structlog
 from vflcore.errors import JobAborted, JoinRejected, PartyLost, PartyUnavailable
 from vflcore.job import JobSpec, Position
 from vflcore.tasks import Finish, Task
-from vflcore.wire.tensors import TensorError, TensorKey, check_shape
+from vflcore.wire.tensors import TensorError, TensorKey
 from vflcore.wire.traffic import Traffic
 from vflserver.mailbox import Mailbox
 
@@ -237,17 +237,26 @@ class PassiveParties:
             for each in [party] if party is not None else list(self._members):
                 self._expected[(each, name, round_, batch)] = _Expectation(shape, dtype)
 
-    def accept_upload(self, party: int, key: TensorKey, array: np.ndarray) -> None:
-        """Validate an uploaded tensor against the expectation; store it only if it fits."""
+    def check_announced(self, party: int, key: TensorKey, dtype: str, shape: tuple[int, ...]) -> None:
+        """Refuse an upload whose key, dtype or shape is not what the loop waits for, naming the field.
+
+        Called on a tensor's first chunk, before anything is buffered (``TensorAssembler``), and
+        again on the whole tensor (``accept_upload``).
+        """
         if key.job_id != self.job.job_id:
             raise TensorError("key.job_id", f"{key.job_id!r} is not the running job {self.job.job_id!r}")
         with self._lock:
             expectation = self._expected.get((party, key.name, key.round, key.batch))
         if expectation is None:
             raise TensorError("key", f"the server expects no {key} from party {party} now")
-        if array.dtype.name != expectation.dtype:
-            raise TensorError("dtype", f"{key} must be {expectation.dtype}, got {array.dtype.name}")
-        check_shape(array, expectation.shape, what=str(key))
+        if dtype != expectation.dtype:
+            raise TensorError("dtype", f"{key} must be {expectation.dtype}, got {dtype}")
+        if tuple(shape) != tuple(expectation.shape):
+            raise TensorError("shape", f"{key} has shape {list(shape)}, expected {list(expectation.shape)}")
+
+    def accept_upload(self, party: int, key: TensorKey, array: np.ndarray) -> None:
+        """Validate an uploaded tensor against the expectation; store it only if it fits."""
+        self.check_announced(party, key, array.dtype.name, tuple(array.shape))
         self.uploads.put(party, key, array)
 
     def gather(self, name: str, round_: int, batch: int, *, timeout_s: float | None = None) -> dict[int, np.ndarray]:

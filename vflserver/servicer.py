@@ -199,11 +199,16 @@ class FederationService(pb_grpc.FederationServicer):
         and nothing of it or after it is stored.
         """
         party, parties = self._caller(context)
-        last: TensorKey | None = None
-        count = received = 0
-        for key, array in TensorCodec(parties.traffic, party).decode_stream(chunks):
+
+        def expect(key: TensorKey, dtype: str, shape: tuple[int, ...]) -> None:
+            """On each tensor's first chunk, before a byte is buffered: the right RPC, and awaited."""
             if upload_rpc(key.name) != rpc:
                 raise TensorError("key.name", f"{key.name!r} does not travel on {rpc}, but on {upload_rpc(key.name)}")
+            parties.check_announced(party, key, dtype, shape)
+
+        last: TensorKey | None = None
+        count = received = 0
+        for key, array in TensorCodec(parties.traffic, party).decode_stream(chunks, expect):
             parties.accept_upload(party, key, array)
             last, count, received = key, count + 1, received + array.nbytes
         assert last is not None  # tensors_from_chunks refuses an empty stream

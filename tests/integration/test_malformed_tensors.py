@@ -8,6 +8,7 @@ leave the server's model and mailbox untouched, and a good upload afterwards mus
 from __future__ import annotations
 
 import time
+import tracemalloc
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -85,6 +86,7 @@ class TestMalformedTensors:
             ("infinite", "data"),
             ("truncated", "data"),
             ("oversize", "shape"),
+            ("one_gib", "shape"),
             ("more_bytes_than_announced", "data"),
             ("wrong_job", "key.job_id"),
             ("unexpected_batch", "key"),
@@ -103,6 +105,7 @@ class TestMalformedTensors:
             "infinite": wire.tensor_to_chunks(key, np.where(good > 1, np.inf, good).astype(np.float32)),
             "truncated": _chunks_with(key, good, data=good.tobytes()[:-7]),
             "oversize": _chunks_with(key, good, shape=[1 << 20, 1 << 12], total_bytes=(1 << 32)),
+            "one_gib": _chunks_with(key, good, shape=[1 << 28], total_bytes=1 << 30),
             "more_bytes_than_announced": _chunks_with(key, good, data=good.tobytes() + b"\0" * 8),
             "wrong_job": wire.tensor_to_chunks(replace(key, job_id="other-job"), good),
             "unexpected_batch": wire.tensor_to_chunks(replace(key, batch=999), good),
@@ -116,6 +119,25 @@ class TestMalformedTensors:
         assert running.active.algorithm.step_losses == []
         after = _model_snapshot(running)
         assert all(torch.equal(before[k], after[k]) for k in before)
+
+    def test_a_chunk_announcing_one_gib_is_refused_before_anything_is_allocated(self, party2_session) -> None:
+        """The announced shape is checked against the expected one first: the server allocates nothing for it.
+
+        The server runs in this process, so tracemalloc sees every Python allocation of the call:
+        its peak stays far below the 1 GiB the chunk announced (it was 1 GiB, zero-filled, before).
+        """
+        _, stub, key, rows = party2_session
+        good = np.zeros((rows, WIDTH), np.float32)
+        tracemalloc.start()
+        try:
+            with pytest.raises(grpc.RpcError) as caught:
+                stub.SendEmbeddings(_chunks_with(key, good, shape=[1 << 28], total_bytes=1 << 30), timeout=10)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert caught.value.details() == f"shape: {key} has shape [268435456], expected [{rows}, {WIDTH}]"
+        assert peak < 64 << 20, f"{peak} bytes allocated at the peak"
 
     def test_good_upload_after_bad_ones_still_trains(self, party2_session) -> None:
         """After refused uploads, a valid embedding is accepted and its gradient comes back."""

@@ -30,13 +30,17 @@ class TensorCodec:
             self.traffic.add(self.peer, key, sent=chunk.ByteSize())
             yield chunk
 
-    def decode(self, chunks: Iterable[pb.TensorChunk]) -> tuple[TensorKey, np.ndarray]:
-        """The one tensor a stream carries (refusing a second)."""
-        return serde.tensor_from_chunks(self._received(chunks))
+    def decode(
+        self, chunks: Iterable[pb.TensorChunk], expect: serde.Announcement | None = None
+    ) -> tuple[TensorKey, np.ndarray]:
+        """The one tensor a stream carries (refusing a second); ``expect`` checks its announcement."""
+        return serde.tensor_from_chunks(self._received(chunks), expect)
 
-    def decode_stream(self, chunks: Iterable[pb.TensorChunk]) -> Iterator[tuple[TensorKey, np.ndarray]]:
-        """Every tensor a stream carries, each as soon as it is whole."""
-        return serde.tensors_from_chunks(self._received(chunks))
+    def decode_stream(
+        self, chunks: Iterable[pb.TensorChunk], expect: serde.Announcement | None = None
+    ) -> Iterator[tuple[TensorKey, np.ndarray]]:
+        """Every tensor a stream carries, each as soon as it is whole; ``expect`` checks each announcement."""
+        return serde.tensors_from_chunks(self._received(chunks), expect)
 
     def _received(self, chunks: Iterable[pb.TensorChunk]) -> Iterator[pb.TensorChunk]:
         for chunk in chunks:

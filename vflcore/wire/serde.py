@@ -8,7 +8,7 @@ the announced layout before it buffers a byte and never unpickles anything.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import fields
 from typing import Any
 
@@ -55,15 +55,23 @@ def tensor_to_chunks(key: TensorKey, array: np.ndarray, chunk_bytes: int = CHUNK
             return
 
 
+#: Checks a tensor's announced key, dtype and shape against what the receiver expects; raises
+#: TensorError naming the field. Called on the first chunk, before any buffer is allocated.
+Announcement = Callable[[TensorKey, str, tuple[int, ...]], None]
+
+
 class TensorAssembler:
     """Rebuilds one tensor from its chunks, refusing anything inconsistent or oversized.
 
     A tensor that fits one chunk (every training tensor of a usual batch does) is used as the
     chunk's bytes, without a second buffer and copy. The array is then read-only, like any
-    array received from a peer should be treated.
+    array received from a peer should be treated. With ``expect``, the first chunk's key,
+    dtype and shape must be what the receiver waits for before a byte is buffered: a chunk
+    that announces 1 GiB for a tensor of 4 KiB allocates nothing.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, expect: Announcement | None = None) -> None:
+        self._expect = expect
         self._key: TensorKey | None = None
         self._dtype = ""
         self._shape: tuple[int, ...] = ()
@@ -76,7 +84,10 @@ class TensorAssembler:
         shape = tuple(int(d) for d in chunk.shape)
         if self._total < 0:
             check_header(chunk.dtype, shape, chunk.total_bytes)
-            self._key = key_from_proto(chunk.key)
+            key = key_from_proto(chunk.key)
+            if self._expect is not None:
+                self._expect(key, chunk.dtype, shape)
+            self._key = key
             self._dtype, self._shape, self._total = chunk.dtype, shape, chunk.total_bytes
         elif (key_from_proto(chunk.key), chunk.dtype, shape) != (self._key, self._dtype, self._shape):
             raise TensorError("key", "chunks of one stream must all carry the same key, dtype and shape")
@@ -111,26 +122,30 @@ class TensorAssembler:
         return self._key, array
 
 
-def tensor_from_chunks(chunks: Iterable[pb.TensorChunk]) -> tuple[TensorKey, np.ndarray]:
+def tensor_from_chunks(
+    chunks: Iterable[pb.TensorChunk], expect: Announcement | None = None
+) -> tuple[TensorKey, np.ndarray]:
     """Assemble and validate a chunk stream that carries exactly one tensor."""
-    assembler = TensorAssembler()
+    assembler = TensorAssembler(expect)
     for chunk in chunks:
         assembler.add(chunk)
     return assembler.result()
 
 
-def tensors_from_chunks(chunks: Iterable[pb.TensorChunk]) -> Iterator[tuple[TensorKey, np.ndarray]]:
+def tensors_from_chunks(
+    chunks: Iterable[pb.TensorChunk], expect: Announcement | None = None
+) -> Iterator[tuple[TensorKey, np.ndarray]]:
     """Assemble a stream of tensors sent back to back; yield each, validated, as soon as it is whole.
 
     A tensor ends when its announced bytes have all arrived, and the next chunk must then start a
     new tensor at offset 0. A stream that ends inside a tensor, or carries none, is refused.
     """
-    assembler = TensorAssembler()
+    assembler = TensorAssembler(expect)
     for chunk in chunks:
         if assembler.complete:
             if chunk.offset != 0:
                 raise TensorError("data", "chunks carry more than the announced bytes of the tensor before")
-            assembler = TensorAssembler()
+            assembler = TensorAssembler(expect)
         assembler.add(chunk)
         if assembler.complete:
             yield assembler.result()
