@@ -37,6 +37,7 @@ from vflcore.errors import (
     JobStateError,
     JoinRejected,
     ModelNotFound,
+    Overloaded,
     PermissionDenied,
     ServerUnavailable,
     TensorRejected,
@@ -52,6 +53,7 @@ _BY_STATUS: dict[grpc.StatusCode, type[VflError]] = {
     grpc.StatusCode.INVALID_ARGUMENT: TensorRejected,
     grpc.StatusCode.ABORTED: JobAborted,
     grpc.StatusCode.CANCELLED: JobAborted,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: Overloaded,
     grpc.StatusCode.NOT_FOUND: ModelNotFound,
 }
 

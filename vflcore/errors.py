@@ -18,6 +18,7 @@
     ├── PartyUnavailable       a party is offline or stopped answering (``party``)      UNAVAILABLE, 503
     │   └── PartyLost          its connection closed or it went silent: the service     UNAVAILABLE
     │                          pauses the job and resumes it from a checkpoint
+    ├── Overloaded             a party has too many calls in flight                     RESOURCE_EXHAUSTED
     ├── JobAborted             the job stopped (failure or shutdown)                    ABORTED
     │   └── EmptyIntersection  the parties share no sample ID: nothing to train on      ABORTED
     ├── TensorError            a tensor from a peer failed validation (``field``)       INVALID_ARGUMENT
@@ -152,6 +153,10 @@ class PartyLost(PartyUnavailable):
     Unlike a party that reported a failure, a lost party may come back: the service pauses the
     job and resumes it from the newest checkpoint every party holds once it has rejoined.
     """
+
+
+class Overloaded(VflError):
+    """A party has as many calls in flight as it may (``[server] max_party_rpcs``); the message says so."""
 
 
 class JobAborted(VflError):

@@ -126,6 +126,11 @@ class PassiveParties:
         if not member.joined:
             raise JoinRejected(f"party {party} must call Join before Subscribe")
         with self._lock:
+            if member.online:
+                raise JoinRejected(
+                    f"party {party} already has a Subscribe stream open for job {self.job.job_id!r}; a party "
+                    "holds one (is a second vfl-client running with this certificate?)"
+                )
             member.online, member.offline_since = True, None
             member.session += 1
             member.last_seen = time.monotonic()

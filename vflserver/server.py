@@ -36,6 +36,9 @@ INSECURE_WARNING = (
 #: to three calls in flight per step (uploads, downloads, heartbeat); Watch streams, health checks
 #: and the Control API need a few more. Threads are made only when needed.
 DEFAULT_WORKERS = 64
+#: Calls one party may have in flight: it needs about four (Subscribe, an upload and a download
+#: stream, a heartbeat); the rest is headroom for retries, not enough to take every thread.
+DEFAULT_PARTY_RPCS = 16
 
 
 def build_server(
@@ -47,19 +50,24 @@ def build_server(
     control: pb_grpc.ControlServicer | None = None,
     interceptors: Sequence[grpc.ServerInterceptor] = (),
     workers: int = DEFAULT_WORKERS,
+    max_party_rpcs: int = DEFAULT_PARTY_RPCS,
 ) -> tuple[grpc.Server, int]:
     """A gRPC server for the federation (one job's ``PassiveParties``, or a service's ``JobBoard``).
 
     With ``control`` the Control API listens on the same port. Returns the server (not started)
-    and its bound port.
+    and its bound port. At most ``workers`` calls run at once (``maximum_concurrent_rpcs``: one
+    more is refused with RESOURCE_EXHAUSTED rather than queued behind streams that may last the
+    whole job), and at most ``max_party_rpcs`` of them are one party's.
     """
     if tls is None and not insecure:
         raise ValueError("TLS files are required; plaintext needs insecure=True (the --insecure flag)")
     board = jobs if isinstance(jobs, JobBoard) else JobBoard.single(jobs)
     # Handlers may run torch (a gradient for a passive party): each worker takes the process's thread count.
     pool = futures.ThreadPoolExecutor(max_workers=workers, initializer=adopt_torch_threads)
-    server = grpc.server(pool, options=KEEPALIVE_SERVER_OPTIONS, interceptors=list(interceptors))
-    servicer = FederationService(board, insecure=insecure)
+    server = grpc.server(
+        pool, options=KEEPALIVE_SERVER_OPTIONS, interceptors=list(interceptors), maximum_concurrent_rpcs=workers
+    )
+    servicer = FederationService(board, insecure=insecure, max_party_rpcs=max_party_rpcs)
     pb_grpc.add_FederationServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
     services = [pb.DESCRIPTOR.services_by_name["Federation"].full_name]
     if control is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import queue
+import threading
 import types
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -18,7 +19,7 @@ from typing import Any, NoReturn, TypeVar, cast
 import grpc
 import structlog
 
-from vflcore.errors import JobAborted, JoinRejected, PartyUnavailable, PermissionDenied, TensorError
+from vflcore.errors import JobAborted, JoinRejected, Overloaded, PartyUnavailable, PermissionDenied, TensorError
 from vflcore.proto import federation_pb2 as pb
 from vflcore.proto import federation_pb2_grpc as pb_grpc
 from vflcore.security.identity import party_from_auth_context
@@ -50,6 +51,7 @@ def _status_for(exc: BaseException) -> tuple[grpc.StatusCode, str] | None:
         (JoinRejected, grpc.StatusCode.FAILED_PRECONDITION),
         (PartyUnavailable, grpc.StatusCode.UNAVAILABLE),
         (JobAborted, grpc.StatusCode.ABORTED),
+        (Overloaded, grpc.StatusCode.RESOURCE_EXHAUSTED),
         (TimeoutError, grpc.StatusCode.DEADLINE_EXCEEDED),
     ]
     for kind, code in table:
@@ -79,11 +81,16 @@ def _guarded(stream: Iterator[Any], context: grpc.ServicerContext, rpc: str) -> 
 
 
 def _handler(method: Callable[..., _T]) -> Callable[..., _T]:
-    """Turn domain errors raised by a handler, or by the stream it returns, into a status."""
+    """Turn domain errors raised by a handler, or by the stream it returns, into a status.
+
+    Each call holds one of its party's ``max_party_rpcs`` places until it ends (a stream: until
+    its last message), so no party can take every handler thread from the others.
+    """
 
     @functools.wraps(method)
     def wrapper(self: FederationService, request: Any, context: grpc.ServicerContext) -> _T:
         try:
+            self.calls.enter(self._identity(context), context, method.__name__)
             result = method(self, request, context)
         except Exception as exc:
             _abort(exc, context, method.__name__)
@@ -94,12 +101,48 @@ def _handler(method: Callable[..., _T]) -> Callable[..., _T]:
     return wrapper
 
 
+class PartyCalls:
+    """How many calls each party has in flight, capped at ``limit`` per party."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._open: dict[int, int] = {}
+
+    def enter(self, party: int, context: grpc.ServicerContext, rpc: str) -> None:
+        """Count one call of ``party`` until ``context`` ends; Overloaded if it has ``limit`` already."""
+        with self._lock:
+            if self._open.get(party, 0) >= self.limit:
+                raise Overloaded(
+                    f"party {party} has {self.limit} calls in flight, the most a party may have "
+                    f"([server] max_party_rpcs); {rpc} was refused, retry once one of them has ended"
+                )
+            self._open[party] = self._open.get(party, 0) + 1
+        released = threading.Event()
+
+        def leave() -> None:
+            if not released.is_set():
+                released.set()
+                with self._lock:
+                    self._open[party] -= 1
+                    if not self._open[party]:
+                        del self._open[party]
+
+        if not context.add_callback(leave):
+            leave()  # the call has ended already
+
+    def open(self, party: int) -> int:
+        with self._lock:
+            return self._open.get(party, 0)
+
+
 class FederationService(pb_grpc.FederationServicer):
     """The active party's endpoint for passive parties, for whichever job the board has open."""
 
-    def __init__(self, board: JobBoard, *, insecure: bool = False) -> None:
+    def __init__(self, board: JobBoard, *, insecure: bool = False, max_party_rpcs: int = 16) -> None:
         self.board = board
         self.insecure = insecure
+        self.calls = PartyCalls(max_party_rpcs)
 
     def _caller(self, context: grpc.ServicerContext) -> tuple[int, PassiveParties]:
         """The verified party id of the caller, and the open job, which must name it."""

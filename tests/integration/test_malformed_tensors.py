@@ -197,3 +197,45 @@ class TestEpochStreams:
             list(stub.ReturnGradients(request, timeout=10))
         assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert caught.value.details().startswith("count")
+
+
+class TestCallLimits:
+    def test_a_second_subscribe_stream_is_refused(self, party2_session) -> None:
+        _, stub, _, _ = party2_session
+        with pytest.raises(grpc.RpcError) as caught:
+            next(iter(stub.Subscribe(pb.SubscribeRequest(job_id="test-job"), timeout=10)))
+        assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert "party 2 already has a Subscribe stream open" in caught.value.details()
+
+    def test_a_party_may_not_hold_more_than_its_calls(self, party2_session) -> None:
+        """16 calls in flight (its Subscribe and 15 downloads that wait): the 17th is RESOURCE_EXHAUSTED.
+
+        The downloads wait for gradients nobody will publish; once they are cancelled, the party
+        may call again.
+        """
+        _, stub, key, _ = party2_session
+        never = pb.TensorRequest(key=wire.key_to_proto(replace(key, batch=7).with_name("gradient")))
+        waiting = [stub.ReturnGradients(never, timeout=60) for _ in range(15)]
+        try:
+            deadline = time.monotonic() + 20
+            while True:
+                try:
+                    stub.Heartbeat(pb.HeartbeatRequest(job_id="test-job"), timeout=10)
+                except grpc.RpcError as exc:
+                    assert exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, exc
+                    assert "party 2 has 16 calls in flight" in exc.details()
+                    assert "[server] max_party_rpcs" in exc.details()
+                    break
+                assert time.monotonic() < deadline, "the 17th call was never refused"
+                time.sleep(0.05)
+        finally:
+            for call in waiting:
+                call.cancel()
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                stub.Heartbeat(pb.HeartbeatRequest(job_id="test-job"), timeout=10)
+                break
+            except grpc.RpcError as exc:
+                assert exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and time.monotonic() < deadline, exc
+                time.sleep(0.05)

@@ -7,7 +7,7 @@ import numpy as np
 from vflcore.wire import serde as wire
 from vflcore.wire.codec import TensorCodec
 from vflcore.wire.tensors import TensorKey
-from vflcore.wire.traffic import Traffic, phase_of, summary_lines
+from vflcore.wire.traffic import MAX_PHASES_PER_PEER, OTHER, Traffic, phase_of, summary_lines
 
 
 def test_phases_are_named_after_what_the_tensor_is_for() -> None:
@@ -37,3 +37,17 @@ def test_summary_gives_mb_per_training_round() -> None:
     report = {2: {"psi": {"sent": 5_000_000, "received": 0}, "train 0": {"sent": 1_000_000, "received": 1_000_000}}}
     (line,) = summary_lines(report, own="server")
     assert "6.00 MB sent, 1.00 MB received in total; 2.000 MB per training round (1 rounds)" in line
+
+
+def test_a_peer_naming_a_new_round_in_every_chunk_cannot_grow_the_counters() -> None:
+    """Chunks are counted before their key is checked: past the cap, a peer's new phases go to "other"."""
+    traffic = Traffic()
+    for round_ in range(MAX_PHASES_PER_PEER + 1000):
+        traffic.add(2, TensorKey("job", round_, 0, "embedding"), received=10)
+    traffic.add(3, TensorKey("job", 0, 0, "embedding"), received=7)
+    report = traffic.report()
+    assert len(report[2]) == MAX_PHASES_PER_PEER + 1
+    assert report[2][OTHER] == {"sent": 0, "received": 10_000}
+    assert report[3] == {"train 0": {"sent": 0, "received": 7}}  # another peer is unaffected
+    traffic.add(2, TensorKey("job", 4, 0, "embedding"), sent=5)  # a phase it has stays its own
+    assert traffic.report()[2]["train 4"] == {"sent": 5, "received": 10}

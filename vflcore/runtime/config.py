@@ -62,6 +62,9 @@ class ServerConfig:
     party_timeout_s: float = 600.0
     #: A party silent this long (no heartbeat) counts as lost, even if its TCP stream looks open.
     heartbeat_timeout_s: float = 60.0
+    #: Calls the federation server runs at once (more get RESOURCE_EXHAUSTED), and per party.
+    max_rpcs: int = 64
+    max_party_rpcs: int = 16
 
     @property
     def data(self) -> DataSource:
@@ -254,7 +257,17 @@ def server_config_from(doc: Mapping[str, Any], source: Path | None = None) -> Se
         keep_checkpoints=_keep_checkpoints(srv),
         party_timeout_s=_positive(srv, "party_timeout_s", 600.0),
         heartbeat_timeout_s=_positive(srv, "heartbeat_timeout_s", 60.0),
+        max_rpcs=_at_least_one(srv, "max_rpcs", 64),
+        max_party_rpcs=_at_least_one(srv, "max_party_rpcs", 16),
     )
+
+
+def _at_least_one(sec: _Section, key: str, default: int) -> int:
+    """A whole number of at least 1 (a count of calls, threads, ...)."""
+    value = sec.raw.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{sec.where}: [{sec.name}] {key} = {value!r}; give a whole number, at least 1")
+    return value
 
 
 def _positive(sec: _Section, key: str, default: float) -> float:

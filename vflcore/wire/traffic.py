@@ -30,16 +30,30 @@ def phase_of(key: TensorKey) -> str:
     return f"train {key.round}"
 
 
+#: Phases counted apart per peer. A chunk is counted as it arrives, before its key is checked, so
+#: a peer could name a new round in every chunk; past this many phases (2,500 epochs of training
+#: and evaluation), a peer's further bytes are counted under "other", and the map stops growing.
+MAX_PHASES_PER_PEER = 5_000
+OTHER = "other"
+
+
 class Traffic:
-    """Thread-safe byte counters: (peer party, phase) -> [sent, received]."""
+    """Thread-safe byte counters: (peer party, phase) -> [sent, received], bounded per peer."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._bytes: defaultdict[tuple[int, str], list[int]] = defaultdict(lambda: [0, 0])
+        self._phases: defaultdict[int, int] = defaultdict(int)
 
     def add(self, party: int, key: TensorKey, *, sent: int = 0, received: int = 0) -> None:
+        phase = phase_of(key)
         with self._lock:
-            counts = self._bytes[(party, phase_of(key))]
+            if (party, phase) not in self._bytes:
+                if self._phases[party] >= MAX_PHASES_PER_PEER:
+                    phase = OTHER
+                else:
+                    self._phases[party] += 1
+            counts = self._bytes[(party, phase)]
             counts[0] += sent
             counts[1] += received
 

@@ -98,6 +98,8 @@ class Service:
                 insecure=insecure,
                 control=control,
                 interceptors=[self.metrics.interceptor()] if self.metrics is not None else [],
+                workers=config.max_rpcs,
+                max_party_rpcs=config.max_party_rpcs,
             )
         except BaseException:
             self.store.close()
