@@ -18,8 +18,10 @@ import torch
 
 from vflclient import Connection, PassiveParty, RunResult, read_party_csv
 from vflcore.job import JobSpec
+from vflcore.runtime.config import server_config_from
 from vflserver.active_party import ActiveParty, RunSummary
 from vflserver.server import build_server
+from vflserver.service.app import Service
 from vfltesting.pki import Pki
 
 SMALL_JOB = JobSpec(
@@ -168,3 +170,28 @@ def one_torch_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+def start_service(pki: Pki, digits_data: Path, run_dir: Path) -> Service:
+    """The whole service (``vfl-server``'s Federation and Control on one port) in this process, on port 0."""
+    files = pki.server_files()
+    config = server_config_from(
+        {
+            "server": {"listen": "127.0.0.1:0", "run_dir": str(run_dir)},
+            "tls": {"ca": str(files.ca), "cert": str(files.cert), "key": str(files.key)},
+            "datasets": {"digits": {"path": str(digits_data / "party1.csv")}},
+        }
+    )
+    service = Service(config)
+    service.start()
+    return service
+
+
+@pytest.fixture
+def service(pki: Pki, digits_data: Path, tmp_path: Path) -> Iterator[Service]:
+    """``start_service`` for one test."""
+    service = start_service(pki, digits_data, tmp_path / "runs")
+    try:
+        yield service
+    finally:
+        service.stop(grace_s=0)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -22,24 +21,6 @@ from vflcore.security.tls import TlsFiles, channel_credentials
 from vflserver.service.app import Service
 from vfltesting.pki import Pki, issue_pki
 from vfltesting.service import job_document
-
-
-@pytest.fixture
-def service(pki: Pki, digits_data: Path, tmp_path: Path) -> Iterator[Service]:
-    files = pki.server_files()
-    config = server_config_from(
-        {
-            "server": {"listen": "127.0.0.1:0", "run_dir": str(tmp_path / "runs")},
-            "tls": {"ca": str(files.ca), "cert": str(files.cert), "key": str(files.key)},
-            "datasets": {"digits": {"path": str(digits_data / "party1.csv")}},
-        }
-    )
-    service = Service(config)
-    service.start()
-    try:
-        yield service
-    finally:
-        service.stop(grace_s=0)
 
 
 def _control(service: Service, tls: TlsFiles) -> tuple[grpc.Channel, pb_grpc.ControlStub]:
