@@ -85,6 +85,11 @@ class Mailbox:
         with self._cond:
             return (party, key) in self._items
 
+    def keys_of(self, party: int) -> list[TensorKey]:
+        """The keys of ``party``'s items still waiting, in arrival order."""
+        with self._cond:
+            return [key for owner, key in self._items if owner == party]
+
     def __len__(self) -> int:
         with self._cond:
             return len(self._items)

@@ -1,32 +1,35 @@
 """Malformed tensors from a passive party: each is refused with INVALID_ARGUMENT, nothing changes.
 
 The test plays party 2 with raw stubs over real mTLS against a real server whose job is waiting
-for batch 0 of epoch 0. Every bad upload must be refused with a message naming the field, must
-leave the server's model and mailbox untouched, and a good upload afterwards must still work.
+for batch 0 of epoch 0; party 3 is an honest ``PassiveParty`` in a thread. Every bad upload must
+be refused with a message naming the field, must leave the server's model and party 2's side of
+the mailbox untouched, and a good upload afterwards must still work. Once party 2 turns honest,
+the job finishes, and so does party 3.
 """
 
 from __future__ import annotations
 
 import time
 import tracemalloc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import NamedTuple
 
 import grpc
 import numpy as np
 import pytest
 import torch
 
-from tests.integration.conftest import SMALL_JOB, RunningJob
-from vflclient import Connection, TensorRejected, read_party_csv
+from tests.integration.conftest import SMALL_JOB, RunningJob, run_party_in_thread
+from vflclient import Connection, RunResult, TensorRejected, read_party_csv
 from vflclient._alignment import align_passive
-from vflcore.job import Position
 from vflcore.proto import federation_pb2 as pb
 from vflcore.proto import federation_pb2_grpc as pb_grpc
 from vflcore.security.tls import channel_credentials
-from vflcore.tasks import Align, Restore, TrainEpoch
+from vflcore.tasks import Align, Evaluate, Finish, Infer, Restore, Task, TrainEpoch
 from vflcore.wire import serde as wire
+from vflcore.wire.names import EVAL_EMBEDDING, infer_embedding_name
 from vflcore.wire.tensors import TensorKey
 from vfltesting.pki import Pki
 
@@ -48,10 +51,21 @@ def _chunks_with(key: TensorKey, array: np.ndarray, **override: object) -> Itera
         yield chunk
 
 
+class Session(NamedTuple):
+    running: RunningJob
+    stub: pb_grpc.FederationStub
+    key: TensorKey
+    rows: int
+    connection: Connection
+    tasks: Iterator[Task]
+    party3: Callable[[], RunResult | BaseException]
+
+
 @pytest.fixture
-def party2_session(job_factory, pki: Pki, digits_data: Path, tmp_path: Path):
-    """A job for party 2 alone, joined and subscribed by raw stubs; yields (job, stub, key, rows)."""
-    running: RunningJob = job_factory(replace(SMALL_JOB, passive_parties=(2,), epochs=1))
+def party2_session(job_factory, pki: Pki, digits_data: Path, tmp_path: Path) -> Iterator[Session]:
+    """A job for parties 2 and 3: party 3 honest in a thread, party 2 joined and subscribed by hand."""
+    running: RunningJob = job_factory(replace(SMALL_JOB, epochs=1))
+    party3 = run_party_in_thread(running, pki, digits_data, tmp_path / "party-3", 3)
     # Join and align through the SDK, as a real party would; then speak raw protobuf.
     connection = Connection(running.address, 2, tls=pki.party_files(2), connect_timeout_s=20)
     table = read_party_csv(digits_data / "party2.csv")
@@ -60,14 +74,52 @@ def party2_session(job_factory, pki: Pki, digits_data: Path, tmp_path: Path):
     align = next(tasks)
     assert isinstance(align, Align)
     align_passive(table, "test-job", align, connection, cache_dir=tmp_path / "psi")
-    assert next(tasks) == Restore(2, Position(0, 0))  # a new job starts afresh
+    assert isinstance(next(tasks), Restore)  # a new job starts afresh: Position(0, 0)
     assert isinstance(next(tasks), TrainEpoch)
     channel = grpc.secure_channel(running.address, channel_credentials(pki.party_files(2)))
     stub = pb_grpc.FederationStub(channel)
     rows = len(running.active.schedule.batches(0)[0])
-    yield running, stub, TensorKey("test-job", 0, 0, "embedding"), rows
+    yield Session(running, stub, TensorKey("test-job", 0, 0, "embedding"), rows, connection, tasks, party3)
     connection.close()
     channel.close()
+
+
+def _finish_honestly(session: Session) -> None:
+    """Party 2 turns honest: zero embeddings for every batch, evaluation and inference, until Finish."""
+    batches = session.running.active.schedule.batches(0)
+    with session.connection.exchange("test-job", 0, len(batches), up="embedding", down="gradient") as exchange:
+        for b, rows in enumerate(batches):
+            exchange.send(b, np.zeros((len(rows), WIDTH), np.float32))
+            exchange.receive(b)
+    for task in session.tasks:
+        match task:
+            case Evaluate(_, epoch, rows):
+                key = TensorKey("test-job", epoch, 0, EVAL_EMBEDDING)
+                session.connection.send(key, np.zeros((len(rows), WIDTH), np.float32))
+            case Infer(_, request_id, rows):
+                key = TensorKey("test-job", 0, 0, infer_embedding_name(request_id))
+                session.connection.send(key, np.zeros((len(rows), WIDTH), np.float32))
+            case Finish():
+                return
+
+
+def _bad_uploads(key: TensorKey, good: np.ndarray) -> dict[str, Iterator[pb.TensorChunk]]:
+    """Every malformed upload of batch ``key``, by case name; ``good`` is a valid embedding of it."""
+    rows = len(good)
+    return {
+        "wrong_shape": wire.tensor_to_chunks(key, good[:-1]),
+        "wrong_width": wire.tensor_to_chunks(key, np.zeros((rows, WIDTH + 1), np.float32)),
+        "wrong_dtype": wire.tensor_to_chunks(key, good.astype(np.float64)),
+        "unknown_dtype": _chunks_with(key, good, dtype="float16", total_bytes=good.size * 2),
+        "nan": wire.tensor_to_chunks(key, np.where(good > 1, np.nan, good).astype(np.float32)),
+        "infinite": wire.tensor_to_chunks(key, np.where(good > 1, np.inf, good).astype(np.float32)),
+        "truncated": _chunks_with(key, good, data=good.tobytes()[:-7]),
+        "oversize": _chunks_with(key, good, shape=[1 << 20, 1 << 12], total_bytes=(1 << 32)),
+        "one_gib": _chunks_with(key, good, shape=[1 << 28], total_bytes=1 << 30),
+        "more_bytes_than_announced": _chunks_with(key, good, data=good.tobytes() + b"\0" * 8),
+        "wrong_job": wire.tensor_to_chunks(replace(key, job_id="other-job"), good),
+        "unexpected_batch": wire.tensor_to_chunks(replace(key, batch=999), good),
+    }
 
 
 def _model_snapshot(running: RunningJob) -> dict[str, torch.Tensor]:
@@ -94,28 +146,15 @@ class TestMalformedTensors:
     )
     def test_bad_upload_is_refused_and_changes_nothing(self, party2_session, case: str, field: str) -> None:
         """The upload gets INVALID_ARGUMENT naming the field, and the model and mailbox are unchanged."""
-        running, stub, key, rows = party2_session
+        running, stub, key, rows = party2_session[:4]
         good = np.random.default_rng(0).standard_normal((rows, WIDTH)).astype(np.float32)
-        bad: dict[str, Iterator[pb.TensorChunk]] = {
-            "wrong_shape": wire.tensor_to_chunks(key, good[:-1]),
-            "wrong_width": wire.tensor_to_chunks(key, np.zeros((rows, WIDTH + 1), np.float32)),
-            "wrong_dtype": wire.tensor_to_chunks(key, good.astype(np.float64)),
-            "unknown_dtype": _chunks_with(key, good, dtype="float16", total_bytes=good.size * 2),
-            "nan": wire.tensor_to_chunks(key, np.where(good > 1, np.nan, good).astype(np.float32)),
-            "infinite": wire.tensor_to_chunks(key, np.where(good > 1, np.inf, good).astype(np.float32)),
-            "truncated": _chunks_with(key, good, data=good.tobytes()[:-7]),
-            "oversize": _chunks_with(key, good, shape=[1 << 20, 1 << 12], total_bytes=(1 << 32)),
-            "one_gib": _chunks_with(key, good, shape=[1 << 28], total_bytes=1 << 30),
-            "more_bytes_than_announced": _chunks_with(key, good, data=good.tobytes() + b"\0" * 8),
-            "wrong_job": wire.tensor_to_chunks(replace(key, job_id="other-job"), good),
-            "unexpected_batch": wire.tensor_to_chunks(replace(key, batch=999), good),
-        }
+        bad = _bad_uploads(key, good)
         before = _model_snapshot(running)
         with pytest.raises(grpc.RpcError) as caught:
             stub.SendEmbeddings(bad[case], timeout=10)
         assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert caught.value.details().startswith(field), caught.value.details()
-        assert len(running.active.parties.uploads) == 0
+        assert running.active.parties.uploads.keys_of(2) == []  # party 3's honest upload may wait there
         assert running.active.algorithm.step_losses == []
         after = _model_snapshot(running)
         assert all(torch.equal(before[k], after[k]) for k in before)
@@ -126,7 +165,7 @@ class TestMalformedTensors:
         The server runs in this process, so tracemalloc sees every Python allocation of the call:
         its peak stays far below the 1 GiB the chunk announced (it was 1 GiB, zero-filled, before).
         """
-        _, stub, key, rows = party2_session
+        _, stub, key, rows = party2_session[:4]
         good = np.zeros((rows, WIDTH), np.float32)
         tracemalloc.start()
         try:
@@ -141,7 +180,7 @@ class TestMalformedTensors:
 
     def test_good_upload_after_bad_ones_still_trains(self, party2_session) -> None:
         """After refused uploads, a valid embedding is accepted and its gradient comes back."""
-        running, stub, key, rows = party2_session
+        running, stub, key, rows = party2_session[:4]
         good = np.random.default_rng(1).standard_normal((rows, WIDTH)).astype(np.float32)
         with pytest.raises(grpc.RpcError):
             stub.SendEmbeddings(wire.tensor_to_chunks(key, good[:, :-1]), timeout=10)
@@ -158,12 +197,29 @@ class TestMalformedTensors:
         assert len(running.active.algorithm.step_losses) == 1
 
 
+class TestTheOtherParty:
+    def test_it_finishes_after_every_malformed_upload(self, party2_session: Session) -> None:
+        """Party 2 sends every malformed tensor, each refused; then it turns honest and both parties finish."""
+        session = party2_session
+        good = np.random.default_rng(3).standard_normal((session.rows, WIDTH)).astype(np.float32)
+        for case, chunks in _bad_uploads(session.key, good).items():
+            with pytest.raises(grpc.RpcError) as caught:
+                session.stub.SendEmbeddings(chunks, timeout=10)
+            assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT, case
+        assert session.running.active.algorithm.step_losses == []
+        _finish_honestly(session)
+        result = session.party3()
+        assert isinstance(result, RunResult) and result.success, result
+        summary = session.running.summary()
+        assert len(summary.epochs) == 1 and session.running.active.parties.state == "finished"
+
+
 class TestEpochStreams:
     """One SendEmbeddings stream carries a whole epoch; ReturnGradients answers it batch by batch."""
 
     def test_bad_tensor_mid_stream_keeps_the_ones_before(self, party2_session) -> None:
         """Batch 0 is accepted and answered; the NaN batch 1 after it is refused and not stored."""
-        running, stub, key, rows = party2_session
+        running, stub, key, rows = party2_session[:4]
         assert len(running.active.schedule.batches(0)) >= 2
         good = np.random.default_rng(2).standard_normal((rows, WIDTH)).astype(np.float32)
         bad_key = replace(key, batch=1)
@@ -180,7 +236,7 @@ class TestEpochStreams:
 
     def test_refused_upload_surfaces_as_the_reason_in_the_exchange(self, party2_session, pki: Pki) -> None:
         """The SDK's exchange raises the server's refusal (TensorRejected, naming the field), not a cancel."""
-        running, _, _, rows = party2_session
+        running, _, _, rows = party2_session[:4]
         with (
             Connection(running.address, 2, tls=pki.party_files(2), connect_timeout_s=20) as connection,
             pytest.raises(TensorRejected, match="dtype"),
@@ -191,7 +247,7 @@ class TestEpochStreams:
         assert running.active.algorithm.step_losses == []
 
     def test_too_many_tensors_asked_for_is_refused(self, party2_session) -> None:
-        _, stub, key, _ = party2_session
+        _, stub, key, _ = party2_session[:4]
         request = pb.TensorRequest(key=wire.key_to_proto(key.with_name("gradient")), count=(1 << 20) + 1)
         with pytest.raises(grpc.RpcError) as caught:
             list(stub.ReturnGradients(request, timeout=10))
@@ -201,7 +257,7 @@ class TestEpochStreams:
 
 class TestCallLimits:
     def test_a_second_subscribe_stream_is_refused(self, party2_session) -> None:
-        _, stub, _, _ = party2_session
+        _, stub, _, _ = party2_session[:4]
         with pytest.raises(grpc.RpcError) as caught:
             next(iter(stub.Subscribe(pb.SubscribeRequest(job_id="test-job"), timeout=10)))
         assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
@@ -213,7 +269,7 @@ class TestCallLimits:
         The downloads wait for gradients nobody will publish; once they are cancelled, the party
         may call again.
         """
-        _, stub, key, _ = party2_session
+        _, stub, key, _ = party2_session[:4]
         never = pb.TensorRequest(key=wire.key_to_proto(replace(key, batch=7).with_name("gradient")))
         waiting = [stub.ReturnGradients(never, timeout=60) for _ in range(15)]
         try:
