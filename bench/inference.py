@@ -17,6 +17,13 @@ Latency is per request, measured by the caller; p50 and p99 are over every reque
 caller. Errors are non-OK statuses and malformed replies. The hypervisor's CPU steal over each
 phase is printed too (``bench.machine``): this virtual machine is noisy.
 
+A third phase repeats gRPC while another process holds ``SLOW_CONNECTIONS`` connections open
+with no certificate, half on each port, the way a slowloris attack does: each sends one byte of
+a TLS ClientHello a second, and is opened again as soon as the server cuts it (the REST
+endpoint's handshake deadline). It prints that phase's p99 against the quiet gRPC phase's; aim
+for at most ``SLOW_P99_RATIO`` times. Callers present caller certificates: the endpoint refuses
+party certificates by default.
+
 Last line: ``BENCH inference_grpc_p99 <ms> ms target <= 10 MET|MISSED``; MET needs p99 <= 10 ms,
 at least 1000 requests/s and no errors over gRPC. The exit code is 0 either way, 1 only if the
 bench itself could not run.
@@ -58,6 +65,8 @@ MODEL = "digits"
 TARGET_P99_MS = 10.0
 TARGET_RPS = 1000.0
 DISTINCT_ROWS = 64
+SLOW_CONNECTIONS = 200
+SLOW_P99_RATIO = 2.0
 
 
 @dataclass(frozen=True)
@@ -150,11 +159,13 @@ class DigitsMlp:
 def serve(tls: TlsFiles, ports: Connection, stop: Event) -> None:
     """The server process: the inference endpoint on two free loopback ports until ``stop``."""
     from vflcore.runtime.daemon import prepare_compute
+    from vflcore.runtime.logs import configure_logging
     from vflserver.serving.config import ServingConfig
     from vflserver.serving.endpoint import InferenceEndpoint
     from vflserver.serving.registry import ModelRegistry
 
     prepare_compute(1)
+    configure_logging(level="warning")  # as vfl-server logs; a failed handshake is a debug line
     config = ServingConfig(grpc_listen="127.0.0.1:0", rest_listen="127.0.0.1:0")
     with InferenceEndpoint(ModelRegistry(DigitsMlp()), config, tls) as endpoint:
         ports.send((endpoint.ports.grpc, endpoint.ports.rest))
@@ -287,6 +298,65 @@ def run_phase(protocol: str, port: int, callers_tls: list[TlsFiles], seconds: fl
     )
 
 
+def hold_slow_connections(ports: list[int], count: int, held: Event, stop: Event, report: Connection) -> None:
+    """Keep ``count`` certificate-less connections open across ``ports``, each trickling a byte a second."""
+    import socket
+
+    def opened(port: int) -> socket.socket | None:
+        try:
+            sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+            sock.setblocking(False)
+            return sock
+        except OSError:
+            return None
+
+    slots = [ports[i % len(ports)] for i in range(count)]
+    socks: list[socket.socket | None] = [opened(port) for port in slots]
+    reopened = 0
+    held.set()
+    while not stop.wait(1.0):
+        for i, sock in enumerate(socks):
+            try:
+                if sock is None:
+                    raise OSError("not open")
+                sock.send(b"\x16")  # one more byte of a handshake that never ends
+                if sock.recv(1024, socket.MSG_PEEK) == b"":  # the server closed it
+                    raise OSError("closed")
+            except BlockingIOError:
+                continue  # open, and the server has sent nothing: still held
+            except OSError:
+                if sock is not None:
+                    sock.close()
+                socks[i] = opened(slots[i])
+                reopened += 1
+    for sock in socks:
+        if sock is not None:
+            sock.close()
+    report.send(reopened)
+
+
+def run_slow_phase(
+    grpc_port: int, rest_port: int, callers_tls: list[TlsFiles], seconds: float, pid: int
+) -> tuple[PhaseResult, int]:
+    """The gRPC phase again, with ``SLOW_CONNECTIONS`` slow certificate-less connections held open."""
+    ctx = multiprocessing.get_context("spawn")
+    held, stop = ctx.Event(), ctx.Event()
+    receive, send = ctx.Pipe(duplex=False)
+    holder = ctx.Process(
+        target=hold_slow_connections, args=([rest_port, grpc_port], SLOW_CONNECTIONS, held, stop, send)
+    )
+    holder.start()
+    try:
+        if not held.wait(60):
+            raise RuntimeError("the slow connections were not opened within 60 s")
+        phase = run_phase("gRPC", grpc_port, callers_tls, seconds, pid)
+    finally:
+        stop.set()
+    reopened = receive.recv() if receive.poll(30) else -1
+    holder.join(30)
+    return phase, reopened
+
+
 # ---- checks and report --------------------------------------------------------------------------
 
 
@@ -321,9 +391,9 @@ def main(argv: list[str] | None = None) -> int:
     ctx = multiprocessing.get_context("spawn")
     with tempfile.TemporaryDirectory(prefix="vfl-bench-inference-") as tmp:
         certs = Path(tmp)
-        issue_pki(certs, (2, 3))
-        server_tls = TlsFiles(certs / "ca.pem", certs / "server.pem", certs / "server.key")
-        callers_tls = [TlsFiles(certs / "ca.pem", certs / f"party-{p}.pem", certs / f"party-{p}.key") for p in (2, 3)]
+        pki = issue_pki(certs, (), callers=("bench-a", "bench-b"))
+        server_tls = pki.server_files()
+        callers_tls = [pki.caller_files(name) for name in ("bench-a", "bench-b")]
         receive, send = ctx.Pipe(duplex=False)
         stop = ctx.Event()
         server = ctx.Process(target=serve, args=(server_tls, send, stop), name="inference-server")
@@ -340,6 +410,13 @@ def main(argv: list[str] | None = None) -> int:
             print(phases[0].line(), flush=True)
             phases.append(run_phase("REST", rest_port, callers_tls, seconds, server.pid))
             print(phases[1].line(), flush=True)
+            slow, reopened = run_slow_phase(grpc_port, rest_port, callers_tls, seconds, server.pid)
+            print(
+                f"gRPC with {SLOW_CONNECTIONS} slow certificate-less connections open "
+                f"({SLOW_CONNECTIONS // 2} per port; cut by the server and reopened {reopened} times):",
+                flush=True,
+            )
+            print(slow.line(), flush=True)
         except RuntimeError as exc:
             print(f"bench failed: {exc}", file=sys.stderr)
             return 1
@@ -348,6 +425,11 @@ def main(argv: list[str] | None = None) -> int:
             server.join(30)
     grpc_phase = phases[0]
     p99 = float(np.percentile(grpc_phase.latencies_ms, 99))
+    slow_p99 = float(np.percentile(slow.latencies_ms, 99)) if len(slow.latencies_ms) else float("inf")
+    print(
+        f"gRPC p99 with slow connections open / quiet: {slow_p99:.2f} / {p99:.2f} ms = {slow_p99 / p99:.2f}x "
+        f"(aim <= {SLOW_P99_RATIO:g}x; {slow.errors} errors)"
+    )
     met = p99 <= TARGET_P99_MS and grpc_phase.rps >= TARGET_RPS and grpc_phase.errors == 0
     print(
         f"target: gRPC p99 <= {TARGET_P99_MS:.0f} ms at >= {TARGET_RPS:.0f} req/s with 0 errors; "

@@ -17,6 +17,8 @@ from google.protobuf import message_factory
 from google.protobuf.message import Message
 
 from vflcore.proto import federation_pb2 as pb
+from vflcore.proto import open_inference_pb2 as oip_pb
+from vflcore.wire.oip import SERVICE
 
 
 @dataclass(frozen=True)
@@ -54,12 +56,16 @@ class Rpc:
         return list(answer) if self.server_streaming else [answer]
 
 
-def service_rpcs(service: str) -> list[Rpc]:
-    """The RPCs of ``service`` ("Federation" or "Control") in ``federation.proto``, in declared order."""
-    descriptor = pb.DESCRIPTOR.services_by_name[service]
+def service_rpcs(service: str, file: Any = pb.DESCRIPTOR, *, wire_name: str | None = None) -> list[Rpc]:
+    """The RPCs of ``service`` in a proto ``file`` (``federation.proto``'s by default), in declared order.
+
+    ``wire_name`` is the service's name on the wire when it differs from the file's (KServe's
+    ``inference.GRPCInferenceService``, declared under our own package).
+    """
+    descriptor = file.services_by_name[service]
     return [
         Rpc(
-            service=descriptor.full_name,
+            service=wire_name or descriptor.full_name,
             name=method.name,
             request=message_factory.GetMessageClass(method.input_type),
             response=message_factory.GetMessageClass(method.output_type),
@@ -72,3 +78,4 @@ def service_rpcs(service: str) -> list[Rpc]:
 
 FEDERATION = service_rpcs("Federation")
 CONTROL = service_rpcs("Control")
+INFERENCE = service_rpcs("GRPCInferenceService", oip_pb.DESCRIPTOR, wire_name=SERVICE)

@@ -105,6 +105,22 @@ class TestSubmissionChecks:
             assert refused.value.code() == status and words in (refused.value.details() or "")
         assert service.store.list() == []
 
+    @pytest.mark.parametrize(
+        ("text", "words"),
+        [
+            ('{"job": ' + "[" * 50_000 + "]" * 50_000 + "}", "nests JSON too deeply"),
+            ('{"job": {"epochs": ' + "9" * 5000 + "}}", "a number too large to read"),
+        ],
+    )
+    def test_deep_or_huge_json_is_invalid_argument(self, service: Service, pki: Pki, text: str, words: str) -> None:
+        """Found by the fuzz campaign: these were INTERNAL (a RecursionError, a ValueError)."""
+        channel, stub = _control(service, pki.operator_files("alice"))
+        with channel:
+            with pytest.raises(grpc.RpcError) as refused:
+                stub.Submit(pb.SubmitRequest(job_document=text), timeout=10)
+            assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert words in (refused.value.details() or ""), refused.value.details()
+
     def test_an_unknown_job_is_not_found(self, service: Service, pki: Pki) -> None:
         channel, stub = _control(service, pki.operator_files("alice"))
         with channel:

@@ -112,6 +112,10 @@ class ControlService(pb_grpc.ControlServicer):
                 document = json.loads(request.job_document or "{}")
             except json.JSONDecodeError as exc:
                 raise ConfigError(f"job document is not valid JSON: {exc}") from None
+            except RecursionError:  # arrays nested thousands deep: the caller's fault, not a server fault
+                raise ConfigError("job document nests JSON too deeply; a job document is tables of keys") from None
+            except ValueError as exc:  # an integer of more than 4300 digits (Python's int_max_str_digits)
+                raise ConfigError(f"job document holds a number too large to read ({exc})") from None
             record = submit_job(
                 self.store,
                 self.runner,
