@@ -12,8 +12,10 @@ from collections.abc import Mapping
 
 import numpy as np
 import torch
+import tritonclient.grpc as triton_grpc
 
 from vflcore.ml.models import build_seeded, mlp
+from vflcore.security.tls import TlsFiles
 from vflserver.serving.servable import PartyUnavailable, TensorSpec
 
 
@@ -74,3 +76,14 @@ class DigitsClassifier:
 def digits_rows(rows: int, width: int = 24, seed: int = 0) -> np.ndarray:
     """Pixel intensities in [0, 16], as in scikit-learn's digits, as float32."""
     return np.random.default_rng(seed).integers(0, 17, size=(rows, width)).astype(np.float32)
+
+
+def triton_grpc_client(port: int, files: TlsFiles) -> triton_grpc.InferenceServerClient:
+    """Triton's stock gRPC client on 127.0.0.1:``port``, trusting ``files.ca`` and presenting ``files``' certificate."""
+    return triton_grpc.InferenceServerClient(
+        f"127.0.0.1:{port}",
+        ssl=True,
+        root_certificates=str(files.ca),
+        private_key=str(files.key),
+        certificate_chain=str(files.cert),
+    )

@@ -6,6 +6,7 @@ inference caller, under one folder, so a test exercises exactly the issuance a u
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,7 @@ from vflcore.security.certs import (
     issue_caller_cert,
     issue_operator_cert,
     issue_party_cert,
+    issue_self_signed_party_cert,
     issue_server_cert,
     load_ca,
 )
@@ -62,3 +64,39 @@ def issue_pki(
     for caller in callers:
         issue_caller_cert(root, ca, caller)
     return Pki(root)
+
+
+@dataclass(frozen=True)
+class Strangers:
+    """Party-2 look-alike certificates the project CA did not (validly) issue, each trusting the project CA."""
+
+    self_signed: TlsFiles
+    other_ca: TlsFiles
+    expired: TlsFiles
+
+
+def issue_strangers(root: Path, pki: Pki) -> Strangers:
+    """A self-signed, a foreign-CA and an expired party-2 certificate under ``root``, for negative tests."""
+    root.mkdir(parents=True, exist_ok=True)
+    issue_self_signed_party_cert(root, 2, "self-signed")
+    other = root / "other-ca"
+    other.mkdir(exist_ok=True)
+    create_ca(other, common_name="some-other-ca")
+    issue_party_cert(root, load_ca(other), 2, name="other-ca-party-2")
+    now = dt.datetime.now(dt.UTC)
+    issue_party_cert(
+        root,
+        load_ca(pki.root),
+        2,
+        name="expired-party-2",
+        not_valid_before=now - dt.timedelta(days=30),
+        not_valid_after=now - dt.timedelta(days=1),
+    )
+
+    def files(stem: str) -> TlsFiles:
+        # The clients trust the project CA, so that any rejection is the server's doing, not theirs.
+        return TlsFiles(ca=pki.ca, cert=root / f"{stem}.pem", key=root / f"{stem}.key")
+
+    return Strangers(
+        self_signed=files("self-signed"), other_ca=files("other-ca-party-2"), expired=files("expired-party-2")
+    )

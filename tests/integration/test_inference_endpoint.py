@@ -22,7 +22,7 @@ import tritonclient.http as triton_http
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from tests.servables import DigitsClassifier, digits_rows
+from tests.servables import DigitsClassifier, digits_rows, triton_grpc_client
 from vflclient import InferenceClient, ModelNotFound, ServerUnavailable, TensorRejected
 from vflcore.security.tls import TlsFiles, channel_credentials
 from vflserver.serving.config import ServingConfig
@@ -57,13 +57,7 @@ def endpoint(pki: Pki, model: DigitsClassifier, offline: DigitsClassifier) -> It
 @pytest.fixture(scope="module")
 def grpc_client(pki: Pki, endpoint: InferenceEndpoint) -> Iterator[triton_grpc.InferenceServerClient]:
     files = pki.caller_files("test-caller")
-    client = triton_grpc.InferenceServerClient(
-        f"127.0.0.1:{endpoint.ports.grpc}",
-        ssl=True,
-        root_certificates=str(files.ca),
-        private_key=str(files.key),
-        certificate_chain=str(files.cert),
-    )
+    client = triton_grpc_client(endpoint.ports.grpc, files)
     yield client
     client.close()
 
@@ -260,13 +254,7 @@ class TestWhoMayCall:
 
     def _calls(self, pki: Pki, ports: BoundPorts, files: TlsFiles) -> tuple[object, int, int]:
         """(gRPC ServerLive outcome, REST readiness status, REST infer status) for ``files``' certificate."""
-        client = triton_grpc.InferenceServerClient(
-            f"127.0.0.1:{ports.grpc}",
-            ssl=True,
-            root_certificates=str(files.ca),
-            private_key=str(files.key),
-            certificate_chain=str(files.cert),
-        )
+        client = triton_grpc_client(ports.grpc, files)
         try:
             live: object = client.is_server_live(client_timeout=10)
         except InferenceServerException as exc:

@@ -16,7 +16,6 @@ decide the answer. The service must still answer its rightful callers afterwards
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,10 +24,9 @@ import pytest
 
 from tests.integration.conftest import start_service
 from vflcore.proto import federation_pb2 as pb
-from vflcore.security.certs import create_ca, issue_party_cert, issue_self_signed_party_cert, load_ca
 from vflcore.security.tls import TlsFiles, channel_credentials
 from vflserver.service.app import Service
-from vfltesting.pki import Pki
+from vfltesting.pki import Pki, issue_strangers
 from vfltesting.rpc import CONTROL, FEDERATION, Rpc
 
 pytestmark = pytest.mark.integration
@@ -40,30 +38,12 @@ TRANSPORT = ("plaintext", "no-client-cert", "self-signed", "other-ca", "expired"
 @pytest.fixture(scope="module")
 def strangers(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> dict[str, TlsFiles | None]:
     """The transport cases' client certificates (None: present none), each trusting the project CA."""
-    root = tmp_path_factory.mktemp("strangers")
-    issue_self_signed_party_cert(root, 2, "self-signed")
-    other = root / "other-ca"
-    other.mkdir()
-    create_ca(other, common_name="some-other-ca")
-    issue_party_cert(root, load_ca(other), 2, name="other-ca-party-2")
-    now = dt.datetime.now(dt.UTC)
-    issue_party_cert(
-        root,
-        load_ca(pki.root),
-        2,
-        name="expired-party-2",
-        not_valid_before=now - dt.timedelta(days=30),
-        not_valid_after=now - dt.timedelta(days=1),
-    )
-
-    def files(stem: str) -> TlsFiles:
-        return TlsFiles(ca=pki.ca, cert=root / f"{stem}.pem", key=root / f"{stem}.key")
-
+    issued = issue_strangers(tmp_path_factory.mktemp("strangers"), pki)
     return {
         "no-client-cert": None,
-        "self-signed": files("self-signed"),
-        "other-ca": files("other-ca-party-2"),
-        "expired": files("expired-party-2"),
+        "self-signed": issued.self_signed,
+        "other-ca": issued.other_ca,
+        "expired": issued.expired,
     }
 
 

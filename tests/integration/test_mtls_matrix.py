@@ -11,9 +11,8 @@ train the job to completion.
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import grpc
@@ -24,9 +23,8 @@ from vflclient import RunResult
 from vflcore.data.tables import ids_digest, read_party_csv
 from vflcore.proto import federation_pb2 as pb
 from vflcore.proto import federation_pb2_grpc as pb_grpc
-from vflcore.security.certs import create_ca, issue_party_cert, issue_self_signed_party_cert, load_ca
 from vflcore.security.tls import TlsFiles
-from vfltesting.pki import Pki
+from vfltesting.pki import Pki, Strangers, issue_strangers
 
 pytestmark = pytest.mark.integration
 
@@ -53,41 +51,14 @@ def server(pki: Pki, digits_data: Path, tmp_path_factory: pytest.TempPathFactory
     running.thread.join(10)
 
 
-@dataclass(frozen=True)
-class BadCerts:
-    """Party-2 look-alike certificates that the project CA did not (validly) issue."""
-
-    self_signed: TlsFiles
-    other_ca: TlsFiles
-    expired: TlsFiles
+#: Party-2 look-alike certificates the project CA did not (validly) issue.
+BadCerts = Strangers
 
 
 @pytest.fixture(scope="module")
-def bad_certs(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> BadCerts:
+def bad_certs(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Strangers:
     """A self-signed, a foreign-CA and an expired party-2 certificate, each with its key."""
-    root = tmp_path_factory.mktemp("bad-certs")
-    # The clients trust the project CA, so that any rejection is the server's doing, not theirs.
-    issue_self_signed_party_cert(root, 2, "self-signed")
-    other = root / "other-ca"
-    other.mkdir()
-    create_ca(other, common_name="some-other-ca")
-    issue_party_cert(root, load_ca(other), 2, name="other-ca-party-2")
-    now = dt.datetime.now(dt.UTC)
-    issue_party_cert(
-        root,
-        load_ca(pki.root),
-        2,
-        name="expired-party-2",
-        not_valid_before=now - dt.timedelta(days=30),
-        not_valid_after=now - dt.timedelta(days=1),
-    )
-
-    def files(stem: str) -> TlsFiles:
-        return TlsFiles(ca=pki.ca, cert=root / f"{stem}.pem", key=root / f"{stem}.key")
-
-    return BadCerts(
-        self_signed=files("self-signed"), other_ca=files("other-ca-party-2"), expired=files("expired-party-2")
-    )
+    return issue_strangers(tmp_path_factory.mktemp("bad-certs"), pki)
 
 
 # ---- raw clients --------------------------------------------------------------------------------

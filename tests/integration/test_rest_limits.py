@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as triton_grpc
 
-from tests.servables import DigitsClassifier, digits_rows
+from tests.servables import DigitsClassifier, digits_rows, triton_grpc_client
 from vflserver.serving.config import RestLimits, ServingConfig
 from vflserver.serving.endpoint import InferenceEndpoint
 from vflserver.serving.registry import ModelRegistry
@@ -75,13 +75,7 @@ def _rest_infer(pki: Pki, port: int, rows: np.ndarray) -> list[int]:
 
 def _grpc_infer(pki: Pki, port: int, rows: np.ndarray) -> list[int]:
     files = pki.caller_files("test-caller")
-    client = triton_grpc.InferenceServerClient(
-        f"127.0.0.1:{port}",
-        ssl=True,
-        root_certificates=str(files.ca),
-        private_key=str(files.key),
-        certificate_chain=str(files.cert),
-    )
+    client = triton_grpc_client(port, files)
     try:
         tensor = triton_grpc.InferInput("features", list(rows.shape), "FP32")
         tensor.set_data_from_numpy(rows)

@@ -20,6 +20,7 @@ import pytest
 import tritonclient.grpc as triton_grpc
 import tritonclient.http as triton_http
 
+from tests.servables import triton_grpc_client
 from vflclient import read_party_csv
 from vflserver.serving.artifact import FEATURES, LABEL, PROBABILITIES, ArtifactServable
 from vfltesting.localrun import stop_all, wait_for_port
@@ -93,13 +94,7 @@ def test_endpoint_answers_with_every_passive_party_gone(pki: Pki, digits_data: P
         assert (expected[LABEL] == labels).mean() >= ACCURACY_BAR
 
         caller = pki.caller_files("test-caller")  # party certificates are refused by default
-        grpc_client = triton_grpc.InferenceServerClient(
-            f"127.0.0.1:{grpc_port}",
-            ssl=True,
-            root_certificates=str(pki.ca),
-            private_key=str(caller.key),
-            certificate_chain=str(caller.cert),
-        )
+        grpc_client = triton_grpc_client(grpc_port, caller)
         assert grpc_client.is_server_live() and grpc_client.is_model_ready(JOB_ID)
         meta = grpc_client.get_model_metadata(JOB_ID, as_json=True)
         assert meta["inputs"][0]["name"] == FEATURES and meta["inputs"][0]["shape"] == ["-1", str(features.shape[1])]
