@@ -20,6 +20,7 @@ per-step losses differ from the reference job's by more than 1e-6 at the end.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import re
@@ -41,6 +42,7 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
 from vflclient import InferenceClient, JobClient
+from vflcore.errors import VflError
 from vflcore.proto import federation_pb2 as pb
 from vflcore.security.tls import TlsFiles, channel_credentials
 from vflcore.wire import serde as wire
@@ -70,6 +72,7 @@ NEVER_ROUND = 1_000_000
 REFERENCE, HONEST = "fuzz-reference", "fuzz-honest"
 CALLER = "fuzz-caller"
 TOLERANCE = 1e-6
+LIVE_STATES = ("queued", "aligning", "training", "waiting")
 #: A message "names a field" when it starts with one ("shape: ...") or mentions one.
 _FIELD_PREFIX = re.compile(r"^[\w.\[\]' -]{1,80}:")
 _DOMAIN_WORDS = ("input", "output", "job document", "request body", "key", "dataset")
@@ -391,14 +394,10 @@ def run_campaign(
             report.seconds = time.monotonic() - started
             report.honest_running_at_end = jobs.get(HONEST).state == "training"
             _finish(jobs, HONEST)
-            for info in jobs.list():
-                if info.id not in (REFERENCE, HONEST) and info.state in (
-                    "queued",
-                    "aligning",
-                    "training",
-                    "waiting",
-                ):
-                    jobs.cancel(info.id)
+            for info in jobs.list():  # jobs the fuzzer submitted that were valid: they must not linger
+                if info.id not in (REFERENCE, HONEST) and info.state in LIVE_STATES:
+                    with contextlib.suppress(VflError):  # it ended meanwhile
+                        jobs.cancel(info.id)
         report.loss_difference = loss_difference(
             job_outcome(run.root / "runs", HONEST), job_outcome(run.root / "runs", REFERENCE)
         )
