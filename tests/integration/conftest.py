@@ -70,11 +70,12 @@ def start_job(
     join_timeout_s: float = 60,
     keep_serving: bool = False,
     label_column: str | None = "label",
+    step_timeout_s: float = 60,
     **kwargs: Any,
 ) -> RunningJob:
     """Serve ``data/party1.csv`` as the active party; ``kwargs`` go to ``ActiveParty``."""
     table = read_party_csv(data / "party1.csv", label_column=label_column)
-    active = ActiveParty(job, table, run_dir=tmp_path / "runs", step_timeout_s=60, **kwargs)
+    active = ActiveParty(job, table, run_dir=tmp_path / "runs", step_timeout_s=step_timeout_s, **kwargs)
     server, port = build_server(active.parties, "127.0.0.1:0", pki.server_files())
     server.start()
     outcome: dict[str, Any] = {}

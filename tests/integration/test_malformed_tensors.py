@@ -62,9 +62,15 @@ class Session(NamedTuple):
 
 
 @pytest.fixture
-def party2_session(job_factory, pki: Pki, digits_data: Path, tmp_path: Path) -> Iterator[Session]:
-    """A job for parties 2 and 3: party 3 honest in a thread, party 2 joined and subscribed by hand."""
-    running: RunningJob = job_factory(replace(SMALL_JOB, epochs=1))
+def party2_session(
+    request: pytest.FixtureRequest, job_factory, pki: Pki, digits_data: Path, tmp_path: Path
+) -> Iterator[Session]:
+    """A job for parties 2 and 3: party 3 honest in a thread, party 2 joined and subscribed by hand.
+
+    Indirect parametrisation sets the server's ``step_timeout_s`` (default 60).
+    """
+    step_timeout_s = getattr(request, "param", 60.0)
+    running: RunningJob = job_factory(replace(SMALL_JOB, epochs=1), step_timeout_s=step_timeout_s)
     party3 = run_party_in_thread(running, pki, digits_data, tmp_path / "party-3", 3)
     # Join and align through the SDK, as a real party would; then speak raw protobuf.
     connection = Connection(running.address, 2, tls=pki.party_files(2), connect_timeout_s=20)
@@ -262,6 +268,21 @@ class TestCallLimits:
             next(iter(stub.Subscribe(pb.SubscribeRequest(job_id="test-job"), timeout=10)))
         assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
         assert "party 2 already has a Subscribe stream open" in caught.value.details()
+
+    @pytest.mark.parametrize("party2_session", [2.0], indirect=True)
+    def test_a_wait_for_a_key_never_published_ends_at_the_step_timeout(self, party2_session: Session) -> None:
+        """A download of a gradient nobody will publish holds its call for step_timeout_s (2 s here), no longer.
+
+        The job's own wait for party 2's upload times out too and fails the job, which wakes every
+        waiter: whichever comes first, the call ends with DEADLINE_EXCEEDED or ABORTED.
+        """
+        _, stub, key, _ = party2_session[:4]
+        never = pb.TensorRequest(key=wire.key_to_proto(replace(key, batch=7).with_name("gradient")))
+        started = time.monotonic()
+        with pytest.raises(grpc.RpcError) as caught:
+            list(stub.ReturnGradients(never, timeout=60))
+        assert caught.value.code() in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.ABORTED), caught.value
+        assert time.monotonic() - started < 30, "the wait outlived the step timeout by far"
 
     def test_a_party_may_not_hold_more_than_its_calls(self, party2_session) -> None:
         """16 calls in flight (its Subscribe and 15 downloads that wait): the 17th is RESOURCE_EXHAUSTED.
