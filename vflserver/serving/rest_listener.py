@@ -93,6 +93,9 @@ class _Gate(asyncio.Protocol):
         if gate.tls is None:
             self._hand_over(transport)
         else:
+            # Nothing is read until start_tls has put its TLS layer in place (it resumes reading):
+            # a ClientHello that arrived first must reach the handshake, not the HTTP parser.
+            transport.pause_reading()
             self._handshake = asyncio.get_running_loop().create_task(self._start_tls(transport, gate.tls))
 
     async def _start_tls(self, raw: asyncio.Transport, context: ssl.SSLContext) -> None:
