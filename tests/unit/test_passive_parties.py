@@ -7,7 +7,7 @@ import time
 import numpy as np
 import pytest
 
-from vflcore.errors import PartyLost, PartyUnavailable, TensorError
+from vflcore.errors import JoinRejected, PartyLost, PartyUnavailable, TensorError
 from vflcore.job import JobSpec, Position
 from vflcore.tasks import Finish
 from vflcore.wire.tensors import TensorKey
@@ -22,6 +22,11 @@ def _online(**kwargs: float) -> PassiveParties:
         parties.join(party, b"", 10, frozenset(), (Position(1), Position(1, 5)))
         parties.subscribe(party)
     return parties
+
+
+def _session(parties: PassiveParties, party: int) -> int:
+    """The number of ``party``'s open Subscribe stream."""
+    return parties.member(party).session
 
 
 class TestTensorsAppliedOnce:
@@ -61,8 +66,7 @@ class TestLiveness:
     def test_a_closed_stream_is_lost_a_reported_failure_is_not(self) -> None:
         """A closed stream may come back (PartyLost); a party that reported a failure would fail again."""
         parties = _online()
-        _, session = parties.subscribe(2)
-        parties.leave(2, session)
+        parties.leave(2, _session(parties, 2))
         with pytest.raises(PartyLost, match="connection to the server closed"):
             parties.check_online(2)
         parties.report_failure(3, "disk full")
@@ -70,10 +74,22 @@ class TestLiveness:
             parties.check_online(3)
         assert not isinstance(caught.value, PartyLost)
 
-    def test_an_old_stream_closing_late_does_not_take_the_party_offline(self) -> None:
-        """The first Subscribe stream closes after a second one opened: the party stays online."""
+    def test_a_second_stream_is_refused_while_the_first_is_open(self) -> None:
+        """One Subscribe stream per party: a second is JoinRejected; once the first closed, a new one is taken."""
         parties = _online()
-        _, old = parties.subscribe(2)
+        old = _session(parties, 2)
+        with pytest.raises(JoinRejected, match="party 2 already has a Subscribe stream open"):
+            parties.subscribe(2)
+        parties.leave(2, old)
+        _, new = parties.subscribe(2)
+        assert new != old and 2 in parties.online_parties()
+
+    def test_an_old_stream_closing_late_does_not_take_the_party_offline(self) -> None:
+        """A stream from before a restart (unjoin) closes after the new one opened: the party stays online."""
+        parties = _online()
+        old = _session(parties, 2)
+        parties.unjoin(2)
+        parties.join(2, b"", 10, frozenset(), ())
         parties.subscribe(2)
         parties.leave(2, old)
         assert 2 in parties.online_parties()
