@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from vflcore.errors import ConfigError
-from vflcore.runtime.config import _Section
+from vflcore.runtime.config import _at_least_one, _positive, _Section
 
 CLIENT_AUTH = ("required", "optional")
 #: What stands in for an offline passive party in federated inference (``serving.federated``):
@@ -106,18 +106,10 @@ def serving_config_from(doc: Mapping[str, Any], source: Path | None = None) -> S
 def _rest_limits(sec: _Section) -> RestLimits:
     """The REST endpoint's limits: whole numbers of connections and bytes, seconds above 0."""
     defaults = RestLimits()
-    values: dict[str, Any] = {}
-    for key in _LIMIT_KEYS:
-        default = getattr(defaults, key)
-        if key.endswith("_s"):
-            value = sec.number(key, default)
-            if not value > 0:
-                raise ConfigError(f"{sec.where}: [serving] {key} = {value:g}; give a number of seconds above 0")
-        else:
-            value = sec.raw.get(key, default)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{sec.where}: [serving] {key} = {value!r}; give a whole number, at least 1")
-        values[key] = value
+    values: dict[str, Any] = {
+        key: (_positive if key.endswith("_s") else _at_least_one)(sec, key, getattr(defaults, key))
+        for key in _LIMIT_KEYS
+    }
     return RestLimits(**values)
 
 

@@ -35,7 +35,6 @@ from vflcore.wire.oip import SERVICE, InferRequest
 from vflserver.serving.access import refusal
 from vflserver.serving.handler import Failure, InferenceHandler, failure
 from vflserver.serving.reflection import reflection_pool
-from vflserver.serving.servable import computes_inline
 
 _STATUS = {
     Failure.INVALID: grpc.StatusCode.INVALID_ARGUMENT,
@@ -95,17 +94,11 @@ class InferenceServicer:
     ) -> pb.ModelInferResponse:
         try:
             ask = oip_wire.infer_request_from_proto(request)
-            if self._inline(ask):
+            if self.handler.computes_inline(ask.model, ask.version):
                 return self._infer(ask)
             return await asyncio.get_running_loop().run_in_executor(self._pool, self._infer, ask)
         except Exception as exc:
             await _abort(context, exc, "ModelInfer")
-
-    def _inline(self, ask: InferRequest) -> bool:
-        try:
-            return computes_inline(self.handler.registry.get(ask.model, ask.version).servable)
-        except LookupError:
-            return True  # infer raises ModelNotFound at once; nothing to wait for
 
     def _infer(self, ask: InferRequest) -> pb.ModelInferResponse:
         return oip_wire.infer_response_to_proto(self.handler.infer(ask))

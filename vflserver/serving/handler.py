@@ -32,7 +32,7 @@ from vflcore.wire.oip import (
     first_non_finite,
 )
 from vflserver.serving.registry import ModelRegistry, ServedModel
-from vflserver.serving.servable import TensorSpec
+from vflserver.serving.servable import TensorSpec, computes_inline
 
 log = structlog.get_logger(__name__)
 
@@ -95,6 +95,16 @@ class InferenceHandler:
             inputs=tuple(spec.metadata() for spec in servable.inputs),
             outputs=tuple(spec.metadata() for spec in servable.outputs),
         )
+
+    def computes_inline(self, name: str, version: str = "") -> bool:
+        """Whether model ``name`` only computes (``servable.computes_inline``), so an event loop may run it.
+
+        An unknown model counts as inline: ``infer`` refuses it at once, with nothing to wait for.
+        """
+        try:
+            return computes_inline(self.registry.get(name, version).servable)
+        except LookupError:
+            return True
 
     def infer(self, request: InferRequest) -> InferResponse:
         """Check, decode, predict, and return the requested outputs in the requested order.

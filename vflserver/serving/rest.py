@@ -55,7 +55,6 @@ from vflserver.serving.json_wire import (
     server_metadata_to_json,
 )
 from vflserver.serving.rest_listener import ConnectionGate
-from vflserver.serving.servable import computes_inline
 
 log = structlog.get_logger(__name__)
 
@@ -201,7 +200,7 @@ class _Routes:
             return body
         work = _answer_for(self.handler, name, version, body, request.headers.get(HEADER_LENGTH))
         try:
-            if len(body) <= INLINE_BODY_BYTES and self._inline(name, version):
+            if len(body) <= INLINE_BODY_BYTES and self.handler.computes_inline(name, version):
                 answer, json_length = work()
             else:
                 answer, json_length = await asyncio.get_running_loop().run_in_executor(self.pool, work)
@@ -230,12 +229,6 @@ class _Routes:
         except TimeoutError:
             seconds = self.limits.body_timeout_s
             return _error(HTTPStatus.REQUEST_TIMEOUT, f"the body did not arrive within {seconds:g} s", close=True)
-
-    def _inline(self, name: str, version: str) -> bool:
-        try:
-            return computes_inline(self.handler.registry.get(name, version).servable)
-        except LookupError:
-            return True  # infer raises ModelNotFound at once; nothing to wait for
 
 
 def _answer_for(

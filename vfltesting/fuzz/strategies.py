@@ -138,14 +138,7 @@ def chunk_mutants(draw: st.DrawFn, job_ids: list[str], safe: Callable[[TensorKey
     ``safe`` rewrites every key after the mutations (the campaign makes keys of the honest job
     ones it never waits for), so that no mutant can be an upload the job would accept.
     """
-    key = TensorKey(
-        draw(st.sampled_from(job_ids) | st.text(max_size=12)),
-        draw(_integers(0, 2**32 - 1)),
-        draw(_integers(0, 2**32 - 1)),
-        draw(st.sampled_from([names.EMBEDDING, names.HEAD, names.EVAL_EMBEDDING, "psi/points", "warmup/embedding"]))
-        if draw(st.booleans())
-        else draw(st.text(max_size=20)),
-    )
+    key = _key(draw, job_ids, [names.EMBEDDING, names.HEAD, names.EVAL_EMBEDDING, "psi/points", "warmup/embedding"])
     rows, width = draw(st.integers(0, 6)), draw(st.integers(0, 6))
     array = np.zeros((rows, width), dtype=draw(st.sampled_from([np.float32, np.float64, np.int64])))
     chunks = list(wire.tensor_to_chunks(key, array, chunk_bytes=draw(st.sampled_from([8, 24, 1 << 20]))))
@@ -154,6 +147,16 @@ def chunk_mutants(draw: st.DrawFn, job_ids: list[str], safe: Callable[[TensorKey
     for chunk in chunks:
         chunk.key.CopyFrom(wire.key_to_proto(safe(wire.key_from_proto(chunk.key))))
     return chunks
+
+
+def _key(draw: st.DrawFn, job_ids: list[str], tensor_names: list[str]) -> TensorKey:
+    """A tensor key: one of ``job_ids`` or any text, any uint32 round and batch, a known name or any text."""
+    return TensorKey(
+        draw(st.sampled_from(job_ids) | st.text(max_size=12)),
+        draw(_integers(0, 2**32 - 1)),
+        draw(_integers(0, 2**32 - 1)),
+        draw(st.sampled_from(tensor_names) | st.text(max_size=20)),
+    )
 
 
 def _mutate_chunks(draw: st.DrawFn, chunks: list[pb.TensorChunk], mutation: str) -> None:
@@ -188,12 +191,7 @@ def _mutate_chunks(draw: st.DrawFn, chunks: list[pb.TensorChunk], mutation: str)
 @st.composite
 def request_mutants(draw: st.DrawFn, job_ids: list[str], safe: Callable[[TensorKey], TensorKey]) -> pb.TensorRequest:
     """A download request (gradients, ADMM state, PSI points) with any key, names and count."""
-    key = TensorKey(
-        draw(st.sampled_from(job_ids) | st.text(max_size=12)),
-        draw(_integers(0, 2**32 - 1)),
-        draw(_integers(0, 2**32 - 1)),
-        draw(st.sampled_from([names.GRADIENT, "admm/state", "psi/points", ""]) | st.text(max_size=12)),
-    )
+    key = _key(draw, job_ids, [names.GRADIENT, "admm/state", "psi/points", ""])
     return pb.TensorRequest(
         key=wire.key_to_proto(safe(key)),
         names=draw(st.lists(st.sampled_from([names.GRADIENT, "psi/points", "x"]) | st.text(max_size=8), max_size=3)),
