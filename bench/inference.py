@@ -2,7 +2,9 @@
 
 The server is the product's ``InferenceEndpoint`` in its own process, serving a digits-sized MLP
 (``features`` FP32 [-1, 24] -> 64 -> 10; outputs ``probabilities`` FP32 [-1, 10] and ``label``
-INT64 [-1]) with one torch thread, as ``vfl-server`` runs it. Each caller is a separate process,
+INT64 [-1]) exported as a standalone ONNX model, as an APFed job leaves it, and laid out as a
+Triton model repository; ``load_servable`` runs it with onnxruntime on one thread, as
+``vfl-server`` and ``vfl-serve`` run a standalone model. Each caller is a separate process,
 so callers do not share the server's GIL (they do share the machine's two cores with it). Every
 caller holds one connection and sends requests back to back, one at a time, for 30 s (``--seconds``):
 
@@ -12,7 +14,7 @@ caller holds one connection and sends requests back to back, one at a time, for 
 - REST: ``POST /v2/models/digits/infer`` with a JSON tensor on an HTTPS keep-alive connection
   (``http.client``, the way curl or a small script would call it); each reply is parsed as JSON.
 
-Before timing, the answers of both endpoints are checked against the model run in-process.
+Before timing, the answers of both endpoints are checked against the ONNX model run in-process.
 Latency is per request, measured by the caller; p50 and p99 are over every request of every
 caller. Errors are non-OK statuses and malformed replies. The hypervisor's CPU steal over each
 phase is printed too (``bench.machine``): this virtual machine is noisy.
@@ -39,7 +41,7 @@ import ssl
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.synchronize import Event
@@ -108,66 +110,61 @@ class PhaseResult:
 # ---- the server process -------------------------------------------------------------------------
 
 
-class DigitsMlp:
-    """A seeded MLP behind the Servable contract, written for batch-1 speed.
+def export_digits(folder: Path) -> Path:
+    """Export the seeded digits MLP as a standalone ONNX model and lay it out as a Triton repository.
 
-    One torch thread (``prepare_compute``), ``torch.inference_mode``, and the layers called as
-    functions on weights taken out of the ``nn.Sequential`` once: at batch 1 the modules' own
-    call machinery costs about as much as the arithmetic. Softmax and argmax come back as numpy
-    views of torch's outputs, not copies.
+    The graph ends in softmax and argmax, with the metadata ``info_metadata`` writes: the same
+    contract as the ``model.onnx`` an APFed job leaves. Returns the repository root, which both
+    ``load_servable`` (here) and a stock Triton (``tritonserver --model-repository``) serve.
     """
+    import torch  # only the main process (export and answer check) and the server pay for importing torch
 
-    name, version, platform = MODEL, "1", "pytorch"
-    compute_only = True  # predict never waits: the gRPC endpoint may call it on its event loop
+    from vflcore.ml.models import build_seeded, mlp
+    from vflcore.ml.onnx_export import MODEL_FILE, OnnxPart, export_onnx
+    from vflserver.serving.artifact import ArtifactInfo
+    from vflserver.serving.onnx_model import info_metadata
+    from vflserver.serving.triton_repository import write_triton_repository
 
-    def __init__(self) -> None:
-        import torch  # only the server process (and the answer check) pay for importing torch
+    # Frozen: the exporter traces the weights as constants, which it refuses to do with gradients on.
+    network = build_seeded(lambda: mlp(FEATURES, HIDDEN, CLASSES), 0).eval().requires_grad_(False)
 
-        from vflcore.ml.models import build_seeded, mlp
-        from vflserver.serving.servable import TensorSpec
+    def forward(features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = network(features)
+        return torch.softmax(logits, dim=1), logits.argmax(dim=1)
 
-        self._torch = torch
-        network = build_seeded(lambda: mlp(FEATURES, HIDDEN, CLASSES), 0).eval()
-        self.network = network
-        linears = [layer for layer in network.modules() if isinstance(layer, torch.nn.Linear)]
-        self._layers = [(layer.weight.detach(), layer.bias.detach()) for layer in linears]
-        self.inputs = [TensorSpec("features", "FP32", (-1, FEATURES))]
-        self.outputs = [TensorSpec("probabilities", "FP32", (-1, CLASSES)), TensorSpec("label", "INT64", (-1,))]
-
-    def ready(self) -> bool:
-        return True
-
-    def predict(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        torch = self._torch
-        linear, relu = torch.nn.functional.linear, torch.relu
-        with torch.inference_mode():
-            hidden = torch.from_numpy(inputs["features"])
-            for weight, bias in self._layers[:-1]:
-                hidden = relu(linear(hidden, weight, bias))
-            logits = linear(hidden, *self._layers[-1])
-            probabilities, label = torch.softmax(logits, dim=1), logits.argmax(dim=1)
-        return {"probabilities": probabilities.numpy(), "label": label.numpy()}
-
-    def predict_with_modules(self, features: np.ndarray) -> dict[str, np.ndarray]:
-        """The same network through its nn.Sequential: the reference the fast path must match."""
-        torch = self._torch
-        with torch.inference_mode():
-            logits = self.network(torch.from_numpy(features))
-            return {"probabilities": torch.softmax(logits, dim=1).numpy(), "label": logits.argmax(dim=1).numpy()}
+    info = ArtifactInfo(
+        model_name=MODEL,
+        job_id="bench-inference",
+        algorithm="apfed_c",
+        task="classification",
+        feature_names=tuple(f"pixel{i}" for i in range(FEATURES)),
+        num_outputs=CLASSES,
+    )
+    part = OnnxPart(
+        forward,
+        {"features": torch.from_numpy(_rows(seed=7))},
+        ("probabilities", "label"),
+        metadata=info_metadata(info),
+    )
+    model = folder / MODEL_FILE
+    export_onnx(part, model)
+    write_triton_repository(model, folder / "repository", MODEL)
+    return folder / "repository"
 
 
-def serve(tls: TlsFiles, ports: Connection, stop: Event) -> None:
+def serve(repository: Path, tls: TlsFiles, ports: Connection, stop: Event) -> None:
     """The server process: the inference endpoint on two free loopback ports until ``stop``."""
     from vflcore.runtime.daemon import prepare_compute
     from vflcore.runtime.logs import configure_logging
     from vflserver.serving.config import ServingConfig
     from vflserver.serving.endpoint import InferenceEndpoint
+    from vflserver.serving.onnx_model import load_servable
     from vflserver.serving.registry import ModelRegistry
 
     prepare_compute(1)
     configure_logging(level="warning")  # as vfl-server logs; a failed handshake is a debug line
     config = ServingConfig(grpc_listen="127.0.0.1:0", rest_listen="127.0.0.1:0")
-    with InferenceEndpoint(ModelRegistry(DigitsMlp()), config, tls) as endpoint:
+    with InferenceEndpoint(ModelRegistry(load_servable(repository)), config, tls) as endpoint:
         ports.send((endpoint.ports.grpc, endpoint.ports.rest))
         stop.wait()
 
@@ -360,12 +357,16 @@ def run_slow_phase(
 # ---- checks and report --------------------------------------------------------------------------
 
 
-def check_answers(grpc_port: int, rest_port: int, tls: TlsFiles) -> None:
-    """Both endpoints must answer exactly what the model computes in this process."""
+def check_answers(repository: Path, grpc_port: int, rest_port: int, tls: TlsFiles) -> None:
+    """Both endpoints must answer exactly what the served ONNX model computes in this process.
+
+    That the ONNX model computes what the torch network does, ``export_onnx`` checked when it wrote it.
+    """
     from vflclient._inference import InferenceClient
+    from vflserver.serving.onnx_model import load_servable
 
     rows = _rows(seed=99)[:5]
-    expected = DigitsMlp().predict_with_modules(rows)
+    expected = load_servable(repository).predict({"features": rows})
     with InferenceClient(f"127.0.0.1:{grpc_port}", tls=tls) as client:
         got = client.infer(MODEL, {"features": rows})
     context = ssl.create_default_context(cafile=str(tls.ca))
@@ -377,7 +378,7 @@ def check_answers(grpc_port: int, rest_port: int, tls: TlsFiles) -> None:
     connection.close()
     for name, want in expected.items():
         if not np.array_equal(got[name], want) or not np.array_equal(np.array(rest[name]).reshape(want.shape), want):
-            raise RuntimeError(f"output {name!r} differs from the in-process model")
+            raise RuntimeError(f"output {name!r} differs from the ONNX model run in-process")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -394,17 +395,18 @@ def main(argv: list[str] | None = None) -> int:
         pki = issue_pki(certs, (), callers=("bench-a", "bench-b"))
         server_tls = pki.server_files()
         callers_tls = [pki.caller_files(name) for name in ("bench-a", "bench-b")]
+        repository = export_digits(certs / "model")
         receive, send = ctx.Pipe(duplex=False)
         stop = ctx.Event()
-        server = ctx.Process(target=serve, args=(server_tls, send, stop), name="inference-server")
+        server = ctx.Process(target=serve, args=(repository, server_tls, send, stop), name="inference-server")
         server.start()
         try:
             if not receive.poll(120):
                 print("bench failed: the server did not start within 120 s", file=sys.stderr)
                 return 1
             grpc_port, rest_port = receive.recv()
-            check_answers(grpc_port, rest_port, callers_tls[0])
-            print("answers over gRPC and REST equal the in-process model", flush=True)
+            check_answers(repository, grpc_port, rest_port, callers_tls[0])
+            print("answers over gRPC and REST equal the ONNX model run in-process", flush=True)
             assert server.pid is not None
             phases = [run_phase("gRPC", grpc_port, callers_tls, seconds, server.pid)]
             print(phases[0].line(), flush=True)

@@ -24,8 +24,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from vflalgorithms.factories import ModelSlot
 from vflcore.errors import ConfigError
 from vflcore.job import JobSpec, Schedule
+from vflcore.ml.models import build_seeded
+from vflcore.ml.onnx_export import OnnxPart
 from vflcore.ml.state import capture, restore
 from vflcore.tasks import Task
 from vflcore.wire.links import TrainingLink
@@ -88,6 +91,23 @@ class ActiveContext:
     #: Dropout after each hidden layer of the active party's MLP top (``[model] top_dropout``).
     top_dropout: float = 0.0
     after_step: AfterStep = _no_checkpoints
+    #: The job's own model factories by ``[model]`` key (``vflalgorithms.factories``), already imported.
+    factories: Mapping[str, Callable[..., nn.Module]] = field(default_factory=dict)
+    #: Where this party computes (``[compute] device``); ``features`` and ``labels`` are there already.
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+
+    def model(self, key: str, default: Callable[..., nn.Module], args: tuple[int, ...], seed: int) -> nn.Module:
+        """The model for factory ``key``: the job's own factory if it names one, else ``default``.
+
+        Called with ``args``, built from ``seed`` (``build_seeded``) and moved to ``device``. A
+        factory equivalent to the default (same layers, same widths) draws the same weights.
+        """
+        factory = self.factories.get(key, default)
+        return build_seeded(lambda: factory(*args), seed).to(self.device)
+
+    def tensor(self, array: np.ndarray) -> torch.Tensor:
+        """A float32 array from the wire, as a tensor on this party's device (copied: wire buffers are read-only)."""
+        return torch.from_numpy(np.array(array, dtype=np.float32)).to(self.device)
 
 
 class ServerAlgorithm(ABC):
@@ -122,6 +142,18 @@ class ServerAlgorithm(ABC):
         if self.on_step is not None:
             self.on_step(len(self.step_losses) - 1)
         return loss
+
+    #: The ``[model]`` factories this algorithm takes (``vflalgorithms.factories``); the rest are refused.
+    factory_keys: tuple[str, ...] = ()
+
+    @classmethod
+    def model_slots(cls, job: JobSpec, own_features: int, num_outputs: int) -> dict[str, ModelSlot]:
+        """What each of ``factory_keys`` is called with and must return, for this job and data.
+
+        A key missing here although it is in ``factory_keys`` builds nothing with this data (no
+        own bottom model when the active party has no features).
+        """
+        return {}
 
     #: Whether ``predict`` needs each passive party's representation. APFed's does not: the
     #: active party evaluates and serves alone, and no party is asked for anything.
@@ -158,8 +190,53 @@ class ServerAlgorithm(ABC):
         """
 
     @abstractmethod
+    def infer(self, features: torch.Tensor, uploads: Mapping[int, torch.Tensor]) -> torch.Tensor:
+        """The trained model's raw output (logits, or values) for rows of the active party's ``features``.
+
+        ``uploads`` holds each passive party's representation of the same rows (none if
+        ``needs_parties_to_predict`` is false). Pure tensor code in eval mode: ``predict`` serves
+        it, and the ONNX export traces it (``onnx_part``).
+        """
+
+    @abstractmethod
+    def eval(self) -> None:
+        """Put every model into eval mode (dropout off) before ``infer``; each half names its models."""
+
+    @torch.no_grad()
     def predict(self, rows: np.ndarray, embeddings: dict[int, np.ndarray]) -> torch.Tensor:
-        """The model's output for aligned ``rows``, given each passive party's representation."""
+        """The model's output for aligned ``rows``, given each passive party's representation (on the CPU)."""
+        self.eval()
+        uploads = {p: self.ctx.tensor(embeddings[p]) for p in sorted(embeddings)}
+        return self.infer(self.ctx.features[rows], uploads).cpu()
+
+    def onnx_part(
+        self, rows: np.ndarray, outputs: Callable[[torch.Tensor], tuple[torch.Tensor, ...]], names: tuple[str, ...]
+    ) -> OnnxPart:
+        """The trained model as an ONNX export, probed on the active party's ``rows``.
+
+        Inputs: ``features`` (if the active party has any) and ``party_<k>`` for every passive
+        party whose representation ``infer`` takes, in party order, probed with seeded noise;
+        ``outputs`` turns the raw output into the outputs ``names`` lists (probabilities and
+        label, or the prediction), so the graph answers what the inference endpoint answers.
+        """
+        self.eval()
+        ctx = self.ctx
+        inputs: dict[str, torch.Tensor] = {}
+        if ctx.features.shape[1]:
+            inputs["features"] = ctx.features[rows]
+        parties = list(ctx.job.passive_parties) if self.needs_parties_to_predict else []
+        generator = torch.Generator().manual_seed(0)
+        for party in parties:
+            probe = torch.randn(len(rows), self.upload_width, generator=generator)
+            inputs[f"party_{party}"] = probe.to(ctx.device)
+        own = "features" in inputs
+
+        def forward(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            features = tensors[0] if own else ctx.features[:0]  # no columns: ``infer`` does not read it
+            uploads = dict(zip(parties, tensors[1:] if own else tensors, strict=True))
+            return outputs(self.infer(features, uploads))
+
+        return OnnxPart(forward, inputs, names, modules=_modules(self, self.checkpointed))
 
     #: The attributes that hold this half's training state (``vflcore.ml.state``): models,
     #: optimizers, generators and the algorithm's own variables. A resumed job reloads exactly
@@ -173,13 +250,6 @@ class ServerAlgorithm(ABC):
     def load_state(self, state: dict[str, Any]) -> None:
         """Continue from ``state`` (from ``state()``), as if training had never stopped."""
         restore(self, state, self.checkpointed)
-
-    def standalone_model(self) -> nn.Module | None:
-        """The whole trained model on the active party's own features, if it needs no other party.
-
-        APFed's f_A followed by g_T; None for the algorithms whose model spans every party.
-        """
-        return None
 
     def client_importance(self) -> dict[int, float] | None:
         """How much the trained model relies on each party, if the algorithm can tell (VIM: ‖W_k‖)."""
@@ -203,6 +273,12 @@ class PassiveContext:
     link: TrainingLink
     model_factory: ModelFactory | None = None
     after_step: AfterStep = _no_checkpoints
+    #: Where this party computes (``[compute] device``); ``features`` is there already.
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+
+    def tensor(self, array: np.ndarray) -> torch.Tensor:
+        """A float32 array from the wire, as a tensor on this party's device (copied: wire buffers are read-only)."""
+        return torch.from_numpy(np.array(array, dtype=np.float32)).to(self.device)
 
 
 class ClientAlgorithm(ABC):
@@ -218,8 +294,28 @@ class ClientAlgorithm(ABC):
         """Take part in one epoch, following the shared batch schedule from batch ``first_batch``."""
 
     @abstractmethod
+    def represent(self, features: torch.Tensor) -> torch.Tensor:
+        """This party's representation of rows of its ``features``, in eval mode: what it uploads to predict.
+
+        Pure tensor code: ``embed`` serves it, and the ONNX export traces it (``onnx_part``).
+        """
+
+    @abstractmethod
+    def eval(self) -> None:
+        """Put every model into eval mode before ``represent``; each half names its models."""
+
+    @torch.no_grad()
     def embed(self, rows: np.ndarray) -> np.ndarray:
-        """This party's representation of aligned ``rows``, for evaluation and inference."""
+        """This party's representation of aligned ``rows``, for evaluation and inference (on the CPU)."""
+        self.eval()
+        out: np.ndarray = self.represent(self.ctx.features[rows]).cpu().numpy()
+        return out
+
+    def onnx_part(self, rows: np.ndarray) -> OnnxPart:
+        """This party's trained part as an ONNX export: ``features`` in, ``embedding`` out, probed on ``rows``."""
+        self.eval()
+        modules = _modules(self, self.checkpointed)
+        return OnnxPart(self.represent, {"features": self.ctx.features[rows]}, ("embedding",), modules=modules)
 
     #: The attributes that hold this half's training state; see ``ServerAlgorithm.checkpointed``.
     checkpointed: tuple[str, ...] = ()
@@ -235,6 +331,12 @@ class ClientAlgorithm(ABC):
     def share(self, name: str) -> np.ndarray:
         """A tensor the active party asks for by name after training (VIMADMM-J: its head W_k)."""
         raise ConfigError(f"the server asked for {name!r}, which {self.name!r} does not share")
+
+
+def _modules(half: object, names: Iterable[str]) -> list[nn.Module]:
+    """The torch modules among a half's ``checkpointed`` attributes: the models its ONNX export uses."""
+    found = [getattr(half, name, None) for name in names if "." not in name]
+    return [module for module in found if isinstance(module, nn.Module)]
 
 
 # ---- the spec and the registry ----------------------------------------------------------------

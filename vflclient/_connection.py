@@ -20,7 +20,7 @@ from vflclient._exceptions import translated
 from vflcore import tasks
 from vflcore.data.tables import PartyTable, ids_digest
 from vflcore.errors import ServerUnavailable, TensorError, VflError
-from vflcore.job import ACTIVE_PARTY, JobSpec, Position
+from vflcore.job import ACTIVE_PARTY, JobSpec, Offer, Position
 from vflcore.proto import federation_pb2 as pb
 from vflcore.proto import federation_pb2_grpc as pb_grpc
 from vflcore.security.tls import KEEPALIVE_CHANNEL_OPTIONS, TlsFiles, channel_credentials
@@ -107,8 +107,8 @@ class Connection(TrainingLink):
 
     # ---- calls ------------------------------------------------------------------------------
 
-    def next_job(self, wait_s: float = 30.0) -> tuple[JobSpec, str] | None:
-        """The next job that names this party, and the dataset it is to use; None if none came in ``wait_s``.
+    def next_job(self, wait_s: float = 30.0) -> Offer | None:
+        """The next job that names this party, with the dataset and model it is to use; None if none came in ``wait_s``.
 
         The server holds the call until such a job waits for its parties (at most ``wait_s``);
         ask again after None. This is how a daemon takes part in job after job.
@@ -119,7 +119,7 @@ class Connection(TrainingLink):
             )
         if not reply.job.job_id:
             return None
-        return wire.job_from_proto(reply.job), reply.dataset
+        return Offer(wire.job_from_proto(reply.job), reply.dataset, reply.model)
 
     def join(
         self,

@@ -32,7 +32,8 @@ from vflclient._connection import Connection
 from vflclient._passive_party import PassiveParty, RunResult
 from vflcore.data.tables import PartyTable, read_party_csv
 from vflcore.errors import ConfigError, DataError, PermissionDenied, ServerUnavailable, TlsConfigError, VflError
-from vflcore.job import JobSpec
+from vflcore.job import Offer
+from vflcore.ml.models import load_factory
 from vflcore.runtime.config import DataSource, dataset_named
 
 log = structlog.get_logger(__name__)
@@ -77,11 +78,16 @@ class PartyDaemon:
         keep_checkpoints: int = 2,
         backoff: Backoff | None = None,
         offer_wait_s: float = 30.0,
+        models: Mapping[str, str] | None = None,
+        device: str = "cpu",
     ) -> None:
         self.party = party
         self.datasets = dict(datasets)
         self._connect = connect
         self.model_factory = model_factory
+        #: ``[models]``: the factories a job may name for this party (imported when a job names one).
+        self.models = dict(models or {})
+        self.device = device
         self.run_dir = run_dir
         self.heartbeat_s = heartbeat_s
         self.psi_workers = psi_workers
@@ -114,7 +120,7 @@ class PartyDaemon:
                     while not self.stop_event.is_set():
                         offer = connection.next_job(self.offer_wait_s)
                         if offer is not None:
-                            self._take_part(connection, *offer)
+                            self._take_part(connection, offer)
             except TlsConfigError:
                 raise  # this party's own files: retrying cannot help; vfl-client exits 2
             except (ServerUnavailable, PermissionDenied) as exc:
@@ -134,16 +140,16 @@ class PartyDaemon:
                 if self.stop_event.is_set():
                     raise ServerUnavailable("stopped before a job came")
                 if offer is not None:
-                    job, dataset = offer
-                    return self._party_for(connection, job, dataset).run(connection, job_id=job.job_id)
+                    return self._party_for(connection, offer).run(connection, job_id=offer.job.job_id)
 
     # ---- one job ------------------------------------------------------------------------------
 
-    def _take_part(self, connection: Connection, job: JobSpec, dataset: str) -> None:
+    def _take_part(self, connection: Connection, offer: Offer) -> None:
+        job = offer.job
         structlog.contextvars.bind_contextvars(job=job.job_id)
         try:
             try:
-                party = self._party_for(connection, job, dataset)
+                party = self._party_for(connection, offer)
             except (ConfigError, DataError):
                 return  # reported: the job fails before PSI; this party waits for the next
             result = party.run(connection, job_id=job.job_id)
@@ -161,27 +167,47 @@ class PartyDaemon:
         finally:
             structlog.contextvars.unbind_contextvars("job", "round")
 
-    def _party_for(self, connection: Connection, job: JobSpec, dataset: str) -> PassiveParty:
-        """A fresh party for ``job`` on the named dataset; nothing of an earlier job is kept in memory.
+    def _party_for(self, connection: Connection, offer: Offer) -> PassiveParty:
+        """A fresh party for the offered job, on the named dataset and model; nothing of an earlier job is kept.
 
-        A dataset this party lacks (or cannot read) is reported to the server, which then fails the
-        job before PSI naming the party and the dataset, and the error is raised here too.
+        A dataset or model name this party lacks (or a table it cannot read) is reported to the
+        server, which then fails the job before PSI naming the party and the name, and the error
+        is raised here too.
         """
+        job = offer.job
         try:
-            table = self._table(dataset)
+            table = self._table(offer.dataset)
+            factory = self._factory(offer.model)
         except (ConfigError, DataError) as exc:
-            log.error("job_refused", job=job.job_id, dataset=dataset, error=str(exc))
+            log.error("job_refused", job=job.job_id, dataset=offer.dataset, model=offer.model, error=str(exc))
             connection.report_failure(job.job_id, 0, str(exc))
             raise
         return PassiveParty(
             self.party,
             table,
-            model_factory=self.model_factory,
+            model_factory=factory,
+            device=self.device,
             run_dir=self.run_dir,
             heartbeat_s=self.heartbeat_s,
             psi_workers=self.psi_workers,
             keep_checkpoints=self.keep_checkpoints,
         )
+
+    def _factory(self, name: str) -> ModelFactory | None:
+        """The model factory the job names (a ``[models]`` name of this party's config), or the default."""
+        if not name:
+            return self.model_factory
+        spec = self.models.get(name)
+        if spec is None:
+            have = ", ".join(sorted(self.models)) or "none"
+            raise ConfigError(
+                f"party {self.party}: the job asks for model {name!r}, which this party's [models] table does not "
+                f'name (it has: {have}); add {name} = "package.module:function" to its config'
+            )
+        try:
+            return load_factory(spec)
+        except ValueError as exc:
+            raise ConfigError(f"party {self.party}: [models] {name}: {exc}") from None
 
     def check_datasets(self) -> None:
         """Read every dataset of this party's config once; DataError names the file at fault."""

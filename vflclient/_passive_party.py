@@ -33,8 +33,9 @@ from vflcore.data.checkpoints import (
     save_position,
 )
 from vflcore.data.tables import PartyTable, write_aligned_ids
-from vflcore.errors import ConfigError, JobAborted, JoinRejected, PartyUnavailable, ServerUnavailable
+from vflcore.errors import ArtifactError, ConfigError, JobAborted, JoinRejected, PartyUnavailable, ServerUnavailable
 from vflcore.job import ACTIVE_PARTY, JobSpec, Position, mid_epoch_checkpoint_due
+from vflcore.ml.onnx_export import MODEL_FILE, PROBE_ROWS, export_onnx, part_metadata
 from vflcore.ml.state import restore_rng, rng_state
 from vflcore.psi.cache import cached_keys
 from vflcore.runtime.daemon import adopt_torch_threads
@@ -72,6 +73,7 @@ class PassiveParty:
         heartbeat_s: float = 10.0,
         psi_workers: int | None = None,
         keep_checkpoints: int = 2,
+        device: torch.device | str = "cpu",
     ) -> None:
         if keep_checkpoints < 1:
             raise ConfigError(f"keep_checkpoints = {keep_checkpoints}; keep at least the newest checkpoint (1)")
@@ -79,6 +81,7 @@ class PassiveParty:
         self.own_table = table
         self.table: PartyTable | None = None  # the aligned rows, once PSI is done
         self.model_factory = model_factory
+        self.device = torch.device(device)
         self.run_dir = run_dir
         self.heartbeat_s = heartbeat_s
         self.psi_workers = psi_workers
@@ -170,10 +173,13 @@ class PassiveParty:
                     party=self.party,
                     job=self.job,
                     schedule=self.job.schedule(),
-                    features=torch.from_numpy(np.ascontiguousarray(self.table.features, dtype=np.float32)),
+                    features=torch.from_numpy(np.ascontiguousarray(self.table.features, dtype=np.float32)).to(
+                        self.device
+                    ),
                     link=connection,
                     model_factory=self.model_factory,
                     after_step=self._after_step,
+                    device=self.device,
                 )
             )
         return self.algorithm
@@ -194,6 +200,8 @@ class PassiveParty:
                 return 1
             case Checkpoint(_, position):
                 save_position(self._dir(job), position, self._state(algorithm), keep=self.keep_checkpoints)
+                if position == Position.after_epoch(job.epochs - 1):  # training is over: the model leaves
+                    self._export(algorithm, job)
             case Restore(_, position):
                 self._restore(algorithm, position)
             case Evaluate(_, epoch, rows):
@@ -204,6 +212,23 @@ class PassiveParty:
                 connection.send(TensorKey(job.job_id, 0, 0, infer_embedding_name(request_id)), algorithm.embed(rows))
                 log.info("inference_served", request=request_id, rows=len(rows))
         return 0
+
+    def _export(self, algorithm: ClientAlgorithm, job: JobSpec) -> None:
+        """Write this party's trained part as ``model.onnx`` next to its checkpoints (it never leaves this host).
+
+        A model the exporter cannot translate faithfully is logged, not fatal: training succeeded,
+        and the checkpoints hold the weights.
+        """
+        assert self.table is not None
+        rows = job.schedule().train_rows[:PROBE_ROWS]
+        part = algorithm.onnx_part(rows)
+        path = self._dir(job) / MODEL_FILE
+        try:
+            worst = export_onnx(replace(part, metadata=part_metadata(job, self.party)), path)
+        except ArtifactError as exc:
+            log.error("model_export_failed", path=str(path), error=str(exc))
+            return
+        log.info("model_exported", path=str(path), max_difference=worst)
 
     @staticmethod
     def _state(algorithm: ClientAlgorithm) -> dict[str, object]:

@@ -116,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
                 return daemon.EXIT_CONFIG
             return _check(config)
         factory = load_factory(config.model_factory) if config.model_factory else None
+        daemon.check_device(config.device)
     except (ConfigError, DataError, TlsConfigError, ValueError) as exc:
         print(f"vfl-client: {exc}", file=sys.stderr)
         return daemon.EXIT_CONFIG
@@ -144,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         psi_workers=config.psi_workers,
         keep_checkpoints=config.keep_checkpoints,
         backoff=Backoff(config.retry_initial_s, config.retry_max_s),
+        models=config.models,
+        device=config.device,
     )
     try:
         party.check_datasets()  # every table readable now, not at the first job that names it

@@ -69,6 +69,19 @@ class JobSpec:
         return Schedule(self)
 
 
+class Offer(NamedTuple):
+    """A job offered to one passive party: the job, and which of its own dataset and model to use.
+
+    ``dataset`` and ``model`` are names in that party's own config (``[datasets]``, ``[models]``);
+    the job says which name each party uses, and the party alone knows what each name stands for.
+    An empty ``model`` means the party's default (``[model] factory``, or the job's MLP).
+    """
+
+    job: JobSpec
+    dataset: str
+    model: str = ""
+
+
 class Position(NamedTuple):
     """Where training continues: the next step is batch ``batch`` of epoch ``epoch`` (both from 0).
 

@@ -23,6 +23,7 @@ import structlog
 import torch
 
 from vflalgorithms.base import ActiveContext, ServerAlgorithm, algorithm_spec
+from vflalgorithms.factories import resolve_factories
 from vflcore.data.checkpoints import (
     discard_after,
     load_position,
@@ -36,6 +37,7 @@ from vflcore.job import ACTIVE_PARTY, JobSpec, Position, Schedule, mid_epoch_che
 from vflcore.ml.losses import label_tensor, task_loss
 from vflcore.ml.metrics import task_metrics
 from vflcore.ml.models import seed_dropout
+from vflcore.ml.onnx_export import MODEL_FILE, PROBE_ROWS, export_onnx, part_metadata
 from vflcore.ml.state import restore_rng, rng_state
 from vflcore.runtime.daemon import adopt_torch_threads
 from vflcore.tasks import Checkpoint, Evaluate, Infer, Restore
@@ -44,10 +46,14 @@ from vflcore.wire.traffic import MB
 from vflserver.alignment import AlignmentResult, align_active
 from vflserver.importance import write_client_importance
 from vflserver.passive_parties import PassiveParties
-from vflserver.serving.artifact import ArtifactInfo, save_artifact
+from vflserver.serving.artifact import ArtifactInfo
+from vflserver.serving.onnx_model import info_metadata
+from vflserver.serving.servable import LABEL, PREDICTION, PROBABILITIES
+from vflserver.serving.triton_repository import write_triton_repository
 
 #: The standalone model's file in the active party's run directory.
-ARTIFACT_FILE = "model.safetensors"
+#: Where the server writes a Triton model repository of every standalone model, in its run folder.
+MODEL_REPOSITORY = "model_repository"
 
 log = structlog.get_logger(__name__)
 
@@ -86,8 +92,12 @@ class RunSummary:
     wire: dict[int, dict[str, dict[str, int]]] = field(default_factory=dict)
     #: ‖W_k‖ per party for the VIM family (``vflserver.importance``), else None.
     client_importance: dict[int, float] | None = None
-    #: The standalone model artifact (APFed), which serves without any passive party; else None.
+    #: The standalone model (APFed): ``model.onnx``, which serves without any passive party; else None.
     artifact: Path | None = None
+    #: The active party's trained part as ONNX (every algorithm; the standalone model for APFed).
+    onnx: Path | None = None
+    #: The Triton model folder of the standalone model (``model_repository/<job>``), else None.
+    model_repository: Path | None = None
 
 
 class ActiveParty:
@@ -107,6 +117,8 @@ class ActiveParty:
         psi_only: bool = False,
         keep_checkpoints: int = 2,
         heartbeat_timeout_s: float | None = None,
+        factories: Mapping[str, str] | None = None,
+        device: torch.device | str = "cpu",
     ) -> None:
         if keep_checkpoints < 1:
             raise ConfigError(f"keep_checkpoints = {keep_checkpoints}; keep at least the newest checkpoint (1)")
@@ -117,6 +129,9 @@ class ActiveParty:
         spec = algorithm_spec(job.algorithm)  # an unknown algorithm, or a bad option, fails now, not after PSI
         spec.options(job.algorithm_options)
         algorithm = spec.active_half()
+        #: The job's own model factories, imported (checked and probed at submission already).
+        self.factories = resolve_factories(factories or {}, job.algorithm, algorithm.factory_keys)
+        self.device = torch.device(device)
         if algorithm.needs_own_features and not table.features.shape[1] and not psi_only:
             raise ConfigError(
                 f"{table.source}: {job.algorithm} needs feature columns on the active party (it predicts from "
@@ -141,6 +156,7 @@ class ActiveParty:
             heartbeat_timeout_s=heartbeat_timeout_s,
         )
         self.run_dir = party_dir(run_dir, self.job.job_id, ACTIVE_PARTY)
+        self.repository_root = run_dir / MODEL_REPOSITORY
         self.stop_event = threading.Event()
         #: Set once every passive party has joined: a failure before it means one never came.
         self.everyone_joined = False
@@ -170,12 +186,14 @@ class ActiveParty:
                 job=self.job,
                 schedule=self.schedule,
                 parties=self.parties,
-                features=torch.from_numpy(np.ascontiguousarray(aligned.features, dtype=np.float32)),
-                labels=labels,
+                features=torch.from_numpy(np.ascontiguousarray(aligned.features, dtype=np.float32)).to(self.device),
+                labels=labels.to(self.device),
                 num_outputs=self.job.num_outputs,
                 top_hidden=self.top_hidden,
                 top_dropout=self.top_dropout,
                 after_step=self._after_step,
+                factories=self.factories,
+                device=self.device,
             )
         )
 
@@ -256,7 +274,7 @@ class ActiveParty:
                 log.info(
                     "client_importance", **{f"party_{p}": round(n, 4) for p, n in summary.client_importance.items()}
                 )
-            summary.artifact = self._export_standalone()
+            self._export(summary)
             self._write_summary(summary)
             if not keep_serving:
                 self.shutdown("training finished")
@@ -429,11 +447,12 @@ class ActiveParty:
         log.info("federated_inference_done", rows=len(rows), **metrics)
         return metrics
 
-    def _export_standalone(self) -> Path | None:
-        """Write ``model.safetensors`` if the trained model needs no passive party (APFed)."""
-        model = self.algorithm.standalone_model()
-        if model is None:
-            return None
+    def _export(self, summary: RunSummary) -> None:
+        """Write the trained part as ``model.onnx``; a standalone model also goes into a Triton repository.
+
+        The graph answers what the inference endpoint answers (probabilities and label, or the
+        prediction), so the standalone model serves unchanged from onnxruntime or Triton.
+        """
         info = ArtifactInfo(
             model_name=self.job.job_id,
             job_id=self.job.job_id,
@@ -442,9 +461,18 @@ class ActiveParty:
             feature_names=tuple(self.table.feature_names),
             num_outputs=self.job.num_outputs,
         )
-        path = save_artifact(self.run_dir / ARTIFACT_FILE, model, info)
-        log.info("standalone_model_exported", path=str(path))
-        return path
+        standalone = not self.algorithm.needs_parties_to_predict
+        names = (PROBABILITIES, LABEL) if self.job.task == "classification" else (PREDICTION,)
+        part = self.algorithm.onnx_part(self.schedule.train_rows[:PROBE_ROWS], _served_outputs(self.job.task), names)
+        metadata = info_metadata(info) if standalone else part_metadata(self.job, ACTIVE_PARTY)
+        path = self.run_dir / MODEL_FILE
+        worst = export_onnx(replace(part, metadata=metadata), path)
+        summary.onnx = path
+        log.info("model_exported", path=str(path), inputs=list(part.inputs), max_difference=worst)
+        if standalone:
+            summary.artifact = path
+            summary.model_repository = write_triton_repository(path, self.repository_root, self.job.job_id)
+            log.info("model_repository_written", path=str(summary.model_repository))
 
     def _label_array(self, rows: np.ndarray) -> np.ndarray:
         return self.labels[rows].numpy().reshape(len(rows), -1).squeeze(-1)
@@ -472,5 +500,14 @@ class ActiveParty:
             "final_metrics": summary.final_metrics,
             "wire_bytes": {str(party): phases for party, phases in summary.wire.items()},
             "artifact": None if summary.artifact is None else str(summary.artifact),
+            "onnx": None if summary.onnx is None else str(summary.onnx),
+            "model_repository": None if summary.model_repository is None else str(summary.model_repository),
         }
         (self.run_dir / "summary.json").write_text(json.dumps(payload, indent=2))
+
+
+def _served_outputs(task: str) -> Callable[[torch.Tensor], tuple[torch.Tensor, ...]]:
+    """The raw output as the endpoint's outputs: (probabilities, label), or (prediction,) for regression."""
+    if task == "classification":
+        return lambda logits: (torch.softmax(logits, dim=1), torch.argmax(logits, dim=1))
+    return lambda values: (values,)

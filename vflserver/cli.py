@@ -169,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         document = _document(args)
         config = server_config_from(document, args.config)
+        daemon.check_device(config.device)
         serving = serving_config_from(document, args.config)
         # --once runs the config's [job] (all defaults if it has none), as the one-shot server did.
         job = _job_document(document, args.psi_only) if config.submit_at_start or once else None

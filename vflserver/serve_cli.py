@@ -1,11 +1,14 @@
-"""``vfl-serve``: serve a standalone model artifact on the inference endpoints, with no federation at all.
+"""``vfl-serve``: serve a standalone model on the inference endpoints, with no federation at all.
 
-    vfl-serve --model runs/<job>/party-1/model.safetensors [--config server.toml] [--grpc-listen ...]
+    vfl-serve --model runs/<job>/party-1/model.onnx [--config server.toml] [--grpc-listen ...]
 
-The artifact is what an APFed job (``apfed_r``, ``apfed_c``) leaves in the active party's run
-folder: the active party's whole model, which predicts from its own features. Nothing of the
-training run is needed, and no passive party. TLS files and the ``[serving]`` table come from
-the server config (``docs/inference.md``); flags override it.
+The model is what an APFed job (``apfed_r``, ``apfed_c``) leaves in the active party's run
+folder: the active party's whole model as ONNX, which predicts from its own features. Nothing of
+the training run is needed, and no passive party. ``--model`` also takes a Triton model
+repository holding it (the same folder a stock Triton serves), or the legacy
+``model.safetensors`` of runs made before ONNX (``vflserver.serving.onnx_model.load_servable``).
+TLS files and the ``[serving]`` table come from the server config (``docs/inference.md``); flags
+override it.
 """
 
 from __future__ import annotations
@@ -21,17 +24,27 @@ from vflcore.errors import ConfigError, VflError
 from vflcore.runtime import daemon
 from vflcore.runtime.config import _tls, document_with_flags
 from vflcore.security.tls import TlsConfigError
-from vflserver.serving.artifact import ArtifactServable
 from vflserver.serving.config import serving_config_from
+from vflserver.serving.onnx_model import load_servable
 from vflserver.serving.run import serve_until
 
 log = structlog.get_logger(__name__)
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="vfl-serve", description="Serve a standalone model artifact (KServe v2).")
-    p.add_argument("--model", type=Path, required=True, help="the artifact, e.g. runs/<job>/party-1/model.safetensors")
-    p.add_argument("--name", help="model name in requests (default: the job id stored in the artifact)")
+    p = argparse.ArgumentParser(prog="vfl-serve", description="Serve a standalone model (KServe v2).")
+    p.add_argument(
+        "--model",
+        type=Path,
+        required=True,
+        help="the model: runs/<job>/party-1/model.onnx, a Triton model repository holding it (the repository "
+        "or its model folder), or a legacy model.safetensors",
+    )
+    p.add_argument(
+        "--name",
+        help="model name in requests (default: the model folder's name in a Triton repository, else the job id "
+        "stored in the model)",
+    )
     p.add_argument("--config", type=Path, help="server TOML file: its [tls] and [serving] tables are used")
     p.add_argument("--grpc-listen", help="gRPC address, e.g. 0.0.0.0:8001 (port 0 picks a free port)")
     p.add_argument("--rest-listen", help="REST address, e.g. 0.0.0.0:8000")
@@ -62,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         serving = serving_config_from(document, args.config)
         tls = None if args.insecure else _tls(document, args.config, "server")
-        servable = ArtifactServable(args.model, name=args.name)
+        servable = load_servable(args.model, name=args.name)
     except (ConfigError, TlsConfigError, VflError, ValueError) as exc:
         print(f"vfl-serve: {exc}", file=sys.stderr)
         return daemon.EXIT_CONFIG

@@ -172,8 +172,7 @@ class FederationService(pb_grpc.FederationServicer):
         offer = self.board.next_offer(party, request.wait_s, context.is_active)
         if offer is None:
             return pb.NextJobReply()
-        job, dataset = offer
-        return pb.NextJobReply(job=wire.job_to_proto(job), dataset=dataset)
+        return pb.NextJobReply(job=wire.job_to_proto(offer.job), dataset=offer.dataset, model=offer.model)
 
     @_handler
     def Join(self, request: pb.JoinRequest, context: grpc.ServicerContext) -> pb.JoinReply:

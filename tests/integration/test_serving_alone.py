@@ -3,8 +3,9 @@
 ``vfl-server --serve`` and two ``vfl-client`` daemons run as OS processes over mTLS. Once training
 ends, both clients exit; the test checks they are gone, then calls the server's inference
 endpoints with the stock ``tritonclient`` (gRPC and HTTP, over mTLS): health, metadata and
-ModelInfer must answer, with the predictions of the exported artifact loaded in this process.
-SIGTERM then stops the server cleanly (exit 0).
+ModelInfer must answer, with the predictions of the exported ``model.onnx`` loaded in this process,
+and the Triton model repository the active party wrote beside it must hold the same model under
+the job's name. SIGTERM then stops the server cleanly (exit 0).
 """
 
 from __future__ import annotations
@@ -22,7 +23,10 @@ import tritonclient.http as triton_http
 
 from tests.servables import triton_grpc_client
 from vflclient import read_party_csv
-from vflserver.serving.artifact import FEATURES, LABEL, PROBABILITIES, ArtifactServable
+from vflcore.ml.onnx_export import MODEL_FILE
+from vflserver.active_party import MODEL_REPOSITORY
+from vflserver.serving.artifact import FEATURES, LABEL, PROBABILITIES
+from vflserver.serving.onnx_model import OnnxServable, load_servable
 from vfltesting.localrun import stop_all, wait_for_port
 from vfltesting.pki import Pki
 
@@ -86,12 +90,15 @@ def test_endpoint_answers_with_every_passive_party_gone(pki: Pki, digits_data: P
             assert procs[f"party-{party}"].wait(timeout=60) == 0
         assert procs["server"].poll() is None
 
-        artifact = runs / JOB_ID / "party-1" / "model.safetensors"
-        local = ArtifactServable(artifact)
+        party_dir = runs / JOB_ID / "party-1"
+        local = OnnxServable(party_dir / MODEL_FILE)
         table = read_party_csv(digits_data / "party1.csv", label_column="label")
         features, labels = table.features[:200].astype(np.float32), np.asarray(table.labels)[:200]
         expected = local.predict({FEATURES: features})
         assert (expected[LABEL] == labels).mean() >= ACCURACY_BAR
+        in_repository = load_servable(party_dir / MODEL_REPOSITORY)  # what a stock Triton would be pointed at
+        assert in_repository.name == JOB_ID
+        assert np.array_equal(in_repository.predict({FEATURES: features})[LABEL], expected[LABEL])
 
         caller = pki.caller_files("test-caller")  # party certificates are refused by default
         grpc_client = triton_grpc_client(grpc_port, caller)

@@ -16,15 +16,17 @@ H^k of the requested rows with its fine-tuned W_e^k.
 
 from __future__ import annotations
 
-import numpy as np
+from collections.abc import Mapping
+
 import structlog
 import torch
 
 from vflalgorithms.adptvfedconv import maths as conv
 from vflalgorithms.adptvfedconv.spec import FEATURE_MAPS
 from vflalgorithms.base import ActiveContext, ServerAlgorithm
+from vflalgorithms.factories import PROBE_ROWS, ModelSlot
 from vflcore.errors import ConfigError
-from vflcore.job import ACTIVE_PARTY, model_seed
+from vflcore.job import ACTIVE_PARTY, JobSpec, model_seed
 from vflcore.ml.losses import task_loss
 from vflcore.ml.models import build_seeded, job_optimizer
 from vflcore.runtime.logs import progress
@@ -49,6 +51,31 @@ class AdptVFedConvServer(ServerAlgorithm):
         "phase",
     )
     needs_own_features = True
+    factory_keys: tuple[str, ...] = (conv.EXTRACTOR_FACTORY, conv.CLASSIFIER_FACTORY)
+
+    @classmethod
+    def model_slots(cls, job: JobSpec, own_features: int, num_outputs: int) -> dict[str, ModelSlot]:
+        """``extractor_factory(in_channels, width)``, on a piece; ``classifier_factory(width, h, w, outputs)``.
+
+        The extractor's weights are broadcast to the passive parties (Eq. 2), so each of them must
+        build the same architecture with its own ``[model] factory``; the classifier is the server's alone.
+        """
+        geo = conv.geometry(job)
+        full = conv.full_map_shape(geo)
+        return {
+            conv.EXTRACTOR_FACTORY: ModelSlot(
+                "the feature extractor W_e",
+                (geo.channels, geo.width),
+                (PROBE_ROWS, geo.channels, *geo.piece),
+                (PROBE_ROWS, *geo.map_shape),
+            ),
+            conv.CLASSIFIER_FACTORY: ModelSlot(
+                "the server classifier W_s",
+                (*full, num_outputs),
+                (PROBE_ROWS, *full),
+                (PROBE_ROWS, num_outputs),
+            ),
+        }
 
     def __init__(self, ctx: ActiveContext) -> None:
         super().__init__(ctx)
@@ -63,18 +90,21 @@ class AdptVFedConvServer(ServerAlgorithm):
         options = conv.options_of(job)
         self.pretrain_epochs = int(options["pretrain_epochs"])
         self.pieces = ctx.features.reshape(len(ctx.features), geo.channels, *geo.piece)
-        self.extractor = build_seeded(
-            lambda: conv.extractor(geo.channels, geo.width, conv.padding(job)),
+        self.extractor = ctx.model(
+            conv.EXTRACTOR_FACTORY,
+            lambda channels, width: conv.extractor(channels, width, conv.padding(job)),
+            (geo.channels, geo.width),
             model_seed(job.seed, ACTIVE_PARTY, "bottom"),
         )
         self.pretrain_head = build_seeded(
             lambda: conv.pretrain_classifier(geo.map_shape, ctx.num_outputs), model_seed(job.seed, ACTIVE_PARTY, "head")
-        )
-        full_hw = (geo.map_shape[1] * geo.grid[0], geo.map_shape[2] * geo.grid[1])
-        self.classifier = build_seeded(
-            lambda: conv.server_classifier(
-                geo.width, full_hw, ctx.num_outputs, ctx.top_hidden, dropout=ctx.top_dropout
+        ).to(ctx.device)
+        self.classifier = ctx.model(
+            conv.CLASSIFIER_FACTORY,
+            lambda width, h, w, outputs: conv.server_classifier(
+                width, (h, w), outputs, ctx.top_hidden, dropout=ctx.top_dropout
             ),
+            (*conv.full_map_shape(geo), ctx.num_outputs),
             model_seed(job.seed, ACTIVE_PARTY, "top"),
         )
         self.optimizer = job_optimizer(job, self.classifier.parameters())
@@ -128,13 +158,13 @@ class AdptVFedConvServer(ServerAlgorithm):
         tensors = conv.extractor_tensors(self.extractor)
         for party in ctx.job.passive_parties:
             for name, tensor in tensors.items():
-                fed.publish(party, TensorKey(ctx.job.job_id, 0, 0, conv.EXTRACTOR_PREFIX + name), tensor.numpy())
+                fed.publish(party, TensorKey(ctx.job.job_id, 0, 0, conv.EXTRACTOR_PREFIX + name), tensor.cpu().numpy())
         log.info("extractor_broadcast", sha256=conv.extractor_digest(tensors), tensors=len(tensors))
         uploads = fed.gather(FEATURE_MAPS, 0, 0)
         with torch.no_grad():
             self.extractor.eval()
             own = self.extractor(self.pieces).reshape(rows, -1)
-        maps = {ACTIVE_PARTY: own, **{p: torch.from_numpy(a.copy()) for p, a in uploads.items()}}
+        maps = {ACTIVE_PARTY: own, **{p: ctx.tensor(a) for p, a in uploads.items()}}
         log.info("feature_maps_collected", parties=sorted(uploads), rows=rows, shape=list(geo.map_shape))
         return geo.full_map(maps)
 
@@ -154,14 +184,12 @@ class AdptVFedConvServer(ServerAlgorithm):
             ctx.after_step(epoch, b + 1, len(batches))
         return self.epoch_loss(batches)
 
-    @torch.no_grad()
-    def predict(self, rows: np.ndarray, embeddings: dict[int, np.ndarray]) -> torch.Tensor:
+    def eval(self) -> None:
         self.extractor.eval()
         self.classifier.eval()
-        own = self.extractor(self.pieces[rows]).reshape(len(rows), -1)
-        maps = {
-            ACTIVE_PARTY: own,
-            **{p: torch.from_numpy(np.array(a, dtype=np.float32)) for p, a in embeddings.items()},
-        }
-        out: torch.Tensor = self.classifier(self.geometry.full_map(maps))
+
+    def infer(self, features: torch.Tensor, uploads: Mapping[int, torch.Tensor]) -> torch.Tensor:
+        geo = self.geometry
+        own = self.extractor(features.reshape(-1, geo.channels, *geo.piece)).flatten(1)
+        out: torch.Tensor = self.classifier(geo.full_map({ACTIVE_PARTY: own, **uploads}))
         return out

@@ -33,6 +33,8 @@ from vflcore.ml.models import mlp
 NAME = "adptvfedconv"
 #: The extractor's weights on their way to the passive parties: one tensor per parameter name.
 EXTRACTOR_PREFIX = "adptvfedconv/extractor/"
+#: The ``[model]`` keys of the active party's own extractor and classifier (``vflalgorithms.factories``).
+EXTRACTOR_FACTORY, CLASSIFIER_FACTORY = "extractor_factory", "classifier_factory"
 
 
 @dataclass(frozen=True)
@@ -75,12 +77,22 @@ def _place(
     shape: tuple[int, int, int],
     grid: tuple[int, int],
 ) -> torch.Tensor:
+    """Tile the parts into one (rows, c, h·grid_rows, w·grid_cols) tensor; an empty cell is zeros.
+
+    Built by concatenation rather than by writing into a tensor of a fixed row count, so that the
+    ONNX export (``vflcore.ml.onnx_export``) keeps the batch dimension free.
+    """
     c, h, w = shape
-    rows = len(next(iter(parts.values())))
-    out = torch.zeros(rows, c, h * grid[0], w * grid[1], dtype=torch.float32)
-    for party, (gr, gc) in positions.items():
-        out[:, :, gr * h : (gr + 1) * h, gc * w : (gc + 1) * w] = parts[party].reshape(rows, c, h, w)
-    return out
+    blocks = {cell: parts[party].reshape(-1, c, h, w) for party, cell in positions.items()}
+    empty = torch.zeros_like(next(iter(blocks.values())))
+    rows = [torch.cat([blocks.get((gr, gc), empty) for gc in range(grid[1])], dim=3) for gr in range(grid[0])]
+    return torch.cat(rows, dim=2)
+
+
+def full_map_shape(geo: Geometry) -> tuple[int, int, int]:
+    """The full map W_s classifies: (width, H/2, W/2) with every piece's map in place."""
+    c, h, w = geo.map_shape
+    return (c, h * geo.grid[0], w * geo.grid[1])
 
 
 def geometry(job: JobSpec) -> Geometry:
@@ -178,5 +190,5 @@ def extractor_digest(tensors: dict[str, torch.Tensor]) -> str:
     digest = hashlib.sha256()
     for name in sorted(tensors):
         digest.update(name.encode())
-        digest.update(tensors[name].numpy().tobytes())
+        digest.update(tensors[name].cpu().numpy().tobytes())
     return digest.hexdigest()

@@ -48,13 +48,15 @@ class AdptVFedConvClient(ClientAlgorithm):
         # global RNG, and when it ran while another party's thread was inside ``build_seeded``
         # (the SDK and the tests run parties in one process) it shifted that party's initial
         # weights. Seen as a 0.03-0.07 loss gap to the reference in 1 run of 3.
+        # The party's own factory, if it names one, must build the active party's extractor
+        # architecture (its ``extractor_factory``): W_e^1 is adopted tensor by tensor.
+        factory = ctx.model_factory or (lambda channels, width: conv.extractor(channels, width, conv.padding(job)))
         self.extractor = build_seeded(
-            lambda: conv.extractor(geo.channels, geo.width, conv.padding(job)),
-            model_seed(job.seed, ctx.party, "bottom"),
-        )
+            lambda: factory(geo.channels, geo.width), model_seed(job.seed, ctx.party, "bottom")
+        ).to(ctx.device)
         self.decoder = build_seeded(
             lambda: conv.decoder(geo.channels, geo.width), model_seed(job.seed, ctx.party, "head")
-        )
+        ).to(ctx.device)
         #: SHA-256 of W_e^1 as received (``extractor_digest``), for checking the broadcast.
         self.received_digest: str | None = None
 
@@ -72,7 +74,7 @@ class AdptVFedConvClient(ClientAlgorithm):
         for name, mine in state.items():
             array = ctx.link.receive(TensorKey(ctx.job.job_id, 0, 0, conv.EXTRACTOR_PREFIX + name))
             check_shape(array, tuple(mine.shape), what=f"extractor tensor {name!r} from the active party")
-            received[name] = torch.from_numpy(np.array(array, dtype=np.float32))
+            received[name] = ctx.tensor(array)
         self.extractor.load_state_dict(received)
         self.received_digest = conv.extractor_digest(conv.extractor_tensors(self.extractor))
         log.info("extractor_received", sha256=self.received_digest, tensors=len(received))
@@ -106,8 +108,10 @@ class AdptVFedConvClient(ClientAlgorithm):
         maps = self.embed(np.arange(len(self.pieces)))
         ctx.link.send(TensorKey(ctx.job.job_id, 0, 0, FEATURE_MAPS), maps)
 
-    @torch.no_grad()
-    def embed(self, rows: np.ndarray) -> np.ndarray:
+    def eval(self) -> None:
         self.extractor.eval()
-        out: np.ndarray = self.extractor(self.pieces[rows]).reshape(len(rows), -1).numpy()
+
+    def represent(self, features: torch.Tensor) -> torch.Tensor:
+        geo = self.geometry
+        out: torch.Tensor = self.extractor(features.reshape(-1, geo.channels, *geo.piece)).flatten(1)
         return out

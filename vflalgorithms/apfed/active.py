@@ -6,20 +6,24 @@ steps f_A and g_T on L_A + Σ_p λ_p L_p (Eq. 8–10). The passive parties are b
 h^A goes down and only gradients come up.
 
 After training the model is g_T(f_A(x^A)) (Eq. 11): the active party evaluates and serves it
-alone, which is why ``needs_parties_to_predict`` is False and ``standalone_model`` exists.
+alone, which is why ``needs_parties_to_predict`` is False: its ONNX export is a standalone model.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 import torch
-from torch import nn
 
 from vflalgorithms.apfed import maths as apfed
 from vflalgorithms.apfed.spec import ACTIVE_EMBEDDING, PASSIVE_GRADIENT
 from vflalgorithms.base import ActiveContext, ServerAlgorithm, algorithm_options
+from vflalgorithms.factories import PROBE_ROWS, ModelSlot
+from vflcore.errors import ConfigError
+from vflcore.job import ACTIVE_PARTY, JobSpec, model_seed
 from vflcore.ml.losses import task_loss
-from vflcore.ml.models import job_optimizer
+from vflcore.ml.models import job_optimizer, mlp
 from vflcore.runtime.logs import progress
 from vflcore.tasks import TrainEpoch
 from vflcore.wire.tensors import TensorKey
@@ -36,8 +40,21 @@ class APFedServer(ServerAlgorithm):
     def __init__(self, ctx: ActiveContext) -> None:
         super().__init__(ctx)
         job = ctx.job
-        self.encoder = apfed.active_encoder(job, ctx.features.shape[1])
-        self.classifier = apfed.active_classifier(job, ctx.top_hidden, ctx.num_outputs, dropout=ctx.top_dropout)
+        width = ctx.features.shape[1]
+        if width < 1:
+            raise ConfigError(f"{job.algorithm}: the active party needs features of its own (it infers alone)")
+        self.encoder = ctx.model(
+            apfed.ENCODER_FACTORY,
+            lambda n_in, n_out: mlp(n_in, job.bottom_hidden, n_out),
+            (width, job.embedding_dim),
+            model_seed(job.seed, ACTIVE_PARTY, "bottom"),
+        )
+        self.classifier = ctx.model(
+            apfed.HEAD_FACTORY,
+            lambda n_in, n_out: mlp(n_in, ctx.top_hidden, n_out, dropout=ctx.top_dropout),
+            (job.embedding_dim, ctx.num_outputs),
+            model_seed(job.seed, ACTIVE_PARTY, "top"),
+        )
         params = [*self.encoder.parameters(), *self.classifier.parameters()]
         self.optimizer = job_optimizer(job, params)
         self.loss_fn = task_loss(job.task)
@@ -45,6 +62,18 @@ class APFedServer(ServerAlgorithm):
         self.weights = {p: apfed.passive_weight(options, p) for p in job.passive_parties}
 
     resumes_mid_epoch = True
+    factory_keys: tuple[str, ...] = (apfed.ENCODER_FACTORY, apfed.HEAD_FACTORY)
+
+    @classmethod
+    def model_slots(cls, job: JobSpec, own_features: int, num_outputs: int) -> dict[str, ModelSlot]:
+        """``encoder_factory(num_features, embedding_dim)`` is f_A, ``head_factory(embedding_dim, num_outputs)`` g_T."""
+        e = job.embedding_dim
+        return {
+            apfed.ENCODER_FACTORY: ModelSlot(
+                "the encoder f_A", (own_features, e), (PROBE_ROWS, own_features), (PROBE_ROWS, e)
+            ),
+            apfed.HEAD_FACTORY: ModelSlot("the head g_T", (e, num_outputs), (PROBE_ROWS, e), (PROBE_ROWS, num_outputs)),
+        }
 
     def train_epoch(self, epoch: int, first_batch: int = 0) -> float:
         ctx, fed = self.ctx, self.ctx.parties
@@ -64,28 +93,26 @@ class APFedServer(ServerAlgorithm):
         ctx, fed = self.ctx, self.ctx.parties
         self.optimizer.zero_grad()
         h = self.encoder(ctx.features[rows])
-        sent = h.detach().numpy()
+        sent = h.detach().cpu().numpy()
         key = TensorKey(ctx.job.job_id, epoch, batch, ACTIVE_EMBEDDING)
         for party in ctx.job.passive_parties:
             fed.publish(party, key, sent)
         # L_A while the passive parties compute theirs.
         active_loss: torch.Tensor = self.loss_fn(self.classifier(h), ctx.labels[rows])
         uploads = fed.gather(PASSIVE_GRADIENT, epoch, batch)
-        passive = [(self.weights[p], torch.from_numpy(uploads[p].copy())) for p in sorted(uploads)]
+        passive = [(self.weights[p], ctx.tensor(uploads[p])) for p in sorted(uploads)]
         torch.autograd.backward(apfed.combine(active_loss, h, passive))
         self.optimizer.step()
         return active_loss.item()
 
-    @torch.no_grad()
-    def predict(self, rows: np.ndarray, embeddings: dict[int, np.ndarray]) -> torch.Tensor:
-        del embeddings  # APFed predicts from the active party's own features alone (Eq. 11)
+    def eval(self) -> None:
         self.encoder.eval()
         self.classifier.eval()
-        out: torch.Tensor = self.classifier(self.encoder(self.ctx.features[rows]))
-        return out
 
-    def standalone_model(self) -> nn.Module:
-        return nn.Sequential(self.encoder, self.classifier)
+    def infer(self, features: torch.Tensor, uploads: Mapping[int, torch.Tensor]) -> torch.Tensor:
+        del uploads  # APFed predicts from the active party's own features alone (Eq. 11)
+        out: torch.Tensor = self.classifier(self.encoder(features))
+        return out
 
 
 class APFedCServer(APFedServer):

@@ -29,6 +29,8 @@ from vflcore.ml.models import build_seeded, mlp
 #: The algorithm names of the two APFed instances.
 APFED_R = "apfed_r"
 APFED_C = "apfed_c"
+#: The ``[model]`` keys of the active party's own f_A and g_T (``vflalgorithms.factories``).
+ENCODER_FACTORY, HEAD_FACTORY = "encoder_factory", "head_factory"
 
 
 def reconstruction_loss(decoded: torch.Tensor, features: torch.Tensor) -> torch.Tensor:

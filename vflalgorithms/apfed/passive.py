@@ -18,6 +18,7 @@ from vflalgorithms.apfed.spec import ACTIVE_EMBEDDING, PASSIVE_GRADIENT
 from vflalgorithms.base import ClientAlgorithm, PassiveContext
 from vflcore.errors import VflError
 from vflcore.ml.models import job_optimizer
+from vflcore.ml.onnx_export import OnnxPart
 from vflcore.wire.tensors import check_shape
 
 
@@ -30,7 +31,7 @@ class APFedClient(ClientAlgorithm):
     def __init__(self, ctx: PassiveContext) -> None:
         super().__init__(ctx)
         job = ctx.job
-        self.model = apfed.passive_model(job, ctx.party, ctx.features.shape[1], ctx.model_factory)
+        self.model = apfed.passive_model(job, ctx.party, ctx.features.shape[1], ctx.model_factory).to(ctx.device)
         self.optimizer = job_optimizer(job, self.model.parameters())
         #: L_p of every step, in order, for reference tests and this party's logs.
         self.step_losses: list[float] = []
@@ -46,21 +47,36 @@ class APFedClient(ClientAlgorithm):
                 rows = batches[b]
                 received = exchange.receive(b)
                 check_shape(received, (len(rows), ctx.job.embedding_dim), what="h^A from the active party")
-                active = torch.from_numpy(received.astype(np.float32, copy=True)).requires_grad_(True)
+                active = ctx.tensor(received).requires_grad_(True)
                 self.optimizer.zero_grad()
                 loss = apfed.passive_loss(ctx.job, self.model, active, ctx.features[rows])
                 torch.autograd.backward(loss)
                 self.optimizer.step()
                 self.step_losses.append(loss.item())
                 assert active.grad is not None
-                exchange.send(b, active.grad.numpy())
+                exchange.send(b, active.grad.cpu().numpy())
                 ctx.after_step(epoch, b + 1, len(batches))
 
-    def embed(self, rows: np.ndarray) -> np.ndarray:
+    def represent(self, features: torch.Tensor) -> torch.Tensor:
         raise VflError(f"{self.name}: the active party predicts alone; a passive party has no representation to send")
+
+    def eval(self) -> None:
+        self.model.eval()
+
+    def onnx_part(self, rows: np.ndarray) -> OnnxPart:
+        """DEC_p: h^A in (``embedding``), this party's reconstructed features out; probed with seeded noise."""
+        self.eval()
+        generator = torch.Generator().manual_seed(0)
+        probe = torch.randn(len(rows), self.ctx.job.embedding_dim, generator=generator).to(self.ctx.device)
+        return OnnxPart(self.model, {"embedding": probe}, ("reconstruction",))
 
 
 class APFedCClient(APFedClient):
     """APFed-C: an encoder ENC_p of this party's features, contrasted with h^A (Eq. 13–16)."""
 
     name = apfed.APFED_C
+
+    def onnx_part(self, rows: np.ndarray) -> OnnxPart:
+        """ENC_p: this party's ``features`` in, its encoding h^p (``embedding``) out."""
+        self.eval()
+        return OnnxPart(self.model, {"features": self.ctx.features[rows]}, ("embedding",))

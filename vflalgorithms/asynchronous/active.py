@@ -48,7 +48,7 @@ class AsyncServer(SplitNNServer):
         self.max_staleness = int(job_options(job)["max_staleness"])
         for group in self.optimizer.param_groups:
             group["lr"] = job.learning_rate / len(job.passive_parties)
-        self.cache = {p: torch.zeros(job.num_rows, job.embedding_dim) for p in job.passive_parties}
+        self.cache = {p: torch.zeros(job.num_rows, job.embedding_dim, device=ctx.device) for p in job.passive_parties}
         self._warm = False
         #: Per processed upload: (party, batch, batches the slowest party had done then).
         self.arrivals: list[tuple[int, int, int]] = []
@@ -66,7 +66,7 @@ class AsyncServer(SplitNNServer):
         fed.dispatch(lambda tid: TrainEpoch(tid, epoch, first_batch))
         if not self._warm:
             for party, warmup in fed.gather(WARMUP_EMBEDDING, epoch, 0).items():
-                self.cache[party][torch.from_numpy(train_rows)] = torch.from_numpy(warmup.copy())
+                self.cache[party][torch.from_numpy(train_rows)] = ctx.tensor(warmup)
             self._warm = True
         self.top.train()
         if self.bottom is not None:
@@ -77,7 +77,7 @@ class AsyncServer(SplitNNServer):
             party, b, h = self._next(epoch, done, held, len(batches))
             rows = batches[b]
             index = torch.from_numpy(rows)
-            fresh = torch.from_numpy(h.copy())
+            fresh = ctx.tensor(h)
             self.cache[party][index] = fresh
             passive = [fresh if p == party else self.cache[p][index].clone() for p in parties]
             own = self._own(rows)

@@ -31,7 +31,7 @@ class AsyncClient(SplitNNClient):
             rows = self.ctx.schedule.train_rows
             with torch.no_grad():
                 self.bottom.train()
-                warmup = self.bottom(self.ctx.features[rows]).numpy()
+                warmup = self.bottom(self.ctx.features[rows]).cpu().numpy()
             self.ctx.link.send(TensorKey(self.ctx.job.job_id, epoch, 0, WARMUP_EMBEDDING), warmup)
             self._warm = True
         super().train_epoch(epoch, first_batch)

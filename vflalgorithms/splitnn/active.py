@@ -13,6 +13,7 @@ active party back-propagates into its own bottom model and steps its optimizer.
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from typing import cast
 
 import numpy as np
@@ -20,23 +21,43 @@ import torch
 from torch import nn
 
 from vflalgorithms.base import ActiveContext, Publish, ServerAlgorithm
-from vflcore.job import ACTIVE_PARTY, model_seed
+from vflalgorithms.factories import PROBE_ROWS, ModelSlot
+from vflcore.job import ACTIVE_PARTY, JobSpec, model_seed
 from vflcore.ml.losses import task_loss
-from vflcore.ml.models import build_seeded, job_optimizer, mlp
+from vflcore.ml.models import job_optimizer, mlp
 from vflcore.runtime.logs import progress
 from vflcore.tasks import TrainEpoch
 from vflcore.wire.names import EMBEDDING, GRADIENT
 from vflcore.wire.tensors import TensorKey
 
+OWN_BOTTOM, TOP = "own_bottom_factory", "top_factory"
+
 
 def own_bottom(ctx: ActiveContext) -> nn.Module | None:
-    """The active party's own bottom model f_1, seeded; None if it has no features of its own."""
+    """The active party's own bottom model f_1 (``[model] own_bottom_factory``, else an MLP); None without features."""
     job, own = ctx.job, ctx.features.shape[1]
     if not own:
         return None
-    return build_seeded(
-        lambda: mlp(own, job.bottom_hidden, job.embedding_dim), model_seed(job.seed, ACTIVE_PARTY, "bottom")
+    return ctx.model(
+        OWN_BOTTOM,
+        lambda n_in, n_out: mlp(n_in, job.bottom_hidden, n_out),
+        (own, job.embedding_dim),
+        model_seed(job.seed, ACTIVE_PARTY, "bottom"),
     )
+
+
+def own_bottom_slot(job: JobSpec, own_features: int) -> dict[str, ModelSlot]:
+    """``own_bottom_factory(num_features, embedding_dim)``: features in, the party's embedding out."""
+    if not own_features:
+        return {}
+    return {
+        OWN_BOTTOM: ModelSlot(
+            "the own bottom model",
+            (own_features, job.embedding_dim),
+            (PROBE_ROWS, own_features),
+            (PROBE_ROWS, job.embedding_dim),
+        )
+    }
 
 
 class SplitNNServer(ServerAlgorithm):
@@ -48,20 +69,33 @@ class SplitNNServer(ServerAlgorithm):
     #: Its own bottom model is None when the active party has no features.
     checkpointed: tuple[str, ...] = ("step_losses", "top", "bottom", "optimizer")
 
+    factory_keys: tuple[str, ...] = (OWN_BOTTOM, TOP)
+
+    @classmethod
+    def model_slots(cls, job: JobSpec, own_features: int, num_outputs: int) -> dict[str, ModelSlot]:
+        """The own bottom model, and ``top_factory(input_width, num_outputs)`` over the concatenated embeddings."""
+        width = job.embedding_dim * (len(job.passive_parties) + (1 if own_features else 0))
+        top = ModelSlot("the top model", (width, num_outputs), (PROBE_ROWS, width), (PROBE_ROWS, num_outputs))
+        return {**own_bottom_slot(job, own_features), TOP: top}
+
     def __init__(self, ctx: ActiveContext) -> None:
         super().__init__(ctx)
         job = ctx.job
         self.bottom = own_bottom(ctx)
         parts = len(job.passive_parties) + (1 if self.bottom is not None else 0)
-        self.top = build_seeded(lambda: self._build_top(parts), model_seed(job.seed, ACTIVE_PARTY, "top"))
+        self.top = self._build_top(parts)
         params = list(self.top.parameters()) + (list(self.bottom.parameters()) if self.bottom is not None else [])
         self.optimizer = job_optimizer(job, params)
         self.loss_fn = task_loss(job.task)
 
     def _build_top(self, parts: int) -> nn.Module:
-        """The server's model over ``parts`` embeddings: an MLP on their concatenation."""
-        return mlp(
-            self.ctx.job.embedding_dim * parts, self.ctx.top_hidden, self.ctx.num_outputs, dropout=self.ctx.top_dropout
+        """The model over ``parts`` embeddings (``[model] top_factory``, else an MLP on their concatenation)."""
+        ctx = self.ctx
+        return ctx.model(
+            TOP,
+            lambda n_in, n_out: mlp(n_in, ctx.top_hidden, n_out, dropout=ctx.top_dropout),
+            (ctx.job.embedding_dim * parts, ctx.num_outputs),
+            model_seed(ctx.job.seed, ACTIVE_PARTY, "top"),
         )
 
     def _own(self, rows: np.ndarray) -> list[torch.Tensor]:
@@ -94,7 +128,7 @@ class SplitNNServer(ServerAlgorithm):
             own = self._own(rows)  # computed while the passive parties compute theirs
             uploads = fed.gather(EMBEDDING, epoch, b)
             parties = sorted(uploads)
-            passive = [torch.from_numpy(uploads[p].copy()) for p in parties]
+            passive = [ctx.tensor(uploads[p]) for p in parties]
             value = self._round(own, passive, rows, publish=functools.partial(self._publish, epoch, b, parties))
             self.record_step(value)
             ctx.after_step(epoch, b + 1, len(batches))
@@ -105,7 +139,7 @@ class SplitNNServer(ServerAlgorithm):
         for party, answer in zip(parties, answers, strict=True):
             for name, tensor in answer.items():
                 key = TensorKey(self.ctx.job.job_id, epoch, batch, name)
-                self.ctx.parties.publish(party, key, tensor.detach().numpy())
+                self.ctx.parties.publish(party, key, tensor.detach().cpu().numpy())
 
     def _round(self, own: list[torch.Tensor], passive: list[torch.Tensor], rows: np.ndarray, publish: Publish) -> float:
         """One communication round on the received ``passive`` embeddings; returns its loss.
@@ -131,10 +165,11 @@ class SplitNNServer(ServerAlgorithm):
             self.optimizer.step()
         return first_loss
 
-    @torch.no_grad()
-    def predict(self, rows: np.ndarray, embeddings: dict[int, np.ndarray]) -> torch.Tensor:
+    def eval(self) -> None:
         self.top.eval()
         if self.bottom is not None:
             self.bottom.eval()
-        passive = [torch.from_numpy(embeddings[p].copy()) for p in sorted(embeddings)]
-        return self._forward(self._own(rows), passive)
+
+    def infer(self, features: torch.Tensor, uploads: Mapping[int, torch.Tensor]) -> torch.Tensor:
+        own = [] if self.bottom is None else [self.bottom(features)]
+        return self._forward(own, [uploads[p] for p in sorted(uploads)])

@@ -6,7 +6,6 @@ or raw features: only the representation of a batch and its gradient cross the w
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from vflalgorithms.base import ClientAlgorithm, PassiveContext
@@ -29,7 +28,9 @@ class SplitNNClient(ClientAlgorithm):
         super().__init__(ctx)
         job, width = ctx.job, ctx.features.shape[1]
         factory = ctx.model_factory or (lambda n_in, n_out: mlp(n_in, job.bottom_hidden, n_out))
-        self.bottom = build_seeded(lambda: factory(width, job.embedding_dim), model_seed(job.seed, ctx.party, "bottom"))
+        self.bottom = build_seeded(
+            lambda: factory(width, job.embedding_dim), model_seed(job.seed, ctx.party, "bottom")
+        ).to(ctx.device)
         self.optimizer = job_optimizer(job, self.bottom.parameters())
         self.delay = Delay(job, ctx.party)  # the thesis's delay scenarios, if the job asks for one
 
@@ -45,10 +46,10 @@ class SplitNNClient(ClientAlgorithm):
                 x = ctx.features[rows]
                 h = self.bottom(x)
                 self.delay.before_step()
-                exchange.send(b, h.detach().numpy())
+                exchange.send(b, h.detach().cpu().numpy())
                 received = exchange.receive(b)
                 check_shape(received, tuple(h.shape), what="gradient from the server")
-                gradient = torch.from_numpy(received.astype(np.float32, copy=True))
+                gradient = ctx.tensor(received)
                 for step in range(self.local_steps):
                     if step:  # FedBCD: the same gradient, pushed into h^k from the current weights
                         h = self.bottom(x)
@@ -57,8 +58,9 @@ class SplitNNClient(ClientAlgorithm):
                     self.optimizer.step()
                 ctx.after_step(epoch, b + 1, len(batches))
 
-    @torch.no_grad()
-    def embed(self, rows: np.ndarray) -> np.ndarray:
+    def eval(self) -> None:
         self.bottom.eval()
-        out: np.ndarray = self.bottom(self.ctx.features[rows]).numpy()
+
+    def represent(self, features: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.bottom(features)
         return out

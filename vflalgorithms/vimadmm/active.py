@@ -34,7 +34,7 @@ class VIMADMMServer(VIMSGDServer):
         super().__init__(ctx)
         self.rho = float(job_options(ctx.job)["rho"])
         self.local_steps = int(job_options(ctx.job)["local_steps"])
-        self.duals = torch.zeros(ctx.job.num_rows, ctx.num_outputs)
+        self.duals = torch.zeros(ctx.job.num_rows, ctx.num_outputs, device=ctx.device)
 
     def _round(self, own: list[torch.Tensor], passive: list[torch.Tensor], rows: np.ndarray, publish: Publish) -> float:
         labels, heads = self.ctx.labels[rows], cast(LinearHeads, self.top)

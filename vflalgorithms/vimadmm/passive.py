@@ -54,7 +54,7 @@ class VIMADMMClient(SplitNNClient):
 
     def _upload(self, h: torch.Tensor) -> np.ndarray:
         """What the party sends for a batch: its embedding h^k."""
-        out: np.ndarray = h.detach().numpy()
+        out: np.ndarray = h.detach().cpu().numpy()
         return out
 
     def _local_step(self, h: torch.Tensor, state: dict[str, torch.Tensor]) -> None:
@@ -72,7 +72,7 @@ class VIMADMMClient(SplitNNClient):
         if ADMM_HEAD in state:
             head_shape = (duals.shape[1], self.ctx.job.embedding_dim)
             check_shape(state[ADMM_HEAD], head_shape, what=f"{ADMM_HEAD} from the server")
-        return {name: torch.from_numpy(array.astype(np.float32, copy=True)) for name, array in state.items()}
+        return {name: self.ctx.tensor(array) for name, array in state.items()}
 
     def _outputs(self, duals: np.ndarray) -> int:
         """The model's output width: the job's, or else what the server's duals show."""

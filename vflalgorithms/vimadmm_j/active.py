@@ -18,10 +18,11 @@ import torch
 from torch import nn
 
 from vflalgorithms.base import ActiveContext, Publish, ServerAlgorithm, job_options
-from vflalgorithms.splitnn.active import SplitNNServer, own_bottom
+from vflalgorithms.factories import ModelSlot
+from vflalgorithms.splitnn.active import OWN_BOTTOM, SplitNNServer, own_bottom, own_bottom_slot
 from vflalgorithms.vimadmm.maths import dual_update, joint_local_step, residuals, solve_z
 from vflalgorithms.vimadmm.spec import ADMM_DUAL, ADMM_RESIDUAL
-from vflcore.job import ACTIVE_PARTY, model_seed
+from vflcore.job import ACTIVE_PARTY, JobSpec, model_seed
 from vflcore.ml.losses import task_loss
 from vflcore.ml.models import job_optimizer, linear_head
 from vflcore.tasks import Share
@@ -33,6 +34,12 @@ class VIMADMMJServer(SplitNNServer):
 
     name = "vimadmm_j"
     checkpointed: tuple[str, ...] = ("step_losses", "duals", "bottom", "head", "own_optimizers")
+    #: The head W_k is the method's linear head (004 Eq. 2); only the own bottom model is the user's.
+    factory_keys: tuple[str, ...] = (OWN_BOTTOM,)
+
+    @classmethod
+    def model_slots(cls, job: JobSpec, own_features: int, num_outputs: int) -> dict[str, ModelSlot]:
+        return own_bottom_slot(job, own_features)
 
     def __init__(self, ctx: ActiveContext) -> None:
         # Not SplitNN's constructor: there is no server model to optimise, and an active party
@@ -42,13 +49,14 @@ class VIMADMMJServer(SplitNNServer):
         self.rho = float(job_options(job)["rho"])
         self.local_steps = int(job_options(job)["local_steps"])
         self.loss_fn = task_loss(job.task)
-        self.duals = torch.zeros(job.num_rows, ctx.num_outputs)
+        self.duals = torch.zeros(job.num_rows, ctx.num_outputs, device=ctx.device)
         self.top = nn.Identity()  # the prediction is the sum of the parties' logits
         self.bottom = own_bottom(ctx)
         self.head: nn.Linear | None = None
         self.own_optimizers: tuple[torch.optim.Optimizer, torch.optim.Optimizer] | None = None
         if self.bottom is not None:
-            self.head = linear_head(job.embedding_dim, ctx.num_outputs, model_seed(job.seed, ACTIVE_PARTY, "head"))
+            head = linear_head(job.embedding_dim, ctx.num_outputs, model_seed(job.seed, ACTIVE_PARTY, "head"))
+            self.head = head.to(ctx.device)
             self.own_optimizers = (
                 job_optimizer(job, self.head.parameters()),
                 job_optimizer(job, self.bottom.parameters()),
@@ -90,5 +98,5 @@ class VIMADMMJServer(SplitNNServer):
         fed.dispatch(lambda tid: Share(tid, round_, HEAD))
         norms = {party: float(np.linalg.norm(head)) for party, head in fed.gather(HEAD, round_, 0).items()}
         if self.head is not None:
-            norms[ACTIVE_PARTY] = float(torch.linalg.matrix_norm(self.head.weight.detach()))
+            norms[ACTIVE_PARTY] = float(torch.linalg.matrix_norm(self.head.weight.detach().cpu()))
         return dict(sorted(norms.items()))

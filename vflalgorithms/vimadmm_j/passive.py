@@ -33,28 +33,27 @@ class VIMADMMJClient(VIMADMMClient):
         job = ctx.job
         if job.num_outputs < 1:
             raise TensorError("job.num_outputs", "the server's job does not say how many outputs the model has")
-        self.head_layer = linear_head(job.embedding_dim, job.num_outputs, model_seed(job.seed, ctx.party, "head"))
+        head = linear_head(job.embedding_dim, job.num_outputs, model_seed(job.seed, ctx.party, "head"))
+        self.head_layer = head.to(ctx.device)
         self.head_optimizer = job_optimizer(job, self.head_layer.parameters())
 
     def _upload(self, h: torch.Tensor) -> np.ndarray:
         """The party's logits o^k = f(x^k) W_k."""
-        out: np.ndarray = self.head_layer(h).detach().numpy()
+        out: np.ndarray = self.head_layer(h).detach().cpu().numpy()
         return out
 
     def _local_step(self, h: torch.Tensor, state: dict[str, torch.Tensor]) -> None:
         duals, slack = state[ADMM_DUAL], state[ADMM_RESIDUAL]
         joint_local_step(h, self.head_layer, self.head_optimizer, self.optimizer, duals, slack, self.rho)
 
-    @torch.no_grad()
-    def embed(self, rows: np.ndarray) -> np.ndarray:
+    def represent(self, features: torch.Tensor) -> torch.Tensor:
         """This party's logits o^k = f(x^k) W_k: what the server sums to predict."""
-        self.bottom.eval()
-        out: np.ndarray = self.head_layer(self.bottom(self.ctx.features[rows])).numpy()
+        out: torch.Tensor = self.head_layer(self.bottom(features))
         return out
 
     def share(self, name: str) -> np.ndarray:
         """W_k (``HEAD``), (outputs, embedding_dim): what the server's client-importance report measures."""
         if name != HEAD:
             return super().share(name)
-        out: np.ndarray = self.head_layer.weight.detach().numpy().copy()
+        out: np.ndarray = self.head_layer.weight.detach().cpu().numpy().copy()
         return out

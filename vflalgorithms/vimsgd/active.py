@@ -20,9 +20,10 @@ import torch
 from torch import nn
 
 from vflalgorithms.base import ActiveContext, Publish
-from vflalgorithms.splitnn.active import SplitNNServer
-from vflcore.job import ACTIVE_PARTY
-from vflcore.ml.models import LinearHeads, job_optimizer
+from vflalgorithms.factories import ModelSlot
+from vflalgorithms.splitnn.active import OWN_BOTTOM, SplitNNServer, own_bottom_slot
+from vflcore.job import ACTIVE_PARTY, JobSpec, model_seed
+from vflcore.ml.models import LinearHeads, build_seeded, job_optimizer
 from vflcore.wire.names import GRADIENT
 
 
@@ -40,8 +41,20 @@ class VIMSGDServer(SplitNNServer):
         self.optimizer = job_optimizer(job, self.top.parameters())
         self.bottom_optimizer = job_optimizer(job, self.bottom.parameters()) if self.bottom is not None else None
 
+    #: The heads are the method (one linear head per party, 004 Eq. 2): only the own bottom model is the user's.
+    factory_keys: tuple[str, ...] = (OWN_BOTTOM,)
+
+    @classmethod
+    def model_slots(cls, job: JobSpec, own_features: int, num_outputs: int) -> dict[str, ModelSlot]:
+        return own_bottom_slot(job, own_features)
+
     def _build_top(self, parts: int) -> nn.Module:
-        return LinearHeads(parts, self.ctx.job.embedding_dim, self.ctx.num_outputs)
+        job = self.ctx.job
+        heads = build_seeded(
+            lambda: LinearHeads(parts, job.embedding_dim, self.ctx.num_outputs),
+            model_seed(job.seed, ACTIVE_PARTY, "top"),
+        )
+        return heads.to(self.ctx.device)
 
     def _forward(self, own: list[torch.Tensor], passive: list[torch.Tensor]) -> torch.Tensor:
         output: torch.Tensor = self.top(own + passive)

@@ -89,12 +89,14 @@ class NextJobRequest(_message.Message):
     def __init__(self, wait_s: _Optional[float] = ...) -> None: ...
 
 class NextJobReply(_message.Message):
-    __slots__ = ("job", "dataset")
+    __slots__ = ("job", "dataset", "model")
     JOB_FIELD_NUMBER: _ClassVar[int]
     DATASET_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
     job: JobSpec
     dataset: str
-    def __init__(self, job: _Optional[_Union[JobSpec, _Mapping]] = ..., dataset: _Optional[str] = ...) -> None: ...
+    model: str
+    def __init__(self, job: _Optional[_Union[JobSpec, _Mapping]] = ..., dataset: _Optional[str] = ..., model: _Optional[str] = ...) -> None: ...
 
 class JobSpec(_message.Message):
     __slots__ = ("job_id", "algorithm", "task", "seed", "batch_size", "epochs", "embedding_dim", "bottom_hidden", "optimizer", "learning_rate", "test_fraction", "num_rows", "passive_parties", "algorithm_options", "num_outputs", "weight_decay", "checkpoint_every_steps")

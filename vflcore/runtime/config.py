@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import tomllib
 from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any, get_type_hints
 
@@ -65,6 +65,8 @@ class ServerConfig:
     #: Calls the federation server runs at once (more get RESOURCE_EXHAUSTED), and per party.
     max_rpcs: int = 64
     max_party_rpcs: int = 16
+    #: ``[compute] device``: where this party trains ("cpu", "cuda", "cuda:N"); checked at start.
+    device: str = "cpu"
 
     @property
     def data(self) -> DataSource:
@@ -96,6 +98,10 @@ class ClientConfig:
     retry_max_s: float = 60.0
     #: How many epochs' checkpoints this party keeps per job (the newest).
     keep_checkpoints: int = 2
+    #: ``[models]``: the model factories a job may ask this party for, by name (``module:function``).
+    models: dict[str, str] = field(default_factory=dict)
+    #: ``[compute] device``: where this party trains ("cpu", "cuda", "cuda:N"); checked at start.
+    device: str = "cpu"
 
     @property
     def data(self) -> DataSource:
@@ -259,6 +265,7 @@ def server_config_from(doc: Mapping[str, Any], source: Path | None = None) -> Se
         heartbeat_timeout_s=_positive(srv, "heartbeat_timeout_s", 60.0),
         max_rpcs=_at_least_one(srv, "max_rpcs", 64),
         max_party_rpcs=_at_least_one(srv, "max_party_rpcs", 16),
+        device=compute_device(doc, source),
     )
 
 
@@ -318,7 +325,38 @@ def client_config_from(doc: Mapping[str, Any], source: Path | None = None, party
         torch_threads=cli.integer("torch_threads", 1),
         psi_workers=_psi_workers(doc, source),
         keep_checkpoints=_keep_checkpoints(cli),
+        models=_models(doc, source),
+        device=compute_device(doc, source),
     )
+
+
+def compute_device(doc: Mapping[str, Any], source: Path | None) -> str:
+    """``[compute] device``: "cpu" (default), "cuda" or "cuda:N"; whether it exists is checked at start.
+
+    Each organisation's own hardware choice, so it lives in the daemon's config, never in a job.
+    """
+    sec = _Section(doc, "compute", source)
+    unknown = sorted(set(sec.raw) - {"device"})
+    if unknown:
+        raise ConfigError(f"{sec.where}: [compute] has no key {unknown[0]!r}; it has 'device'")
+    device: str = sec.text("device", "cpu")
+    kind, _, index = device.partition(":")
+    if kind not in ("cpu", "cuda") or (index and (kind != "cuda" or not index.isdigit())):
+        raise ConfigError(f'{sec.where}: [compute] device = {device!r}; give "cpu", "cuda" or "cuda:N" (N = 0, 1, ...)')
+    return device
+
+
+def _models(doc: Mapping[str, Any], source: Path | None) -> dict[str, str]:
+    """``[models]``: name = "module:function", the factories a job may name for this party."""
+    sec = _Section(doc, "models", source)
+    models: dict[str, str] = {}
+    for name, spec in sec.raw.items():
+        if not isinstance(spec, str) or ":" not in spec:
+            raise ConfigError(
+                f'{sec.where}: [models] {name} = {spec!r}; give a factory, e.g. {name} = "mymodels:build"'
+            )
+        models[name] = spec
+    return models
 
 
 def _datasets(doc: Mapping[str, Any], source: Path | None, *, label_column: str | None) -> dict[str, DataSource]:

@@ -20,6 +20,7 @@ import threading
 from collections.abc import Callable
 from types import FrameType
 
+from vflcore.errors import ConfigError
 from vflcore.runtime.logs import configure_logging
 from vflcore.runtime.memory import keep_freed_memory
 
@@ -85,6 +86,29 @@ def prepare_compute(torch_threads: int) -> None:
 
     torch.set_num_threads(torch_threads)
     keep_freed_memory()
+
+
+def check_device(device: str) -> None:
+    """Refuse ``[compute] device`` at start if this host cannot provide it (not at the first step).
+
+    A ConfigError that says what the host has and what to write instead; the daemons exit 2.
+    """
+    import torch
+
+    if device == "cpu":
+        return
+    if not torch.cuda.is_available():
+        built = torch.version.cuda or "none (a CPU-only build)"
+        raise ConfigError(
+            f"[compute] device = {device!r}, but this host has no usable CUDA GPU (torch {torch.__version__}, CUDA "
+            f'{built}); set device = "cpu", or install a CUDA build of torch on a host with a GPU'
+        )
+    count = torch.cuda.device_count()
+    index = int(device.partition(":")[2] or 0)
+    if index >= count:
+        raise ConfigError(
+            f"[compute] device = {device!r}, but this host has {count} CUDA device(s): cuda:0 to cuda:{count - 1}"
+        )
 
 
 def adopt_torch_threads() -> None:

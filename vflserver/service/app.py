@@ -77,6 +77,7 @@ class Service:
                 keep_checkpoints=config.keep_checkpoints,
                 party_timeout_s=config.party_timeout_s,
                 heartbeat_timeout_s=config.heartbeat_timeout_s,
+                device=config.device,
             ),
             registry=self.registry,
             metrics=self.metrics,

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from vflcore.errors import JoinRejected, PermissionDenied
-from vflcore.job import JobSpec
+from vflcore.job import Offer
 from vflcore.runtime.config import DEFAULT_DATASET
 from vflserver.passive_parties import PassiveParties
 
@@ -31,6 +31,7 @@ class JobBoard:
         self._changed = threading.Condition()
         self._parties: PassiveParties | None = None
         self._datasets: dict[int, str] = {}
+        self._models: dict[int, str] = {}
 
     @classmethod
     def single(cls, parties: PassiveParties, datasets: Mapping[int, str] | None = None) -> JobBoard:
@@ -39,17 +40,23 @@ class JobBoard:
         board.open(parties, datasets or {})
         return board
 
-    def open(self, parties: PassiveParties, datasets: Mapping[int, str]) -> None:
-        """Serve ``parties``' job from now on; waiting daemons that it names get its offer."""
+    def open(
+        self, parties: PassiveParties, datasets: Mapping[int, str], models: Mapping[int, str] | None = None
+    ) -> None:
+        """Serve ``parties``' job from now on; waiting daemons that it names get its offer.
+
+        ``datasets`` and ``models`` name, per party, the dataset and model factory of its own
+        config that the job asks it to use (a party not listed: its default).
+        """
         with self._changed:
-            self._parties, self._datasets = parties, dict(datasets)
+            self._parties, self._datasets, self._models = parties, dict(datasets), dict(models or {})
             self._changed.notify_all()
 
     def close(self, parties: PassiveParties) -> None:
         """Stop serving ``parties``' job (a no-op if another job is open by now)."""
         with self._changed:
             if self._parties is parties:
-                self._parties, self._datasets = None, {}
+                self._parties, self._datasets, self._models = None, {}, {}
             self._changed.notify_all()
 
     def current(self) -> PassiveParties | None:
@@ -71,8 +78,8 @@ class JobBoard:
             )
         return parties
 
-    def next_offer(self, party: int, wait_s: float, active: Callable[[], bool]) -> tuple[JobSpec, str] | None:
-        """(job, dataset name) once a job that names ``party`` waits for it to join; None after ``wait_s``."""
+    def next_offer(self, party: int, wait_s: float, active: Callable[[], bool]) -> Offer | None:
+        """The offer once a job that names ``party`` waits for it to join; None after ``wait_s``."""
         deadline = time.monotonic() + min(max(wait_s, 0.0), MAX_OFFER_WAIT_S)
         self._restarted(party)
         with self._changed:
@@ -99,14 +106,14 @@ class JobBoard:
         else:
             parties.lose(party, "it asked for a new job: its daemon restarted or its connection broke")
 
-    def _offer_for(self, party: int) -> tuple[JobSpec, str] | None:
+    def _offer_for(self, party: int) -> Offer | None:
         parties = self._parties
         if parties is None or parties.state != "waiting" or party not in parties.job.passive_parties:
             return None
         member = parties.member(party)
         if member.joined or member.failure is not None:
             return None
-        return parties.job, self._datasets.get(party, DEFAULT_DATASET)
+        return Offer(parties.job, self._datasets.get(party, DEFAULT_DATASET), self._models.get(party, ""))
 
     def online(self) -> dict[int, bool]:
         """Party -> online, for the open job's parties (empty when no job is open)."""

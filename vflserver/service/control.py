@@ -22,7 +22,7 @@ from vflcore.proto import federation_pb2 as pb
 from vflcore.proto import federation_pb2_grpc as pb_grpc
 from vflcore.runtime.config import DataSource
 from vflcore.security.identity import operator_from_auth_context
-from vflserver.service.plan import active_source, plan_from_document
+from vflserver.service.plan import active_source, check_models, plan_from_document, read_active_table
 from vflserver.service.runner import JobRunner
 from vflserver.service.store import ENDED, JOB_STATES, EpochRecord, JobEvent, JobRecord, JobStore
 
@@ -64,6 +64,8 @@ def submit_job(
     """Check ``document``, queue it under its ``[job] job_id`` (or a new id), and wake the runner."""
     plan = plan_from_document(document, default_join_timeout_s=join_timeout_s)
     active_source(plan, datasets)  # the passive parties say so at join, before PSI
+    if plan.factories:  # the active party's own models: imported and probed now, not after PSI
+        check_models(plan, read_active_table(plan, datasets))
     job_id = plan.job.job_id or f"job-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     record = store.submit(
         job_id, dict(document), algorithm=plan.job.algorithm, epochs=plan.job.epochs, submitter=submitter

@@ -13,9 +13,13 @@ dataset each party uses::
 
     [job.datasets]                # optional: another name for some parties
     3 = "digits-2024"
+    model = "small"               # every passive party's model: a name in its own [models] table
+    [job.models]                  # optional: another model name for some parties
+    3 = "conv"
 
     [algorithm]                   # the algorithm's options
-    [model]                       # top_hidden, top_dropout (the active party's top model)
+    [model]                       # top_hidden, top_dropout; the active party's own model factories:
+    top_factory = "mymodels:top"  # "module:function" per model the algorithm takes (docs/configuration.md)
     [serving]                     # enabled (serve the model once trained; default true), degraded
 
 Everything is checked at submission, so a job that cannot run is refused before it is queued,
@@ -25,22 +29,27 @@ with a message that names the key.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
+import numpy as np
+import torch
+
 from vflalgorithms.base import algorithm_spec
+from vflalgorithms.factories import FACTORY_KEYS, check_factories
 from vflcore.data.tables import PartyTable, read_party_csv
 from vflcore.errors import ConfigError
 from vflcore.job import ACTIVE_PARTY, SET_BY_ACTIVE_PARTY, JobSpec
+from vflcore.ml.losses import label_tensor
 from vflcore.runtime.config import DEFAULT_DATASET, DataSource, _Section, dataset_named, job_from_document
 from vflserver.serving.config import DEGRADED_MODES
 
 #: The tables of a job document; anything else is refused by name.
 TABLES = ("job", "algorithm", "model", "serving")
 _SERVING_KEYS = ("enabled", "degraded")
-_MODEL_KEYS = ("top_hidden", "top_dropout")
+_MODEL_KEYS = ("top_hidden", "top_dropout", *FACTORY_KEYS)
 #: ``[job]`` keys besides the ``JobSpec`` fields: they say how the service runs the job.
-_SERVICE_KEYS = ("dataset", "datasets", "join_timeout_s", "psi_only")
+_SERVICE_KEYS = ("dataset", "datasets", "model", "models", "join_timeout_s", "psi_only")
 
 
 def job_keys() -> tuple[str, ...]:
@@ -64,6 +73,10 @@ class JobPlan:
     #: Serve the trained model on the inference endpoint (if the server runs one).
     serve: bool = True
     degraded: str = "none"
+    #: The active party's own model factories: ``[model]`` key → ``module:function``.
+    factories: dict[str, str] = field(default_factory=dict)
+    #: Passive party id -> the name, in its own ``[models]`` table, of the model it builds (absent: its default).
+    models: dict[int, str] = field(default_factory=dict)
 
 
 def plan_from_document(doc: Mapping[str, Any], *, default_join_timeout_s: float, where: str = "job") -> JobPlan:
@@ -106,9 +119,19 @@ def plan_from_document(doc: Mapping[str, Any], *, default_join_timeout_s: float,
     degraded = serving.text("degraded", "none")
     if degraded not in DEGRADED_MODES:
         raise ConfigError(f"{where}: [serving] degraded = {degraded!r}; choose one of {list(DEGRADED_MODES)}")
+    factories = {key: model.text(key) for key in FACTORY_KEYS if key in model.raw}
+    takes = spec.active_half().factory_keys
+    for key in sorted(factories):
+        if key not in takes:
+            raise ConfigError(
+                f"{where}: [model] {key}: {job.algorithm} does not take this model "
+                f"(the factories it takes: {', '.join(takes) or 'none'})"
+            )
     return JobPlan(
         job=job,
+        factories=factories,
         datasets=_datasets(sec, job),
+        models=_models(sec, job),
         join_timeout_s=join_timeout,
         top_hidden=model.integers("top_hidden", (64,)),
         top_dropout=top_dropout,
@@ -124,6 +147,24 @@ def active_source(plan: JobPlan, datasets: Mapping[str, DataSource]) -> DataSour
         return dataset_named(datasets, plan.datasets[ACTIVE_PARTY], "the active party (party 1)")
     except ConfigError as exc:
         raise ConfigError(f"job {plan.job.job_id or '(new)'}: {exc}") from None
+
+
+def check_models(plan: JobPlan, table: PartyTable, where: str = "job") -> None:
+    """Import every factory the job names and run each model on a probe batch of the right shape.
+
+    At submission, with the active party's table at hand (its feature count and label classes fix
+    the shapes), so that a factory which cannot work is refused before anything starts.
+    """
+    if not plan.factories:
+        return
+    job = plan.job
+    half = algorithm_spec(job.algorithm).active_half()
+    _, outputs = label_tensor(job.task, torch.from_numpy(np.asarray(table.labels, dtype=np.float64)))
+    slots = half.model_slots(job, table.features.shape[1], outputs)
+    try:
+        check_factories(plan.factories, job.algorithm, half.factory_keys, slots)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
 
 
 def read_active_table(plan: JobPlan, datasets: Mapping[str, DataSource]) -> PartyTable:
@@ -156,5 +197,29 @@ def _datasets(sec: _Section, job: JobSpec) -> dict[int, str]:
             )
         if not isinstance(name, str) or not name:
             raise ConfigError(f"{sec.where}: [job.datasets] {key} must be a dataset name")
+        names[party] = name
+    return names
+
+
+def _models(sec: _Section, job: JobSpec) -> dict[int, str]:
+    """Each passive party's model name: ``[job] model`` for all, ``[job.models]`` for exceptions.
+
+    The names mean something only in each party's own ``[models]`` table; the party resolves its
+    name when the job is offered, and refuses a name it lacks before PSI.
+    """
+    every = sec.text("model", "")
+    names = dict.fromkeys(job.passive_parties, every) if every else {}
+    overrides = sec.raw.get("models", {})
+    if not isinstance(overrides, Mapping):
+        raise ConfigError(f"{sec.where}: [job.models] must be a table of party id = model name")
+    for key, name in overrides.items():
+        party = int(key) if str(key).isdigit() else None
+        if party not in job.passive_parties:
+            raise ConfigError(
+                f"{sec.where}: [job.models] {key}: not a passive party of this job ({list(job.passive_parties)}); "
+                "the active party's own models are [model] factories"
+            )
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"{sec.where}: [job.models] {key} must be a model name from that party's [models] table")
         names[party] = name
     return names

@@ -25,16 +25,18 @@ from vflcore.data.checkpoints import checkpoint_positions, party_dir
 from vflcore.data.tables import DataError, PartyTable
 from vflcore.errors import ConfigError, JobAborted, JobStateError, PartyLost, PartyUnavailable, VflError
 from vflcore.job import ACTIVE_PARTY
+from vflcore.ml.onnx_export import MODEL_FILE
 from vflcore.runtime.config import DataSource
 from vflcore.wire.traffic import MB
-from vflserver.active_party import ARTIFACT_FILE, ActiveParty, EpochReport, RunSummary
+from vflserver.active_party import ActiveParty, EpochReport, RunSummary
 from vflserver.alignment import AlignmentResult
 from vflserver.service.board import JobBoard
 from vflserver.service.metrics import ServiceMetrics
 from vflserver.service.plan import JobPlan, plan_from_document, read_active_table
 from vflserver.service.store import ENDED, EpochRecord, JobRecord, JobStore
-from vflserver.serving.artifact import ArtifactServable
+from vflserver.serving.artifact import LEGACY_FILE
 from vflserver.serving.federated import FederatedServable
+from vflserver.serving.onnx_model import is_standalone, load_servable
 from vflserver.serving.registry import ModelRegistry
 
 log = structlog.get_logger(__name__)
@@ -54,6 +56,8 @@ class RunnerSettings:
     party_timeout_s: float = 600.0
     #: A party silent this long (no heartbeat) counts as lost; None: only a closed stream counts.
     heartbeat_timeout_s: float | None = None
+    #: ``[compute] device``: where the active party trains every job.
+    device: str = "cpu"
 
 
 class JobListener:
@@ -200,6 +204,8 @@ class JobRunner:
                 psi_only=plan.psi_only,
                 keep_checkpoints=self.settings.keep_checkpoints,
                 heartbeat_timeout_s=self.settings.heartbeat_timeout_s,
+                factories=plan.factories,
+                device=self.settings.device,
             )
         except (ConfigError, DataError, ValueError) as exc:
             self._end(job_id, "failed", str(exc))
@@ -215,7 +221,7 @@ class JobRunner:
             and not plan.psi_only
             and algorithm_spec(plan.job.algorithm).active_half().needs_parties_to_predict
         )
-        self.board.open(active.parties, plan.datasets)
+        self.board.open(active.parties, plan.datasets, plan.models)
         summary: RunSummary | None = None
         paused: tuple[PartyLost, float] | None = None
         try:
@@ -330,7 +336,7 @@ class JobRunner:
         job_id = active.job.job_id
         if self.registry is not None and plan.serve:
             if summary.artifact is not None:
-                self.registry.add(ArtifactServable(summary.artifact, name=job_id))
+                self.registry.add(load_servable(summary.artifact, name=job_id))
                 self.store.set_served(job_id, True)
                 log.info("model_served", job=job_id, how="standalone artifact")
             elif serve_federated:
@@ -365,19 +371,26 @@ class JobRunner:
         log.info("model_unserved", job=job_id, why=why)
 
     def _serve_saved_artifacts(self) -> None:
-        """After a restart: serve again every finished job's standalone model; federated ones are gone."""
+        """After a restart: serve again every finished job's standalone model; federated ones are gone.
+
+        The standalone model is the active party's ``model.onnx`` when its metadata says so (every
+        party of every job exports its part under that name), else the ``model.safetensors`` of a
+        run made before ONNX.
+        """
         if self.registry is None:
             return
         for record in self.store.list(states=("finished",)):
             if not record.served:
                 continue
-            artifact = party_dir(self.settings.run_dir, record.job_id, ACTIVE_PARTY) / ARTIFACT_FILE
-            if artifact.exists():
+            folder = party_dir(self.settings.run_dir, record.job_id, ACTIVE_PARTY)
+            onnx_file, legacy = folder / MODEL_FILE, folder / LEGACY_FILE
+            model = onnx_file if is_standalone(onnx_file) else legacy if legacy.exists() else None
+            if model is not None:
                 try:
-                    self.registry.add(ArtifactServable(artifact, name=record.job_id))
+                    self.registry.add(load_servable(model, name=record.job_id))
                     continue
                 except (OSError, VflError, ValueError) as exc:
-                    log.warning("artifact_unreadable", job=record.job_id, path=str(artifact), error=str(exc))
+                    log.warning("artifact_unreadable", job=record.job_id, path=str(model), error=str(exc))
             self.store.set_served(record.job_id, False)
 
 

@@ -1,4 +1,9 @@
-"""The standalone model artifact: one safetensors file the active party can serve with nobody else.
+"""The legacy standalone model artifact: one safetensors file the active party can serve with nobody else.
+
+New runs write the standalone model as ONNX (``model.onnx``, served by ``onnx_model.OnnxServable``);
+this module stays so that the ``model.safetensors`` of runs made before can still be served
+(``onnx_model.load_servable`` picks it by its suffix), and it keeps ``ArtifactInfo``, which the
+ONNX file's metadata stores too.
 
 APFed (and SingleVL) end with a model on the active party's own features, g_T(f_A(x^A)). The
 artifact holds its weights as safetensors tensors and everything needed to rebuild and serve it
@@ -35,9 +40,21 @@ from vflserver.serving.servable import (
     prediction_specs,
 )
 
-__all__ = ["FEATURES", "LABEL", "PREDICTION", "PROBABILITIES", "ArtifactServable", "load_artifact", "save_artifact"]
+__all__ = [
+    "FEATURES",
+    "LABEL",
+    "LEGACY_FILE",
+    "PREDICTION",
+    "PROBABILITIES",
+    "ArtifactInfo",
+    "ArtifactServable",
+    "load_artifact",
+    "save_artifact",
+]
 
 FORMAT = "vfl-model/1"
+#: The file name of the legacy artifact in the active party's run folder (runs before ONNX).
+LEGACY_FILE = "model.safetensors"
 FEATURES = "features"
 _ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid, "gelu": nn.GELU}
 
@@ -79,7 +96,11 @@ def _describe(layers: Sequence[nn.Module]) -> list[dict[str, Any]]:
 
 
 def save_artifact(path: Path, model: nn.Module, info: ArtifactInfo) -> Path:
-    """Write ``model`` (a stack of supported layers) with ``info``; atomic, readable by others (no secret)."""
+    """Write ``model`` (a stack of supported layers) with ``info``; atomic, readable by others (no secret).
+
+    Legacy: new runs export ONNX (``vflcore.ml.onnx_export``). Kept for the tests of old runs'
+    artifacts, and for whoever must write a file an older ``vfl-serve`` reads.
+    """
     layers = _flatten(model)
     spec = _describe(layers)
     linears = [layer for layer in layers if isinstance(layer, nn.Linear)]
@@ -145,7 +166,7 @@ def _build(spec: Sequence[Mapping[str, Any]], tensors: Mapping[str, torch.Tensor
 
 
 class ArtifactServable:
-    """A standalone artifact behind the inference endpoints: the active party's features in, predictions out."""
+    """A legacy standalone artifact behind the inference endpoints: the active party's features in, predictions out."""
 
     platform = "pytorch"
     #: predict only computes (no waiting on anyone), so the gRPC endpoint runs it on its event loop.

@@ -6,7 +6,8 @@ shared tensor names only, as a new algorithm's author would write it.
 
 from __future__ import annotations
 
-import numpy as np
+from collections.abc import Mapping
+
 import torch
 from torch import nn
 
@@ -62,12 +63,11 @@ class LinearProbeServer(ServerAlgorithm):
             total += loss.item() * len(rows)
         return total / max(1, sum(len(r) for r in batches))
 
-    @torch.no_grad()
-    def predict(self, rows: np.ndarray, embeddings: dict[int, np.ndarray]) -> torch.Tensor:
+    def eval(self) -> None:
         self.top.eval()
-        output: torch.Tensor = self.top(
-            torch.cat([torch.from_numpy(embeddings[p].copy()) for p in sorted(embeddings)], 1)
-        )
+
+    def infer(self, features: torch.Tensor, uploads: Mapping[int, torch.Tensor]) -> torch.Tensor:
+        output: torch.Tensor = self.top(torch.cat([uploads[p] for p in sorted(uploads)], 1))
         return output
 
 
@@ -97,7 +97,9 @@ class LinearProbeClient(ClientAlgorithm):
                 h.backward(torch.from_numpy(link.receive(b).copy()))
                 self.optimizer.step()
 
-    @torch.no_grad()
-    def embed(self, rows: np.ndarray) -> np.ndarray:
-        out: np.ndarray = self.bottom(self.ctx.features[rows]).numpy()
+    def eval(self) -> None:
+        self.bottom.eval()
+
+    def represent(self, features: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.bottom(features)
         return out
