@@ -57,6 +57,8 @@ class ServiceRun:
     #: Extra ``[server]`` and ``[client]`` settings (timeouts, heartbeats) for every config written.
     server_settings: dict[str, Any] = field(default_factory=dict)
     client_settings: dict[str, Any] = field(default_factory=dict)
+    #: Extra tables for every client config (e.g. ``{"models": {...}}``, a party's own model factories).
+    client_tables: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: The address a party dials instead of the server's (a proxy in front of it), by party.
     via: dict[int, str] = field(default_factory=dict)
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
@@ -105,6 +107,7 @@ class ServiceRun:
             },
             "tls": {"ca": tls.ca, "cert": tls.cert, "key": tls.key},
             "datasets": {"digits": {"path": self.data / f"party{party}.csv", "id_column": "id"}},
+            **self.client_tables,
         }
         path.write_text(toml_text(document))
         return path

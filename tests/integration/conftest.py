@@ -47,6 +47,8 @@ class RunningJob:
     port: int
     thread: threading.Thread
     outcome: dict[str, Any] = field(default_factory=dict)
+    #: The passive parties ``run_party_in_thread`` started, by id (their algorithm once trained).
+    passive: dict[int, PassiveParty] = field(default_factory=dict)
 
     @property
     def address(self) -> str:
@@ -101,7 +103,8 @@ def run_party_in_thread(
         try:
             table = read_party_csv(data / f"party{party}.csv")
             with Connection(job.address, party, tls=pki.party_files(party), connect_timeout_s=20) as conn:
-                box["result"] = PassiveParty(party, table, run_dir=tmp_path / "runs").run(conn)
+                job.passive[party] = PassiveParty(party, table, run_dir=tmp_path / "runs")
+                box["result"] = job.passive[party].run(conn)
         except BaseException as exc:
             box["result"] = exc
 
@@ -146,13 +149,14 @@ def run_whole_job(
     *,
     top_hidden: tuple[int, ...] = (64,),
     top_dropout: float = 0.0,
+    **active: Any,
 ) -> RunningJob:
     """Serve ``job`` and run every passive party to the end; every party must succeed.
 
     The returned job has finished: ``.summary()`` returns at once, and ``.active.algorithm``
-    holds the server's half as it ended.
+    holds the server's half as it ended. ``active`` goes to ``ActiveParty`` (e.g. ``factories``).
     """
-    running = start_job(pki, data, tmp_path, job, top_hidden=top_hidden, top_dropout=top_dropout)
+    running = start_job(pki, data, tmp_path, job, top_hidden=top_hidden, top_dropout=top_dropout, **active)
     try:
         waits = [run_party_in_thread(running, pki, data, tmp_path, party) for party in job.passive_parties]
         running.summary()

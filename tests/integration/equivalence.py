@@ -11,10 +11,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from tests.integration.conftest import run_whole_job
+from tests.integration.conftest import RunningJob, run_whole_job
 from vflalgorithms.apfed.reference import ReferenceAPFed
 from vflalgorithms.base import ServerAlgorithm, algorithm_spec
 from vflalgorithms.splitnn.reference import ReferenceSplitNN
@@ -38,10 +39,14 @@ class Comparison:
     reference: ReferenceSplitNN | ReferenceAPFed
     test_rows: np.ndarray
     algorithm: ServerAlgorithm  # the server's half, as it ended
+    running: RunningJob  # the federated run: its active party and passive parties, as they ended
 
 
-def compare(job: JobSpec, data: Path, pki: Pki, tmp_path: Path, *, top_dropout: float = 0.0) -> Comparison:
-    running = run_whole_job(pki, data, tmp_path, job, top_hidden=TOP_HIDDEN, top_dropout=top_dropout)
+def compare(
+    job: JobSpec, data: Path, pki: Pki, tmp_path: Path, *, top_dropout: float = 0.0, **active: Any
+) -> Comparison:
+    """``job`` federated (``active`` goes to ``ActiveParty``, e.g. its ``factories``) and by the reference."""
+    running = run_whole_job(pki, data, tmp_path, job, top_hidden=TOP_HIDDEN, top_dropout=top_dropout, **active)
     summary = running.summary()
 
     tables = {1: read_party_csv(data / "party1.csv", label_column="label")}
@@ -54,7 +59,9 @@ def compare(job: JobSpec, data: Path, pki: Pki, tmp_path: Path, *, top_dropout: 
     for epoch in range(job.epochs):
         reference.train_epoch(epoch)
     algorithm = running.active.algorithm
-    return Comparison(summary, list(algorithm.step_losses), reference, running.active.schedule.test_rows, algorithm)
+    return Comparison(
+        summary, list(algorithm.step_losses), reference, running.active.schedule.test_rows, algorithm, running
+    )
 
 
 #: Where a report says the two runs first parted: a difference above float32 rounding of a loss ~1.

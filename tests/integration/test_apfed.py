@@ -21,7 +21,8 @@ from tests.integration.test_reference_equivalence import DIGITS_JOB
 from vflclient import read_party_csv
 from vflcore.errors import ConfigError
 from vflserver.active_party import ActiveParty
-from vflserver.serving.artifact import FEATURES, LABEL, PROBABILITIES, ArtifactServable
+from vflserver.serving.artifact import FEATURES, LABEL, PROBABILITIES
+from vflserver.serving.onnx_model import OnnxServable
 from vfltesting.pki import Pki
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_torch_thread")]
@@ -60,7 +61,8 @@ def test_evaluation_and_inference_ask_no_passive_party(run: Comparison) -> None:
 def test_standalone_artifact_reproduces_the_server(run: Comparison, digits_data: Path) -> None:
     """The artifact, loaded with nothing else, predicts what the trained server half predicts."""
     assert run.federated.artifact is not None and run.federated.artifact.is_file()
-    servable = ArtifactServable(run.federated.artifact)
+    assert run.federated.artifact.name == "model.onnx"
+    servable = OnnxServable(run.federated.artifact)
     table = read_party_csv(digits_data / "party1.csv", label_column="label")
     assert servable.inputs[0].shape == (-1, table.features.shape[1])
     rows = run.test_rows

@@ -47,6 +47,10 @@ class TestDemoProcesses:
         # The APFed-C model, served by the active party with both passive daemons stopped.
         assert "both passive daemons stopped (exit 0)" in demo.stdout
         assert "same predictions as the server's final inference: True" in demo.stdout
-        assert (jobs / "digits-apfed-c" / "party-1" / "model.safetensors").exists()
+        assert (jobs / "digits-apfed-c" / "party-1" / "model.onnx").exists()
+        assert (jobs / "model_repository" / "digits-apfed-c" / "1" / "model.onnx").exists()
+        assert (jobs / "model_repository" / "digits-apfed-c" / "config.pbtxt").exists()
+        for party in (2, 3):  # every party's trained part leaves as ONNX, on its own host
+            assert (jobs / "digits-splitnn" / f"party-{party}" / "model.onnx").exists()
         assert (jobs / "jobs.sqlite").exists()  # the one job store
         assert (certs / "demo-app.pem").exists()

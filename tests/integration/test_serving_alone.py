@@ -96,7 +96,7 @@ def test_endpoint_answers_with_every_passive_party_gone(pki: Pki, digits_data: P
         features, labels = table.features[:200].astype(np.float32), np.asarray(table.labels)[:200]
         expected = local.predict({FEATURES: features})
         assert (expected[LABEL] == labels).mean() >= ACCURACY_BAR
-        in_repository = load_servable(party_dir / MODEL_REPOSITORY)  # what a stock Triton would be pointed at
+        in_repository = load_servable(runs / MODEL_REPOSITORY)  # what a stock Triton would be pointed at
         assert in_repository.name == JOB_ID
         assert np.array_equal(in_repository.predict({FEATURES: features})[LABEL], expected[LABEL])
 
