@@ -18,6 +18,18 @@ from vfltesting.datasets import write_diabetes_split, write_digits_quadrants, wr
 from vfltesting.pki import Pki, issue_pki
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip every ``cuda`` test on a host where torch sees no GPU (the CPU-only CI machines)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU; torch sees none on this host")
+    for item in items:
+        if item.get_closest_marker("cuda") is not None:
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     """One project CA: the server, parties 2 to 4, operator "alice" and inference caller "test-caller"."""

@@ -32,7 +32,7 @@ from vflcore.data.checkpoints import (
     save_position,
 )
 from vflcore.data.tables import PartyTable, write_aligned_ids
-from vflcore.errors import CheckpointError, ConfigError, JobAborted, PartyLost
+from vflcore.errors import ArtifactError, CheckpointError, ConfigError, JobAborted, PartyLost
 from vflcore.job import ACTIVE_PARTY, JobSpec, Position, Schedule, mid_epoch_checkpoint_due
 from vflcore.ml.losses import label_tensor, task_loss
 from vflcore.ml.metrics import task_metrics
@@ -471,7 +471,11 @@ class ActiveParty:
         log.info("model_exported", path=str(path), inputs=list(part.inputs), max_difference=worst)
         if standalone:
             summary.artifact = path
-            summary.model_repository = write_triton_repository(path, self.repository_root, self.job.job_id)
+            try:
+                summary.model_repository = write_triton_repository(path, self.repository_root, self.job.job_id)
+            except ArtifactError as exc:  # a job id Triton cannot take as a folder name: the ONNX file still serves
+                log.error("model_repository_skipped", error=str(exc))
+                return
             log.info("model_repository_written", path=str(summary.model_repository))
 
     def _label_array(self, rows: np.ndarray) -> np.ndarray:

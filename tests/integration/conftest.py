@@ -94,16 +94,16 @@ def start_job(
 
 
 def run_party_in_thread(
-    job: RunningJob, pki: Pki, data: Path, tmp_path: Path, party: int
+    job: RunningJob, pki: Pki, data: Path, tmp_path: Path, party: int, *, device: str = "cpu"
 ) -> Callable[[], RunResult | BaseException]:
-    """Start passive party ``party`` in a thread; the returned function waits for its result."""
+    """Start passive party ``party`` on ``device`` in a thread; the returned function waits for its result."""
     box: dict[str, Any] = {}
 
     def run() -> None:
         try:
             table = read_party_csv(data / f"party{party}.csv")
             with Connection(job.address, party, tls=pki.party_files(party), connect_timeout_s=20) as conn:
-                job.passive[party] = PassiveParty(party, table, run_dir=tmp_path / "runs")
+                job.passive[party] = PassiveParty(party, table, run_dir=tmp_path / "runs", device=device)
                 box["result"] = job.passive[party].run(conn)
         except BaseException as exc:
             box["result"] = exc
@@ -149,6 +149,7 @@ def run_whole_job(
     *,
     top_hidden: tuple[int, ...] = (64,),
     top_dropout: float = 0.0,
+    passive_device: str = "cpu",
     **active: Any,
 ) -> RunningJob:
     """Serve ``job`` and run every passive party to the end; every party must succeed.
@@ -158,7 +159,10 @@ def run_whole_job(
     """
     running = start_job(pki, data, tmp_path, job, top_hidden=top_hidden, top_dropout=top_dropout, **active)
     try:
-        waits = [run_party_in_thread(running, pki, data, tmp_path, party) for party in job.passive_parties]
+        waits = [
+            run_party_in_thread(running, pki, data, tmp_path, party, device=passive_device)
+            for party in job.passive_parties
+        ]
         running.summary()
         results = [wait() for wait in waits]
     finally:

@@ -340,8 +340,8 @@ def compute_device(doc: Mapping[str, Any], source: Path | None) -> str:
     if unknown:
         raise ConfigError(f"{sec.where}: [compute] has no key {unknown[0]!r}; it has 'device'")
     device: str = sec.text("device", "cpu")
-    kind, _, index = device.partition(":")
-    if kind not in ("cpu", "cuda") or (index and (kind != "cuda" or not index.isdigit())):
+    kind, colon, index = device.partition(":")
+    if kind not in ("cpu", "cuda") or (colon and (kind != "cuda" or not index.isdigit())):
         raise ConfigError(f'{sec.where}: [compute] device = {device!r}; give "cpu", "cuda" or "cuda:N" (N = 0, 1, ...)')
     return device
 
