@@ -125,7 +125,11 @@ def _query(certs: Path, data: Path, run_dir: Path, grpc_port: int, job: Job) -> 
     tls = TlsFiles(ca=certs / "ca.pem", cert=certs / f"{CALLER}.pem", key=certs / f"{CALLER}.key")
     with InferenceClient(f"127.0.0.1:{grpc_port}", tls=tls) as client:
         meta = client.metadata(served)
-        print(f"   model {meta.name!r}: inputs {[(t.name, t.datatype, list(t.shape)) for t in meta.inputs]}")
+        inputs = [(t.name, t.datatype, list(t.shape)) for t in meta.inputs]
+        print(f"   model {meta.name!r} ({meta.platform}): inputs {inputs}")
+        runs = run_dir / "runs"
+        print(f"   the same model as ONNX: {runs / served / 'party-1' / 'model.onnx'}")
+        print(f"   as a Triton model repository: {runs / 'model_repository' / served} (config.pbtxt, 1/model.onnx)")
         out = client.infer(served, {"features": features})
         one = client.infer(served, {"features": features[:1]})
     predicted = out["label"]
