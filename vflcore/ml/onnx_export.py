@@ -152,7 +152,10 @@ def _compare(
 ) -> float:
     with torch.no_grad():
         expected = [t.detach().cpu().numpy() for t in _as_tuple(part.forward(*inputs.values()))]
-    feeds = {name: t.detach().cpu().numpy() for name, t in inputs.items()}
+    # The exporter drops an input the model never reads (a federated top that ignores the active
+    # party's own features): feed what the graph declares.
+    declared = {i.name for i in session.get_inputs()}
+    feeds = {name: t.detach().cpu().numpy() for name, t in inputs.items() if name in declared}
     try:
         got = session.run(list(part.outputs), feeds)
     except Exception as exc:  # onnxruntime's own error types; the model is at fault, not the caller
