@@ -77,8 +77,18 @@ class PassivePartiesView(Protocol):
     def publish(self, party: int, key: TensorKey, array: np.ndarray) -> None: ...
 
 
+class _OnDevice:
+    """What both contexts share: the party's ``[compute] device``, and arrays from the wire moved there."""
+
+    device: torch.device
+
+    def tensor(self, array: np.ndarray) -> torch.Tensor:
+        """A float32 array from the wire, as a tensor on this party's device (copied: wire buffers are read-only)."""
+        return torch.from_numpy(np.array(array, dtype=np.float32)).to(self.device)
+
+
 @dataclass
-class ActiveContext:
+class ActiveContext(_OnDevice):
     """The active party's own data and its link to the passive parties, for one job."""
 
     job: JobSpec
@@ -104,10 +114,6 @@ class ActiveContext:
         """
         factory = self.factories.get(key, default)
         return build_seeded(lambda: factory(*args), seed).to(self.device)
-
-    def tensor(self, array: np.ndarray) -> torch.Tensor:
-        """A float32 array from the wire, as a tensor on this party's device (copied: wire buffers are read-only)."""
-        return torch.from_numpy(np.array(array, dtype=np.float32)).to(self.device)
 
 
 class ServerAlgorithm(ABC):
@@ -263,7 +269,7 @@ ModelFactory = Callable[[int, int], nn.Module]
 
 
 @dataclass
-class PassiveContext:
+class PassiveContext(_OnDevice):
     """One passive party's data, model factory and link to the server, for one job."""
 
     party: int
@@ -275,10 +281,6 @@ class PassiveContext:
     after_step: AfterStep = _no_checkpoints
     #: Where this party computes (``[compute] device``); ``features`` is there already.
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
-
-    def tensor(self, array: np.ndarray) -> torch.Tensor:
-        """A float32 array from the wire, as a tensor on this party's device (copied: wire buffers are read-only)."""
-        return torch.from_numpy(np.array(array, dtype=np.float32)).to(self.device)
 
 
 class ClientAlgorithm(ABC):

@@ -225,7 +225,7 @@ class PassiveParty:
         path = self._dir(job) / MODEL_FILE
         try:
             worst = export_onnx(replace(part, metadata=part_metadata(job, self.party)), path)
-        except ArtifactError as exc:
+        except (ArtifactError, OSError) as exc:
             log.error("model_export_failed", path=str(path), error=str(exc))
             return
         log.info("model_exported", path=str(path), max_difference=worst)

@@ -470,7 +470,7 @@ class ActiveParty:
         path = self.run_dir / MODEL_FILE
         try:
             worst = export_onnx(replace(part, metadata=metadata), path)
-        except ArtifactError as exc:  # training succeeded and the checkpoints hold the weights: not fatal
+        except (ArtifactError, OSError) as exc:  # training succeeded and the checkpoints hold the weights
             log.error("model_export_failed", path=str(path), error=str(exc))
             return
         summary.onnx = path
@@ -479,7 +479,7 @@ class ActiveParty:
             summary.artifact = path
             try:
                 summary.model_repository = write_triton_repository(path, self.repository_root, self.job.job_id)
-            except ArtifactError as exc:  # a job id Triton cannot take as a folder name: the ONNX file still serves
+            except (ArtifactError, OSError) as exc:  # a job id Triton cannot take, a full disk: model.onnx serves
                 log.error("model_repository_skipped", error=str(exc))
                 return
             log.info("model_repository_written", path=str(summary.model_repository))

@@ -32,7 +32,7 @@ from vflcore.wire.traffic import summary_lines
 from vflserver.active_party import ActiveParty, EpochReport, RunSummary
 from vflserver.alignment import AlignmentResult
 from vflserver.service.app import Service
-from vflserver.service.plan import TABLES, plan_from_document, read_active_table
+from vflserver.service.plan import TABLES, check_models, plan_from_document, read_active_table
 from vflserver.service.runner import JobListener
 from vflserver.service.store import ENDED, JobRecord, JobStore
 from vflserver.serving.config import serving_config_from
@@ -158,7 +158,7 @@ def _check_data(config: ServerConfig, job: dict[str, Any] | None) -> None:
     if job is None:
         return
     plan = plan_from_document(job, default_join_timeout_s=config.join_timeout_s, where="the config's [job]")
-    read_active_table(plan, config.datasets)
+    check_models(plan, read_active_table(plan, config.datasets), where="the config's [job]")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -125,7 +125,7 @@ class ServiceRun:
             cmd += ["--serving-port-file", str(ports)]
         with log.open("wb") as sink:  # the child keeps its own descriptor
             self.procs["server"] = subprocess.Popen(
-                cmd, stdout=subprocess.DEVNULL, stderr=sink, env=_env(), cwd=self.root
+                cmd, stdout=subprocess.DEVNULL, stderr=sink, env=service_env(), cwd=self.root
             )
         if wait:
             self.port = wait_for_port(self.root / "port", self.procs["server"], timeout_s=120)
@@ -146,7 +146,7 @@ class ServiceRun:
                 [str(BIN / "vfl-client"), "--party", str(party), "--config", str(config), "--log-format", "json"],
                 stdout=subprocess.DEVNULL,
                 stderr=sink,
-                env=_env(),
+                env=service_env(),
                 cwd=self.root,
             )
 
@@ -196,7 +196,7 @@ class ServiceRun:
         stop_all(self.procs)
 
 
-def _env() -> dict[str, str]:
+def service_env() -> dict[str, str]:
     """The daemons' environment: this checkout on the path (vfltesting is not installed)."""
     env = dict(os.environ)
     root = str(Path(__file__).resolve().parents[1])

@@ -13,6 +13,8 @@ refused at submission; a passive party builds the model the job names from its o
 from __future__ import annotations
 
 import csv
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -33,7 +35,7 @@ from vflcore.errors import VflError
 from vflcore.ml.onnx_export import MODEL_FILE, onnx_session
 from vflserver.serving.servable import LABEL, PROBABILITIES
 from vfltesting.pki import Pki
-from vfltesting.service import ServiceRun, job_document
+from vfltesting.service import ServiceRun, job_document, service_env, toml_text
 
 pytestmark = [pytest.mark.integration]
 
@@ -211,3 +213,27 @@ def test_a_model_name_a_party_lacks_fails_the_job_naming_it(daemons: ServiceRun,
         assert failed.state == "failed", lines
         assert "party 3" in failed.error and "'huge'" in failed.error and "[models]" in failed.error, failed.error
     assert all(daemons.alive().values())
+
+
+def test_a_bad_factory_in_the_servers_own_job_exits_2(tmp_path: Path, pki: Pki, digits_data: Path) -> None:
+    """A ``vfl-server`` config whose ``[job]`` names a broken factory: refused at start, exit 2, before listening."""
+    files = pki.server_files()
+    document = {
+        "server": {"listen": "127.0.0.1:0", "run_dir": str(tmp_path / "runs")},
+        "tls": {"ca": files.ca, "cert": files.cert, "key": files.key},
+        "data": {"path": digits_data / "party1.csv"},
+        "job": {"algorithm": "splitnn", "passive_parties": [2, 3]},
+        "model": {"top_factory": "tests.models:one_too_wide"},
+    }
+    config = tmp_path / "server.toml"
+    config.write_text(toml_text(document))
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "vfl-server"), "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=service_env(),
+    )
+    assert done.returncode == 2, done.stderr
+    assert "the config's [job]: [model] top_factory" in done.stderr and "must return shape" in done.stderr

@@ -82,8 +82,9 @@ def passive_model(
 ) -> nn.Module:
     """Passive party ``party``'s own network: DEC_p (h^A → x^p) for APFed-R, ENC_p (x^p → h^p) for APFed-C.
 
-    ``factory(n_in, n_out)`` is the party's own model builder, if it brings one (``vfl-client
-    --model``); the default is an MLP, the decoder mirroring the encoder's hidden widths.
+    ``factory(n_in, n_out)`` is the party's own model builder, if it brings one (``[model] factory``,
+    ``vfl-client --model-factory``, or a ``[models]`` name the job gives); the default is an MLP,
+    the decoder mirroring the encoder's hidden widths.
     """
     if job.algorithm == APFED_R:
         n_in, n_out, hidden = job.embedding_dim, width, tuple(reversed(job.bottom_hidden))

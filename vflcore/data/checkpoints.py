@@ -4,7 +4,7 @@ Each party writes only its own state, under ``<run_dir>/<job_id>/party-<N>/``: `
 at the end of epoch NNNN, ``epoch-NNNN-batch-BBBBB.pt`` after BBBBB batches of it (with
 ``[job] checkpoint_every_steps``), only the newest ``keep`` of them, and ``latest.pt``, a copy of
 the newest. Each is named by the ``Position`` it resumes at. A power cut or a
-``kill -9`` never leaves a half-written file under either name (see ``_atomic_write``), yet a
+``kill -9`` never leaves a half-written file under either name (see ``atomic_write``), yet a
 disk can still hand back a truncated or damaged file, so ``readable_checkpoints`` lists only the
 epochs whose files load, and a resumed job falls back to an older epoch every party holds.
 Loading uses ``weights_only=True``: no pickled code runs.
@@ -32,7 +32,7 @@ LATEST = "latest.pt"
 
 #: ``epoch-NNNN.pt``: the end of epoch NNNN; ``epoch-NNNN-batch-BBBBB.pt``: BBBBB batches into it.
 _CHECKPOINT_FILE = re.compile(r"epoch-(\d+)(?:-batch-(\d+))?\.pt")
-#: What ``_atomic_write`` leaves behind if the process dies before the rename (only ours: other
+#: What ``atomic_write`` leaves behind if the process dies before the rename (only ours: other
 #: writers share the folder, such as the model artifact's).
 _TEMP_GLOBS = (".epoch-*.pt.*.tmp", f".{LATEST}.*.tmp")
 
@@ -74,8 +74,8 @@ def save_position(directory: Path, position: Position, state: dict[str, Any], *,
     # "position" names what the file holds; "epoch" (the last epoch begun) is for a human reader.
     torch.save({"position": tuple(position), "epoch": position.epoch - (position.batch == 0), **state}, buffer)
     target = position_path(directory, position)
-    _atomic_write(buffer.getvalue(), target)  # serialised once, written twice
-    _atomic_write(buffer.getvalue(), directory / LATEST)
+    atomic_write(buffer.getvalue(), target)  # serialised once, written twice
+    atomic_write(buffer.getvalue(), directory / LATEST)
     _prune(directory, keep, written=position)
     return target
 
@@ -145,7 +145,7 @@ def discard_after(directory: Path, position: Position) -> None:
         position_path(directory, newer).unlink(missing_ok=True)
     kept = checkpoint_positions(directory)
     if kept:
-        _atomic_write(position_path(directory, kept[-1]).read_bytes(), directory / LATEST)
+        atomic_write(position_path(directory, kept[-1]).read_bytes(), directory / LATEST)
     else:
         (directory / LATEST).unlink(missing_ok=True)
     _fsync_directory(directory)
@@ -171,8 +171,10 @@ def _first_line(exc: BaseException) -> str:
     return lines[0] if lines else ""
 
 
-def _atomic_write(data: bytes, target: Path) -> None:
+def atomic_write(data: bytes, target: Path, *, mode: int = 0o600) -> None:
     """Put ``data`` at ``target`` so that after a crash or power cut it holds either the old or the new bytes.
+
+    The file gets ``mode``: 0600 (the owner alone) unless the caller says otherwise.
 
     1. Write a temporary file in the same folder: ``os.replace`` is atomic only within one
        file system, and a crash now leaves ``target`` untouched.
@@ -188,6 +190,7 @@ def _atomic_write(data: bytes, target: Path) -> None:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

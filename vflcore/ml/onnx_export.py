@@ -18,8 +18,6 @@ training, not silently when it is served.
 from __future__ import annotations
 
 import io
-import os
-import tempfile
 import threading
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -32,6 +30,7 @@ import onnxruntime
 import torch
 from torch import nn
 
+from vflcore.data.checkpoints import atomic_write
 from vflcore.errors import ArtifactError
 from vflcore.job import JobSpec
 
@@ -108,7 +107,7 @@ def onnx_session(model: bytes | str | Path, *, threads: int = 1) -> onnxruntime.
 
 def _export_bytes(part: OnnxPart) -> bytes:
     names = list(part.inputs)
-    probes = tuple(t.detach().cpu() for t in part.inputs.values())
+    probes = tuple(t.detach() for t in part.inputs.values())  # on the party's device, with its model
     dynamic = {name: {0: "batch"} for name in [*names, *part.outputs]}
     buffer = io.BytesIO()
     with _EXPORTING, warnings.catch_warnings():
@@ -192,13 +191,5 @@ def export_onnx(part: OnnxPart, path: Path) -> float:
         raise ArtifactError(f"{path}: torch cannot export this model to ONNX ({reason})") from exc
     worst = _check(data, part, path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(data, path, mode=0o644)  # a server such as Triton may run as another user
     return worst

@@ -9,11 +9,11 @@ dataset each party uses::
     passive_parties = [2, 3]
     epochs = 20
     dataset = "digits"            # every party's dataset name (default: "default", a config's [data])
+    model = "small"               # every passive party's model: a name in its own [models] table
     join_timeout_s = 120          # how long to wait for an offline party (default: the server's)
 
     [job.datasets]                # optional: another name for some parties
     3 = "digits-2024"
-    model = "small"               # every passive party's model: a name in its own [models] table
     [job.models]                  # optional: another model name for some parties
     3 = "conv"
 
