@@ -44,7 +44,7 @@ def solve_z(task: str, outputs: torch.Tensor, labels: torch.Tensor, duals: torch
         return ce - (lam * z).sum(dim=1) + rho / 2 * ((o - z) ** 2).sum(dim=1)
 
     z = o + lam / rho  # the minimiser without the loss term
-    eye = torch.eye(o.shape[1], dtype=torch.float64)
+    eye = torch.eye(o.shape[1], dtype=torch.float64, device=o.device)
     for _ in range(MAX_NEWTON):
         p = torch.softmax(z, dim=1)
         gradient = p - onehot - lam + rho * (z - o)
@@ -53,7 +53,7 @@ def solve_z(task: str, outputs: torch.Tensor, labels: torch.Tensor, duals: torch
         hessian = torch.diag_embed(p) - p.unsqueeze(2) * p.unsqueeze(1) + rho * eye
         step = torch.linalg.solve(hessian, gradient.unsqueeze(2)).squeeze(2)
         # Backtracking per sample: halve the step until the objective does not increase.
-        scale = torch.ones(len(z), 1, dtype=torch.float64)
+        scale = torch.ones(len(z), 1, dtype=torch.float64, device=z.device)
         before = objective(z)
         for _ in range(30):
             worse = objective(z - scale * step) > before + 1e-15
