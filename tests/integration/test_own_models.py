@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -123,40 +124,87 @@ def _finished(jobs: JobClient, document: dict[str, dict[str, Any]], daemons: Ser
     assert jobs.get(job.id).state == "finished", "\n".join(lines) + daemons.tail()
 
 
-def test_a_conv_and_layernorm_apfed_model_is_served_from_onnx(daemons: ServiceRun, pki: Pki, digits_data: Path) -> None:
-    """APFed-C with the active party's own Conv1d encoder and LayerNorm head: tritonclient gets its predictions."""
-    job_id = "own-conv-apfed"
-    document = job_document(job_id, "apfed_c", epochs=3)
+CONV_JOB = "own-conv-apfed"
+
+
+@pytest.fixture(scope="module")
+def conv_job(daemons: ServiceRun, pki: Pki) -> Path:
+    """APFed-C with the active party's own Conv1d encoder and LayerNorm head, trained once; its runs folder."""
+    document = job_document(CONV_JOB, "apfed_c", epochs=3)
     document["model"].update(encoder_factory="tests.models:conv_encoder", head_factory="tests.models:layernorm_head")
     with JobClient(daemons.address, tls=pki.operator_files("alice")) as jobs:
         _finished(jobs, document, daemons)
-        assert jobs.get(job_id).served
+        assert jobs.get(CONV_JOB).served
+    return daemons.root / "runs"
 
-    runs = daemons.root / "runs"
-    graph = onnx.load(str(runs / job_id / "party-1" / MODEL_FILE)).graph
-    assert {"Conv", "LayerNormalization"} <= {node.op_type for node in graph.node}
 
-    # The Triton repository: its config parses into Triton's own message and agrees with the graph.
-    folder = runs / "model_repository" / job_id
-    assert (folder / "1" / MODEL_FILE).read_bytes() == (runs / job_id / "party-1" / MODEL_FILE).read_bytes()
-    config = text_format.Parse((folder / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
-    assert config.name == job_id and config.platform == "onnxruntime_onnx"
-    assert [i.name for i in config.input] == [i.name for i in graph.input]
-    assert [o.name for o in config.output] == [o.name for o in graph.output]
-
-    # The server's own final inference on the held-out rows, and the same rows through tritonclient.
-    with (runs / job_id / "party-1" / "test_predictions.csv").open() as fh:
+def _held_out(runs: Path, digits_data: Path) -> tuple[np.ndarray, list[int]]:
+    """The active party's features of the held-out rows, and the server's own final predictions for them."""
+    with (runs / CONV_JOB / "party-1" / "test_predictions.csv").open() as fh:
         final = {row["id"]: int(row["prediction"]) for row in csv.DictReader(fh)}
     table = read_party_csv(digits_data / "party1.csv", label_column="label")
     index = {str(i): n for n, i in enumerate(table.ids)}
     ids = sorted(final)
-    features = np.stack([table.features[index[i]] for i in ids]).astype(np.float32)
-    grpc_port, _ = daemons.serving_ports()
-    client = triton_grpc_client(grpc_port, pki.caller_files("test-caller"))
+    return np.stack([table.features[index[i]] for i in ids]).astype(np.float32), [final[i] for i in ids]
+
+
+def _triton_labels(port: int, pki: Pki, features: np.ndarray) -> list[int]:
+    client = triton_grpc_client(port, pki.caller_files("test-caller"))
     request = InferInput("features", list(features.shape), "FP32")
     request.set_data_from_numpy(features)
-    labels = client.infer(job_id, [request]).as_numpy(LABEL)
-    assert labels.tolist() == [final[i] for i in ids]
+    labels: list[int] = client.infer(CONV_JOB, [request]).as_numpy(LABEL).tolist()
+    client.close()
+    return labels
+
+
+def test_a_conv_and_layernorm_apfed_model_is_served_from_onnx(
+    conv_job: Path, daemons: ServiceRun, pki: Pki, digits_data: Path
+) -> None:
+    """The trained model's graph holds Conv and LayerNormalization; tritonclient gets the server's own predictions."""
+    runs = conv_job
+    graph = onnx.load(str(runs / CONV_JOB / "party-1" / MODEL_FILE)).graph
+    assert {"Conv", "LayerNormalization"} <= {node.op_type for node in graph.node}
+
+    # The Triton repository: its config parses into Triton's own message and agrees with the graph.
+    folder = runs / "model_repository" / CONV_JOB
+    assert (folder / "1" / MODEL_FILE).read_bytes() == (runs / CONV_JOB / "party-1" / MODEL_FILE).read_bytes()
+    config = text_format.Parse((folder / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
+    assert config.name == CONV_JOB and config.platform == "onnxruntime_onnx"
+    assert [i.name for i in config.input] == [i.name for i in graph.input]
+    assert [o.name for o in config.output] == [o.name for o in graph.output]
+
+    features, final = _held_out(runs, digits_data)
+    grpc_port, _ = daemons.serving_ports()
+    assert _triton_labels(grpc_port, pki, features) == final
+
+
+def _announced_grpc_port(ports: Path, serve: subprocess.Popen[bytes], timeout_s: float = 60) -> int:
+    """The gRPC port ``vfl-serve --port-file`` announces ("grpc_port rest_port" and a newline)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if ports.exists() and ports.read_text().endswith("\n"):
+            return int(ports.read_text().split()[0])
+        assert serve.poll() is None, f"vfl-serve exited with {serve.returncode} before listening"
+        time.sleep(0.05)
+    raise AssertionError(f"vfl-serve did not listen within {timeout_s:.0f} s")
+
+
+def test_vfl_serve_serves_the_triton_repository(conv_job: Path, pki: Pki, digits_data: Path, tmp_path: Path) -> None:
+    """``vfl-serve --model <run_dir>/model_repository``: no training run, no party; the same predictions."""
+    files = pki.server_files()
+    ports = tmp_path / "ports"
+    command = [str(Path(sys.executable).parent / "vfl-serve"), "--model", str(conv_job / "model_repository")]
+    command += ["--grpc-listen", "127.0.0.1:0", "--rest-listen", "127.0.0.1:0", "--port-file", str(ports)]
+    command += ["--ca", str(files.ca), "--cert", str(files.cert), "--key", str(files.key)]
+    serve = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=service_env())
+    try:
+        grpc_port = _announced_grpc_port(ports, serve)
+        features, final = _held_out(conv_job, digits_data)
+        assert _triton_labels(grpc_port, pki, features) == final
+    finally:
+        serve.terminate()
+        _, err = serve.communicate(timeout=30)
+    assert serve.returncode == 0, err.decode(errors="replace")[-2000:]
 
 
 @pytest.mark.parametrize(
