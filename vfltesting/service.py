@@ -7,11 +7,12 @@ restart on the same address) and announces its ports in files.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -194,6 +195,16 @@ class ServiceRun:
 
     def close(self) -> None:
         stop_all(self.procs)
+
+    @contextlib.contextmanager
+    def started(self) -> Iterator[ServiceRun]:
+        """The server, then every passive daemon, started; all of them stopped on leaving, whatever happened."""
+        try:
+            self.start_server()
+            self.start_clients()
+            yield self
+        finally:
+            self.close()
 
 
 def service_env() -> dict[str, str]:

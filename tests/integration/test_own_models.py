@@ -104,18 +104,9 @@ def test_every_partys_onnx_export_matches_torch(run: Comparison) -> None:
 @pytest.fixture(scope="module")
 def daemons(pki: Pki, digits_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceRun]:
     """A server with an inference endpoint and parties 2 and 3, each with a ``[models]`` table."""
-    run = ServiceRun(
-        tmp_path_factory.mktemp("own-models"),
-        pki,
-        digits_data,
-        client_tables={"models": {"wide": "tests.models:wide_bottom"}},
-    )
-    try:
-        run.start_server()
-        run.start_clients()
+    models = {"models": {"wide": "tests.models:wide_bottom"}}
+    with ServiceRun(tmp_path_factory.mktemp("own-models"), pki, digits_data, client_tables=models).started() as run:
         yield run
-    finally:
-        run.close()
 
 
 def _finished(jobs: JobClient, document: dict[str, dict[str, Any]], daemons: ServiceRun) -> None:

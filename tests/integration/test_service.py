@@ -41,13 +41,8 @@ def _run_to_end(jobs: JobClient, document: dict[str, dict[str, object]]) -> tupl
 @pytest.fixture(scope="module")
 def daemons(pki: Pki, digits_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceRun]:
     """One server and parties 2 and 3, started once for every test of the class below."""
-    run = ServiceRun(tmp_path_factory.mktemp("service"), pki, digits_data)
-    try:
-        run.start_server()
-        run.start_clients()
+    with ServiceRun(tmp_path_factory.mktemp("service"), pki, digits_data).started() as run:
         yield run
-    finally:
-        run.close()
 
 
 class TestOneSetOfDaemons:

@@ -34,8 +34,8 @@ from vflserver.serving.servable import (
     LABEL,
     PREDICTION,
     PROBABILITIES,
-    InferenceInputError,
     TensorSpec,
+    finite_float32,
     prediction_outputs,
     prediction_specs,
 )
@@ -184,9 +184,7 @@ class ArtifactServable:
         return True
 
     def predict(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        features = np.asarray(inputs[FEATURES], dtype=np.float32)
-        if not np.isfinite(features).all():
-            raise InferenceInputError(f"input {FEATURES!r}: values must be finite (no NaN or infinity)")
+        features = finite_float32(inputs, FEATURES)
         with torch.inference_mode():
             output = self.model(torch.from_numpy(features)).numpy()
         return prediction_outputs(self.info.task, output)

@@ -31,7 +31,7 @@ from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
 from vflcore.errors import ArtifactError
 from vflcore.ml.onnx_export import MODEL_FILE, onnx_session
 from vflserver.serving.artifact import FEATURES, LEGACY_FILE, ArtifactInfo, ArtifactServable
-from vflserver.serving.servable import InferenceInputError, Servable, TensorSpec, prediction_specs
+from vflserver.serving.servable import Servable, TensorSpec, finite_float32, prediction_specs
 from vflserver.serving.triton_repository import CONFIG_FILE
 
 __all__ = [
@@ -190,9 +190,7 @@ class OnnxServable:
         return True
 
     def predict(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        features = np.ascontiguousarray(inputs[FEATURES], dtype=np.float32)
-        if not np.isfinite(features).all():
-            raise InferenceInputError(f"input {FEATURES!r}: values must be finite (no NaN or infinity)")
+        features = finite_float32(inputs, FEATURES)
         results = self.session.run(self._output_names, {FEATURES: features})
         return dict(zip(self._output_names, results, strict=True))
 

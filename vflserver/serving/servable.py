@@ -114,6 +114,14 @@ def computes_inline(servable: Servable) -> bool:
     return getattr(servable, "compute_only", False) is True
 
 
+def finite_float32(inputs: Mapping[str, np.ndarray], name: str) -> np.ndarray:
+    """Input ``name`` as a contiguous float32 array; InferenceInputError if it holds NaN or infinity."""
+    values = np.ascontiguousarray(inputs[name], dtype=np.float32)
+    if not np.isfinite(values).all():
+        raise InferenceInputError(f"input {name!r}: values must be finite (no NaN or infinity)")
+    return values
+
+
 #: The outputs every trained model answers with: class probabilities and the class, or a value.
 PROBABILITIES, LABEL, PREDICTION = "probabilities", "label", "prediction"
 
