@@ -6,6 +6,7 @@ every gRPC failure into an SDK error through ``translated``.
 
 from __future__ import annotations
 
+import functools
 import queue
 import threading
 import time
@@ -26,6 +27,7 @@ from vflcore.proto import federation_pb2_grpc as pb_grpc
 from vflcore.security.tls import KEEPALIVE_CHANNEL_OPTIONS, TlsFiles, channel_credentials
 from vflcore.wire import serde as wire
 from vflcore.wire.codec import TensorCodec
+from vflcore.wire.codecs import FP32, WireCodec, job_codecs
 from vflcore.wire.links import TensorExchange, TrainingLink
 from vflcore.wire.names import download_rpc, upload_rpc
 from vflcore.wire.tensors import TensorKey
@@ -87,6 +89,8 @@ class Connection(TrainingLink):
         #: Bytes this party sent to and received from the server, per phase (``vflcore.wire.traffic``).
         self.traffic = Traffic()
         self._codec = TensorCodec(self.traffic, ACTIVE_PARTY)
+        #: The joined job's wire codecs (``[job] wire_codec``): up for a step's uploads, down for its answers.
+        self._wire: tuple[WireCodec, WireCodec] = (FP32, FP32)
         self._subscription: grpc.Call | None = None
 
     # ---- lifecycle --------------------------------------------------------------------------
@@ -147,7 +151,9 @@ class Connection(TrainingLink):
         )
         with translated("Join"):
             reply = self._stub.Join(request, metadata=self._metadata)
-        return wire.job_from_proto(reply.job)
+        job = wire.job_from_proto(reply.job)
+        self._wire = job_codecs(job)
+        return job
 
     def tasks(self, job_id: str) -> Iterator[tasks.Task]:
         """The server's work for this party, in order, until a Finish task."""
@@ -209,7 +215,16 @@ class Connection(TrainingLink):
         if upload_rpc(up) != "SendEmbeddings":
             raise ValueError(f"{up!r} travels on {upload_rpc(up)}, not on a round's upload stream; use send()")
         return _StreamedExchange(
-            self._stub, self._metadata, self._codec, job_id, round_, batches, up=up, down=names, first=first
+            self._stub,
+            self._metadata,
+            self._codec,
+            job_id,
+            round_,
+            batches,
+            up=up,
+            down=names,
+            first=first,
+            codecs=self._wire,
         )
 
     def report_failure(self, job_id: str, task_id: int, message: str) -> None:
@@ -272,15 +287,19 @@ class _StreamedExchange(TensorExchange):
         up: str,
         down: tuple[str, ...],
         first: int = 0,
+        codecs: tuple[WireCodec, WireCodec] = (FP32, FP32),
     ) -> None:
         self._job_id, self._round, self._up, self._down = job_id, round_, up, down
+        self._wire_up, wire_down = codecs
         self._rpc = download_rpc(down)
         self._outbox: queue.SimpleQueue[pb.TensorChunk | None] = queue.SimpleQueue()
         start = TensorKey(job_id, round_, first, down[0])
         request = pb.TensorRequest(key=wire.key_to_proto(start), count=batches - first, names=list(down))
         self._download = getattr(stub, self._rpc)(request, metadata=metadata)
         self._codec = codec
-        self._arrivals = codec.decode_stream(self._download)
+        # A step's answers come as float32, or in the job's down codec; nothing else is taken.
+        allowed = {"float32", wire_down.dtype}
+        self._arrivals = codec.decode_stream(self._download, functools.partial(_only_dtypes, allowed))
         self._upload = stub.SendEmbeddings.future(iter(self._outbox.get, None), metadata=metadata)
         self._upload.add_done_callback(self._stop_downloads_if_refused)
 
@@ -296,7 +315,7 @@ class _StreamedExchange(TensorExchange):
     def send(self, batch: int, array: np.ndarray) -> None:
         self._raise_upload_error()
         key = TensorKey(self._job_id, self._round, batch, self._up)
-        for chunk in self._codec.encode(key, array):
+        for chunk in self._codec.encode(key, array, self._wire_up):
             self._outbox.put(chunk)
 
     def receive_bundle(self, batch: int) -> dict[str, np.ndarray]:
@@ -327,3 +346,9 @@ class _StreamedExchange(TensorExchange):
         self._outbox.put(None)
         self._upload.cancel()
         self._download.cancel()
+
+
+def _only_dtypes(allowed: set[str], key: TensorKey, dtype: str, shape: tuple[int, ...]) -> None:
+    """Refuse an answer announced in a dtype or codec the job does not use (before it is buffered)."""
+    if dtype not in allowed:
+        raise TensorError("dtype", f"{key} arrived as {dtype}; this job's answers are {' or '.join(sorted(allowed))}")

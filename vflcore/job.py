@@ -55,6 +55,12 @@ class JobSpec:
     #: Also checkpoint every this many training steps (batches), not only at each epoch's end
     #: (0: epochs only). A resumed job then replays at most this many steps.
     checkpoint_every_steps: int = 0
+    #: How the tensors of a training step are encoded on the wire (``vflcore.wire.codecs``):
+    #: "fp32" (exact), "bf16", "fp16", "int8" or "topk:<fraction>"; per direction, the two below
+    #: override it ("": as ``wire_codec``). Up is what passive parties send, down what they get.
+    wire_codec: str = "fp32"
+    wire_codec_up: str = ""
+    wire_codec_down: str = ""
 
     # The fields above are the only list of the job's settings. The wire (``vflcore.wire.serde``)
     # and the config file (``vflcore.runtime.config``) both walk them, so a new setting is a new

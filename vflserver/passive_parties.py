@@ -20,6 +20,7 @@ import structlog
 from vflcore.errors import JobAborted, JoinRejected, PartyLost, PartyUnavailable
 from vflcore.job import JobSpec, Position
 from vflcore.tasks import Finish, Task
+from vflcore.wire.codecs import FP32, WireCodec, job_codecs
 from vflcore.wire.tensors import TensorError, TensorKey
 from vflcore.wire.traffic import Traffic
 from vflserver.mailbox import Mailbox
@@ -80,6 +81,10 @@ class PassiveParties:
         #: Bytes exchanged with each party, per phase (``vflcore.wire.traffic``).
         self.traffic = Traffic()
         self.downloads = Mailbox()
+        #: The job's wire codecs (``[job] wire_codec``): what a step's uploads may come in, and its answers go in.
+        self.wire_up, self.wire_down = job_codecs(job)
+        #: Published tensors that go out exactly as float32 whatever the down codec (``publish(exact=True)``).
+        self._exact: set[tuple[int, TensorKey]] = set()
         self._lock = threading.Lock()
         self._members = {p: _Member(p) for p in job.passive_parties}
         self._expected: dict[tuple[int, str, int, int], _Expectation] = {}
@@ -254,8 +259,9 @@ class PassiveParties:
             expectation = self._expected.get((party, key.name, key.round, key.batch))
         if expectation is None:
             raise TensorError("key", f"the server expects no {key} from party {party} now")
-        if dtype != expectation.dtype:
-            raise TensorError("dtype", f"{key} must be {expectation.dtype}, got {dtype}")
+        if dtype != expectation.dtype and not (expectation.dtype == "float32" and dtype == self.wire_up.dtype):
+            allowed = expectation.dtype if expectation.dtype != "float32" else f"float32 or {self.wire_up.dtype}"
+            raise TensorError("dtype", f"{key} must be {allowed}, got {dtype}")
         if tuple(shape) != tuple(expectation.shape):
             raise TensorError("shape", f"{key} has shape {list(shape)}, expected {list(expectation.shape)}")
 
@@ -330,9 +336,23 @@ class PassiveParties:
         for party in self._members:
             self.uploads.discard(party, key)
 
-    def publish(self, party: int, key: TensorKey, array: np.ndarray) -> None:
-        """Leave a tensor for a party to collect (a gradient, say)."""
+    def publish(self, party: int, key: TensorKey, array: np.ndarray, *, exact: bool = False) -> None:
+        """Leave a tensor for a party to collect (a gradient, say), sent in the job's down codec.
+
+        ``exact``: sent as float32 whatever the codec (weights broadcast once, not a step's answer).
+        """
+        if exact:
+            with self._lock:
+                self._exact.add((party, key))
         self.downloads.put(party, key, array)
+
+    def download_codec(self, party: int, key: TensorKey) -> WireCodec:
+        """The codec a published tensor goes out in: the job's down codec, unless it was published exact."""
+        with self._lock:
+            if (party, key) in self._exact:
+                self._exact.discard((party, key))
+                return FP32
+        return self.wire_down
 
     def collect(self, party: int, key: TensorKey, *, timeout_s: float | None = None) -> np.ndarray:
         """A party's handler waits here for the tensor the loop publishes for it."""

@@ -293,7 +293,7 @@ class FederationService(pb_grpc.FederationServicer):
         codec = TensorCodec(parties.traffic, party)
         for key in keys:
             array = parties.collect(party, key, timeout_s=timeout)
-            yield from codec.encode(key, array)
+            yield from codec.encode(key, array, parties.download_codec(party, key))
 
     @_handler
     def FetchHead(self, request_iterator: Iterator[pb.TensorChunk], context: grpc.ServicerContext) -> pb.SendAck:

@@ -24,11 +24,13 @@ import torch
 from tests.integration.conftest import SMALL_JOB, RunningJob, run_party_in_thread
 from vflclient import Connection, RunResult, TensorRejected, read_party_csv
 from vflclient._alignment import align_passive
+from vflcore.job import JobSpec
 from vflcore.proto import federation_pb2 as pb
 from vflcore.proto import federation_pb2_grpc as pb_grpc
 from vflcore.security.tls import channel_credentials
 from vflcore.tasks import Align, Evaluate, Finish, Infer, Restore, Task, TrainEpoch
 from vflcore.wire import serde as wire
+from vflcore.wire.codecs import parse_codec
 from vflcore.wire.names import EVAL_EMBEDDING, infer_embedding_name
 from vflcore.wire.tensors import TensorKey
 from vfltesting.pki import Pki
@@ -70,7 +72,22 @@ def party2_session(
     Indirect parametrisation sets the server's ``step_timeout_s`` (default 60).
     """
     step_timeout_s = getattr(request, "param", 60.0)
-    running: RunningJob = job_factory(replace(SMALL_JOB, epochs=1), step_timeout_s=step_timeout_s)
+    yield from _session(job_factory, pki, digits_data, tmp_path, replace(SMALL_JOB, epochs=1), step_timeout_s)
+
+
+@pytest.fixture
+def codec_session(
+    request: pytest.FixtureRequest, job_factory, pki: Pki, digits_data: Path, tmp_path: Path
+) -> Iterator[Session]:
+    """``party2_session`` for a job whose wire codec is the indirect parameter (``[job] wire_codec``)."""
+    job = replace(SMALL_JOB, epochs=1, wire_codec=request.param)
+    yield from _session(job_factory, pki, digits_data, tmp_path, job, 60.0)
+
+
+def _session(
+    job_factory, pki: Pki, digits_data: Path, tmp_path: Path, job: JobSpec, step_timeout_s: float
+) -> Iterator[Session]:
+    running: RunningJob = job_factory(job, step_timeout_s=step_timeout_s)
     party3 = run_party_in_thread(running, pki, digits_data, tmp_path / "party-3", 3)
     # Join and align through the SDK, as a real party would; then speak raw protobuf.
     connection = Connection(running.address, 2, tls=pki.party_files(2), connect_timeout_s=20)
@@ -316,3 +333,61 @@ class TestCallLimits:
             except grpc.RpcError as exc:
                 assert exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and time.monotonic() < deadline, exc
                 time.sleep(0.05)
+
+
+def _encoded(key: TensorKey, good: np.ndarray, codec: str, edit: Callable[[bytearray], None]) -> list[pb.TensorChunk]:
+    """``good`` encoded in ``codec``, its payload then changed by ``edit``: one chunk, as the sender cut it."""
+    (chunk,) = wire.tensor_to_chunks(key, good, wire=parse_codec(codec))
+    payload = bytearray(chunk.data)
+    edit(payload)
+    chunk.data = bytes(payload)
+    chunk.total_bytes = len(payload)
+    return [chunk]
+
+
+def _set(offset: int, value: bytes) -> Callable[[bytearray], None]:
+    def edit(payload: bytearray) -> None:
+        payload[offset : offset + len(value)] = value
+
+    return edit
+
+
+class TestMalformedEncodedTensors:
+    """In a job with a wire codec, a payload that breaks the codec's rules is refused like a malformed float32."""
+
+    @pytest.mark.parametrize(
+        ("codec_session", "sent_as", "edit", "field"),
+        [
+            ("int8", "int8", _set(0, np.float32(-1).tobytes()), "data"),  # a negative row scale
+            ("int8", "int8", _set(0, np.float32(np.nan).tobytes()), "data"),  # a NaN row scale
+            ("int8", "int8", lambda p: p.__delitem__(slice(-1, None)), "total_bytes"),  # one byte short
+            ("int8", "bf16", lambda p: None, "dtype"),  # a codec the job does not use
+            ("topk:0.5", "topk:0.5", _set(0, np.uint32(1 << 20).tobytes()), "data"),  # an index past the row
+            ("topk:0.5", "topk:0.5", _set(4, np.uint32(0).tobytes()), "data"),  # indices not increasing
+        ],
+        indirect=["codec_session"],
+    )
+    def test_bad_payload_is_refused_and_changes_nothing(
+        self, codec_session: Session, sent_as: str, edit: Callable[[bytearray], None], field: str
+    ) -> None:
+        running, stub, key, rows = codec_session[:4]
+        good = np.random.default_rng(0).standard_normal((rows, WIDTH)).astype(np.float32)
+        before = _model_snapshot(running)
+        with pytest.raises(grpc.RpcError) as caught:
+            stub.SendEmbeddings(iter(_encoded(key, good, sent_as, edit)), timeout=10)
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert caught.value.details().startswith(field), caught.value.details()
+        assert running.active.parties.uploads.keys_of(2) == []
+        after = _model_snapshot(running)
+        assert all(torch.equal(before[k], after[k]) for k in before)
+
+    @pytest.mark.parametrize("codec_session", ["int8"], indirect=True)
+    def test_a_good_encoded_upload_is_taken(self, codec_session: Session) -> None:
+        running, stub, key, rows = codec_session[:4]
+        good = np.random.default_rng(0).standard_normal((rows, WIDTH)).astype(np.float32)
+        ack = stub.SendEmbeddings(iter(_encoded(key, good, "int8", lambda p: None)), timeout=10)
+        assert ack.tensors == 1
+        deadline = time.monotonic() + 30  # the server takes it for its first step, with party 3's
+        while not running.active.algorithm.step_losses and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(running.active.algorithm.step_losses) == 1

@@ -36,6 +36,9 @@ def test_every_field_survives_the_wire() -> None:
         algorithm_options={"local_steps": 2},
         num_outputs=1,
         checkpoint_every_steps=40,
+        wire_codec="bf16",
+        wire_codec_up="int8",
+        wire_codec_down="topk:0.5",
     )
     assert {f.name for f in fields(JobSpec)} == set(vars(job))
     assert all(getattr(job, f.name) != f.default for f in fields(JobSpec) if f.name != "job_id")
@@ -45,7 +48,15 @@ def test_every_field_survives_the_wire() -> None:
 def test_every_configurable_field_is_read_from_the_job_table() -> None:
     """Each field but those the active party fills in is a ``[job]`` key of the server config."""
     settable = [f for f in fields(JobSpec) if f.name not in SET_BY_ACTIVE_PARTY | {"algorithm_options"}]
-    values = {"job_id": "x", "algorithm": "fedbcd", "task": "regression", "optimizer": "sgd"}
+    values = {
+        "job_id": "x",
+        "algorithm": "fedbcd",
+        "task": "regression",
+        "optimizer": "sgd",
+        "wire_codec": "bf16",
+        "wire_codec_up": "int8",
+        "wire_codec_down": "fp16",
+    }
     lines = []
     for f in settable:
         value = values.get(f.name)
@@ -62,3 +73,4 @@ def test_every_configurable_field_is_read_from_the_job_table() -> None:
     assert job.bottom_hidden == (2, 3) and job.passive_parties == (2, 3)
     assert job.learning_rate == job.weight_decay == job.test_fraction == 0.125
     assert job.seed == job.batch_size == job.epochs == job.embedding_dim == job.checkpoint_every_steps == 6
+    assert (job.wire_codec, job.wire_codec_up, job.wire_codec_down) == ("bf16", "int8", "fp16")

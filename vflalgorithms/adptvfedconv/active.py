@@ -158,7 +158,12 @@ class AdptVFedConvServer(ServerAlgorithm):
         tensors = conv.extractor_tensors(self.extractor)
         for party in ctx.job.passive_parties:
             for name, tensor in tensors.items():
-                fed.publish(party, TensorKey(ctx.job.job_id, 0, 0, conv.EXTRACTOR_PREFIX + name), tensor.cpu().numpy())
+                fed.publish(
+                    party,
+                    TensorKey(ctx.job.job_id, 0, 0, conv.EXTRACTOR_PREFIX + name),
+                    tensor.cpu().numpy(),
+                    exact=True,  # weights, broadcast once and checked by digest: never through a lossy codec
+                )
         log.info("extractor_broadcast", sha256=conv.extractor_digest(tensors), tensors=len(tensors))
         uploads = fed.gather(FEATURE_MAPS, 0, 0)
         with torch.no_grad():

@@ -16,6 +16,7 @@ from typing import Any, get_type_hints
 from vflcore.errors import ConfigError
 from vflcore.job import OPTIMIZERS, SET_BY_ACTIVE_PARTY, TASKS, JobSpec
 from vflcore.security.tls import TlsFiles
+from vflcore.wire.codecs import parse_codec
 
 DEFAULT_PORT = 50051
 
@@ -223,6 +224,13 @@ def validate_job(job: JobSpec, where: str = "config") -> None:
             f"{where}: [job] checkpoint_every_steps = {job.checkpoint_every_steps}; give a number of steps, "
             "or 0 to checkpoint only at the end of each epoch"
         )
+    for key in ("wire_codec", "wire_codec_up", "wire_codec_down"):
+        value = getattr(job, key)
+        if value or key == "wire_codec":
+            try:
+                parse_codec(value)
+            except ValueError as exc:
+                raise ConfigError(f"{where}: [job] {key} = {value!r}: {exc}") from None
     if not 0.0 <= job.weight_decay < float("inf"):
         raise ConfigError(f"{where}: [job] weight_decay must be zero or a positive number, got {job.weight_decay}")
     if not job.passive_parties or any(p < 2 for p in job.passive_parties):

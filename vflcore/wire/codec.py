@@ -14,6 +14,7 @@ import numpy as np
 
 from vflcore.proto import federation_pb2 as pb
 from vflcore.wire import serde
+from vflcore.wire.codecs import FP32, WireCodec
 from vflcore.wire.tensors import TensorKey
 from vflcore.wire.traffic import Traffic
 
@@ -24,9 +25,9 @@ class TensorCodec:
     def __init__(self, traffic: Traffic, peer: int) -> None:
         self.traffic, self.peer = traffic, peer
 
-    def encode(self, key: TensorKey, array: np.ndarray) -> Iterator[pb.TensorChunk]:
-        """The chunks of one tensor, each counted as sent as it is taken."""
-        for chunk in serde.tensor_to_chunks(key, array):
+    def encode(self, key: TensorKey, array: np.ndarray, wire: WireCodec = FP32) -> Iterator[pb.TensorChunk]:
+        """The chunks of one tensor (a float32 one in the ``wire`` codec), each counted as sent as it is taken."""
+        for chunk in serde.tensor_to_chunks(key, array, wire=wire):
             self.traffic.add(self.peer, key, sent=chunk.ByteSize())
             yield chunk
 

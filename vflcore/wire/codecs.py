@@ -32,8 +32,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from vflcore.errors import TensorError
+from vflcore.job import JobSpec
 
-__all__ = ["CODEC_NAMES", "FP32", "Codec", "codec_for_dtype", "parse_codec"]
+__all__ = ["CODEC_NAMES", "FP32", "WireCodec", "codec_for_dtype", "job_codecs", "parse_codec"]
 
 #: The codecs ``[job] wire_codec`` accepts; ``topk`` takes the kept fraction, ``topk:0.1``.
 CODEC_NAMES = ("fp32", "bf16", "fp16", "int8", "topk:<fraction>")
@@ -49,7 +50,7 @@ def _rows(shape: tuple[int, ...]) -> tuple[int, int]:
 
 
 @dataclass(frozen=True)
-class Codec:
+class WireCodec:
     """One encoding. ``dtype`` is what the first chunk announces; ``fp32`` announces plain float32."""
 
     name: str
@@ -97,7 +98,8 @@ class Codec:
             scale = (peak / 127).astype(np.float32)
             safe = np.where(scale > 0, scale, 1).astype(np.float32)
             quantised = np.clip(np.rint(flat / safe[:, None]), -127, 127).astype(np.int8)
-            return scale.astype("<f4").tobytes() + quantised.tobytes()
+            payload: bytes = scale.astype("<f4").tobytes() + quantised.tobytes()
+            return payload
         k = self.kept(columns)
         # The k largest magnitudes per row, in column order (sorted indices make the payload canonical).
         top = np.sort(np.argpartition(-np.abs(flat), k - 1, axis=1)[:, :k], axis=1) if k else np.zeros((rows, 0))
@@ -105,7 +107,7 @@ class Codec:
         kept = np.take_along_axis(flat, top.astype(np.int64), axis=1).astype("<f4")
         return index.tobytes() + kept.tobytes()
 
-    def decode(self, payload: bytes | memoryview, shape: tuple[int, ...]) -> np.ndarray:
+    def decode(self, payload: bytes | bytearray | memoryview, shape: tuple[int, ...]) -> np.ndarray:
         """The float32 tensor of ``shape`` a payload stands for; TensorError naming the field if it is malformed."""
         if len(payload) != self.payload_bytes(shape):
             raise TensorError("total_bytes", f"{len(payload)} bytes is not a {self.name} tensor of shape {list(shape)}")
@@ -131,7 +133,7 @@ class Codec:
             raise TensorError("data", f"the decoded {self.name} tensor holds NaN or infinite values")
         return out
 
-    def _decode_topk(self, payload: bytes | memoryview, rows: int, columns: int) -> np.ndarray:
+    def _decode_topk(self, payload: bytes | bytearray | memoryview, rows: int, columns: int) -> np.ndarray:
         k = self.kept(columns)
         index = np.frombuffer(payload, dtype="<u4", count=rows * k).reshape(rows, k).astype(np.int64)
         kept = np.frombuffer(payload, dtype="<f4", offset=4 * rows * k).reshape(rows, k)
@@ -149,12 +151,15 @@ def _to_bfloat16(values: np.ndarray) -> np.ndarray:
     return rounded.astype(np.uint16)
 
 
-FP32 = Codec("fp32", "float32")
-_FIXED = {c.name: c for c in (FP32, Codec("bf16", "bfloat16"), Codec("fp16", "float16"), Codec("int8", "int8-rows"))}
+FP32 = WireCodec("fp32", "float32")
+_FIXED = {
+    c.name: c
+    for c in (FP32, WireCodec("bf16", "bfloat16"), WireCodec("fp16", "float16"), WireCodec("int8", "int8-rows"))
+}
 _BY_DTYPE = {c.dtype: c for c in _FIXED.values() if c.name != "fp32"}
 
 
-def parse_codec(name: str) -> Codec:
+def parse_codec(name: str) -> WireCodec:
     """The codec ``[job] wire_codec`` names; ValueError that lists the choices otherwise."""
     if name in _FIXED:
         return _FIXED[name]
@@ -165,11 +170,19 @@ def parse_codec(name: str) -> Codec:
         except ValueError:
             fraction = float("nan")
         if 0 < fraction <= 1:
-            return Codec(f"topk:{fraction:g}", f"topk:{fraction:g}", fraction)
+            return WireCodec(f"topk:{fraction:g}", f"topk:{fraction:g}", fraction)
     raise ValueError(f"wire codec {name!r} is not one of {', '.join(CODEC_NAMES)} (topk's fraction in (0, 1])")
 
 
-def codec_for_dtype(dtype: str) -> Codec | None:
+def job_codecs(job: JobSpec) -> tuple[WireCodec, WireCodec]:
+    """(up, down): the codec of what passive parties send in training steps, and of what they get back.
+
+    ``[job] wire_codec_up`` / ``wire_codec_down`` override ``wire_codec`` for one direction.
+    """
+    return parse_codec(job.wire_codec_up or job.wire_codec), parse_codec(job.wire_codec_down or job.wire_codec)
+
+
+def codec_for_dtype(dtype: str) -> WireCodec | None:
     """The codec a chunk's announced ``dtype`` names, or None for a plain dtype (float32 included)."""
     if dtype in _BY_DTYPE:
         return _BY_DTYPE[dtype]

@@ -18,6 +18,7 @@ from vflcore import tasks
 from vflcore.job import JobSpec, Position
 from vflcore.proto import federation_pb2 as pb
 from vflcore.wire import names
+from vflcore.wire.codecs import FP32, WireCodec, codec_for_dtype
 from vflcore.wire.tensors import (
     CHUNK_BYTES,
     TensorError,
@@ -36,13 +37,23 @@ def key_from_proto(msg: pb.TensorKey) -> TensorKey:
     return TensorKey(job_id=msg.job_id, round=msg.round, batch=msg.batch, name=msg.name)
 
 
-def tensor_to_chunks(key: TensorKey, array: np.ndarray, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pb.TensorChunk]:
-    """Cut a tensor into messages of at most ``chunk_bytes`` payload; an empty tensor is one chunk."""
+def tensor_to_chunks(
+    key: TensorKey, array: np.ndarray, chunk_bytes: int = CHUNK_BYTES, wire: WireCodec = FP32
+) -> Iterator[pb.TensorChunk]:
+    """Cut a tensor into messages of at most ``chunk_bytes`` payload; an empty tensor is one chunk.
+
+    A float32 tensor is sent in the ``wire`` codec (``vflcore.wire.codecs``): its payload, and the
+    codec's name in ``dtype``; the shape is the tensor's own. Any other dtype is sent as it is.
+    """
     arr = as_wire_array(array)
-    payload = arr.data.cast("B") if arr.size else memoryview(b"")
+    if wire.lossless or arr.dtype != np.float32:
+        payload = arr.data.cast("B") if arr.size else memoryview(b"")
+        dtype = arr.dtype.name
+    else:
+        payload, dtype = memoryview(wire.encode(arr)), wire.dtype
     header = {
         "key": key_to_proto(key),
-        "dtype": arr.dtype.name,
+        "dtype": dtype,
         "shape": list(arr.shape),
         "total_bytes": payload.nbytes,
     }
@@ -117,6 +128,9 @@ class TensorAssembler:
         if self._filled != self._total:
             raise TensorError("data", f"truncated: got {self._filled} of {self._total} bytes")
         payload = self._whole if self._whole is not None else self._buffer or b""
+        wire = codec_for_dtype(self._dtype)
+        if wire is not None:  # decoded to float32 and checked as strictly (``WireCodec.decode``)
+            return self._key, wire.decode(payload, self._shape)
         array = np.frombuffer(payload, dtype=np.dtype(self._dtype).newbyteorder("<")).reshape(self._shape)
         check_values(array)
         return self._key, array

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from vflcore.errors import TensorError as TensorError  # re-exported: defined in vflcore.errors
+from vflcore.wire.codecs import codec_for_dtype
 
 # Floats for representations and gradients, int64 for row positions, uint8 for PSI's blinded
 # curve points. Nothing else is needed, and a short list keeps a hostile peer from steering us
@@ -53,14 +54,22 @@ def expected_nbytes(dtype: str, shape: tuple[int, ...]) -> int:
 
 
 def check_header(dtype: str, shape: tuple[int, ...], total_bytes: int) -> None:
-    """Validate a tensor's announced layout before any of its payload is buffered."""
-    if dtype not in ALLOWED_DTYPES:
-        raise TensorError("dtype", f"{dtype!r} is not allowed; use one of {sorted(ALLOWED_DTYPES)}")
+    """Validate a tensor's announced layout before any of its payload is buffered.
+
+    ``dtype`` is a plain dtype of the allow-list, or a wire codec's name (``vflcore.wire.codecs``),
+    whose payload size follows from the shape just as exactly.
+    """
+    wire = codec_for_dtype(dtype)
+    if dtype not in ALLOWED_DTYPES and wire is None:
+        raise TensorError("dtype", f"{dtype!r} is not allowed; use one of {sorted(ALLOWED_DTYPES)} or a wire codec")
     if any(dim < 0 for dim in shape):
         raise TensorError("shape", f"{list(shape)} has a negative dimension")
-    want = expected_nbytes(dtype, shape)
-    if want > MAX_TENSOR_BYTES:
-        raise TensorError("shape", f"{list(shape)} of {dtype} is {want} bytes, over the {MAX_TENSOR_BYTES} limit")
+    want = expected_nbytes(dtype, shape) if wire is None else wire.payload_bytes(shape)
+    decoded = want if wire is None else expected_nbytes("float32", shape)  # top-k's payload can be tiny
+    if max(want, decoded) > MAX_TENSOR_BYTES:
+        raise TensorError(
+            "shape", f"{list(shape)} of {dtype} is {max(want, decoded)} bytes, over the {MAX_TENSOR_BYTES} limit"
+        )
     if total_bytes != want:
         raise TensorError("total_bytes", f"{total_bytes} does not match shape {list(shape)} of {dtype} ({want} bytes)")
 
