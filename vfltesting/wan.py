@@ -127,6 +127,8 @@ class WanProxy(CuttableProxy):
     def __init__(self, target: tuple[str, int], profile: LinkProfile, *, seed: int = 0) -> None:
         self.profile = profile
         self._rng = random.Random(seed)
+        #: Bytes delivered across the link, both directions, every connection.
+        self.delivered = 0
         super().__init__(target)
 
     def _pump(self, source: socket.socket, sink: socket.socket) -> None:
@@ -146,6 +148,8 @@ class WanProxy(CuttableProxy):
         try:
             while (chunk := lane.take()) is not None:
                 sink.sendall(chunk)
+                with self._lock:
+                    self.delivered += len(chunk)
         except OSError:
             pass
         finally:

@@ -126,3 +126,14 @@ class TestRefusals:
         assert codec_for_dtype("topk:0.1") == parse_codec("topk:0.1")
         assert codec_for_dtype("topk:0.10") is None  # not the canonical spelling
         assert codec_for_dtype("float32") is None and codec_for_dtype("int64") is None
+
+
+def test_a_long_topk_fraction_means_the_same_k_at_both_ends() -> None:
+    """The receiver rebuilds the codec from the announced name: it must keep the same fraction."""
+    sent = parse_codec("topk:0.1234567")
+    received = codec_for_dtype(sent.dtype)
+    assert received == sent and received.kept(81) == sent.kept(81)
+    array = _batch((3, 81))
+    assert np.array_equal(
+        received.decode(sent.encode(array), array.shape), sent.decode(sent.encode(array), array.shape)
+    )

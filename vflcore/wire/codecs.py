@@ -14,7 +14,8 @@ Each codec's error bound, per element x of a row r (the bound the tests hold it 
 codec     bytes / value    error bound
 ========  ===============  ===========================================================================
 fp32      4                none: the float32 bytes as today
-bf16      2                |x̂ − x| ≤ 2⁻⁸·|x| (round to nearest even, 8 bits of mantissa); any float32
+bf16      2                |x̂ − x| ≤ 2⁻⁸·|x| (round to nearest even, 8 bits of mantissa) for normal x;
+                           ≤ 2⁻¹³⁴ for float32's subnormals (|x| < 2⁻¹²⁶)
 fp16      2                |x̂ − x| ≤ 2⁻¹¹·|x| for |x| ≥ 2⁻¹⁴, ≤ 2⁻²⁵ below; |x| > 65504 is refused
 int8      1 + 4 per row    |x̂ − x| ≤ max|r| / 254 (symmetric, one float32 scale per row)
 topk:f    8 per kept value each row keeps its k = ⌈f·columns⌉ largest |x| exactly; the rest become 0
@@ -170,7 +171,9 @@ def parse_codec(name: str) -> WireCodec:
         except ValueError:
             fraction = float("nan")
         if 0 < fraction <= 1:
-            return WireCodec(f"topk:{fraction:g}", f"topk:{fraction:g}", fraction)
+            # One spelling, and the fraction that spelling says: both ends compute the same k from it.
+            canonical = f"{fraction:g}"
+            return WireCodec(f"topk:{canonical}", f"topk:{canonical}", float(canonical))
     raise ValueError(f"wire codec {name!r} is not one of {', '.join(CODEC_NAMES)} (topk's fraction in (0, 1])")
 
 
