@@ -81,10 +81,14 @@ class CuttableProxy:
         except OSError:
             pass
         finally:
-            with self._lock:
-                self._open -= {source, sink}
-            _shut(source)
-            _shut(sink)
+            self._drop(source, sink)
+
+    def _drop(self, source: socket.socket, sink: socket.socket) -> None:
+        """Forget one relayed connection and close both of its sockets, as a dead link would."""
+        with self._lock:
+            self._open -= {source, sink}
+        _shut(source)
+        _shut(sink)
 
 
 def _shut(sock: socket.socket) -> None:

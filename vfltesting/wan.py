@@ -27,7 +27,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from vfltesting.proxy import CuttableProxy, _shut
+from vfltesting.proxy import CuttableProxy
 
 __all__ = ["LINKS", "LinkProfile", "WanProxy"]
 
@@ -153,7 +153,4 @@ class WanProxy(CuttableProxy):
         except OSError:
             pass
         finally:
-            with self._lock:
-                self._open -= {source, sink}
-            _shut(source)
-            _shut(sink)
+            self._drop(source, sink)
