@@ -150,7 +150,10 @@ class JobRunner:
                 self._run(record)
             except Exception:  # never lose the runner: the next job must still run
                 log.exception("runner_failed", job=record.job_id)
-                self._end(record.job_id, "failed", "internal error in the job runner; see the server log")
+                try:
+                    self._end(record.job_id, "failed", "internal error in the job runner; see the server log")
+                except JobStateError:  # it had ended already (cancelled meanwhile): nothing to record
+                    log.warning("runner_end_skipped", job=record.job_id, state=self.store.get(record.job_id).state)
 
     def _run(self, record: JobRecord) -> None:
         """Run one job to its end: a lost party pauses it, and it resumes once every party is back.
@@ -188,7 +191,11 @@ class JobRunner:
         parties = list(plan.job.passive_parties)
         if lost is None:
             then = "resume from the newest checkpoint" if resume else "PSI"
-            self.store.set_state(job_id, "aligning", f"waiting for parties {parties}, then {then}")
+            with self._lock:  # as ``cancel`` does: a job cancelled while it was still queued never starts
+                if self.store.get(job_id).state in ENDED:
+                    log.info("job_not_started", job=job_id, state=self.store.get(job_id).state)
+                    return None
+                self.store.set_state(job_id, "aligning", f"waiting for parties {parties}, then {then}")
             join_timeout_s = plan.join_timeout_s
         else:
             join_timeout_s = max(0.0, lost[1] + self.settings.party_timeout_s - time.monotonic())
