@@ -34,7 +34,7 @@ from vflcore.data.checkpoints import (
 )
 from vflcore.data.tables import PartyTable, write_aligned_ids
 from vflcore.errors import ArtifactError, ConfigError, JobAborted, JoinRejected, PartyUnavailable, ServerUnavailable
-from vflcore.job import ACTIVE_PARTY, JobSpec, Position, mid_epoch_checkpoint_due
+from vflcore.job import ACTIVE_PARTY, JobSpec, Position, check_job_id, mid_epoch_checkpoint_due
 from vflcore.ml.onnx_export import MODEL_FILE, PROBE_ROWS, export_onnx, part_metadata
 from vflcore.ml.state import restore_rng, rng_state
 from vflcore.psi.cache import cached_keys
@@ -94,8 +94,10 @@ class PassiveParty:
         """Join the job (``job_id`` as ``Connection.next_job`` offered it, or the waiting one) and work
         through its tasks; returns when the server says Finish."""
         adopt_torch_threads()  # the SDK may run a party on any thread
+        _own_folder_name(job_id)
         held = readable_checkpoints(party_dir(self.run_dir, job_id, self.party)) if job_id else []
         job = connection.join(self.own_table, self._saved_alignments(), job_id=job_id, checkpoints=held)
+        _own_folder_name(job.job_id)
         _passive_half(job.algorithm)  # refuse an algorithm this client lacks before any work
         self.job = job
         structlog.contextvars.bind_contextvars(job=job.job_id)
@@ -254,6 +256,16 @@ class PassiveParty:
 
     def _dir(self, job: JobSpec) -> Path:
         return party_dir(self.run_dir, job.job_id, self.party)
+
+
+def _own_folder_name(job_id: str) -> None:
+    """Refuse a job id from the server that is not a plain name: it becomes this party's folder."""
+    if not job_id:
+        return
+    try:
+        check_job_id(job_id)
+    except ValueError as exc:
+        raise JoinRejected(f"the server's {exc}; this party keeps each job in a folder of that name") from None
 
 
 def _passive_half(algorithm: str) -> type[ClientAlgorithm]:

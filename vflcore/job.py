@@ -12,6 +12,7 @@ batches. Nothing depends on process state, which is what makes the agreement hol
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -24,6 +25,21 @@ OPTIMIZERS = ("adam", "sgd")
 
 #: The active party (labels, server) is party 1; passive parties are 2, 3, ...
 ACTIVE_PARTY = 1
+
+#: A job id names folders on every party (``<run_dir>/<job_id>/``) and the job's Triton model, so it
+#: is a plain name: no ``/``, no leading dot, nothing a file system or a URL reads differently.
+_JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+
+
+def check_job_id(job_id: str) -> str:
+    """``job_id`` if it is a usable job id, else ValueError saying what one looks like."""
+    if not _JOB_ID.fullmatch(job_id):
+        raise ValueError(
+            f"job id {job_id!r} is not allowed: use 1 to 128 letters, digits, '_', '.' or '-', starting with a "
+            "letter or digit (it names folders and the served model)"
+        )
+    return job_id
+
 
 #: Fields the active party fills in from its data; no config file sets them.
 SET_BY_ACTIVE_PARTY = frozenset({"num_rows", "num_outputs"})

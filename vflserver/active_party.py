@@ -33,7 +33,7 @@ from vflcore.data.checkpoints import (
 )
 from vflcore.data.tables import PartyTable, write_aligned_ids
 from vflcore.errors import ArtifactError, CheckpointError, ConfigError, JobAborted, PartyLost
-from vflcore.job import ACTIVE_PARTY, JobSpec, Position, Schedule, mid_epoch_checkpoint_due
+from vflcore.job import ACTIVE_PARTY, JobSpec, Position, Schedule, check_job_id, mid_epoch_checkpoint_due
 from vflcore.ml.losses import label_tensor, task_loss
 from vflcore.ml.metrics import task_metrics
 from vflcore.ml.models import seed_dropout
@@ -126,6 +126,10 @@ class ActiveParty:
             raise ConfigError(f"{table.source}: the active party's data needs a label column")
         if not job.job_id:
             job = replace(job, job_id=f"job-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}")
+        try:
+            check_job_id(job.job_id)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         spec = algorithm_spec(job.algorithm)  # an unknown algorithm, or a bad option, fails now, not after PSI
         spec.options(job.algorithm_options)
         algorithm = spec.active_half()

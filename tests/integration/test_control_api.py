@@ -91,6 +91,10 @@ class TestSubmissionChecks:
             ({"dataset": "census"}, grpc.StatusCode.INVALID_ARGUMENT, "census"),
             ({"epochs": 0}, grpc.StatusCode.INVALID_ARGUMENT, "epochs"),
             ({"checkpoint_every_steps": -1}, grpc.StatusCode.INVALID_ARGUMENT, "checkpoint_every_steps"),
+            ({"job_id": "../../etc"}, grpc.StatusCode.INVALID_ARGUMENT, "[job] job_id"),  # a folder outside run_dir
+            ({"job_id": "a/b"}, grpc.StatusCode.INVALID_ARGUMENT, "[job] job_id"),
+            ({"job_id": ".hidden"}, grpc.StatusCode.INVALID_ARGUMENT, "[job] job_id"),
+            ({"wire_codec": "fp8"}, grpc.StatusCode.INVALID_ARGUMENT, "[job] wire_codec"),
         ],
     )
     def test_a_job_that_cannot_run_is_refused_before_it_is_queued(

@@ -108,3 +108,15 @@ def _config(section: str, keys: dict[str, Any], tmp_path: Path) -> ServerConfig 
     if section == "server":
         return server_config_from({"data": {"path": "x.csv"}, "server": keys}, tmp_path / "server.toml")
     return client_config_from({"data": {"path": "x.csv"}, "client": {"party": 2, **keys}}, tmp_path / "party2.toml")
+
+
+@pytest.mark.parametrize("job_id", ["test-job", "job-20261124-081530-ab12cd", "digits_v1.2", "x" * 128])
+def test_plain_job_ids_are_accepted(job_id: str) -> None:
+    assert server_config_from({"data": {"path": "p.csv"}, "job": {"job_id": job_id}}).job.job_id == job_id
+
+
+@pytest.mark.parametrize("job_id", ["../x", "a/b", "a\\b", ".hidden", "-flag", "with space", "x" * 129, "tab\t"])
+def test_a_job_id_that_is_not_a_plain_name_is_refused(job_id: str) -> None:
+    """A job id names a folder on every party and the served model: nothing a path or URL reads differently."""
+    with pytest.raises(ConfigError, match=r"\[job\] job_id: job id .* is not allowed"):
+        server_config_from({"data": {"path": "p.csv"}, "job": {"job_id": job_id}})

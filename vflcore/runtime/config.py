@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, get_type_hints
 
 from vflcore.errors import ConfigError
-from vflcore.job import OPTIMIZERS, SET_BY_ACTIVE_PARTY, TASKS, JobSpec
+from vflcore.job import OPTIMIZERS, SET_BY_ACTIVE_PARTY, TASKS, JobSpec, check_job_id
 from vflcore.security.tls import TlsFiles
 from vflcore.wire.codecs import parse_codec
 
@@ -208,6 +208,11 @@ def job_from_document(doc: Mapping[str, Any], source: Path | str | None = None) 
 
 def validate_job(job: JobSpec, where: str = "config") -> None:
     """Refuse settings no algorithm can run with, before any party joins."""
+    if job.job_id:  # empty: the server names the job
+        try:
+            check_job_id(job.job_id)
+        except ValueError as exc:
+            raise ConfigError(f"{where}: [job] job_id: {exc}") from None
     if job.task not in TASKS:
         raise ConfigError(f"{where}: [job] task = {job.task!r}; choose one of {list(TASKS)}")
     if job.optimizer.lower() not in OPTIMIZERS:
