@@ -19,7 +19,7 @@ from torch import nn
 from vflcore.errors import ConfigError
 from vflcore.ml.models import build_seeded, load_factory
 
-__all__ = ["FACTORY_KEYS", "PROBE_ROWS", "ModelSlot", "check_factories", "resolve_factories"]
+__all__ = ["FACTORY_KEYS", "PROBE_ROWS", "ModelSlot", "check_factories", "refuse_untaken", "resolve_factories"]
 
 #: Every factory key a job's ``[model]`` table may hold; which ones an algorithm takes varies.
 FACTORY_KEYS = (
@@ -74,17 +74,23 @@ def _probe(key: str, spec: str, factory: Callable[..., nn.Module], slot: ModelSl
         )
 
 
-def resolve_factories(
-    given: Mapping[str, str], algorithm: str, takes: tuple[str, ...]
-) -> dict[str, Callable[..., nn.Module]]:
-    """Import every factory ``given`` names (key → ``module:function``); refuses a key ``algorithm`` does not take."""
-    resolved: dict[str, Callable[..., nn.Module]] = {}
-    for key, spec in sorted(given.items()):
+def refuse_untaken(given: Mapping[str, str], algorithm: str, takes: tuple[str, ...]) -> None:
+    """ConfigError naming the first key of ``given`` that ``algorithm`` does not take (nothing is imported)."""
+    for key in sorted(given):
         if key not in takes:
             offered = ", ".join(takes) or "none"
             raise ConfigError(
                 f"[model] {key}: {algorithm} does not take this model (the factories it takes: {offered})"
             )
+
+
+def resolve_factories(
+    given: Mapping[str, str], algorithm: str, takes: tuple[str, ...]
+) -> dict[str, Callable[..., nn.Module]]:
+    """Import every factory ``given`` names (key → ``module:function``); refuses a key ``algorithm`` does not take."""
+    refuse_untaken(given, algorithm, takes)
+    resolved: dict[str, Callable[..., nn.Module]] = {}
+    for key, spec in sorted(given.items()):
         try:
             resolved[key] = load_factory(spec)
         except ValueError as exc:

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from vflalgorithms.base import algorithm_spec
-from vflalgorithms.factories import FACTORY_KEYS, check_factories
+from vflalgorithms.factories import FACTORY_KEYS, check_factories, refuse_untaken
 from vflcore.data.tables import PartyTable, read_party_csv
 from vflcore.errors import ConfigError
 from vflcore.job import ACTIVE_PARTY, SET_BY_ACTIVE_PARTY, JobSpec
@@ -120,13 +120,10 @@ def plan_from_document(doc: Mapping[str, Any], *, default_join_timeout_s: float,
     if degraded not in DEGRADED_MODES:
         raise ConfigError(f"{where}: [serving] degraded = {degraded!r}; choose one of {list(DEGRADED_MODES)}")
     factories = {key: model.text(key) for key in FACTORY_KEYS if key in model.raw}
-    takes = spec.active_half().factory_keys
-    for key in sorted(factories):
-        if key not in takes:
-            raise ConfigError(
-                f"{where}: [model] {key}: {job.algorithm} does not take this model "
-                f"(the factories it takes: {', '.join(takes) or 'none'})"
-            )
+    try:
+        refuse_untaken(factories, job.algorithm, spec.active_half().factory_keys)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
     return JobPlan(
         job=job,
         factories=factories,
@@ -184,21 +181,15 @@ def _refuse_unknown(doc: Mapping[str, Any], table: str, known: tuple[str, ...], 
 
 def _datasets(sec: _Section, job: JobSpec) -> dict[int, str]:
     """Each party's dataset name: ``[job] dataset`` for all, ``[job.datasets]`` for exceptions."""
-    every = sec.text("dataset", DEFAULT_DATASET)
-    names = {party: every for party in (ACTIVE_PARTY, *job.passive_parties)}
-    overrides = sec.raw.get("datasets", {})
-    if not isinstance(overrides, Mapping):
-        raise ConfigError(f"{sec.where}: [job.datasets] must be a table of party id = dataset name")
-    for key, name in overrides.items():
-        party = int(key) if str(key).isdigit() else None
-        if party not in names:
-            raise ConfigError(
-                f"{sec.where}: [job.datasets] {key}: not a party of this job (party 1 and {list(job.passive_parties)})"
-            )
-        if not isinstance(name, str) or not name:
-            raise ConfigError(f"{sec.where}: [job.datasets] {key} must be a dataset name")
-        names[party] = name
-    return names
+    return _names_by_party(
+        sec,
+        "datasets",
+        (ACTIVE_PARTY, *job.passive_parties),
+        sec.text("dataset", DEFAULT_DATASET),
+        what="dataset name",
+        outside=f"not a party of this job (party 1 and {list(job.passive_parties)})",
+        rule="must be a dataset name",
+    )
 
 
 def _models(sec: _Section, job: JobSpec) -> dict[int, str]:
@@ -207,19 +198,31 @@ def _models(sec: _Section, job: JobSpec) -> dict[int, str]:
     The names mean something only in each party's own ``[models]`` table; the party resolves its
     name when the job is offered, and refuses a name it lacks before PSI.
     """
-    every = sec.text("model", "")
-    names = dict.fromkeys(job.passive_parties, every) if every else {}
-    overrides = sec.raw.get("models", {})
+    return _names_by_party(
+        sec,
+        "models",
+        job.passive_parties,
+        sec.text("model", ""),
+        what="model name",
+        outside=f"not a passive party of this job ({list(job.passive_parties)}); "
+        "the active party's own models are [model] factories",
+        rule="must be a model name from that party's [models] table",
+    )
+
+
+def _names_by_party(
+    sec: _Section, table: str, parties: tuple[int, ...], every: str, *, what: str, outside: str, rule: str
+) -> dict[int, str]:
+    """``every`` for each of ``parties`` (nobody if it is ""), then ``[job.<table>]``'s party id = name exceptions."""
+    names = dict.fromkeys(parties, every) if every else {}
+    overrides = sec.raw.get(table, {})
     if not isinstance(overrides, Mapping):
-        raise ConfigError(f"{sec.where}: [job.models] must be a table of party id = model name")
+        raise ConfigError(f"{sec.where}: [job.{table}] must be a table of party id = {what}")
     for key, name in overrides.items():
         party = int(key) if str(key).isdigit() else None
-        if party not in job.passive_parties:
-            raise ConfigError(
-                f"{sec.where}: [job.models] {key}: not a passive party of this job ({list(job.passive_parties)}); "
-                "the active party's own models are [model] factories"
-            )
+        if party not in parties:
+            raise ConfigError(f"{sec.where}: [job.{table}] {key}: {outside}")
         if not isinstance(name, str) or not name:
-            raise ConfigError(f"{sec.where}: [job.models] {key} must be a model name from that party's [models] table")
+            raise ConfigError(f"{sec.where}: [job.{table}] {key} {rule}")
         names[party] = name
     return names

@@ -192,8 +192,9 @@ class JobRunner:
         if lost is None:
             then = "resume from the newest checkpoint" if resume else "PSI"
             with self._lock:  # as ``cancel`` does: a job cancelled while it was still queued never starts
-                if self.store.get(job_id).state in ENDED:
-                    log.info("job_not_started", job=job_id, state=self.store.get(job_id).state)
+                state = self.store.get(job_id).state
+                if state in ENDED:
+                    log.info("job_not_started", job=job_id, state=state)
                     return None
                 self.store.set_state(job_id, "aligning", f"waiting for parties {parties}, then {then}")
             join_timeout_s = plan.join_timeout_s
