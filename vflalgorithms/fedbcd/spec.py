@@ -5,10 +5,12 @@ from typing import Any
 
 from vflalgorithms.base import AlgorithmSpec, register
 from vflalgorithms.options import whole_numbers
+from vflalgorithms.splitnn.micro import MICRO_DEFAULTS, check_micro
 
 
 def _check(options: Mapping[str, Any]) -> None:
     whole_numbers(options, "local_steps")
+    check_micro(options)
 
 
 SPEC = register(
@@ -17,8 +19,9 @@ SPEC = register(
         active="vflalgorithms.fedbcd.active:FedBCDServer",
         passive="vflalgorithms.fedbcd.passive:FedBCDClient",
         reference="vflalgorithms.fedbcd.reference:ReferenceFedBCD",
-        # Q, the local updates per communication round; Q = 1 is SplitNN exactly.
-        defaults={"local_steps": 5},
+        # Q, the local updates per communication round; Q = 1 is SplitNN exactly. The first
+        # update's exchange may cross the link in parts (``vflalgorithms.splitnn.micro``).
+        defaults={"local_steps": 5, **MICRO_DEFAULTS},
         check=_check,
     )
 )

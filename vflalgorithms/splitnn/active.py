@@ -13,15 +13,16 @@ active party back-propagates into its own bottom model and steps its optimizer.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import cast
 
 import numpy as np
 import torch
 from torch import nn
 
-from vflalgorithms.base import ActiveContext, Publish, ServerAlgorithm
+from vflalgorithms.base import ActiveContext, Publish, ServerAlgorithm, job_options
 from vflalgorithms.factories import PROBE_ROWS, ModelSlot
+from vflalgorithms.splitnn.micro import MicroBatches
 from vflcore.job import ACTIVE_PARTY, JobSpec, model_seed
 from vflcore.ml.losses import task_loss
 from vflcore.ml.models import job_optimizer, mlp
@@ -87,6 +88,8 @@ class SplitNNServer(ServerAlgorithm):
         params = list(self.top.parameters()) + (list(self.bottom.parameters()) if self.bottom is not None else [])
         self.optimizer = job_optimizer(job, params)
         self.loss_fn = task_loss(job.task)
+        #: Parts per batch on the wire (``vflalgorithms.splitnn.micro``); async has no such option.
+        self.micro_batches = int(job_options(job).get("micro_batches", 1))
 
     def _build_top(self, parts: int) -> nn.Module:
         """The model over ``parts`` embeddings (``[model] top_factory``, else an MLP on their concatenation)."""
@@ -116,8 +119,10 @@ class SplitNNServer(ServerAlgorithm):
     def train_epoch(self, epoch: int, first_batch: int = 0) -> float:
         ctx, fed = self.ctx, self.ctx.parties
         batches = ctx.schedule.batches(epoch)
+        parts = MicroBatches(batches, self.micro_batches)
         for b in range(first_batch, len(batches)):
-            fed.expect(EMBEDDING, epoch, b, (len(batches[b]), self.upload_width))
+            for i, (start, stop) in enumerate(parts.bounds(b)):
+                fed.expect(EMBEDDING, epoch, parts.wire(b, i), (stop - start, self.upload_width))
         fed.dispatch(lambda tid: TrainEpoch(tid, epoch, first_batch))
         self.top.train()
         if self.bottom is not None:
@@ -126,16 +131,19 @@ class SplitNNServer(ServerAlgorithm):
         for b in progress(steps, total=len(steps), desc=f"epoch {epoch + 1}"):
             rows = batches[b]
             own = self._own(rows)  # computed while the passive parties compute theirs
-            uploads = fed.gather(EMBEDDING, epoch, b)
-            parties = sorted(uploads)
-            passive = [ctx.tensor(uploads[p]) for p in parties]
-            value = self._round(own, passive, rows, publish=functools.partial(self._publish, epoch, b, parties))
+            if self.micro_batches > 1:
+                value = self._pipelined_round(epoch, b, parts, own, rows)
+            else:
+                uploads = fed.gather(EMBEDDING, epoch, b)
+                parties = sorted(uploads)
+                passive = [ctx.tensor(uploads[p]) for p in parties]
+                value = self._round(own, passive, rows, publish=functools.partial(self._publish, epoch, b, parties))
             self.record_step(value)
             ctx.after_step(epoch, b + 1, len(batches))
         return self.epoch_loss(batches)
 
     def _publish(self, epoch: int, batch: int, parties: list[int], answers: list[dict[str, torch.Tensor]]) -> None:
-        """Leave each party its answer for the batch: named tensors, in ``parties`` order."""
+        """Leave each party its answer for the batch (or a part's wire index): named tensors, in ``parties`` order."""
         for party, answer in zip(parties, answers, strict=True):
             for name, tensor in answer.items():
                 key = TensorKey(self.ctx.job.job_id, epoch, batch, name)
@@ -148,22 +156,74 @@ class SplitNNServer(ServerAlgorithm):
         computes ∂L/∂h^k for the passive parties, and ``own`` is recomputed with the current
         weights from the second on. With one step this is SplitNN.
         """
-        first_loss = 0.0
-        for step in range(self.local_steps):
-            self.optimizer.zero_grad()
-            if step:
-                own = self._own(rows)
-            leaves = [h.requires_grad_(step == 0) for h in passive]
-            own_leaf = self._cut(own)
-            loss = self.loss_fn(self._forward(own_leaf, leaves), self.ctx.labels[rows])
+        whole = [(0, len(rows))]
+        value = self._first_update(own, rows, whole, lambda part: passive, lambda part, grads: publish(grads))
+        self._local_updates(passive, rows)
+        return value
+
+    def _pipelined_round(
+        self, epoch: int, batch: int, parts: MicroBatches, own: list[torch.Tensor], rows: np.ndarray
+    ) -> float:
+        """``_round`` with the batch in parts (``vflalgorithms.splitnn.micro``): each part answered as it arrives."""
+        ctx, received = self.ctx, list[list[torch.Tensor]]()
+
+        def arrivals(part: int) -> list[torch.Tensor]:
+            uploads = ctx.parties.gather(EMBEDDING, epoch, parts.wire(batch, part))
+            received.append([ctx.tensor(uploads[p]) for p in sorted(uploads)])
+            return received[-1]
+
+        def publish(part: int, grads: list[dict[str, torch.Tensor]]) -> None:
+            self._publish(epoch, parts.wire(batch, part), sorted(ctx.job.passive_parties), grads)
+
+        value = self._first_update(own, rows, parts.bounds(batch), arrivals, publish)
+        self._local_updates([torch.cat(hs) for hs in zip(*received, strict=True)], rows)
+        return value
+
+    def _first_update(
+        self,
+        own: list[torch.Tensor],
+        rows: np.ndarray,
+        bounds: list[tuple[int, int]],
+        arrivals: Callable[[int], list[torch.Tensor]],
+        publish: Callable[[int, list[dict[str, torch.Tensor]]], None],
+    ) -> float:
+        """The round's first update, part by part; returns its loss (the parts' sum).
+
+        Each part's passive embeddings (in party order) come from ``arrivals(part)``, and their
+        gradients go to ``publish(part, ...)`` as soon as the top model's backward pass has them,
+        before the next part is awaited. With several parts each part's loss is scaled by its
+        share of the rows, so the parameter gradients summed over the parts are the whole
+        batch's; the own bottom model and the optimizer step once, after the last part. With one
+        part this is the plain SplitNN update.
+        """
+        self.optimizer.zero_grad()
+        own_leaf = self._cut(own)
+        total = 0.0
+        for part, (start, stop) in enumerate(bounds):
+            leaves = [h.requires_grad_(True) for h in arrivals(part)]
+            share = own_leaf if len(bounds) == 1 else [h[start:stop] for h in own_leaf]
+            loss = self.loss_fn(self._forward(share, leaves), self.ctx.labels[rows[start:stop]])
+            if len(bounds) > 1:
+                loss = loss * ((stop - start) / len(rows))
             loss.backward()  # the top model only: it ends at h^1 and every h^k
-            if step == 0:
-                publish([{GRADIENT: cast(torch.Tensor, h.grad)} for h in leaves])
-                first_loss = loss.item()
-            if own:  # now the active party's own bottom model, from h^1's gradient
-                torch.autograd.backward(own, [leaf.grad for leaf in own_leaf])
+            publish(part, [{GRADIENT: cast(torch.Tensor, h.grad)} for h in leaves])
+            total += loss.item()
+        if own:  # now the active party's own bottom model, from h^1's gradient
+            torch.autograd.backward(own, [cast(torch.Tensor, leaf.grad) for leaf in own_leaf])
+        self.optimizer.step()
+        return total
+
+    def _local_updates(self, passive: list[torch.Tensor], rows: np.ndarray) -> None:
+        """FedBCD's further Q - 1 updates on the round's ``passive`` embeddings, with h^1 recomputed."""
+        for _ in range(1, self.local_steps):
+            self.optimizer.zero_grad()
+            own = self._own(rows)
+            own_leaf = self._cut(own)
+            loss = self.loss_fn(self._forward(own_leaf, [h.detach() for h in passive]), self.ctx.labels[rows])
+            loss.backward()
+            if own:
+                torch.autograd.backward(own, [cast(torch.Tensor, leaf.grad) for leaf in own_leaf])
             self.optimizer.step()
-        return first_loss
 
     def eval(self) -> None:
         self.top.eval()

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import torch
 
-from vflalgorithms.base import ClientAlgorithm, PassiveContext
+from vflalgorithms.base import ClientAlgorithm, PassiveContext, job_options
 from vflalgorithms.delays import Delay
+from vflalgorithms.splitnn.micro import MicroBatches
 from vflcore.job import model_seed
 from vflcore.ml.models import build_seeded, job_optimizer, mlp
 from vflcore.wire.names import EMBEDDING, GRADIENT
@@ -33,26 +34,37 @@ class SplitNNClient(ClientAlgorithm):
         ).to(ctx.device)
         self.optimizer = job_optimizer(job, self.bottom.parameters())
         self.delay = Delay(job, ctx.party)  # the thesis's delay scenarios, if the job asks for one
+        #: Parts per batch on the wire (``vflalgorithms.splitnn.micro``); async has no such option.
+        self.micro_batches = int(job_options(job).get("micro_batches", 1))
 
     def train_epoch(self, epoch: int, first_batch: int = 0) -> None:
         ctx = self.ctx
         self.bottom.train()
         batches = ctx.schedule.batches(epoch)
+        parts = MicroBatches(batches, self.micro_batches)
         with ctx.link.exchange(
-            ctx.job.job_id, epoch, len(batches), up=EMBEDDING, down=GRADIENT, first=first_batch
+            ctx.job.job_id, epoch, parts.wire(len(batches)), up=EMBEDDING, down=GRADIENT, first=parts.wire(first_batch)
         ) as exchange:
             for b in range(first_batch, len(batches)):
-                rows = batches[b]
-                x = ctx.features[rows]
-                h = self.bottom(x)
+                x = ctx.features[batches[b]]
+                bounds = parts.bounds(b)
                 self.delay.before_step()
-                exchange.send(b, h.detach().cpu().numpy())
-                received = exchange.receive(b)
-                check_shape(received, tuple(h.shape), what="gradient from the server")
-                gradient = ctx.tensor(received)
-                for step in range(self.local_steps):
-                    if step:  # FedBCD: the same gradient, pushed into h^k from the current weights
-                        h = self.bottom(x)
+                sent = []
+                for i, (start, stop) in enumerate(bounds):  # each part leaves as soon as it is computed
+                    h = self.bottom(x[start:stop])
+                    exchange.send(parts.wire(b, i), h.detach().cpu().numpy())
+                    sent.append(h)
+                self.optimizer.zero_grad()
+                gradients = []
+                for i, h in enumerate(sent):  # and each part's gradient goes in as soon as it is back
+                    received = exchange.receive(parts.wire(b, i))
+                    check_shape(received, tuple(h.shape), what="gradient from the server")
+                    gradients.append(ctx.tensor(received))
+                    h.backward(gradients[-1])
+                self.optimizer.step()
+                gradient = gradients[0] if len(gradients) == 1 else torch.cat(gradients)
+                for _ in range(1, self.local_steps):  # FedBCD: the same gradient, into h^k from the current weights
+                    h = self.bottom(x)
                     self.optimizer.zero_grad()
                     h.backward(gradient)
                     self.optimizer.step()

@@ -19,6 +19,7 @@ from torch import nn
 
 from vflalgorithms.base import algorithm_options
 from vflalgorithms.reference import FromTables
+from vflalgorithms.splitnn.micro import part_bounds
 from vflcore.job import ACTIVE_PARTY, JobSpec, epoch_mean, model_seed
 from vflcore.ml.losses import label_tensor, task_loss
 from vflcore.ml.models import LinearHeads, build_seeded, job_optimizer, linear_head, mlp, seed_dropout
@@ -73,6 +74,7 @@ class ReferenceSplitNN(FromTables):
             )
         options = algorithm_options(job.algorithm, job.algorithm_options)
         self.local_steps = int(options.get("local_steps", 1))
+        self.micro_batches = int(options.get("micro_batches", 1))
         self.rho = float(options.get("rho", 1.0))
         self.duals = torch.zeros(job.num_rows, num_outputs)
         parts = len(self.bottoms)
@@ -129,6 +131,8 @@ class ReferenceSplitNN(FromTables):
 
     def _round(self, rows: np.ndarray) -> float:
         """SplitNN, or FedBCD with Q = ``local_steps``: the loss of the round's first update."""
+        if self.micro_batches > 1:
+            return self._pipelined_round(rows)
         sent = [self.bottoms[p](self.features[p][rows]) for p in self.passive]
         # Where the wire cuts the graph: the server gets a copy as a fresh leaf, computes its
         # gradient, and each passive party pushes that gradient into its own bottom model.
@@ -152,6 +156,47 @@ class ReferenceSplitNN(FromTables):
                 h.backward(leaf.grad)
                 self.bottom_optimizers[p].step()
         return first_loss
+
+    def _pipelined_round(self, rows: np.ndarray) -> float:
+        """``_round`` with the batch in parts, as the daemons run it (``vflalgorithms.splitnn.micro``).
+
+        The server's operations in the server's order: h^1 of the whole batch cut off as a leaf,
+        then per part the top model on that part of h^1 and of every h^k, its loss scaled by the
+        part's share of the rows, backward; then h^1's gradient into the own bottom model and one
+        step. Each passive party back-propagates its parts' gradients in order, then steps.
+        """
+        bounds = part_bounds(len(rows), self.micro_batches)
+        sent = {p: [self.bottoms[p](self.features[p][rows][a:b]) for a, b in bounds] for p in self.passive}
+        received = {p: [h.detach().clone().requires_grad_(True) for h in sent[p]] for p in self.passive}
+        active = self.optimizers[0]
+        active.zero_grad()
+        own = [self.bottoms[ACTIVE_PARTY](self.features[ACTIVE_PARTY][rows])] if ACTIVE_PARTY in self.bottoms else []
+        own_leaf = [h.detach().requires_grad_(True) for h in own]
+        total = 0.0
+        for i, (a, b) in enumerate(bounds):
+            inputs = [h[a:b] for h in own_leaf] + [received[p][i] for p in self.passive]
+            loss = self.loss_fn(self.top(torch.cat(inputs, dim=1)), self.labels[rows[a:b]]) * ((b - a) / len(rows))
+            loss.backward()
+            total += loss.item()
+        if own:
+            torch.autograd.backward(own, [leaf.grad for leaf in own_leaf])
+        active.step()
+        whole = [torch.cat(received[p]).detach() for p in self.passive]
+        for _ in range(1, self.local_steps):
+            active.zero_grad()
+            self.loss_fn(self._top(rows, whole), self.labels[rows]).backward()
+            active.step()
+        for p in self.passive:
+            gradients = [leaf.grad for leaf in received[p]]
+            self.bottom_optimizers[p].zero_grad()
+            for h, gradient in zip(sent[p], gradients, strict=True):
+                h.backward(gradient)
+            self.bottom_optimizers[p].step()
+            for _ in range(1, self.local_steps):
+                self.bottom_optimizers[p].zero_grad()
+                self.bottoms[p](self.features[p][rows]).backward(torch.cat(gradients))
+                self.bottom_optimizers[p].step()
+        return total
 
     @torch.no_grad()
     def predict(self, rows: np.ndarray) -> torch.Tensor:

@@ -1,7 +1,17 @@
 """SplitNN (002 §4.1): embeddings up, their gradients down, one step per batch on every party."""
 
+from collections.abc import Mapping
+from typing import Any
+
 from vflalgorithms.base import AlgorithmSpec, register
 from vflalgorithms.delays import DELAY_DEFAULTS, check_delay
+from vflalgorithms.splitnn.micro import MICRO_DEFAULTS, check_micro
+
+
+def _check(options: Mapping[str, Any]) -> None:
+    check_delay(options)
+    check_micro(options)
+
 
 SPEC = register(
     AlgorithmSpec(
@@ -9,8 +19,9 @@ SPEC = register(
         active="vflalgorithms.splitnn.active:SplitNNServer",
         passive="vflalgorithms.splitnn.passive:SplitNNClient",
         reference="vflalgorithms.splitnn.reference:ReferenceSplitNN",
-        # An artificial delay in front of each passive party's upload (``vflalgorithms.delays``).
-        defaults=DELAY_DEFAULTS,
-        check=check_delay,
+        # An artificial delay in front of each passive party's upload (``vflalgorithms.delays``),
+        # and the parts each batch crosses the link in (``vflalgorithms.splitnn.micro``).
+        defaults={**DELAY_DEFAULTS, **MICRO_DEFAULTS},
+        check=_check,
     )
 )

@@ -1,0 +1,68 @@
+"""Micro-batches: one SplitNN step cut into parts, so that the link and the parties work at once.
+
+Without them a step runs in turn: the passive party computes h^k of the whole batch, the whole
+upload crosses the link, the server computes, the whole gradient crosses back, the party steps.
+With ``[algorithm] micro_batches = m`` the party uploads each of the batch's m parts as soon as
+its forward pass has produced it, the server runs the top model on a part as soon as every party's
+copy of it is in and sends that part's gradient back at once, and the party back-propagates each
+part's gradient as it arrives. Uploads, the server's work and downloads of different parts then
+overlap, and a step costs about one transfer plus one round trip instead of two transfers plus one.
+
+The maths is the step's, not an approximation of it: the loss of part i is scaled by its share
+of the batch's rows (the losses are row means), so the gradients summed over the parts are the
+whole batch's, and every party takes one optimizer step per batch, as before. Only float rounding
+differs (sums taken in a different order), and ``m = 1`` is the same operations as no parts at
+all. Models whose output for a row depends on other rows of the batch (batch normalisation)
+would see smaller batches, and dropout draws its masks per part; the default models have neither.
+
+On the wire a part is a batch index of its own: part i of batch b travels as batch
+``wire(b, i)``, numbered consecutively through the epoch, so the streams, the server's
+expectations and a resumed epoch work on parts exactly as they work on batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from itertools import accumulate, pairwise
+from typing import Any
+
+import numpy as np
+
+from vflalgorithms.options import whole_numbers
+
+#: ``[algorithm] micro_batches``: parts per batch; 1 sends each batch whole.
+MICRO_DEFAULTS: Mapping[str, Any] = {"micro_batches": 1}
+
+
+def check_micro(options: Mapping[str, Any]) -> None:
+    """``micro_batches`` is a whole number of at least 1."""
+    whole_numbers(options, "micro_batches")
+
+
+def part_bounds(rows: int, parts: int) -> list[tuple[int, int]]:
+    """``(start, stop)`` of each part of a batch of ``rows`` rows: contiguous, sizes within one row.
+
+    A batch smaller than ``parts`` is cut into single rows.
+    """
+    count = max(1, min(parts, rows))
+    edges = [rows * i // count for i in range(count + 1)]
+    return list(pairwise(edges))
+
+
+class MicroBatches:
+    """How each batch of one epoch is cut into parts, and which batch index each part travels as."""
+
+    def __init__(self, batches: list[np.ndarray], parts: int) -> None:
+        self._bounds = [part_bounds(len(rows), parts) for rows in batches]
+        self._first = [0, *accumulate(len(b) for b in self._bounds)]
+
+    def bounds(self, batch: int) -> list[tuple[int, int]]:
+        """The parts of ``batch``, as row ranges within it."""
+        return self._bounds[batch]
+
+    def wire(self, batch: int, part: int = 0) -> int:
+        """The batch index part ``part`` of ``batch`` travels as; ``wire(len(batches))`` ends the epoch."""
+        return self._first[batch] + part
+
+
+__all__ = ["MICRO_DEFAULTS", "MicroBatches", "check_micro", "part_bounds"]
