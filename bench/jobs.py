@@ -12,7 +12,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +75,7 @@ optimizer = "{job.optimizer}"
 learning_rate = {job.learning_rate}
 weight_decay = {job.weight_decay}
 test_fraction = {job.test_fraction}
+wire_codec = "{job.wire_codec}"
 
 [algorithm]
 {options}
@@ -112,8 +113,19 @@ def run_jobs(
         yield job, run_federated(job_root, job)
 
 
-def run_federated(root: Path, job: JobSpec, *, torch_threads: int = 1, timeout_s: float = 600.0) -> dict[str, Any]:
-    """Run the job written by ``write_configs`` as 1 + len(passive_parties) processes; return summary.json."""
+def run_federated(
+    root: Path,
+    job: JobSpec,
+    *,
+    torch_threads: int = 1,
+    timeout_s: float = 600.0,
+    dial: Callable[[int, int], str] | None = None,
+) -> dict[str, Any]:
+    """Run the job written by ``write_configs`` as 1 + len(passive_parties) processes; return summary.json.
+
+    ``dial(party, server_port)`` gives the address a passive party dials instead of the server's
+    (an emulated WAN link in front of it, say); by default every party dials 127.0.0.1 directly.
+    """
     logs = root / "logs"
     logs.mkdir()
     env = {**os.environ, "OMP_NUM_THREADS": str(torch_threads)}
@@ -134,7 +146,7 @@ def run_federated(root: Path, job: JobSpec, *, torch_threads: int = 1, timeout_s
                     str(BIN / "vfl-client"),
                     "--once",
                     *("--config", str(root / f"party{party}.toml"), "--party", str(party)),
-                    *("--server", f"127.0.0.1:{port}", "--log-format", "json"),
+                    *("--server", dial(party, port) if dial else f"127.0.0.1:{port}", "--log-format", "json"),
                 ],
                 stdout=subprocess.DEVNULL,
                 stderr=log_files[f"party-{party}"].open("wb"),
