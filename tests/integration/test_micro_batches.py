@@ -1,4 +1,4 @@
-"""Micro-batches (``[algorithm] micro_batches``) overlap the link with the parties' work and keep the maths.
+"""Overlap over real mTLS: micro-batches keep the maths; a pipeline (staleness, opt-in) trains but changes it.
 
 Each job is the SplitNN reference test's digits job, federated over mTLS (servers on port 0) with
 every batch of 64 rows crossing the wire in parts, so the parts are uneven (13 + 13 + 13 + 13 + 12)
@@ -71,3 +71,27 @@ class TestMicroBatches:
 
     def test_the_model_reaches_the_plain_jobs_accuracy_bar(self, micro: Comparison) -> None:
         assert micro.federated.final_metrics["accuracy"] >= 0.93
+
+
+#: Two batches sent ahead of the gradient awaited, with the parts: the staleness option.
+PIPELINED_JOB = replace(DIGITS_JOB, job_id="pipelined", algorithm_options={"pipeline_depth": 2, "micro_batches": 2})
+
+
+@pytest.fixture(scope="module")
+def pipelined(pki: Pki, digits_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Comparison:
+    return compare(PIPELINED_JOB, digits_data, pki, tmp_path_factory.mktemp(PIPELINED_JOB.job_id))
+
+
+class TestPipeline:
+    """``pipeline_depth`` changes the maths on purpose; it must still train and must not pass for exact."""
+
+    def test_it_reaches_the_plain_jobs_accuracy_bar(self, pipelined: Comparison) -> None:
+        """Staleness of two batches costs little here: the plain job's bar holds (the plain job reached 0.970)."""
+        assert pipelined.federated.final_metrics["accuracy"] >= 0.93
+
+    def test_its_losses_are_not_the_exact_ones(self, pipelined: Comparison, digits_data: Path) -> None:
+        """Later steps part from the exact reference by far more than float rounding."""
+        exact = whole_batch_losses(PIPELINED_JOB, digits_data)
+        gaps = [abs(a - b) for a, b in zip(pipelined.federated_losses, exact, strict=True)]
+        assert len(gaps) == len(exact)
+        assert max(gaps) > 1e-3

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from vflalgorithms.base import algorithm_options
-from vflalgorithms.splitnn.micro import MicroBatches, part_bounds
+from vflalgorithms.splitnn.overlap import MicroBatches, part_bounds
 from vflcore.errors import ConfigError
 
 

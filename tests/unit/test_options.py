@@ -10,13 +10,15 @@ from vflcore.job import JobSpec
 
 
 def test_defaults_fill_what_the_config_omits() -> None:
-    assert algorithm_options("fedbcd", {}) == {"local_steps": 5, "micro_batches": 1}
+    assert algorithm_options("fedbcd", {}) == {"local_steps": 5, "micro_batches": 1, "pipeline_depth": 0}
     assert job_options(JobSpec("j", algorithm="fedbcd", algorithm_options={"local_steps": 2}))["local_steps"] == 2
 
 
 def test_unknown_key_is_refused_with_the_options_that_exist() -> None:
     with pytest.raises(
-        ConfigError, match=r"\[algorithm\] q is not an option of 'fedbcd' \(its options: local_steps, micro_batches\)"
+        ConfigError,
+        match=r"\[algorithm\] q is not an option of 'fedbcd' "
+        r"\(its options: local_steps, micro_batches, pipeline_depth\)",
     ):
         algorithm_options("fedbcd", {"q": 3})
 

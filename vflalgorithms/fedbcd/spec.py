@@ -5,12 +5,12 @@ from typing import Any
 
 from vflalgorithms.base import AlgorithmSpec, register
 from vflalgorithms.options import whole_numbers
-from vflalgorithms.splitnn.micro import MICRO_DEFAULTS, check_micro
+from vflalgorithms.splitnn.overlap import OVERLAP_DEFAULTS, check_overlap
 
 
 def _check(options: Mapping[str, Any]) -> None:
     whole_numbers(options, "local_steps")
-    check_micro(options)
+    check_overlap(options)
 
 
 SPEC = register(
@@ -20,8 +20,8 @@ SPEC = register(
         passive="vflalgorithms.fedbcd.passive:FedBCDClient",
         reference="vflalgorithms.fedbcd.reference:ReferenceFedBCD",
         # Q, the local updates per communication round; Q = 1 is SplitNN exactly. The first
-        # update's exchange may cross the link in parts (``vflalgorithms.splitnn.micro``).
-        defaults={"local_steps": 5, **MICRO_DEFAULTS},
+        # update's exchange may cross the link in parts (``vflalgorithms.splitnn.overlap``).
+        defaults={"local_steps": 5, **OVERLAP_DEFAULTS},
         check=_check,
     )
 )

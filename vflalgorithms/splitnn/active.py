@@ -22,7 +22,7 @@ from torch import nn
 
 from vflalgorithms.base import ActiveContext, Publish, ServerAlgorithm, job_options
 from vflalgorithms.factories import PROBE_ROWS, ModelSlot
-from vflalgorithms.splitnn.micro import MicroBatches
+from vflalgorithms.splitnn.overlap import MicroBatches
 from vflcore.job import ACTIVE_PARTY, JobSpec, model_seed
 from vflcore.ml.losses import task_loss
 from vflcore.ml.models import job_optimizer, mlp
@@ -67,6 +67,8 @@ class SplitNNServer(ServerAlgorithm):
     name = "splitnn"
     #: Updates per communication round; FedBCD sets its Q here.
     local_steps = 1
+    #: Parts per batch on the wire (``[algorithm] micro_batches``, ``vflalgorithms.splitnn.overlap``).
+    micro_batches = 1
     #: Its own bottom model is None when the active party has no features.
     checkpointed: tuple[str, ...] = ("step_losses", "top", "bottom", "optimizer")
 
@@ -88,7 +90,6 @@ class SplitNNServer(ServerAlgorithm):
         params = list(self.top.parameters()) + (list(self.bottom.parameters()) if self.bottom is not None else [])
         self.optimizer = job_optimizer(job, params)
         self.loss_fn = task_loss(job.task)
-        #: Parts per batch on the wire (``vflalgorithms.splitnn.micro``); async has no such option.
         self.micro_batches = int(job_options(job).get("micro_batches", 1))
 
     def _build_top(self, parts: int) -> nn.Module:
@@ -164,7 +165,7 @@ class SplitNNServer(ServerAlgorithm):
     def _pipelined_round(
         self, epoch: int, batch: int, parts: MicroBatches, own: list[torch.Tensor], rows: np.ndarray
     ) -> float:
-        """``_round`` with the batch in parts (``vflalgorithms.splitnn.micro``): each part answered as it arrives."""
+        """``_round`` with the batch in parts (``vflalgorithms.splitnn.overlap``): each part answered as it arrives."""
         ctx, received = self.ctx, list[list[torch.Tensor]]()
 
         def arrivals(part: int) -> list[torch.Tensor]:

@@ -6,13 +6,16 @@ or raw features: only the representation of a batch and its gradient cross the w
 
 from __future__ import annotations
 
+import collections
+
 import torch
 
 from vflalgorithms.base import ClientAlgorithm, PassiveContext, job_options
 from vflalgorithms.delays import Delay
-from vflalgorithms.splitnn.micro import MicroBatches
+from vflalgorithms.splitnn.overlap import MicroBatches
 from vflcore.job import model_seed
 from vflcore.ml.models import build_seeded, job_optimizer, mlp
+from vflcore.wire.links import TensorExchange
 from vflcore.wire.names import EMBEDDING, GRADIENT
 from vflcore.wire.tensors import check_shape
 
@@ -23,6 +26,9 @@ class SplitNNClient(ClientAlgorithm):
     name = "splitnn"
     #: Updates per gradient received; FedBCD sets its Q here.
     local_steps = 1
+    #: Parts per batch on the wire, and batches sent ahead of the gradient awaited (staleness, opt-in):
+    #: ``[algorithm] micro_batches`` and ``pipeline_depth`` (``vflalgorithms.splitnn.overlap``).
+    micro_batches, pipeline_depth = 1, 0
     checkpointed: tuple[str, ...] = ("bottom", "optimizer", "delay._rng")
 
     def __init__(self, ctx: PassiveContext) -> None:
@@ -34,8 +40,8 @@ class SplitNNClient(ClientAlgorithm):
         ).to(ctx.device)
         self.optimizer = job_optimizer(job, self.bottom.parameters())
         self.delay = Delay(job, ctx.party)  # the thesis's delay scenarios, if the job asks for one
-        #: Parts per batch on the wire (``vflalgorithms.splitnn.micro``); async has no such option.
-        self.micro_batches = int(job_options(job).get("micro_batches", 1))
+        self.micro_batches = int(job_options(job).get("micro_batches", 1))  # async has neither option
+        self.pipeline_depth = int(job_options(job).get("pipeline_depth", 0))
 
     def train_epoch(self, epoch: int, first_batch: int = 0) -> None:
         ctx = self.ctx
@@ -45,30 +51,50 @@ class SplitNNClient(ClientAlgorithm):
         with ctx.link.exchange(
             ctx.job.job_id, epoch, parts.wire(len(batches)), up=EMBEDDING, down=GRADIENT, first=parts.wire(first_batch)
         ) as exchange:
+            ahead: collections.deque[tuple[int, torch.Tensor, list[torch.Tensor]]] = collections.deque()
             for b in range(first_batch, len(batches)):
                 x = ctx.features[batches[b]]
-                bounds = parts.bounds(b)
                 self.delay.before_step()
-                sent = []
-                for i, (start, stop) in enumerate(bounds):  # each part leaves as soon as it is computed
-                    h = self.bottom(x[start:stop])
-                    exchange.send(parts.wire(b, i), h.detach().cpu().numpy())
-                    sent.append(h)
-                self.optimizer.zero_grad()
-                gradients = []
-                for i, h in enumerate(sent):  # and each part's gradient goes in as soon as it is back
-                    received = exchange.receive(parts.wire(b, i))
-                    check_shape(received, tuple(h.shape), what="gradient from the server")
-                    gradients.append(ctx.tensor(received))
-                    h.backward(gradients[-1])
-                self.optimizer.step()
-                gradient = gradients[0] if len(gradients) == 1 else torch.cat(gradients)
-                for _ in range(1, self.local_steps):  # FedBCD: the same gradient, into h^k from the current weights
-                    h = self.bottom(x)
-                    self.optimizer.zero_grad()
-                    h.backward(gradient)
-                    self.optimizer.step()
-                ctx.after_step(epoch, b + 1, len(batches))
+                ahead.append((b, x, self._send(exchange, parts, b, x)))
+                if len(ahead) > self.pipeline_depth:  # 0, unless the job asks for staleness
+                    self._update(exchange, parts, *ahead.popleft())
+                    ctx.after_step(epoch, b + 1 - len(ahead), len(batches))
+            while ahead:
+                self._update(exchange, parts, *ahead.popleft())
+                ctx.after_step(epoch, len(batches) - len(ahead), len(batches))
+
+    def _send(self, exchange: TensorExchange, parts: MicroBatches, batch: int, x: torch.Tensor) -> list[torch.Tensor]:
+        """h^k of ``batch``, each part sent as soon as it is computed; the parts, with their graphs."""
+        sent = []
+        with torch.set_grad_enabled(not self.pipeline_depth):  # a stale h^k is recomputed in _update
+            for i, (start, stop) in enumerate(parts.bounds(batch)):
+                h = self.bottom(x[start:stop])
+                exchange.send(parts.wire(batch, i), h.detach().cpu().numpy())
+                sent.append(h)
+        return sent
+
+    def _update(
+        self, exchange: TensorExchange, parts: MicroBatches, batch: int, x: torch.Tensor, sent: list[torch.Tensor]
+    ) -> None:
+        """``batch``'s gradient into the bottom model: each part's as it arrives, one step, then FedBCD's Q - 1."""
+        self.optimizer.zero_grad()
+        gradients = []
+        for i, h in enumerate(sent):
+            received = exchange.receive(parts.wire(batch, i))
+            check_shape(received, tuple(h.shape), what="gradient from the server")
+            gradients.append(self.ctx.tensor(received))
+            if not self.pipeline_depth:
+                torch.autograd.backward(h, gradients[-1])
+        gradient = gradients[0] if len(gradients) == 1 else torch.cat(gradients)
+        if self.pipeline_depth:  # h^k is stale: push the gradient into h^k from the current weights
+            fresh: torch.Tensor = self.bottom(x)
+            torch.autograd.backward(fresh, gradient)
+        self.optimizer.step()
+        for _ in range(1, self.local_steps):  # FedBCD: the same gradient, into h^k from the current weights
+            h = self.bottom(x)
+            self.optimizer.zero_grad()
+            h.backward(gradient)
+            self.optimizer.step()
 
     def eval(self) -> None:
         self.bottom.eval()

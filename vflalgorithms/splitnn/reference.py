@@ -19,7 +19,7 @@ from torch import nn
 
 from vflalgorithms.base import algorithm_options
 from vflalgorithms.reference import FromTables
-from vflalgorithms.splitnn.micro import part_bounds
+from vflalgorithms.splitnn.overlap import part_bounds
 from vflcore.job import ACTIVE_PARTY, JobSpec, epoch_mean, model_seed
 from vflcore.ml.losses import label_tensor, task_loss
 from vflcore.ml.models import LinearHeads, build_seeded, job_optimizer, linear_head, mlp, seed_dropout
@@ -158,7 +158,7 @@ class ReferenceSplitNN(FromTables):
         return first_loss
 
     def _pipelined_round(self, rows: np.ndarray) -> float:
-        """``_round`` with the batch in parts, as the daemons run it (``vflalgorithms.splitnn.micro``).
+        """``_round`` with the batch in parts, as the daemons run it (``vflalgorithms.splitnn.overlap``).
 
         The server's operations in the server's order: h^1 of the whole batch cut off as a leaf,
         then per part the top model on that part of h^1 and of every h^k, its loss scaled by the

@@ -5,12 +5,12 @@ from typing import Any
 
 from vflalgorithms.base import AlgorithmSpec, register
 from vflalgorithms.delays import DELAY_DEFAULTS, check_delay
-from vflalgorithms.splitnn.micro import MICRO_DEFAULTS, check_micro
+from vflalgorithms.splitnn.overlap import OVERLAP_DEFAULTS, check_overlap
 
 
 def _check(options: Mapping[str, Any]) -> None:
     check_delay(options)
-    check_micro(options)
+    check_overlap(options)
 
 
 SPEC = register(
@@ -20,8 +20,8 @@ SPEC = register(
         passive="vflalgorithms.splitnn.passive:SplitNNClient",
         reference="vflalgorithms.splitnn.reference:ReferenceSplitNN",
         # An artificial delay in front of each passive party's upload (``vflalgorithms.delays``),
-        # and the parts each batch crosses the link in (``vflalgorithms.splitnn.micro``).
-        defaults={**DELAY_DEFAULTS, **MICRO_DEFAULTS},
+        # and the parts each batch crosses the link in (``vflalgorithms.splitnn.overlap``).
+        defaults={**DELAY_DEFAULTS, **OVERLAP_DEFAULTS},
         check=_check,
     )
 )

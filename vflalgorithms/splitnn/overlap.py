@@ -1,7 +1,8 @@
-"""Micro-batches: one SplitNN step cut into parts, so that the link and the parties work at once.
+"""Overlapping the link with the parties' work in SplitNN and FedBCD: micro-batches, and (opt-in) staleness.
 
-Without them a step runs in turn: the passive party computes h^k of the whole batch, the whole
-upload crosses the link, the server computes, the whole gradient crosses back, the party steps.
+**Micro-batches** (``[algorithm] micro_batches``) cut one step into parts. Without them a step
+runs in turn: the passive party computes h^k of the whole batch, the whole upload crosses the
+link, the server computes, the whole gradient crosses back, the party steps.
 With ``[algorithm] micro_batches = m`` the party uploads each of the batch's m parts as soon as
 its forward pass has produced it, the server runs the top model on a part as soon as every party's
 copy of it is in and sends that part's gradient back at once, and the party back-propagates each
@@ -18,6 +19,16 @@ would see smaller batches, and dropout draws its masks per part; the default mod
 On the wire a part is a batch index of its own: part i of batch b travels as batch
 ``wire(b, i)``, numbered consecutively through the epoch, so the streams, the server's
 expectations and a resumed epoch work on parts exactly as they work on batches.
+
+**A pipeline** (``[algorithm] pipeline_depth = d``, default 0) changes the maths, and is never on
+unless asked for. A passive party then sends the embeddings of up to d batches beyond the one
+whose gradient it waits for, so the round trip no longer stalls it: the server always has the
+next batch at hand. The price is staleness: batch b's embedding was computed before the
+gradients of the d batches before it were applied, and batch b's gradient is pushed into h^k
+recomputed from the party's current weights (as FedBCD's local steps push a stale gradient), so
+the result is no longer SplitNN's and no reference reproduces it. A checkpoint inside an epoch
+holds the weights after its steps, not the embeddings already in flight: a job resumed there
+restarts the pipeline, and from then on differs from the run that was not interrupted.
 """
 
 from __future__ import annotations
@@ -29,14 +40,20 @@ from typing import Any
 import numpy as np
 
 from vflalgorithms.options import whole_numbers
+from vflcore.errors import ConfigError
 
-#: ``[algorithm] micro_batches``: parts per batch; 1 sends each batch whole.
-MICRO_DEFAULTS: Mapping[str, Any] = {"micro_batches": 1}
+#: ``[algorithm] micro_batches``: parts per batch (1: whole); ``pipeline_depth``: batches sent ahead (0: none).
+OVERLAP_DEFAULTS: Mapping[str, Any] = {"micro_batches": 1, "pipeline_depth": 0}
 
 
-def check_micro(options: Mapping[str, Any]) -> None:
-    """``micro_batches`` is a whole number of at least 1."""
+def check_overlap(options: Mapping[str, Any]) -> None:
+    """``micro_batches`` is a whole number of at least 1, ``pipeline_depth`` one of at least 0."""
     whole_numbers(options, "micro_batches")
+    depth = options["pipeline_depth"]
+    if not isinstance(depth, int) or isinstance(depth, bool) or depth < 0:
+        raise ConfigError(
+            f"[algorithm] pipeline_depth must be a whole number of at least 0 (0: no staleness), got {depth!r}"
+        )
 
 
 def part_bounds(rows: int, parts: int) -> list[tuple[int, int]]:
@@ -65,4 +82,4 @@ class MicroBatches:
         return self._first[batch] + part
 
 
-__all__ = ["MICRO_DEFAULTS", "MicroBatches", "check_micro", "part_bounds"]
+__all__ = ["OVERLAP_DEFAULTS", "MicroBatches", "check_overlap", "part_bounds"]
