@@ -8,11 +8,13 @@ one-way delay and a token-bucket rate per direction; the proxy relays ciphertext
 embedding 60, 56 training steps per epoch, one torch thread per process.
 
 Per link (20 ms RTT at 100 Mbit/s, 50 ms RTT at 20 Mbit/s), per algorithm (SplitNN, FedBCD
-Q = 5, VIMSGD, VIMADMM, async) and per wire codec (fp32, bf16, int8), and for SplitNN and FedBCD
-also with every batch in ``MICRO`` parts (``[algorithm] micro_batches``), one row:
+Q = 5, VIMSGD, VIMADMM, async) and per wire codec (fp32, bf16, int8) one row, and as many again
+for the overlap options (``OVERLAP``): SplitNN and FedBCD with every batch in 4 parts
+(``[algorithm] micro_batches``, the same maths), and SplitNN with 4 batches sent ahead of the
+gradient awaited (``pipeline_depth``, staleness: other maths, never a default). Each row gives:
 
 - **time**: the server's seconds of training and evaluation, summed over the epochs up to the
-  first whose held-out accuracy reaches ``TARGET`` (alignment and start-up excluded);
+  first whose held-out accuracy reaches ``TARGET_ACCURACY`` (alignment and start-up excluded);
 - **bytes**: the training traffic of those epochs, both directions, every party, counted after
   encoding (``summary.json``'s ``wire_mb``);
 - **rounds**: the communication rounds (batches) of those epochs;
@@ -23,7 +25,8 @@ also with every batch in ``MICRO`` parts (``[algorithm] micro_batches``), one ro
   arrivals is the network's); its rows are divided by SplitNN's.
 
 Accuracy is measured once per epoch on both sides, so a time to target is a whole number of
-epochs on both sides too. ``TARGET`` was fixed before measuring, from the yardstick in
+epochs on both sides too. A job runs one epoch; one that misses the target runs again with
+``RETRY_EPOCHS``. ``TARGET_ACCURACY`` (0.98) was fixed before measuring, from the yardstick in
 docs/performance.md (every reference reaches it in its first epoch).
 
 The last line: ``BENCH wan_best_vs_inprocess <x> x target <= 1.5 MET|MISSED``, where x is the
@@ -32,7 +35,7 @@ algorithm's in-process time. The line before it gives SplitNN fp32's ratio on th
 one before that the fastest configuration against the fastest in-process reference of any
 algorithm. The exit code is 0 whether the target is met or missed, and 1 if a job failed.
 
-    .venv/bin/python -m bench.wan [--links 0,1] [--algorithms splitnn,...] [--codecs fp32,...] [--epochs 2]
+    .venv/bin/python -m bench.wan [--links 0,1] [--algorithms splitnn,...] [--codecs fp32,...] [--epochs 1]
 """
 
 from __future__ import annotations
@@ -60,8 +63,6 @@ from vfltesting.wan import LINKS, LinkProfile, WanProxy
 TARGET_ACCURACY = 0.98
 #: The bound on the best configuration's time to target over the in-process time (issue 17).
 TARGET_RATIO = 1.5
-#: Parts per batch in the micro-batched rows.
-MICRO = 4
 CODECS = ("fp32", "bf16", "int8")
 #: Each algorithm's options, and the in-process reference its rows are divided by.
 ALGORITHMS: dict[str, tuple[dict[str, Any], str]] = {
@@ -71,7 +72,14 @@ ALGORITHMS: dict[str, tuple[dict[str, Any], str]] = {
     "vimadmm": ({}, "vimadmm"),
     "async": ({}, "splitnn"),
 }
-MICRO_BATCHED = ("splitnn", "fedbcd")
+#: The overlap options measured besides each algorithm's plain rows: every batch in 4 parts
+#: (the same maths), and for SplitNN also 4 batches sent ahead (staleness: other maths).
+OVERLAP: dict[str, list[dict[str, int]]] = {
+    "splitnn": [{"micro_batches": 4}, {"pipeline_depth": 4}],
+    "fedbcd": [{"micro_batches": 4}],
+}
+#: A run that misses the target in its first epoch runs again with this many.
+RETRY_EPOCHS = 3
 TIMEOUT_S = 600.0
 
 
@@ -86,8 +94,8 @@ class Config:
 
     @property
     def label(self) -> str:
-        parts = self.options.get("micro_batches", 1)
-        return self.algorithm + (f" ×{parts} parts" if parts > 1 else "")
+        parts, depth = self.options.get("micro_batches", 1), self.options.get("pipeline_depth", 0)
+        return self.algorithm + (f" {parts} parts" if parts > 1 else "") + (f" stale {depth}" if depth else "")
 
 
 @dataclass(frozen=True)
@@ -128,13 +136,15 @@ def run_config(root: Path, certs: Path, data: Path, config: Config, epochs: int)
     """One federated job over ``config.link``; its cost to the target."""
     job = replace(
         JOB,
-        job_id=f"wan-{config.algorithm}-{config.codec}-{config.options.get('micro_batches', 1)}",
+        job_id="-".join(
+            ["wan", config.algorithm, config.codec, *(f"{k}{v}" for k, v in sorted(config.options.items()))]
+        ),
         algorithm=config.algorithm,
         algorithm_options=config.options,
         wire_codec=config.codec,
         epochs=epochs,
     )
-    job_root = root / f"{job.job_id}-{config.link.rtt_ms:g}ms"
+    job_root = root / f"{job.job_id}-{config.link.rtt_ms:g}ms-{epochs}"
     job_root.mkdir()
     write_configs(job_root, job, certs=certs, data=data, top_hidden=TOP_HIDDEN, torch_threads=TORCH_THREADS)
     with contextlib.ExitStack() as links:
@@ -153,7 +163,7 @@ def configs(links: list[LinkProfile], algorithms: list[str], codecs: list[str]) 
     for link in links:
         for name in algorithms:
             options = ALGORITHMS[name][0]
-            variants = [options] + ([{**options, "micro_batches": MICRO}] if name in MICRO_BATCHED else [])
+            variants = [options] + [{**options, **extra} for extra in OVERLAP.get(name, [])]
             out += [Config(name, variant, codec, link) for variant in variants for codec in codecs]
     return out
 
@@ -168,7 +178,7 @@ def main() -> int:
     parser.add_argument("--links", default="0,1", help="which of vfltesting.wan.LINKS, by index")
     parser.add_argument("--algorithms", default=",".join(ALGORITHMS))
     parser.add_argument("--codecs", default=",".join(CODECS))
-    parser.add_argument("--epochs", type=int, default=2, help="epochs per job: the most a run may take to the target")
+    parser.add_argument("--epochs", type=int, default=1, help=f"epochs per job (a miss runs again with {RETRY_EPOCHS})")
     args = parser.parse_args()
     links = [LINKS[int(i)] for i in args.links.split(",")]
     algorithms, codecs = args.algorithms.split(","), args.codecs.split(",")
@@ -178,8 +188,8 @@ def main() -> int:
     print(
         f"   {ROWS} rows, features {'/'.join(map(str, FEATURES_PER_PARTY))}, batch {JOB.batch_size}, embedding "
         f"{JOB.embedding_dim}, {steps} rounds per epoch; target: held-out accuracy >= {TARGET_ACCURACY}, "
-        f"checked after each epoch (at most {args.epochs}); 1 server + 2 clients as processes over mTLS, each "
-        "client through its own link",
+        f"checked after each epoch (a job of {args.epochs} epoch(s), again with {RETRY_EPOCHS} if it misses); "
+        "1 server + 2 clients as processes over mTLS, each client through its own link",
         flush=True,
     )
     rows: list[tuple[Config, ToTarget]] = []
@@ -192,6 +202,9 @@ def main() -> int:
             try:
                 run = functools.partial(run_config, root, root / "certs", root / "data", config, args.epochs)
                 result, window = measured(run, own_children=True)
+                if not result.reached and args.epochs < RETRY_EPOCHS:
+                    run = functools.partial(run_config, root, root / "certs", root / "data", config, RETRY_EPOCHS)
+                    result, window = measured(run, own_children=True)
             except RuntimeError as exc:
                 print(f"bench failed: {config}: {exc}", file=sys.stderr)
                 return 1
