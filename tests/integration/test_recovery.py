@@ -398,6 +398,31 @@ BATCHES_PER_EPOCH = 117
 EVERY_STEPS = 50
 
 
+def _micro_batched_run(root: Path, pki: Pki, data: Path, *, kill: bool) -> JobOutcome:
+    """SplitNN, 3 epochs, every batch in 3 parts, checkpoints every 50 steps; with ``kill``, party 3 is
+    killed once step 150 (batch 33 of epoch 2) is saved on both ends, and the job must resume there."""
+    run = _service(root, pki, data)
+    job_id = _job_id("splitnn", "micro")
+    job = {**JOB, "checkpoint_every_steps": EVERY_STEPS, "algorithm_options": {"micro_batches": 3}}
+    folders = [run.root / "runs" / job_id / f"party-{p}" for p in (1, 3)]
+    try:
+        with _jobs(run, pki) as jobs:
+            jobs.submit(job_document(job_id, "splitnn", epochs=3, **job))
+            if kill:
+                _wait(lambda: all((f / "epoch-0001-batch-00033.pt").exists() for f in folders), "step 150", run)
+                time.sleep(0.05)
+                run.kill("party-3")
+                _restart_after(run, "party-3")
+            _finish(jobs, run, job_id)
+        if kill:
+            events = [json.loads(line) for line in run.logs["server"].read_text().splitlines()]
+            [resumed] = [e for e in events if e["event"] == "resumed"]
+            assert (resumed["epoch"], resumed["batch"]) == (1, 33), resumed
+        return _outcome(run, job_id)
+    finally:
+        run.close()
+
+
 class TestCheckpointsInsideEpochs:
     @pytest.mark.parametrize("algorithm", ALGORITHMS)
     def test_resume_replays_at_most_one_interval(
@@ -429,6 +454,13 @@ class TestCheckpointsInsideEpochs:
             _assert_same_model(_outcome(run, job_id), clean[algorithm])
         finally:
             run.close()
+
+    def test_micro_batches_resume_inside_an_epoch(self, pki: Pki, digits_data: Path, tmp_path: Path) -> None:
+        """SplitNN with every batch in 3 parts (``micro_batches``): a kill after step 150 resumes at batch 33 of
+        epoch 2, whose first part travels as wire index 99, and ends with the fault-free run's model."""
+        clean = _micro_batched_run(tmp_path / "clean", pki, digits_data, kill=False)
+        faulty = _micro_batched_run(tmp_path / "fault", pki, digits_data, kill=True)
+        _assert_same_model(faulty, clean)
 
     def test_async_waits_for_every_party_at_each_checkpoint(
         self, clean_others: dict[str, Any], pki: Pki, digits_data: Path, tmp_path: Path

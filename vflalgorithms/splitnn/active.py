@@ -132,7 +132,7 @@ class SplitNNServer(ServerAlgorithm):
         for b in progress(steps, total=len(steps), desc=f"epoch {epoch + 1}"):
             rows = batches[b]
             own = self._own(rows)  # computed while the passive parties compute theirs
-            if self.micro_batches > 1:
+            if self.micro_batches > 1:  # SplitNN and FedBCD only; the VIM family overrides _round
                 value = self._pipelined_round(epoch, b, parts, own, rows)
             else:
                 uploads = fed.gather(EMBEDDING, epoch, b)
@@ -177,7 +177,8 @@ class SplitNNServer(ServerAlgorithm):
             self._publish(epoch, parts.wire(batch, part), sorted(ctx.job.passive_parties), grads)
 
         value = self._first_update(own, rows, parts.bounds(batch), arrivals, publish)
-        self._local_updates([torch.cat(hs) for hs in zip(*received, strict=True)], rows)
+        if self.local_steps > 1:  # FedBCD: the further updates take the batch whole
+            self._local_updates([torch.cat(hs) for hs in zip(*received, strict=True)], rows)
         return value
 
     def _first_update(
