@@ -130,42 +130,18 @@ class ReferenceSplitNN(FromTables):
         return self._round(rows)
 
     def _round(self, rows: np.ndarray) -> float:
-        """SplitNN, or FedBCD with Q = ``local_steps``: the loss of the round's first update."""
-        if self.micro_batches > 1:
-            return self._pipelined_round(rows)
-        sent = [self.bottoms[p](self.features[p][rows]) for p in self.passive]
-        # Where the wire cuts the graph: the server gets a copy as a fresh leaf, computes its
-        # gradient, and each passive party pushes that gradient into its own bottom model.
-        received = [h.detach().clone().requires_grad_(True) for h in sent]
-        active = self.optimizers[0]
-        first_loss = 0.0
-        for step in range(self.local_steps):  # the active party, on the embeddings it received
-            active.zero_grad()
-            inputs = received if step == 0 else [r.detach() for r in received]
-            loss = self.loss_fn(self._top(rows, inputs), self.labels[rows])
-            loss.backward()
-            if step == 0:
-                first_loss = loss.item()
-            active.step()
-        for p, h, leaf in zip(self.passive, sent, received, strict=True):  # each passive party, on its gradient
-            assert leaf.grad is not None
-            for step in range(self.local_steps):
-                if step:
-                    h = self.bottoms[p](self.features[p][rows])
-                self.bottom_optimizers[p].zero_grad()
-                h.backward(leaf.grad)
-                self.bottom_optimizers[p].step()
-        return first_loss
+        """SplitNN, or FedBCD with Q = ``local_steps``, as the daemons run it: the loss of the round's first update.
 
-    def _pipelined_round(self, rows: np.ndarray) -> float:
-        """``_round`` with the batch in parts, as the daemons run it (``vflalgorithms.splitnn.overlap``).
-
-        The server's operations in the server's order: h^1 of the whole batch cut off as a leaf,
-        then per part the top model on that part of h^1 and of every h^k, its loss scaled by the
-        part's share of the rows, backward; then h^1's gradient into the own bottom model and one
-        step. Each passive party back-propagates its parts' gradients in order, then steps.
+        Where the wire cuts the graph, the server gets a copy of each h^k as a fresh leaf, computes
+        its gradient, and each passive party pushes that gradient into its own bottom model. The
+        server's operations come in the server's order: h^1 of the whole batch cut off as a leaf;
+        per part of the batch (one, unless ``micro_batches``: ``vflalgorithms.splitnn.overlap``)
+        the top model on that part of h^1 and of every h^k, its loss scaled by the part's share of
+        the rows, backward; then h^1's gradient into the own bottom model and one step. Each passive
+        party back-propagates its parts' gradients in order, then steps.
         """
         bounds = part_bounds(len(rows), self.micro_batches)
+        whole = len(bounds) == 1
         sent = {p: [self.bottoms[p](self.features[p][rows][a:b]) for a, b in bounds] for p in self.passive}
         received = {p: [h.detach().clone().requires_grad_(True) for h in sent[p]] for p in self.passive}
         active = self.optimizers[0]
@@ -174,17 +150,19 @@ class ReferenceSplitNN(FromTables):
         own_leaf = [h.detach().requires_grad_(True) for h in own]
         total = 0.0
         for i, (a, b) in enumerate(bounds):
-            inputs = [h[a:b] for h in own_leaf] + [received[p][i] for p in self.passive]
-            loss = self.loss_fn(self.top(torch.cat(inputs, dim=1)), self.labels[rows[a:b]]) * ((b - a) / len(rows))
+            inputs = [h if whole else h[a:b] for h in own_leaf] + [received[p][i] for p in self.passive]
+            loss = self.loss_fn(self.top(torch.cat(inputs, dim=1)), self.labels[rows[a:b]])
+            if not whole:
+                loss = loss * ((b - a) / len(rows))
             loss.backward()
             total += loss.item()
         if own:
             torch.autograd.backward(own, [leaf.grad for leaf in own_leaf])
         active.step()
-        whole = [torch.cat(received[p]).detach() for p in self.passive]
-        for _ in range(1, self.local_steps):
+        cached = [torch.cat(received[p]).detach() for p in self.passive]
+        for _ in range(1, self.local_steps):  # FedBCD: the active party again, on the cached h^k
             active.zero_grad()
-            self.loss_fn(self._top(rows, whole), self.labels[rows]).backward()
+            self.loss_fn(self._top(rows, cached), self.labels[rows]).backward()
             active.step()
         for p in self.passive:
             gradients = [leaf.grad for leaf in received[p]]
@@ -192,9 +170,10 @@ class ReferenceSplitNN(FromTables):
             for h, gradient in zip(sent[p], gradients, strict=True):
                 h.backward(gradient)
             self.bottom_optimizers[p].step()
-            for _ in range(1, self.local_steps):
+            gradient = gradients[0] if whole else torch.cat(gradients)
+            for _ in range(1, self.local_steps):  # FedBCD: the same gradient, into h^k from the current weights
                 self.bottom_optimizers[p].zero_grad()
-                self.bottoms[p](self.features[p][rows]).backward(torch.cat(gradients))
+                self.bottoms[p](self.features[p][rows]).backward(gradient)
                 self.bottom_optimizers[p].step()
         return total
 
