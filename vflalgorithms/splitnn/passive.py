@@ -40,8 +40,9 @@ class SplitNNClient(ClientAlgorithm):
         ).to(ctx.device)
         self.optimizer = job_optimizer(job, self.bottom.parameters())
         self.delay = Delay(job, ctx.party)  # the thesis's delay scenarios, if the job asks for one
-        self.micro_batches = int(job_options(job).get("micro_batches", 1))  # async has neither option
-        self.pipeline_depth = int(job_options(job).get("pipeline_depth", 0))
+        options = job_options(job)  # async has neither overlap option
+        self.micro_batches = int(options.get("micro_batches", 1))
+        self.pipeline_depth = int(options.get("pipeline_depth", 0))
 
     def train_epoch(self, epoch: int, first_batch: int = 0) -> None:
         ctx = self.ctx
@@ -86,14 +87,14 @@ class SplitNNClient(ClientAlgorithm):
             if not self.pipeline_depth:
                 torch.autograd.backward(h, gradients[-1])
         gradient = gradients[0] if len(gradients) == 1 else torch.cat(gradients)
-        if self.pipeline_depth:  # h^k is stale: push the gradient into h^k from the current weights
+        if not self.pipeline_depth:
+            self.optimizer.step()
+        # A stale h^k (pipeline) takes every update, and FedBCD its further Q - 1, on h^k
+        # recomputed from the current weights, with the same gradient.
+        for _ in range(1 if not self.pipeline_depth else 0, self.local_steps):
             fresh: torch.Tensor = self.bottom(x)
-            torch.autograd.backward(fresh, gradient)
-        self.optimizer.step()
-        for _ in range(1, self.local_steps):  # FedBCD: the same gradient, into h^k from the current weights
-            h = self.bottom(x)
             self.optimizer.zero_grad()
-            h.backward(gradient)
+            torch.autograd.backward(fresh, gradient)
             self.optimizer.step()
 
     def eval(self) -> None:
