@@ -121,9 +121,9 @@ def export_digits(folder: Path) -> Path:
 
     from vflcore.ml.models import build_seeded, mlp
     from vflcore.ml.onnx_export import MODEL_FILE, OnnxPart, export_onnx
-    from vflserver.serving.artifact import ArtifactInfo
-    from vflserver.serving.onnx_model import info_metadata
-    from vflserver.serving.triton_repository import write_triton_repository
+    from vflserver.inference.artifact import ArtifactInfo
+    from vflserver.inference.onnx_model import info_metadata
+    from vflserver.inference.triton_repository import write_triton_repository
 
     # Frozen: the exporter traces the weights as constants, which it refuses to do with gradients on.
     network = build_seeded(lambda: mlp(FEATURES, HIDDEN, CLASSES), 0).eval().requires_grad_(False)
@@ -156,10 +156,10 @@ def serve(repository: Path, tls: TlsFiles, ports: Connection, stop: Event) -> No
     """The server process: the inference endpoint on two free loopback ports until ``stop``."""
     from vflcore.runtime.daemon import prepare_compute
     from vflcore.runtime.logs import configure_logging
-    from vflserver.serving.config import ServingConfig
-    from vflserver.serving.endpoint import InferenceEndpoint
-    from vflserver.serving.onnx_model import load_servable
-    from vflserver.serving.registry import ModelRegistry
+    from vflserver.inference.config import ServingConfig
+    from vflserver.inference.endpoint import InferenceEndpoint
+    from vflserver.inference.onnx_model import load_servable
+    from vflserver.inference.registry import ModelRegistry
 
     prepare_compute(1)
     configure_logging(level="warning")  # as vfl-server logs; a failed handshake is a debug line
@@ -363,7 +363,7 @@ def check_answers(repository: Path, grpc_port: int, rest_port: int, tls: TlsFile
     That the ONNX model computes what the torch network does, ``export_onnx`` checked when it wrote it.
     """
     from vflclient._inference import InferenceClient
-    from vflserver.serving.onnx_model import load_servable
+    from vflserver.inference.onnx_model import load_servable
 
     rows = _rows(seed=99)[:5]
     expected = load_servable(repository).predict({"features": rows})

@@ -16,7 +16,7 @@ import tritonclient.grpc as triton_grpc
 
 from vflcore.ml.models import build_seeded, mlp
 from vflcore.security.tls import TlsFiles
-from vflserver.serving.servable import PartyUnavailable, TensorSpec
+from vflserver.inference.servable import PartyUnavailable, TensorSpec
 
 
 class DigitsClassifier:

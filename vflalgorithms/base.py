@@ -30,9 +30,9 @@ from vflcore.job import JobSpec, Schedule
 from vflcore.ml.models import build_seeded
 from vflcore.ml.onnx_export import OnnxPart
 from vflcore.ml.state import capture, restore
-from vflcore.tasks import Task
 from vflcore.wire.links import TrainingLink
 from vflcore.wire.tensors import TensorKey
+from vflcore.work_items import Task
 
 # ---- the active party's half ------------------------------------------------------------------
 
@@ -49,7 +49,7 @@ def _no_checkpoints(epoch: int, done: int, per_epoch: int) -> None:
 
 
 class PassivePartiesView(Protocol):
-    """What an algorithm's active half may do with the passive parties (``vflserver.passive_parties``)."""
+    """What an algorithm's active half may do with the passive parties (``vflserver.federation.passive_parties``)."""
 
     def dispatch(self, make_task: Callable[[int], Task], *, parties: Iterable[int] | None = None) -> None: ...
 

@@ -22,7 +22,6 @@ from vflcore.psi.blinding import blinder_for
 from vflcore.psi.cache import load_alignment, save_alignment
 from vflcore.psi.matching import truncate
 from vflcore.runtime.logs import progress_callback
-from vflcore.tasks import Align
 from vflcore.wire.links import ServerLink
 from vflcore.wire.names import (
     PSI_ALIGNED_DIGEST,
@@ -32,6 +31,7 @@ from vflcore.wire.names import (
     PSI_SERVER_DOUBLE_BLINDED,
 )
 from vflcore.wire.tensors import TensorKey
+from vflcore.work_items import Align
 
 log = structlog.get_logger(__name__)
 

@@ -18,7 +18,7 @@ import numpy as np
 import structlog
 
 from vflclient._exceptions import translated
-from vflcore import tasks
+from vflcore import work_items
 from vflcore.data.tables import PartyTable, ids_digest
 from vflcore.errors import ServerUnavailable, TensorError, VflError
 from vflcore.job import ACTIVE_PARTY, JobSpec, Offer, Position
@@ -26,9 +26,9 @@ from vflcore.proto import federation_pb2 as pb
 from vflcore.proto import federation_pb2_grpc as pb_grpc
 from vflcore.security.tls import KEEPALIVE_CHANNEL_OPTIONS, TlsFiles, channel_credentials
 from vflcore.wire import serde as wire
-from vflcore.wire.codec import TensorCodec
 from vflcore.wire.codecs import FP32, WireCodec, job_codecs
 from vflcore.wire.links import TensorExchange, TrainingLink
+from vflcore.wire.metered import MeteredTensors
 from vflcore.wire.names import download_rpc, upload_rpc
 from vflcore.wire.tensors import TensorKey
 from vflcore.wire.traffic import Traffic
@@ -40,7 +40,7 @@ CLIENT_VERSION = "0.1.0"
 #: How much longer than the server may hold a long-polling call the client waits for its reply.
 _CALL_SLACK_S = 10.0
 
-# Must match vflserver.servicer.INSECURE_PARTY_HEADER; duplicated here so the SDK does not import
+# Must match vflserver.federation.servicer.INSECURE_PARTY_HEADER; duplicated here so the SDK does not import
 # the server package.
 _INSECURE_PARTY_HEADER = "x-vfl-insecure-party"
 
@@ -88,7 +88,7 @@ class Connection(TrainingLink):
         self._stub = pb_grpc.FederationStub(self._channel)  # type: ignore[no-untyped-call]
         #: Bytes this party sent to and received from the server, per phase (``vflcore.wire.traffic``).
         self.traffic = Traffic()
-        self._codec = TensorCodec(self.traffic, ACTIVE_PARTY)
+        self._codec = MeteredTensors(self.traffic, ACTIVE_PARTY)
         #: The joined job's wire codecs (``[job] wire_codec``): up for a step's uploads, down for its answers.
         self._wire: tuple[WireCodec, WireCodec] = (FP32, FP32)
         self._subscription: grpc.Call | None = None
@@ -155,7 +155,7 @@ class Connection(TrainingLink):
         self._wire = job_codecs(job)
         return job
 
-    def tasks(self, job_id: str) -> Iterator[tasks.Task]:
+    def tasks(self, job_id: str) -> Iterator[work_items.Task]:
         """The server's work for this party, in order, until a Finish task."""
         call = self._stub.Subscribe(pb.SubscribeRequest(job_id=job_id), metadata=self._metadata)
         self._subscription = call
@@ -279,7 +279,7 @@ class _StreamedExchange(TensorExchange):
         self,
         stub: pb_grpc.FederationStub,
         metadata: tuple[tuple[str, str], ...],
-        codec: TensorCodec,
+        codec: MeteredTensors,
         job_id: str,
         round_: int,
         batches: int,

@@ -39,10 +39,10 @@ from vflcore.ml.onnx_export import MODEL_FILE, PROBE_ROWS, export_onnx, part_met
 from vflcore.ml.state import restore_rng, rng_state
 from vflcore.psi.cache import cached_keys
 from vflcore.runtime.daemon import adopt_torch_threads
-from vflcore.tasks import Align, Checkpoint, Evaluate, Finish, Infer, Restore, Share, Task, TrainEpoch
 from vflcore.wire.names import EVAL_EMBEDDING, infer_embedding_name
 from vflcore.wire.tensors import TensorKey
 from vflcore.wire.traffic import summary_lines
+from vflcore.work_items import Align, Checkpoint, Evaluate, Finish, Infer, Restore, Share, Task, TrainEpoch
 
 log = structlog.get_logger(__name__)
 

@@ -35,9 +35,9 @@
 The last column is the gRPC status a server answers with when a handler raises the error (a
 number: the REST inference endpoint's HTTP status); for the two "SDK:" classes, the statuses the
 SDK turns into them. A "local" error never crosses the wire: the daemon or CLI that meets it
-prints it and exits. Servers map classes to statuses in three places, ``vflserver.servicer._status_for``
+prints it and exits. Servers map classes to statuses in three places, ``vflserver.federation.servicer._status_for``
 for the federation (where the standard ``TimeoutError`` becomes DEADLINE_EXCEEDED),
-``vflserver.serving.handler.failure`` for inference, and the service's control API for the job
+``vflserver.inference.handler.failure`` for inference, and the service's control API for the job
 store's JobNotFound, DuplicateJob and JobStateError. The SDK maps statuses back in one,
 ``vflclient._exceptions``: besides the "SDK:" lines, UNAUTHENTICATED is PermissionDenied too,
 CANCELLED is JobAborted too, and a status with no class here (UNIMPLEMENTED, INTERNAL, ...) is a
@@ -46,7 +46,7 @@ bare VflError with the status name in its message.
 DataError, TlsConfigError, TensorError, InferenceInputError and ProtocolError are also ValueErrors,
 ModelNotFound is a LookupError and KeyExistsError a FileExistsError, so ``except`` clauses written
 for those still catch them. The modules that used to define a class re-export it, e.g.
-``vflcore.wire.tensors.TensorError``, ``vflserver.serving.servable.ModelNotFound`` and
+``vflcore.wire.tensors.TensorError``, ``vflserver.inference.servable.ModelNotFound`` and
 ``vflclient.ModelNotFound``.
 """
 

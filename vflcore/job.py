@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+#: The learning tasks of ``[job] task`` (not the work items of ``vflcore.work_items``).
 TASKS = ("classification", "regression")
 #: The optimizers every party can build (``vflcore.ml.models.make_optimizer``).
 OPTIMIZERS = ("adam", "sgd")

@@ -4,7 +4,7 @@
     vfl-server --config server.toml --once           # run the config's [job], exit with its outcome
     vfl-server --config server.toml --psi-only       # align IDs for the [job], then exit
 
-The service (``vflserver.service.app``) keeps its jobs in a SQLite store in the run directory;
+The service (``vflserver.jobs.app``) keeps its jobs in a SQLite store in the run directory;
 jobs come from ``vfl-jobs`` / ``JobClient``, and a ``[job]`` table in the config is submitted at
 start. Flags override the config file. Results (per-epoch metrics, final inference) go to stdout;
 logs go to stderr. Exit codes are listed in ``vflcore.runtime.daemon``: as a service, a signal is
@@ -29,14 +29,14 @@ from vflcore.runtime import daemon
 from vflcore.runtime.config import ServerConfig, document_with_flags, server_config_from
 from vflcore.security.tls import TlsConfigError
 from vflcore.wire.traffic import summary_lines
-from vflserver.active_party import ActiveParty, EpochReport, RunSummary
-from vflserver.alignment import AlignmentResult
-from vflserver.service.app import Service
-from vflserver.service.plan import TABLES, check_models, plan_from_document, read_active_table
-from vflserver.service.runner import JobListener
-from vflserver.service.store import ENDED, JobRecord, JobStore
-from vflserver.serving.config import serving_config_from
-from vflserver.serving.run import write_ports
+from vflserver.federation.alignment import AlignmentResult
+from vflserver.inference.config import serving_config_from
+from vflserver.inference.run import write_ports
+from vflserver.jobs.app import Service
+from vflserver.jobs.plan import TABLES, check_models, plan_from_document, read_active_table
+from vflserver.jobs.runner import JobListener
+from vflserver.jobs.store import ENDED, JobRecord, JobStore
+from vflserver.training.active_party import ActiveParty, EpochReport, RunSummary
 
 log = structlog.get_logger(__name__)
 

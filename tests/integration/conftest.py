@@ -19,9 +19,9 @@ import torch
 from vflclient import Connection, PassiveParty, RunResult, read_party_csv
 from vflcore.job import JobSpec
 from vflcore.runtime.config import server_config_from
-from vflserver.active_party import ActiveParty, RunSummary
-from vflserver.server import build_server
-from vflserver.service.app import Service
+from vflserver.federation.server import build_server
+from vflserver.jobs.app import Service
+from vflserver.training.active_party import ActiveParty, RunSummary
 from vfltesting.pki import Pki
 
 SMALL_JOB = JobSpec(

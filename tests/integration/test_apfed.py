@@ -20,9 +20,9 @@ from tests.integration.equivalence import Comparison, assert_same_steps, compare
 from tests.integration.test_reference_equivalence import DIGITS_JOB
 from vflclient import read_party_csv
 from vflcore.errors import ConfigError
-from vflserver.active_party import ActiveParty
-from vflserver.serving.artifact import FEATURES, LABEL, PROBABILITIES
-from vflserver.serving.onnx_model import OnnxServable
+from vflserver.inference.artifact import FEATURES, LABEL, PROBABILITIES
+from vflserver.inference.onnx_model import OnnxServable
+from vflserver.training.active_party import ActiveParty
 from vfltesting.pki import Pki
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_torch_thread")]

@@ -18,7 +18,7 @@ import pytest
 
 from tests.integration.conftest import run_whole_job
 from tests.integration.test_reference_equivalence import DIGITS_JOB
-from vflserver.importance import JSON_NAME, PNG_NAME
+from vflserver.training.importance import JSON_NAME, PNG_NAME
 from vfltesting.pki import Pki
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_torch_thread")]

@@ -18,7 +18,7 @@ from vflcore.proto import federation_pb2 as pb
 from vflcore.proto import federation_pb2_grpc as pb_grpc
 from vflcore.runtime.config import server_config_from
 from vflcore.security.tls import TlsFiles, channel_credentials
-from vflserver.service.app import Service
+from vflserver.jobs.app import Service
 from vfltesting.pki import Pki, issue_pki
 from vfltesting.service import job_document
 

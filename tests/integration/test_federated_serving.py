@@ -20,12 +20,12 @@ import structlog
 from tests.integration.conftest import SMALL_JOB, RunningJob, start_job
 from tests.integration.test_party_offline import _Party
 from vflclient import InferenceClient, ServerUnavailable, TensorRejected
-from vflserver.serving.artifact import LABEL, PROBABILITIES
-from vflserver.serving.config import ServingConfig
-from vflserver.serving.endpoint import InferenceEndpoint
-from vflserver.serving.federated import IDS, FederatedServable
-from vflserver.serving.registry import ModelRegistry
-from vflserver.serving.servable import PartyUnavailable
+from vflserver.inference.artifact import LABEL, PROBABILITIES
+from vflserver.inference.config import ServingConfig
+from vflserver.inference.endpoint import InferenceEndpoint
+from vflserver.inference.federated import IDS, FederatedServable
+from vflserver.inference.registry import ModelRegistry
+from vflserver.inference.servable import PartyUnavailable
 from vfltesting.pki import Pki
 
 pytestmark = pytest.mark.integration

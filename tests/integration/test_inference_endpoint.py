@@ -25,9 +25,9 @@ from tritonclient.utils import InferenceServerException
 from tests.servables import DigitsClassifier, digits_rows, triton_grpc_client
 from vflclient import InferenceClient, ModelNotFound, ServerUnavailable, TensorRejected
 from vflcore.security.tls import TlsFiles, channel_credentials
-from vflserver.serving.config import ServingConfig
-from vflserver.serving.endpoint import BoundPorts, InferenceEndpoint
-from vflserver.serving.registry import ModelRegistry
+from vflserver.inference.config import ServingConfig
+from vflserver.inference.endpoint import BoundPorts, InferenceEndpoint
+from vflserver.inference.registry import ModelRegistry
 from vfltesting.pki import Pki
 
 pytestmark = pytest.mark.integration

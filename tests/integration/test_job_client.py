@@ -28,8 +28,8 @@ from vflclient import JobClient, JobSpec, TlsFiles, jobs_cli
 from vflclient._jobs import job_document as sdk_document
 from vflcore.errors import ConfigError, DuplicateJob, JobNotFound, JobStateError, PermissionDenied
 from vflcore.runtime.config import server_config_from
-from vflserver.service.app import Service
-from vflserver.service.store import EpochRecord
+from vflserver.jobs.app import Service
+from vflserver.jobs.store import EpochRecord
 from vfltesting.pki import Pki
 from vfltesting.service import job_document, toml_text
 

@@ -28,11 +28,11 @@ from vflcore.job import JobSpec
 from vflcore.proto import federation_pb2 as pb
 from vflcore.proto import federation_pb2_grpc as pb_grpc
 from vflcore.security.tls import channel_credentials
-from vflcore.tasks import Align, Evaluate, Finish, Infer, Restore, Task, TrainEpoch
 from vflcore.wire import serde as wire
 from vflcore.wire.codecs import parse_codec
 from vflcore.wire.names import EVAL_EMBEDDING, infer_embedding_name
 from vflcore.wire.tensors import TensorKey
+from vflcore.work_items import Align, Evaluate, Finish, Infer, Restore, Task, TrainEpoch
 from vfltesting.pki import Pki
 
 pytestmark = pytest.mark.integration

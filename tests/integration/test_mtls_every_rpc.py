@@ -25,7 +25,7 @@ import pytest
 from tests.integration.conftest import start_service
 from vflcore.proto import federation_pb2 as pb
 from vflcore.security.tls import TlsFiles, channel_credentials
-from vflserver.service.app import Service
+from vflserver.jobs.app import Service
 from vfltesting.pki import Pki, issue_strangers
 from vfltesting.rpc import CONTROL, FEDERATION, Rpc
 

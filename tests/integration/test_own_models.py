@@ -34,7 +34,7 @@ from tests.servables import triton_grpc_client
 from vflclient import JobClient, read_party_csv
 from vflcore.errors import VflError
 from vflcore.ml.onnx_export import MODEL_FILE, onnx_session
-from vflserver.serving.servable import LABEL, PROBABILITIES
+from vflserver.inference.servable import LABEL, PROBABILITIES
 from vfltesting.pki import Pki
 from vfltesting.service import ServiceRun, job_document, service_env, toml_text
 

@@ -13,7 +13,7 @@ import pytest
 from tests.integration.conftest import SMALL_JOB, start_job
 from vflclient import Connection, PassiveParty, RunResult, read_party_csv
 from vflcore.errors import JobAborted, PartyUnavailable
-from vflserver.servicer import _status_for
+from vflserver.federation.servicer import _status_for
 from vfltesting.pki import Pki
 
 pytestmark = pytest.mark.integration

@@ -26,8 +26,8 @@ from vflclient import Connection, JobAborted, PassiveParty, RunResult, read_part
 from vflclient.cli import main as client_main
 from vflcore.psi.blinding import SERIAL_BELOW
 from vflcore.runtime import daemon
-from vflserver.active_party import RunSummary
-from vflserver.alignment import EmptyIntersection
+from vflserver.federation.alignment import EmptyIntersection
+from vflserver.training.active_party import RunSummary
 from vfltesting.pki import Pki
 
 pytestmark = pytest.mark.integration

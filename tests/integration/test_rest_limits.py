@@ -21,9 +21,9 @@ import pytest
 import tritonclient.grpc as triton_grpc
 
 from tests.servables import DigitsClassifier, digits_rows, triton_grpc_client
-from vflserver.serving.config import RestLimits, ServingConfig
-from vflserver.serving.endpoint import InferenceEndpoint
-from vflserver.serving.registry import ModelRegistry
+from vflserver.inference.config import RestLimits, ServingConfig
+from vflserver.inference.endpoint import InferenceEndpoint
+from vflserver.inference.registry import ModelRegistry
 from vfltesting.pki import Pki
 
 pytestmark = pytest.mark.integration

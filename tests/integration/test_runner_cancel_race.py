@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from vflcore.runtime.config import DataSource
-from vflserver.service.board import JobBoard
-from vflserver.service.runner import JobRunner, RunnerSettings
-from vflserver.service.store import JobStore
+from vflserver.federation.board import JobBoard
+from vflserver.jobs.runner import JobRunner, RunnerSettings
+from vflserver.jobs.store import JobStore
 from vfltesting.service import job_document
 
 pytestmark = [pytest.mark.integration]

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from vflclient import InferenceClient, JobClient
-from vflserver.serving.federated import IDS
+from vflserver.inference.federated import IDS
 from vfltesting.pki import Pki
 from vfltesting.service import ServiceRun, job_document, toml_text
 

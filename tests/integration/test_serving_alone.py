@@ -24,9 +24,9 @@ import tritonclient.http as triton_http
 from tests.servables import triton_grpc_client
 from vflclient import read_party_csv
 from vflcore.ml.onnx_export import MODEL_FILE
-from vflserver.active_party import MODEL_REPOSITORY
-from vflserver.serving.artifact import FEATURES, LABEL, PROBABILITIES
-from vflserver.serving.onnx_model import OnnxServable, load_servable
+from vflserver.inference.artifact import FEATURES, LABEL, PROBABILITIES
+from vflserver.inference.onnx_model import OnnxServable, load_servable
+from vflserver.training.active_party import MODEL_REPOSITORY
 from vfltesting.localrun import stop_all, wait_for_port
 from vfltesting.pki import Pki
 

@@ -67,7 +67,7 @@ class TestSdkErrors:
 
     def test_one_class_per_name(self) -> None:
         """The server's and the SDK's ModelNotFound and PartyUnavailable are the same classes."""
-        from vflserver.serving import servable
+        from vflserver.inference import servable
 
         assert vflclient.ModelNotFound is servable.ModelNotFound is errors.ModelNotFound
         assert servable.PartyUnavailable is errors.PartyUnavailable

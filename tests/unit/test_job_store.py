@@ -1,4 +1,4 @@
-"""Tests for vflserver.service.store: the SQLite job store, its state machine, history and migrations."""
+"""Tests for vflserver.jobs.store: the SQLite job store, its state machine, history and migrations."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from vflcore.errors import DuplicateJob, JobNotFound, JobStateError, JobStoreError
-from vflserver.service import store
-from vflserver.service.store import ENDED, JOB_STATES, EpochRecord, JobStore
+from vflserver.jobs import store
+from vflserver.jobs.store import ENDED, JOB_STATES, EpochRecord, JobStore
 
 DOCUMENT = {"job": {"algorithm": "splitnn", "epochs": 3}, "data": {"id_column": "id"}}
 

@@ -21,10 +21,10 @@ from torch import nn
 from vflcore.errors import ArtifactError, InferenceInputError
 from vflcore.ml.models import build_seeded, mlp
 from vflcore.ml.onnx_export import MODEL_FILE, OnnxPart, export_onnx
-from vflserver.serving.artifact import LABEL, PREDICTION, PROBABILITIES, ArtifactInfo, ArtifactServable, save_artifact
-from vflserver.serving.onnx_model import OnnxServable, info_metadata, is_standalone, load_servable, read_info
-from vflserver.serving.servable import TensorSpec, computes_inline
-from vflserver.serving.triton_repository import write_triton_repository
+from vflserver.inference.artifact import LABEL, PREDICTION, PROBABILITIES, ArtifactInfo, ArtifactServable, save_artifact
+from vflserver.inference.onnx_model import OnnxServable, info_metadata, is_standalone, load_servable, read_info
+from vflserver.inference.servable import TensorSpec, computes_inline
+from vflserver.inference.triton_repository import write_triton_repository
 
 FEATURES, CLASSES = 6, 3
 

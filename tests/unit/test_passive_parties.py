@@ -9,9 +9,9 @@ import pytest
 
 from vflcore.errors import JoinRejected, PartyLost, PartyUnavailable, TensorError
 from vflcore.job import JobSpec, Position
-from vflcore.tasks import Finish
 from vflcore.wire.tensors import TensorKey
-from vflserver.passive_parties import PassiveParties
+from vflcore.work_items import Finish
+from vflserver.federation.passive_parties import PassiveParties
 
 JOB = JobSpec("j", passive_parties=(2, 3), num_rows=10)
 

@@ -1,4 +1,4 @@
-"""Tests for vflserver.service.metrics: scrape-time gauges, counters, the RPC interceptor, the HTTP endpoint."""
+"""Tests for vflserver.jobs.metrics: scrape-time gauges, counters, the RPC interceptor, the HTTP endpoint."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
-from vflserver.service.metrics import ServiceMetrics, split_method
+from vflserver.jobs.metrics import ServiceMetrics, split_method
 
 PROBE = "test.Probe"
 #: Every metric the service exposes, as docs/metrics.md lists them.

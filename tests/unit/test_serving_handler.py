@@ -8,9 +8,9 @@ import pytest
 from tests.servables import DigitsClassifier, digits_rows
 from vflcore import errors
 from vflcore.wire.oip import InferRequest, RequestedOutput, RequestTensor, array_to_raw
-from vflserver.serving.handler import Failure, InferenceHandler, failure
-from vflserver.serving.registry import ModelRegistry
-from vflserver.serving.servable import (
+from vflserver.inference.handler import Failure, InferenceHandler, failure
+from vflserver.inference.registry import ModelRegistry
+from vflserver.inference.servable import (
     InferenceInputError,
     ModelNotFound,
     PartyUnavailable,

@@ -10,9 +10,9 @@ import pytest
 
 from vflcore.errors import ConfigError
 from vflcore.wire.oip import SERVICE, InferResponse, OutputTensor, ProtocolError, array_to_raw
-from vflserver.serving.config import RestLimits, ServingConfig, serving_config_from, split_listen
-from vflserver.serving.json_wire import infer_request_from_http, infer_response_to_http
-from vflserver.serving.reflection import reflection_pool
+from vflserver.inference.config import RestLimits, ServingConfig, serving_config_from, split_listen
+from vflserver.inference.json_wire import infer_request_from_http, infer_response_to_http
+from vflserver.inference.reflection import reflection_pool
 
 
 def _body(document: dict[str, object], *blobs: bytes) -> tuple[bytes, int | None]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from vflcore.wire import serde as wire
-from vflcore.wire.codec import TensorCodec
+from vflcore.wire.metered import MeteredTensors
 from vflcore.wire.tensors import TensorKey
 from vflcore.wire.traffic import MAX_PHASES_PER_PEER, OTHER, Traffic, phase_of, summary_lines
 
@@ -19,9 +19,9 @@ def test_phases_are_named_after_what_the_tensor_is_for() -> None:
 
 
 def test_the_codec_counts_every_chunk_it_encodes_and_decodes() -> None:
-    """Bytes are counted where tensors become messages (``TensorCodec``), not by each caller."""
+    """Bytes are counted where tensors become messages (``MeteredTensors``), not by each caller."""
     traffic = Traffic()
-    codec = TensorCodec(traffic, 2)
+    codec = MeteredTensors(traffic, 2)
     key = TensorKey("j", 0, 0, "embedding")
     array = np.ones((1000, 300), np.float32)  # 1.2 MB: two chunks
     chunks = list(codec.encode(key, array))

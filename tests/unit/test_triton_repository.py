@@ -24,9 +24,9 @@ from tritonclient.grpc import model_config_pb2
 from vflcore.errors import ArtifactError
 from vflcore.ml.models import build_seeded
 from vflcore.ml.onnx_export import MODEL_FILE, OnnxPart, export_onnx
-from vflserver.serving.artifact import ArtifactInfo
-from vflserver.serving.onnx_model import info_metadata
-from vflserver.serving.triton_repository import check_model_name, write_triton_repository
+from vflserver.inference.artifact import ArtifactInfo
+from vflserver.inference.onnx_model import info_metadata
+from vflserver.inference.triton_repository import check_model_name, write_triton_repository
 
 FEATURES, CLASSES = 5, 4
 #: What Triton calls each ONNX element type the contract uses (the model-configuration guide's table).

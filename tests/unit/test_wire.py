@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from vflcore import tasks
+from vflcore import work_items
 from vflcore.job import JobSpec, Position
 from vflcore.proto import federation_pb2 as pb
 from vflcore.wire import serde as wire
@@ -129,27 +129,27 @@ class TestSerde:
     @pytest.mark.parametrize(
         "task",
         [
-            tasks.TrainEpoch(1, 4),
-            tasks.Finish(2, False, "bye"),
-            tasks.Finish(5, False, "paused: party 3 is lost", rejoin=True),
-            tasks.Checkpoint(6, Position(4, 0)),
-            tasks.Checkpoint(6, Position(3, 17)),
-            tasks.Restore(7, Position(2, 0)),
-            tasks.Restore(8, Position(0, 0)),
-            tasks.Restore(9, Position(3, 17)),
-            tasks.TrainEpoch(10, 3, first_batch=17),
-            tasks.Share(3, 12, "head"),
-            tasks.Align(4, b"key", True),
+            work_items.TrainEpoch(1, 4),
+            work_items.Finish(2, False, "bye"),
+            work_items.Finish(5, False, "paused: party 3 is lost", rejoin=True),
+            work_items.Checkpoint(6, Position(4, 0)),
+            work_items.Checkpoint(6, Position(3, 17)),
+            work_items.Restore(7, Position(2, 0)),
+            work_items.Restore(8, Position(0, 0)),
+            work_items.Restore(9, Position(3, 17)),
+            work_items.TrainEpoch(10, 3, first_batch=17),
+            work_items.Share(3, 12, "head"),
+            work_items.Align(4, b"key", True),
         ],
     )
-    def test_simple_task_round_trip(self, task: tasks.Task) -> None:
+    def test_simple_task_round_trip(self, task: work_items.Task) -> None:
         """Tasks without arrays come back equal."""
         assert wire.task_from_proto(wire.task_to_proto(task)) == task
 
     def test_row_tasks_round_trip(self) -> None:
         """Evaluate and Infer keep their row positions."""
         rows = np.array([3, 1, 4], dtype=np.int64)
-        back = wire.task_from_proto(wire.task_to_proto(tasks.Infer(9, "req", rows)))
-        assert isinstance(back, tasks.Infer) and back.request_id == "req" and np.array_equal(back.rows, rows)
-        back_eval = wire.task_from_proto(wire.task_to_proto(tasks.Evaluate(9, 2, rows)))
-        assert isinstance(back_eval, tasks.Evaluate) and np.array_equal(back_eval.rows, rows)
+        back = wire.task_from_proto(wire.task_to_proto(work_items.Infer(9, "req", rows)))
+        assert isinstance(back, work_items.Infer) and back.request_id == "req" and np.array_equal(back.rows, rows)
+        back_eval = wire.task_from_proto(wire.task_to_proto(work_items.Evaluate(9, 2, rows)))
+        assert isinstance(back_eval, work_items.Evaluate) and np.array_equal(back_eval.rows, rows)

@@ -30,8 +30,8 @@ from vflcore.job import ACTIVE_PARTY, JobSpec, model_seed
 from vflcore.ml.losses import task_loss
 from vflcore.ml.models import build_seeded, job_optimizer
 from vflcore.runtime.logs import progress
-from vflcore.tasks import TrainEpoch
 from vflcore.wire.tensors import TensorKey
+from vflcore.work_items import TrainEpoch
 
 log = structlog.get_logger(__name__)
 

@@ -25,8 +25,8 @@ from vflcore.job import ACTIVE_PARTY, JobSpec, model_seed
 from vflcore.ml.losses import task_loss
 from vflcore.ml.models import job_optimizer, mlp
 from vflcore.runtime.logs import progress
-from vflcore.tasks import TrainEpoch
 from vflcore.wire.tensors import TensorKey
+from vflcore.work_items import TrainEpoch
 
 
 class APFedServer(ServerAlgorithm):

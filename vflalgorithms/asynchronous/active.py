@@ -29,8 +29,8 @@ from vflalgorithms.asynchronous.spec import WARMUP_EMBEDDING
 from vflalgorithms.base import ActiveContext, job_options
 from vflalgorithms.splitnn.active import SplitNNServer
 from vflcore.job import mid_epoch_checkpoint_due
-from vflcore.tasks import TrainEpoch
 from vflcore.wire.names import EMBEDDING
+from vflcore.work_items import TrainEpoch
 
 
 class AsyncServer(SplitNNServer):

@@ -27,9 +27,9 @@ from vflcore.job import ACTIVE_PARTY, JobSpec, model_seed
 from vflcore.ml.losses import task_loss
 from vflcore.ml.models import job_optimizer, mlp
 from vflcore.runtime.logs import progress
-from vflcore.tasks import TrainEpoch
 from vflcore.wire.names import EMBEDDING, GRADIENT
 from vflcore.wire.tensors import TensorKey
+from vflcore.work_items import TrainEpoch
 
 OWN_BOTTOM, TOP = "own_bottom_factory", "top_factory"
 

@@ -25,8 +25,8 @@ from vflalgorithms.vimadmm.spec import ADMM_DUAL, ADMM_RESIDUAL
 from vflcore.job import ACTIVE_PARTY, JobSpec, model_seed
 from vflcore.ml.losses import task_loss
 from vflcore.ml.models import job_optimizer, linear_head
-from vflcore.tasks import Share
 from vflcore.wire.names import HEAD
+from vflcore.work_items import Share
 
 
 class VIMADMMJServer(SplitNNServer):

@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 from sklearn import metrics as skm
 
-__all__ = ["TASKS", "classification_metrics", "predict_classes", "regression_metrics", "task_metrics"]
+from vflcore.job import TASKS
 
-TASKS = ("classification", "regression")
+__all__ = ["classification_metrics", "predict_classes", "regression_metrics", "task_metrics"]
 
 
 def classification_metrics(y_true: np.ndarray, logits: np.ndarray) -> dict[str, float]:

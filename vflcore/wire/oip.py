@@ -1,10 +1,10 @@
 """The Open Inference Protocol (KServe v2) as both ends see it: wire names, datatypes, tensor bytes.
 
-The serving endpoints (``vflserver.serving``) and the SDK's ``InferenceClient`` share this module,
+The serving endpoints (``vflserver.inference``) and the SDK's ``InferenceClient`` share this module,
 so a tensor is laid out one way only: its elements in row-major order, little-endian, without
 padding; a BYTES element is a 4-byte little-endian length followed by that many bytes (KServe's
 and Triton's layout). The dataclasses are the protocol's messages without protobuf or JSON, so
-the gRPC serde (``vflcore.wire.oip_serde``) and the REST one (``vflserver.serving.json_wire``) meet on
+the gRPC serde (``vflcore.wire.oip_serde``) and the REST one (``vflserver.inference.json_wire``) meet on
 the same types. Data from a caller is untrusted: every decoder checks sizes before it copies.
 """
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from vflcore import tasks
+from vflcore import work_items
 from vflcore.job import JobSpec, Position
 from vflcore.proto import federation_pb2 as pb
 from vflcore.wire import names
@@ -202,43 +202,43 @@ def position_from_proto(msg: pb.Position) -> Position:
     return Position(msg.epoch, msg.batch)
 
 
-def task_to_proto(task: tasks.Task) -> pb.Task:
+def task_to_proto(task: work_items.Task) -> pb.Task:
     match task:
-        case tasks.Align(task_id, key, run_psi):
+        case work_items.Align(task_id, key, run_psi):
             return pb.Task(task_id=task_id, align=pb.Align(alignment_key=key, run_psi=run_psi))
-        case tasks.TrainEpoch(task_id, epoch, first_batch):
+        case work_items.TrainEpoch(task_id, epoch, first_batch):
             return pb.Task(task_id=task_id, train_epoch=pb.TrainEpoch(epoch=epoch, first_batch=first_batch))
-        case tasks.Evaluate(task_id, epoch, rows):
+        case work_items.Evaluate(task_id, epoch, rows):
             return pb.Task(task_id=task_id, evaluate=pb.Evaluate(epoch=epoch, rows=rows.tolist()))
-        case tasks.Infer(task_id, request_id, rows):
+        case work_items.Infer(task_id, request_id, rows):
             return pb.Task(task_id=task_id, infer=pb.Infer(request_id=request_id, rows=rows.tolist()))
-        case tasks.Share(task_id, round_, names.HEAD):  # the only tensor the protocol asks for
+        case work_items.Share(task_id, round_, names.HEAD):  # the only tensor the protocol asks for
             return pb.Task(task_id=task_id, share_head=pb.ShareHead(round=round_))
-        case tasks.Checkpoint(task_id, position):
+        case work_items.Checkpoint(task_id, position):
             return pb.Task(task_id=task_id, checkpoint=pb.Checkpoint(position=position_to_proto(position)))
-        case tasks.Restore(task_id, position):
+        case work_items.Restore(task_id, position):
             return pb.Task(task_id=task_id, restore=pb.Restore(position=position_to_proto(position)))
-        case tasks.Finish(task_id, success, message, rejoin):
+        case work_items.Finish(task_id, success, message, rejoin):
             return pb.Task(task_id=task_id, finish=pb.Finish(success=success, message=message, rejoin=rejoin))
     raise TypeError(f"not a task the protocol can carry: {task!r}")
 
 
-def task_from_proto(msg: pb.Task) -> tasks.Task:
+def task_from_proto(msg: pb.Task) -> work_items.Task:
     kind = msg.WhichOneof("kind")
     if kind == "align":
-        return tasks.Align(msg.task_id, bytes(msg.align.alignment_key), msg.align.run_psi)
+        return work_items.Align(msg.task_id, bytes(msg.align.alignment_key), msg.align.run_psi)
     if kind == "train_epoch":
-        return tasks.TrainEpoch(msg.task_id, msg.train_epoch.epoch, msg.train_epoch.first_batch)
+        return work_items.TrainEpoch(msg.task_id, msg.train_epoch.epoch, msg.train_epoch.first_batch)
     if kind == "evaluate":
-        return tasks.Evaluate(msg.task_id, msg.evaluate.epoch, np.asarray(msg.evaluate.rows, dtype=np.int64))
+        return work_items.Evaluate(msg.task_id, msg.evaluate.epoch, np.asarray(msg.evaluate.rows, dtype=np.int64))
     if kind == "infer":
-        return tasks.Infer(msg.task_id, msg.infer.request_id, np.asarray(msg.infer.rows, dtype=np.int64))
+        return work_items.Infer(msg.task_id, msg.infer.request_id, np.asarray(msg.infer.rows, dtype=np.int64))
     if kind == "share_head":
-        return tasks.Share(msg.task_id, msg.share_head.round, names.HEAD)
+        return work_items.Share(msg.task_id, msg.share_head.round, names.HEAD)
     if kind == "checkpoint":
-        return tasks.Checkpoint(msg.task_id, position_from_proto(msg.checkpoint.position))
+        return work_items.Checkpoint(msg.task_id, position_from_proto(msg.checkpoint.position))
     if kind == "restore":
-        return tasks.Restore(msg.task_id, position_from_proto(msg.restore.position))
+        return work_items.Restore(msg.task_id, position_from_proto(msg.restore.position))
     if kind == "finish":
-        return tasks.Finish(msg.task_id, msg.finish.success, msg.finish.message, msg.finish.rejoin)
+        return work_items.Finish(msg.task_id, msg.finish.success, msg.finish.message, msg.finish.rejoin)
     raise ValueError(f"task {msg.task_id} has no kind this client understands ({kind!r}); upgrade the client")

@@ -15,9 +15,9 @@ from vflalgorithms.base import ActiveContext, ClientAlgorithm, PassiveContext, S
 from vflcore.job import model_seed
 from vflcore.ml.losses import task_loss
 from vflcore.ml.models import build_seeded, job_optimizer
-from vflcore.tasks import TrainEpoch
 from vflcore.wire.names import EMBEDDING
 from vflcore.wire.tensors import TensorKey
+from vflcore.work_items import TrainEpoch
 
 #: This algorithm's own tensor name: the server's answer travels under it (ReturnGradients).
 PROBE_GRADIENT = "throwaway/probe-gradient"

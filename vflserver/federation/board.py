@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from vflcore.errors import JoinRejected, PermissionDenied
 from vflcore.job import Offer
 from vflcore.runtime.config import DEFAULT_DATASET
-from vflserver.passive_parties import PassiveParties
+from vflserver.federation.passive_parties import PassiveParties
 
 #: The states of a job's parties in which each party holds a session that a restart breaks.
 IN_PROGRESS = frozenset({"waiting", "aligning", "training"})

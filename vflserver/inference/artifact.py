@@ -30,7 +30,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from vflcore.errors import ArtifactError
-from vflserver.serving.servable import (
+from vflserver.inference.servable import (
     LABEL,
     PREDICTION,
     PROBABILITIES,

@@ -8,10 +8,10 @@ from pathlib import Path
 import structlog
 
 from vflcore.security.tls import TlsFiles
-from vflserver.serving.config import ServingConfig
-from vflserver.serving.endpoint import BoundPorts, InferenceEndpoint
-from vflserver.serving.registry import ModelRegistry
-from vflserver.serving.servable import Servable
+from vflserver.inference.config import ServingConfig
+from vflserver.inference.endpoint import BoundPorts, InferenceEndpoint
+from vflserver.inference.registry import ModelRegistry
+from vflserver.inference.servable import Servable
 
 log = structlog.get_logger(__name__)
 

@@ -31,8 +31,8 @@ from vflcore.wire.oip import (
     array_from_values,
     first_non_finite,
 )
-from vflserver.serving.registry import ModelRegistry, ServedModel
-from vflserver.serving.servable import TensorSpec, computes_inline
+from vflserver.inference.registry import ModelRegistry, ServedModel
+from vflserver.inference.servable import TensorSpec, computes_inline
 
 log = structlog.get_logger(__name__)
 

@@ -43,10 +43,10 @@ from aiohttp import web
 from vflcore.runtime.daemon import adopt_torch_threads
 from vflcore.security.identity import party_from_der
 from vflcore.wire.oip import InferRequest, ProtocolError
-from vflserver.serving.access import refusal
-from vflserver.serving.config import RestLimits
-from vflserver.serving.handler import Failure, InferenceHandler, failure
-from vflserver.serving.json_wire import (
+from vflserver.inference.access import refusal
+from vflserver.inference.config import RestLimits
+from vflserver.inference.handler import Failure, InferenceHandler, failure
+from vflserver.inference.json_wire import (
     HEADER_LENGTH,
     dump,
     infer_request_from_http,
@@ -54,7 +54,7 @@ from vflserver.serving.json_wire import (
     model_metadata_to_json,
     server_metadata_to_json,
 )
-from vflserver.serving.rest_listener import ConnectionGate
+from vflserver.inference.rest_listener import ConnectionGate
 
 log = structlog.get_logger(__name__)
 

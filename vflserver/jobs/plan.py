@@ -42,7 +42,7 @@ from vflcore.errors import ConfigError
 from vflcore.job import ACTIVE_PARTY, SET_BY_ACTIVE_PARTY, JobSpec
 from vflcore.ml.losses import label_tensor
 from vflcore.runtime.config import DEFAULT_DATASET, DataSource, _Section, dataset_named, job_from_document
-from vflserver.serving.config import DEGRADED_MODES
+from vflserver.inference.config import DEGRADED_MODES
 
 #: The tables of a job document; anything else is refused by name.
 TABLES = ("job", "algorithm", "model", "serving")

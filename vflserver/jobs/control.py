@@ -22,9 +22,9 @@ from vflcore.proto import federation_pb2 as pb
 from vflcore.proto import federation_pb2_grpc as pb_grpc
 from vflcore.runtime.config import DataSource
 from vflcore.security.identity import operator_from_auth_context
-from vflserver.service.plan import active_source, check_models, plan_from_document, read_active_table
-from vflserver.service.runner import JobRunner
-from vflserver.service.store import ENDED, JOB_STATES, EpochRecord, JobEvent, JobRecord, JobStore
+from vflserver.jobs.plan import active_source, check_models, plan_from_document, read_active_table
+from vflserver.jobs.runner import JobRunner
+from vflserver.jobs.store import ENDED, JOB_STATES, EpochRecord, JobEvent, JobRecord, JobStore
 
 log = structlog.get_logger(__name__)
 

@@ -21,7 +21,7 @@ import structlog
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from vflserver.serving.config import split_listen
+from vflserver.inference.config import split_listen
 
 log = structlog.get_logger(__name__)
 

@@ -116,7 +116,7 @@ def triton_config(model: onnx.ModelProto, name: str, *, where: Path) -> str:
     if not inputs or not outputs:
         raise ArtifactError(f"{where}: the graph has no {'inputs' if not inputs else 'outputs'}")
     lines = [
-        f"# Written by vflserver.serving.triton_repository from {MODEL_FILE}; derived from its graph.",
+        f"# Written by vflserver.inference.triton_repository from {MODEL_FILE}; derived from its graph.",
         "# max_batch_size 0: dims are full shapes, -1 is the batch (see the module's docstring).",
         f'name: "{check_model_name(name)}"',
         f'platform: "{PLATFORM}"',

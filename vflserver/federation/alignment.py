@@ -26,7 +26,6 @@ from vflcore.psi.blinding import blinder_for
 from vflcore.psi.cache import alignment_key, load_alignment, save_alignment
 from vflcore.psi.matching import MATCH_BYTES, match, truncate
 from vflcore.runtime.logs import progress_callback
-from vflcore.tasks import Align
 from vflcore.wire.names import (
     PSI_ALIGNED_DIGEST,
     PSI_CLIENT_BLINDED,
@@ -35,7 +34,8 @@ from vflcore.wire.names import (
     PSI_SERVER_DOUBLE_BLINDED,
 )
 from vflcore.wire.tensors import TensorKey
-from vflserver.passive_parties import PassiveParties
+from vflcore.work_items import Align
+from vflserver.federation.passive_parties import PassiveParties
 
 log = structlog.get_logger(__name__)
 

@@ -30,9 +30,9 @@ from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
 
 from vflcore.errors import ArtifactError
 from vflcore.ml.onnx_export import MODEL_FILE, onnx_session
-from vflserver.serving.artifact import FEATURES, LEGACY_FILE, ArtifactInfo, ArtifactServable
-from vflserver.serving.servable import Servable, TensorSpec, finite_float32, prediction_specs
-from vflserver.serving.triton_repository import CONFIG_FILE
+from vflserver.inference.artifact import FEATURES, LEGACY_FILE, ArtifactInfo, ArtifactServable
+from vflserver.inference.servable import Servable, TensorSpec, finite_float32, prediction_specs
+from vflserver.inference.triton_repository import CONFIG_FILE
 
 __all__ = [
     "FORMAT",

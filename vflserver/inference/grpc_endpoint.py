@@ -32,9 +32,9 @@ from vflcore.runtime.daemon import adopt_torch_threads
 from vflcore.security.identity import party_from_auth_context
 from vflcore.wire import oip_serde as oip_wire
 from vflcore.wire.oip import SERVICE, InferRequest
-from vflserver.serving.access import refusal
-from vflserver.serving.handler import Failure, InferenceHandler, failure
-from vflserver.serving.reflection import reflection_pool
+from vflserver.inference.access import refusal
+from vflserver.inference.handler import Failure, InferenceHandler, failure
+from vflserver.inference.reflection import reflection_pool
 
 _STATUS = {
     Failure.INVALID: grpc.StatusCode.INVALID_ARGUMENT,

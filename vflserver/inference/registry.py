@@ -12,7 +12,7 @@ import threading
 from dataclasses import dataclass
 
 from vflcore.errors import ModelNotFound
-from vflserver.serving.servable import Servable, TensorSpec
+from vflserver.inference.servable import Servable, TensorSpec
 
 
 @dataclass(frozen=True)

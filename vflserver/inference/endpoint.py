@@ -17,11 +17,11 @@ from types import TracebackType
 import structlog
 
 from vflcore.security.tls import TlsFiles, server_credentials, server_ssl_context
-from vflserver.serving.config import ServingConfig, serving_config_from, split_listen
-from vflserver.serving.grpc_endpoint import GrpcInferenceServer
-from vflserver.serving.handler import InferenceHandler
-from vflserver.serving.registry import ModelRegistry
-from vflserver.serving.rest import RestServer
+from vflserver.inference.config import ServingConfig, serving_config_from, split_listen
+from vflserver.inference.grpc_endpoint import GrpcInferenceServer
+from vflserver.inference.handler import InferenceHandler
+from vflserver.inference.registry import ModelRegistry
+from vflserver.inference.rest import RestServer
 
 __all__ = ["BoundPorts", "InferenceEndpoint", "ServingConfig", "serving_config_from"]
 

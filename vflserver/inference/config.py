@@ -37,7 +37,7 @@ _KEYS = ("enabled", "grpc_listen", "rest_listen", "client_auth", "allow_party_ce
 
 @dataclass(frozen=True)
 class RestLimits:
-    """What callers may hold of the REST endpoint (``vflserver.serving.rest``); the defaults are ``[serving]``'s."""
+    """What callers may hold of the REST endpoint (``vflserver.inference.rest``); the defaults are ``[serving]``'s."""
 
     max_connections: int = 256
     handshake_timeout_s: float = 5.0

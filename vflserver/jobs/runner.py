@@ -28,16 +28,16 @@ from vflcore.job import ACTIVE_PARTY
 from vflcore.ml.onnx_export import MODEL_FILE
 from vflcore.runtime.config import DataSource
 from vflcore.wire.traffic import MB
-from vflserver.active_party import ActiveParty, EpochReport, RunSummary
-from vflserver.alignment import AlignmentResult
-from vflserver.service.board import JobBoard
-from vflserver.service.metrics import ServiceMetrics
-from vflserver.service.plan import JobPlan, plan_from_document, read_active_table
-from vflserver.service.store import ENDED, EpochRecord, JobRecord, JobStore
-from vflserver.serving.artifact import LEGACY_FILE
-from vflserver.serving.federated import FederatedServable
-from vflserver.serving.onnx_model import is_standalone, load_servable
-from vflserver.serving.registry import ModelRegistry
+from vflserver.federation.alignment import AlignmentResult
+from vflserver.federation.board import JobBoard
+from vflserver.inference.artifact import LEGACY_FILE
+from vflserver.inference.federated import FederatedServable
+from vflserver.inference.onnx_model import is_standalone, load_servable
+from vflserver.inference.registry import ModelRegistry
+from vflserver.jobs.metrics import ServiceMetrics
+from vflserver.jobs.plan import JobPlan, plan_from_document, read_active_table
+from vflserver.jobs.store import ENDED, EpochRecord, JobRecord, JobStore
+from vflserver.training.active_party import ActiveParty, EpochReport, RunSummary
 
 log = structlog.get_logger(__name__)
 

@@ -19,11 +19,11 @@ import structlog
 
 from vflcore.errors import JobAborted, JoinRejected, PartyLost, PartyUnavailable
 from vflcore.job import JobSpec, Position
-from vflcore.tasks import Finish, Task
 from vflcore.wire.codecs import FP32, WireCodec, job_codecs
 from vflcore.wire.tensors import TensorError, TensorKey
 from vflcore.wire.traffic import Traffic
-from vflserver.mailbox import Mailbox
+from vflcore.work_items import Finish, Task
+from vflserver.federation.mailbox import Mailbox
 
 log = structlog.get_logger(__name__)
 

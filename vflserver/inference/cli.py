@@ -6,7 +6,7 @@ The model is what an APFed job (``apfed_r``, ``apfed_c``) leaves in the active p
 folder: the active party's whole model as ONNX, which predicts from its own features. Nothing of
 the training run is needed, and no passive party. ``--model`` also takes a Triton model
 repository holding it (the same folder a stock Triton serves), or the legacy
-``model.safetensors`` of runs made before ONNX (``vflserver.serving.onnx_model.load_servable``).
+``model.safetensors`` of runs made before ONNX (``vflserver.inference.onnx_model.load_servable``).
 TLS files and the ``[serving]`` table come from the server config (``docs/inference.md``); flags
 override it.
 """
@@ -24,9 +24,9 @@ from vflcore.errors import ConfigError, VflError
 from vflcore.runtime import daemon
 from vflcore.runtime.config import _tls, document_with_flags
 from vflcore.security.tls import TlsConfigError
-from vflserver.serving.config import serving_config_from
-from vflserver.serving.onnx_model import load_servable
-from vflserver.serving.run import serve_until
+from vflserver.inference.config import serving_config_from
+from vflserver.inference.onnx_model import load_servable
+from vflserver.inference.run import serve_until
 
 log = structlog.get_logger(__name__)
 

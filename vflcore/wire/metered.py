@@ -1,6 +1,6 @@
 """The one place a tensor becomes wire messages, or messages a tensor, for one peer, and bytes are counted.
 
-Both ends talk to a peer through a ``TensorCodec``: ``encode`` cuts a tensor into chunks
+Both ends talk to a peer through a ``MeteredTensors``: ``encode`` cuts a tensor into chunks
 (``vflcore.wire.serde``) and counts each chunk as sent; ``decode``/``decode_stream`` count each
 chunk as received and rebuild the tensors, validated. No call site wraps a stream by hand, so
 no tensor can cross the wire uncounted.
@@ -19,7 +19,7 @@ from vflcore.wire.tensors import TensorKey
 from vflcore.wire.traffic import Traffic
 
 
-class TensorCodec:
+class MeteredTensors:
     """Tensors to and from one peer's messages, counted in a shared ``Traffic``."""
 
     def __init__(self, traffic: Traffic, peer: int) -> None:

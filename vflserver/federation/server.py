@@ -20,9 +20,9 @@ from vflcore.proto import federation_pb2 as pb
 from vflcore.proto import federation_pb2_grpc as pb_grpc
 from vflcore.runtime.daemon import adopt_torch_threads
 from vflcore.security.tls import KEEPALIVE_SERVER_OPTIONS, TlsFiles, server_credentials
-from vflserver.passive_parties import PassiveParties
-from vflserver.service.board import JobBoard
-from vflserver.servicer import FederationService
+from vflserver.federation.board import JobBoard
+from vflserver.federation.passive_parties import PassiveParties
+from vflserver.federation.servicer import FederationService
 
 log = structlog.get_logger(__name__)
 

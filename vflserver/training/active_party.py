@@ -40,16 +40,16 @@ from vflcore.ml.models import seed_dropout
 from vflcore.ml.onnx_export import MODEL_FILE, PROBE_ROWS, export_onnx, part_metadata
 from vflcore.ml.state import restore_rng, rng_state
 from vflcore.runtime.daemon import adopt_torch_threads
-from vflcore.tasks import Checkpoint, Evaluate, Infer, Restore
 from vflcore.wire.names import EVAL_EMBEDDING, infer_embedding_name
 from vflcore.wire.traffic import MB
-from vflserver.alignment import AlignmentResult, align_active
-from vflserver.importance import write_client_importance
-from vflserver.passive_parties import PassiveParties
-from vflserver.serving.artifact import ArtifactInfo
-from vflserver.serving.onnx_model import info_metadata
-from vflserver.serving.servable import LABEL, PREDICTION, PROBABILITIES
-from vflserver.serving.triton_repository import write_triton_repository
+from vflcore.work_items import Checkpoint, Evaluate, Infer, Restore
+from vflserver.federation.alignment import AlignmentResult, align_active
+from vflserver.federation.passive_parties import PassiveParties
+from vflserver.inference.artifact import ArtifactInfo
+from vflserver.inference.onnx_model import info_metadata
+from vflserver.inference.servable import LABEL, PREDICTION, PROBABILITIES
+from vflserver.inference.triton_repository import write_triton_repository
+from vflserver.training.importance import write_client_importance
 
 #: The standalone model's file in the active party's run directory.
 #: Where the server writes a Triton model repository of every standalone model, in its run folder.
@@ -90,7 +90,7 @@ class RunSummary:
     run_dir: Path | None = None
     #: Bytes per passive party and phase (``vflcore.wire.traffic.Traffic.report``).
     wire: dict[int, dict[str, dict[str, int]]] = field(default_factory=dict)
-    #: ‖W_k‖ per party for the VIM family (``vflserver.importance``), else None.
+    #: ‖W_k‖ per party for the VIM family (``vflserver.training.importance``), else None.
     client_importance: dict[int, float] | None = None
     #: The standalone model (APFed): ``model.onnx``, which serves without any passive party; else None.
     artifact: Path | None = None

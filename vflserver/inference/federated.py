@@ -16,9 +16,9 @@ import numpy as np
 import structlog
 
 from vflcore.errors import InferenceInputError, PartyUnavailable
-from vflserver.active_party import ActiveParty
-from vflserver.serving.config import DEGRADED_MODES
-from vflserver.serving.servable import TensorSpec, prediction_outputs, prediction_specs
+from vflserver.inference.config import DEGRADED_MODES
+from vflserver.inference.servable import TensorSpec, prediction_outputs, prediction_specs
+from vflserver.training.active_party import ActiveParty
 
 log = structlog.get_logger(__name__)
 

@@ -20,15 +20,15 @@ import grpc
 import structlog
 
 from vflcore.runtime.config import ServerConfig
-from vflserver.server import build_server
-from vflserver.service.board import JobBoard
-from vflserver.service.control import ControlService, submit_job
-from vflserver.service.metrics import ServiceMetrics
-from vflserver.service.runner import JobListener, JobRunner, RunnerSettings
-from vflserver.service.store import JobRecord, JobStore
-from vflserver.serving.config import ServingConfig
-from vflserver.serving.endpoint import BoundPorts, InferenceEndpoint
-from vflserver.serving.registry import ModelRegistry
+from vflserver.federation.board import JobBoard
+from vflserver.federation.server import build_server
+from vflserver.inference.config import ServingConfig
+from vflserver.inference.endpoint import BoundPorts, InferenceEndpoint
+from vflserver.inference.registry import ModelRegistry
+from vflserver.jobs.control import ControlService, submit_job
+from vflserver.jobs.metrics import ServiceMetrics
+from vflserver.jobs.runner import JobListener, JobRunner, RunnerSettings
+from vflserver.jobs.store import JobRecord, JobStore
 
 log = structlog.get_logger(__name__)
 

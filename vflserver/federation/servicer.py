@@ -23,13 +23,13 @@ from vflcore.errors import JobAborted, JoinRejected, Overloaded, PartyUnavailabl
 from vflcore.proto import federation_pb2 as pb
 from vflcore.proto import federation_pb2_grpc as pb_grpc
 from vflcore.security.identity import party_from_auth_context
-from vflcore.tasks import Finish
 from vflcore.wire import serde as wire
-from vflcore.wire.codec import TensorCodec
+from vflcore.wire.metered import MeteredTensors
 from vflcore.wire.names import download_rpc, upload_rpc
 from vflcore.wire.tensors import TensorKey
-from vflserver.passive_parties import PassiveParties
-from vflserver.service.board import JobBoard
+from vflcore.work_items import Finish
+from vflserver.federation.board import JobBoard
+from vflserver.federation.passive_parties import PassiveParties
 
 log = structlog.get_logger(__name__)
 
@@ -250,7 +250,7 @@ class FederationService(pb_grpc.FederationServicer):
 
         last: TensorKey | None = None
         count = received = 0
-        for key, array in TensorCodec(parties.traffic, party).decode_stream(chunks, expect):
+        for key, array in MeteredTensors(parties.traffic, party).decode_stream(chunks, expect):
             parties.accept_upload(party, key, array)
             last, count, received = key, count + 1, received + array.nbytes
         assert last is not None  # tensors_from_chunks refuses an empty stream
@@ -290,7 +290,7 @@ class FederationService(pb_grpc.FederationServicer):
         parties: PassiveParties, party: int, keys: list[TensorKey], timeout: float | None
     ) -> Iterator[pb.TensorChunk]:
         """Each tensor as soon as the training loop publishes it, in order."""
-        codec = TensorCodec(parties.traffic, party)
+        codec = MeteredTensors(parties.traffic, party)
         for key in keys:
             array = parties.collect(party, key, timeout_s=timeout)
             yield from codec.encode(key, array, parties.download_codec(party, key))

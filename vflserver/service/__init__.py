@@ -1,1 +1,0 @@
-"""The long-running service: job store, job runner, control API, metrics."""
