@@ -53,10 +53,11 @@ def build_server(
 ) -> tuple[grpc.Server, int]:
     """A gRPC server for the federation, serving whichever job ``board`` has open.
 
-    One job for good (a test) is ``JobBoard.single(parties)``. With ``control`` the Control API listens on the same port. Returns the server (not started)
-    and its bound port. At most ``workers`` calls run at once (``maximum_concurrent_rpcs``: one
-    more is refused with RESOURCE_EXHAUSTED rather than queued behind streams that may last the
-    whole job), and at most ``max_party_rpcs`` of them are one party's.
+    A server that runs one job for good (a test) passes ``JobBoard.single(parties)``. With
+    ``control`` the Control API listens on the same port. Returns the server (not started) and
+    its bound port. At most ``workers`` calls run at once (``maximum_concurrent_rpcs``: one more
+    is refused with RESOURCE_EXHAUSTED rather than queued behind streams that may last the whole
+    job), and at most ``max_party_rpcs`` of them are one party's.
     """
     if tls is None and not insecure:
         raise ValueError("TLS files are required; plaintext needs insecure=True (the --insecure flag)")
