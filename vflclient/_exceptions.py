@@ -1,13 +1,14 @@
 """The one place gRPC failures are translated into the SDK's errors.
 
-The classes live in ``vflcore.errors`` (where the whole tree is drawn); this module only says
-which status becomes which:
+The classes live in ``vflcore.errors`` (where the whole tree is drawn), and the servers' way
+there, class to status, is ``vflcore.status``; this module only says which status becomes which:
 
     UNAVAILABLE, DEADLINE_EXCEEDED        ServerUnavailable
     PERMISSION_DENIED, UNAUTHENTICATED    PermissionDenied
     FAILED_PRECONDITION                   JoinRejected
     INVALID_ARGUMENT                      TensorRejected
     ABORTED, CANCELLED                    JobAborted
+    RESOURCE_EXHAUSTED                    Overloaded
     NOT_FOUND                             ModelNotFound
 
 The Control API (``JobClient``) reuses four statuses for the job store, so its calls pass

@@ -1,7 +1,7 @@
 """Every error this project raises on purpose: one tree, each class with the status it becomes.
 
     VflError                   the base; a bare one from a handler fails the call       INTERNAL
-    ├── ConfigError            a config file or flag is wrong                           local
+    ├── ConfigError            a config file, flag or job document is wrong             local, INVALID_ARGUMENT
     ├── DataError              a party's CSV table cannot be used                       local
     ├── TlsConfigError         a TLS file is missing, unreadable or not PEM             local
     ├── CertsError             a certificate file is missing, unreadable or in the way  local
@@ -35,13 +35,13 @@
 The last column is the gRPC status a server answers with when a handler raises the error (a
 number: the REST inference endpoint's HTTP status); for the two "SDK:" classes, the statuses the
 SDK turns into them. A "local" error never crosses the wire: the daemon or CLI that meets it
-prints it and exits. Servers map classes to statuses in three places, ``vflserver.federation.servicer._status_for``
-for the federation (where the standard ``TimeoutError`` becomes DEADLINE_EXCEEDED),
-``vflserver.inference.handler.failure`` for inference, and the service's control API for the job
-store's JobNotFound, DuplicateJob and JobStateError. The SDK maps statuses back in one,
-``vflclient._exceptions``: besides the "SDK:" lines, UNAUTHENTICATED is PermissionDenied too,
-CANCELLED is JobAborted too, and a status with no class here (UNIMPLEMENTED, INTERNAL, ...) is a
-bare VflError with the status name in its message.
+prints it and exits (but the Control API refuses a job document that raises ConfigError with
+INVALID_ARGUMENT). Servers read the column from one table, ``vflcore.status.STATUS``, on every
+surface: the federation, the Control API and inference; there the standard ``TimeoutError``
+becomes DEADLINE_EXCEEDED, and an error with no status is the server's fault, INTERNAL. The SDK
+maps statuses back in one place, ``vflclient._exceptions``: besides the "SDK:" lines,
+UNAUTHENTICATED is PermissionDenied too, CANCELLED is JobAborted too, and a status with no class
+here (UNIMPLEMENTED, INTERNAL, ...) is a bare VflError with the status name in its message.
 
 DataError, TlsConfigError, TensorError, InferenceInputError and ProtocolError are also ValueErrors,
 ModelNotFound is a LookupError and KeyExistsError a FileExistsError, so ``except`` clauses written

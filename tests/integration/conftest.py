@@ -19,6 +19,7 @@ import torch
 from vflclient import Connection, PassiveParty, RunResult, read_party_csv
 from vflcore.job import JobSpec
 from vflcore.runtime.config import server_config_from
+from vflserver.federation.board import JobBoard
 from vflserver.federation.server import build_server
 from vflserver.jobs.app import Service
 from vflserver.training.active_party import ActiveParty, RunSummary
@@ -78,7 +79,7 @@ def start_job(
     """Serve ``data/party1.csv`` as the active party; ``kwargs`` go to ``ActiveParty``."""
     table = read_party_csv(data / "party1.csv", label_column=label_column)
     active = ActiveParty(job, table, run_dir=tmp_path / "runs", step_timeout_s=step_timeout_s, **kwargs)
-    server, port = build_server(active.parties, "127.0.0.1:0", pki.server_files())
+    server, port = build_server(JobBoard.single(active.parties), "127.0.0.1:0", pki.server_files())
     server.start()
     outcome: dict[str, Any] = {}
 

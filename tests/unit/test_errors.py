@@ -8,10 +8,11 @@ import pkgutil
 import re
 from types import ModuleType
 
+import grpc
 import pytest
 
 import vflclient
-from vflcore import errors
+from vflcore import errors, status
 
 PACKAGES = ("vflcore", "vflalgorithms", "vflserver", "vflclient")
 
@@ -78,3 +79,53 @@ class TestSdkErrors:
         assert (str(composed), composed.party, composed.reason) == ("party 3 is unavailable: timed out", 3, "timed out")
         given = errors.PartyUnavailable("party 2 is not connected")
         assert (str(given), given.party) == ("party 2 is not connected", None)
+
+
+def _drawn_statuses() -> dict[str, str]:
+    """Each class drawn in ``vflcore.errors``' tree, with its last column (the status it becomes)."""
+    assert errors.__doc__ is not None
+    found = {}
+    for line in errors.__doc__.splitlines():
+        match = re.match(r"\s+(?:[│ ]*[├└]── )?(\w+)\s{2,}.*?\s{2,}(\S.*)$", line)
+        if match and hasattr(errors, match.group(1)):
+            found[match.group(1)] = match.group(2)
+    return found
+
+
+class TestOneStatusTable:
+    """``vflcore.status.STATUS`` is the one table; the tree in ``vflcore.errors`` draws the same column."""
+
+    @pytest.mark.parametrize("kind", DEFINED.get("vflcore.errors", []), ids=lambda kind: kind.__name__)
+    def test_the_drawn_status_is_the_tables(self, kind: type[BaseException]) -> None:
+        """A class the table maps (itself or an ancestor) is drawn with that status and its HTTP number, if any."""
+        drawn = _drawn_statuses()[kind.__name__]
+        code = next((status.STATUS[k] for k in kind.__mro__ if k in status.STATUS), None)
+        if kind in (errors.ServerUnavailable, errors.TensorRejected):
+            return  # the SDK's own: the column lists the statuses the SDK turns into it
+        if code is None:
+            assert drawn in {"local", "fails the job", "INTERNAL"}, drawn
+            return
+        assert code.name in drawn.split(", "), (kind.__name__, drawn)
+        numbers = [int(part) for part in drawn.split(", ") if part.isdigit()]
+        assert all(status.http_status(code) == number for number in numbers), (kind.__name__, drawn)
+
+    def test_the_most_specific_class_wins(self) -> None:
+        """A subclass takes its nearest mapped ancestor's status; an unmapped error has none (INTERNAL)."""
+        assert status.status_for(errors.EmptyIntersection("none shared")) == grpc.StatusCode.ABORTED
+        assert status.status_for(errors.PartyLost(2, "gone")) == grpc.StatusCode.UNAVAILABLE
+        assert status.status_for(errors.TensorError("shape", "wrong")) == grpc.StatusCode.INVALID_ARGUMENT
+        assert status.status_for(TimeoutError("no upload")) == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert status.status_for(KeyError("secret")) is None
+        assert status.status_for(errors.DataError("bad table")) is None
+
+    def test_every_server_surface_reads_the_one_table(self) -> None:
+        """No server module keeps a status table of its own: each imports ``vflcore.status``."""
+        from vflserver.federation import servicer
+        from vflserver.inference import grpc_endpoint, handler, rest
+        from vflserver.jobs import control
+
+        for module in (servicer, control, handler):
+            assert module.status_for is status.status_for, module.__name__
+        assert rest.http_status is status.http_status
+        for module in (servicer, control, handler, grpc_endpoint, rest):
+            assert not hasattr(module, "_STATUS"), module.__name__

@@ -20,6 +20,7 @@ EXPECTED = [
     "JoinRejected",
     "ModelFactory",
     "ModelNotFound",
+    "Overloaded",
     "PartyTable",
     "PassiveParty",
     "PermissionDenied",

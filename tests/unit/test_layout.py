@@ -2,7 +2,8 @@
 
 The folders are the architecture (docs/architecture.md): ``vflcore`` at the bottom, the
 algorithms above it, the two daemons on top and apart from each other, and ``vfltesting`` for
-tests, benches and examples only. A rule that only lives in a document decays; these tests keep it.
+tests, benches and examples only. Inside ``vflserver`` the folders are floors too, and no product
+module passes 500 lines. A rule that only lives in a document decays; these tests keep it.
 """
 
 from __future__ import annotations
@@ -80,3 +81,44 @@ def test_vfltesting_is_not_installed_with_the_product() -> None:
     include = next(line for line in text.splitlines() if line.startswith("include = ["))
     assert all(f'"{package}*"' in include for package in PRODUCT)
     assert "vfltesting" not in include.split("#")[0]
+
+
+#: The floors inside ``vflserver``, bottom to top: a module imports its own folder and those below.
+#: ``vflserver/cli.py`` (``vfl-server``) is the top and may import any of them.
+SERVER_FLOORS = ("federation", "inference", "training", "jobs", "cli")
+
+
+def _server_floor(parts: tuple[str, ...]) -> int | None:
+    """The floor of ``vflserver`` a module path (``("vflserver", "jobs", "store")``) sits on."""
+    if len(parts) < 2 or parts[0] != "vflserver":
+        return None
+    return SERVER_FLOORS.index(parts[1]) if parts[1] in SERVER_FLOORS else None
+
+
+def test_vflserver_folders_import_only_their_own_floor_and_below() -> None:
+    """federation < inference < training < jobs < cli.py: no import inside vflserver reaches up or sideways."""
+    wrong = []
+    for path in _modules("vflserver"):
+        own = _server_floor(path.relative_to(ROOT).with_suffix("").parts)
+        assert own is not None or path.name == "__init__.py", f"{path.relative_to(ROOT)} is on no floor"
+        for line, name in _imports(path):
+            floor = _server_floor(tuple(name.split(".")))
+            if own is not None and floor is not None and floor > own:
+                wrong.append(f"{path.relative_to(ROOT)}:{line} imports {name} ({SERVER_FLOORS[floor]} is above)")
+    assert not wrong, "\n".join(wrong)
+
+
+#: The most lines a product module may have: past it, a module holds more than one job.
+MAX_MODULE_LINES = 500
+
+
+def test_no_product_module_is_over_500_lines() -> None:
+    """Every product module fits in 500 lines; generated protobuf code (``*_pb2*.py``) aside."""
+    long = [
+        f"{path.relative_to(ROOT)}: {lines} lines"
+        for package in PRODUCT
+        for path in _modules(package)
+        if not path.name.endswith(("_pb2.py", "_pb2_grpc.py"))
+        and (lines := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    ]
+    assert not long, "\n".join(long)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import grpc
 import numpy as np
 import pytest
 
 from tests.servables import DigitsClassifier, digits_rows
 from vflcore import errors
 from vflcore.wire.oip import InferRequest, RequestedOutput, RequestTensor, array_to_raw
-from vflserver.inference.handler import Failure, InferenceHandler, failure
+from vflserver.inference.handler import InferenceHandler, failure
 from vflserver.inference.registry import ModelRegistry
 from vflserver.inference.servable import (
     InferenceInputError,
@@ -179,16 +180,16 @@ class TestFailureKinds:
     @pytest.mark.parametrize(
         ("exc", "kind"),
         [
-            (InferenceInputError("input 'x': bad"), Failure.INVALID),
-            (ModelNotFound("unknown model"), Failure.NOT_FOUND),
-            (PartyUnavailable("party 2 is not connected"), Failure.UNAVAILABLE),
-            (errors.PartyUnavailable(3, "timed out"), Failure.UNAVAILABLE),
+            (InferenceInputError("input 'x': bad"), grpc.StatusCode.INVALID_ARGUMENT),
+            (ModelNotFound("unknown model"), grpc.StatusCode.NOT_FOUND),
+            (PartyUnavailable("party 2 is not connected"), grpc.StatusCode.UNAVAILABLE),
+            (errors.PartyUnavailable(3, "timed out"), grpc.StatusCode.UNAVAILABLE),
         ],
     )
-    def test_kinds_keep_the_message(self, exc: Exception, kind: Failure) -> None:
+    def test_kinds_keep_the_message(self, exc: Exception, kind: grpc.StatusCode) -> None:
         assert failure(exc, call="test") == (kind, str(exc))
 
     def test_anything_else_is_internal_and_hides_the_details(self) -> None:
         """A server fault tells the caller only its type; the log has the rest."""
         kind, message = failure(KeyError("secret path /srv/model"), call="test")
-        assert kind is Failure.INTERNAL and "secret" not in message and "KeyError" in message
+        assert kind is grpc.StatusCode.INTERNAL and "secret" not in message and "KeyError" in message

@@ -21,7 +21,6 @@ from vflcore.proto import federation_pb2_grpc as pb_grpc
 from vflcore.runtime.daemon import adopt_torch_threads
 from vflcore.security.tls import KEEPALIVE_SERVER_OPTIONS, TlsFiles, server_credentials
 from vflserver.federation.board import JobBoard
-from vflserver.federation.passive_parties import PassiveParties
 from vflserver.federation.servicer import FederationService
 
 log = structlog.get_logger(__name__)
@@ -42,7 +41,7 @@ DEFAULT_PARTY_RPCS = 16
 
 
 def build_server(
-    jobs: PassiveParties | JobBoard,
+    board: JobBoard,
     listen: str,
     tls: TlsFiles | None,
     *,
@@ -52,16 +51,16 @@ def build_server(
     workers: int = DEFAULT_WORKERS,
     max_party_rpcs: int = DEFAULT_PARTY_RPCS,
 ) -> tuple[grpc.Server, int]:
-    """A gRPC server for the federation (one job's ``PassiveParties``, or a service's ``JobBoard``).
+    """A gRPC server for the federation, serving whichever job ``board`` has open.
 
-    With ``control`` the Control API listens on the same port. Returns the server (not started)
-    and its bound port. At most ``workers`` calls run at once (``maximum_concurrent_rpcs``: one
-    more is refused with RESOURCE_EXHAUSTED rather than queued behind streams that may last the
-    whole job), and at most ``max_party_rpcs`` of them are one party's.
+    A server that runs one job for good (a test) passes ``JobBoard.single(parties)``. With
+    ``control`` the Control API listens on the same port. Returns the server (not started) and
+    its bound port. At most ``workers`` calls run at once (``maximum_concurrent_rpcs``: one more
+    is refused with RESOURCE_EXHAUSTED rather than queued behind streams that may last the whole
+    job), and at most ``max_party_rpcs`` of them are one party's.
     """
     if tls is None and not insecure:
         raise ValueError("TLS files are required; plaintext needs insecure=True (the --insecure flag)")
-    board = jobs if isinstance(jobs, JobBoard) else JobBoard.single(jobs)
     # Handlers may run torch (a gradient for a passive party): each worker takes the process's thread count.
     pool = futures.ThreadPoolExecutor(max_workers=workers, initializer=adopt_torch_threads)
     server = grpc.server(

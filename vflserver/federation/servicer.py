@@ -2,8 +2,8 @@
 
 Handlers stay thin. The caller's party id comes from the verified client certificate (or, only
 in ``--insecure`` development mode, from a metadata claim), never from a request field. Every
-domain error becomes one specific status with a sentence the caller can act on, in one place:
-``_status_for``.
+domain error becomes one specific status with a sentence the caller can act on: the status from
+the one table in ``vflcore.status``, applied in ``_abort``.
 """
 
 from __future__ import annotations
@@ -19,10 +19,11 @@ from typing import Any, NoReturn, TypeVar, cast
 import grpc
 import structlog
 
-from vflcore.errors import JobAborted, JoinRejected, Overloaded, PartyUnavailable, PermissionDenied, TensorError
+from vflcore.errors import JoinRejected, Overloaded, PermissionDenied, TensorError
 from vflcore.proto import federation_pb2 as pb
 from vflcore.proto import federation_pb2_grpc as pb_grpc
 from vflcore.security.identity import party_from_auth_context
+from vflcore.status import status_for
 from vflcore.wire import serde as wire
 from vflcore.wire.metered import MeteredTensors
 from vflcore.wire.names import download_rpc, upload_rpc
@@ -44,20 +45,9 @@ _T = TypeVar("_T")
 
 
 def _status_for(exc: BaseException) -> tuple[grpc.StatusCode, str] | None:
-    """The one mapping from domain errors to gRPC status codes."""
-    table: list[tuple[type[BaseException], grpc.StatusCode]] = [
-        (TensorError, grpc.StatusCode.INVALID_ARGUMENT),
-        (PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
-        (JoinRejected, grpc.StatusCode.FAILED_PRECONDITION),
-        (PartyUnavailable, grpc.StatusCode.UNAVAILABLE),
-        (JobAborted, grpc.StatusCode.ABORTED),
-        (Overloaded, grpc.StatusCode.RESOURCE_EXHAUSTED),
-        (TimeoutError, grpc.StatusCode.DEADLINE_EXCEEDED),
-    ]
-    for kind, code in table:
-        if isinstance(exc, kind):
-            return code, str(exc)
-    return None
+    """The status ``exc`` becomes (``vflcore.status``, the one table) with its message; None for a server fault."""
+    code = status_for(exc)
+    return None if code is None else (code, str(exc))
 
 
 def _abort(exc: Exception, context: grpc.ServicerContext, rpc: str) -> NoReturn:

@@ -10,19 +10,47 @@ Only APFed avoids this trade-off: its model belongs to the active party alone (`
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 import numpy as np
 import structlog
 
+from vflalgorithms.base import ServerAlgorithm
 from vflcore.errors import InferenceInputError, PartyUnavailable
+from vflcore.job import JobSpec
+from vflserver.federation.passive_parties import PassiveParties
 from vflserver.inference.config import DEGRADED_MODES
 from vflserver.inference.servable import TensorSpec, prediction_outputs, prediction_specs
-from vflserver.training.active_party import ActiveParty
 
 log = structlog.get_logger(__name__)
 
 IDS = "id"
+
+
+class TrainedParty(Protocol):
+    """What federated inference asks of the active party that trained the model (``ActiveParty``).
+
+    Declared here, not imported: training sits above inference, so this module names only the
+    calls it makes and ``vflserver.training.active_party.ActiveParty`` has them.
+    """
+
+    @property
+    def job(self) -> JobSpec: ...
+
+    @property
+    def parties(self) -> PassiveParties: ...
+
+    @property
+    def algorithm(self) -> ServerAlgorithm: ...
+
+    def representation_means(self) -> dict[int, np.ndarray]:
+        """Each passive party's mean representation over the training rows (the TVFL-A stand-in)."""
+        ...
+
+    def predict_ids(self, ids: Sequence[str], *, substitutes: Mapping[int, np.ndarray] | None = None) -> np.ndarray:
+        """Predictions for sample ``ids``; KeyError if one is not among the aligned rows."""
+        ...
 
 
 class FederatedServable:
@@ -30,7 +58,7 @@ class FederatedServable:
 
     platform = "vfl-federated"
 
-    def __init__(self, active: ActiveParty, *, name: str | None = None, degraded: str = "none") -> None:
+    def __init__(self, active: TrainedParty, *, name: str | None = None, degraded: str = "none") -> None:
         if degraded not in DEGRADED_MODES:
             raise ValueError(f"degraded = {degraded!r}; choose one of {DEGRADED_MODES}")
         self.active = active

@@ -1,7 +1,7 @@
 """The gRPC half of the inference endpoint: KServe's ``inference.GRPCInferenceService`` on grpc.aio.
 
 The servicer is thin: it turns messages into ``vflcore.wire.oip`` types (``vflcore.wire.oip_serde``), asks
-the ``InferenceHandler``, and maps failures to status codes in ``_abort``. Handlers are
+the ``InferenceHandler``, and ends a failed call in ``_abort`` with the status ``failure`` gives. Handlers are
 registered by hand under the wire name ``inference.GRPCInferenceService`` rather than through
 generated stubs, because our proto package is ``vfl.oip.v2`` (so that our messages and
 tritonclient's can live in one process); stock clients therefore reach it unchanged.
@@ -33,15 +33,8 @@ from vflcore.security.identity import party_from_auth_context
 from vflcore.wire import oip_serde as oip_wire
 from vflcore.wire.oip import SERVICE, InferRequest
 from vflserver.inference.access import refusal
-from vflserver.inference.handler import Failure, InferenceHandler, failure
+from vflserver.inference.handler import InferenceHandler, failure
 from vflserver.inference.reflection import reflection_pool
-
-_STATUS = {
-    Failure.INVALID: grpc.StatusCode.INVALID_ARGUMENT,
-    Failure.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
-    Failure.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
-    Failure.INTERNAL: grpc.StatusCode.INTERNAL,
-}
 
 # Threads for models whose predict may wait (federated inference): concurrent requests wait in
 # parallel, up to this many.
@@ -203,6 +196,6 @@ def _admitted(behaviour: Callable[..., Any], allow_parties: bool) -> Callable[..
 
 
 async def _abort(context: grpc.aio.ServicerContext, exc: Exception, call: str) -> NoReturn:
-    kind, message = failure(exc, call=call)
-    await context.abort(_STATUS[kind], message)
+    code, message = failure(exc, call=call)
+    await context.abort(code, message)
     raise AssertionError("context.abort returned")  # it always raises

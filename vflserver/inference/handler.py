@@ -3,21 +3,22 @@
 The endpoints only translate between their wire format and ``vflcore.wire.oip``'s dataclasses; this
 module does the work they share: look the model up, check every input against the model's specs
 before decoding a byte (name, datatype, shape, data size), refuse non-finite floats and batch
-sizes that disagree, call ``predict`` and pick the requested outputs. ``failure`` sorts any
-exception into the four outcomes the protocol distinguishes, so each endpoint maps errors to its
-own status codes in exactly one place.
+sizes that disagree, call ``predict`` and pick the requested outputs. ``failure`` gives any
+exception its gRPC status from the one table (``vflcore.status``); the REST endpoint turns that
+into an HTTP status with ``vflcore.status.http_status``.
 """
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Mapping
 from importlib.metadata import PackageNotFoundError, version
 
+import grpc
 import numpy as np
 import structlog
 
-from vflcore.errors import InferenceInputError, ModelNotFound, PartyUnavailable, ProtocolError
+from vflcore.errors import InferenceInputError, ProtocolError
+from vflcore.status import status_for
 from vflcore.wire.oip import (
     DATATYPES,
     FLOAT_DATATYPES,
@@ -42,25 +43,17 @@ SERVER_NAME = "vfl-service"
 EXTENSIONS = ("binary_tensor_data",)
 
 
-class Failure(enum.Enum):
-    """What went wrong, in the protocol's terms; each endpoint maps these to its status codes."""
+def failure(exc: Exception, *, call: str) -> tuple[grpc.StatusCode, str]:
+    """The status for ``exc`` (``vflcore.status``, the one table) with a message for the caller.
 
-    INVALID = "invalid"  # the caller's request is wrong
-    NOT_FOUND = "not_found"  # no such model or version
-    UNAVAILABLE = "unavailable"  # the model cannot answer now (a passive party is offline)
-    INTERNAL = "internal"  # a server fault, logged here
-
-
-def failure(exc: Exception, *, call: str) -> tuple[Failure, str]:
-    """Sort ``exc`` into a Failure with a message for the caller; log the server's own faults."""
-    if isinstance(exc, InferenceInputError | ProtocolError):
-        return Failure.INVALID, str(exc)
-    if isinstance(exc, ModelNotFound):
-        return Failure.NOT_FOUND, str(exc)
-    if isinstance(exc, PartyUnavailable):
-        return Failure.UNAVAILABLE, str(exc)
+    A server fault (no status in the table) is INTERNAL, logged here; its message names only the
+    exception's type, so no path or value from inside the server reaches the caller.
+    """
+    code = status_for(exc)
+    if code is not None:
+        return code, str(exc)
     log.error("inference_internal_error", call=call, error=repr(exc), exc_info=exc)
-    return Failure.INTERNAL, f"internal error ({type(exc).__name__}); the server log has the details"
+    return grpc.StatusCode.INTERNAL, f"internal error ({type(exc).__name__}); the server log has the details"
 
 
 class InferenceHandler:

@@ -42,10 +42,11 @@ from aiohttp import web
 
 from vflcore.runtime.daemon import adopt_torch_threads
 from vflcore.security.identity import party_from_der
+from vflcore.status import http_status
 from vflcore.wire.oip import InferRequest, ProtocolError
 from vflserver.inference.access import refusal
 from vflserver.inference.config import RestLimits
-from vflserver.inference.handler import Failure, InferenceHandler, failure
+from vflserver.inference.handler import InferenceHandler, failure
 from vflserver.inference.json_wire import (
     HEADER_LENGTH,
     dump,
@@ -64,13 +65,6 @@ INLINE_BODY_BYTES = 64 << 10
 
 #: Threads for requests that may wait or take long: this many run at once, the rest queue.
 BLOCKING_WORKERS = 16
-
-_STATUS = {
-    Failure.INVALID: HTTPStatus.BAD_REQUEST,
-    Failure.NOT_FOUND: HTTPStatus.NOT_FOUND,
-    Failure.UNAVAILABLE: HTTPStatus.SERVICE_UNAVAILABLE,
-    Failure.INTERNAL: HTTPStatus.INTERNAL_SERVER_ERROR,
-}
 
 _GET_ROUTES = frozenset({"server", "live", "ready", "model", "model_ready"})
 
@@ -281,8 +275,8 @@ def _readiness(ready: bool) -> web.Response:
 
 
 def _failure(exc: Exception, call: str) -> web.Response:
-    kind, message = failure(exc, call=f"REST {call}")
-    return _error(_STATUS[kind], message)
+    code, message = failure(exc, call=f"REST {call}")
+    return _error(http_status(code), message)
 
 
 def _error(status: HTTPStatus, message: str, *, allow: str | None = None, close: bool = False) -> web.Response:

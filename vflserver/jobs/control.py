@@ -17,11 +17,12 @@ from typing import Any
 import grpc
 import structlog
 
-from vflcore.errors import ConfigError, DuplicateJob, JobNotFound, JobStateError, PermissionDenied
+from vflcore.errors import ConfigError, PermissionDenied
 from vflcore.proto import federation_pb2 as pb
 from vflcore.proto import federation_pb2_grpc as pb_grpc
 from vflcore.runtime.config import DataSource
 from vflcore.security.identity import operator_from_auth_context
+from vflcore.status import status_for
 from vflserver.jobs.plan import active_source, check_models, plan_from_document, read_active_table
 from vflserver.jobs.runner import JobRunner
 from vflserver.jobs.store import ENDED, JOB_STATES, EpochRecord, JobEvent, JobRecord, JobStore
@@ -33,21 +34,19 @@ INSECURE_OPERATOR = "insecure-anonymous"
 #: A job document larger than this is refused (a job file is a few hundred bytes).
 MAX_DOCUMENT_BYTES = 1 << 20
 
-_STATUS: list[tuple[type[BaseException], grpc.StatusCode]] = [
-    (PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
-    (JobNotFound, grpc.StatusCode.NOT_FOUND),
-    (DuplicateJob, grpc.StatusCode.ALREADY_EXISTS),
-    (JobStateError, grpc.StatusCode.FAILED_PRECONDITION),
-    (ConfigError, grpc.StatusCode.INVALID_ARGUMENT),
-    (ValueError, grpc.StatusCode.INVALID_ARGUMENT),
-]
-
 
 def _refuse(exc: Exception, context: grpc.ServicerContext, rpc: str) -> None:
-    for kind, code in _STATUS:
-        if isinstance(exc, kind):
-            log.warning("control_refused", rpc=rpc, code=code.name, reason=str(exc))
-            context.abort(code, str(exc))
+    """End the call with the status ``vflcore.status`` gives ``exc`` (INTERNAL if none).
+
+    Every value the Control API checks is the caller's (the job document, a state name): a
+    ValueError that no class claims is that request's fault, a ConfigError, not the server's.
+    """
+    if isinstance(exc, ValueError) and status_for(exc) is None:
+        exc = ConfigError(str(exc))
+    code = status_for(exc)
+    if code is not None:
+        log.warning("control_refused", rpc=rpc, code=code.name, reason=str(exc))
+        context.abort(code, str(exc))
     log.exception("control_failed", rpc=rpc)
     context.abort(grpc.StatusCode.INTERNAL, f"internal error in {rpc}: {exc}")
 

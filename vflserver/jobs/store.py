@@ -21,6 +21,9 @@ user_version`` counts how many have run. Opening a store runs the missing ones i
 own transaction, so a newer server opens an older store. A store whose version is above
 ``len(MIGRATIONS)`` was made by a newer vfl-server with tables this code does not know, and is refused
 rather than guessed at. Never edit a shipped migration; append a new one.
+
+The states and the records this store hands out live in ``vflserver.jobs.records``; they are
+imported from here too, as before.
 """
 
 from __future__ import annotations
@@ -29,36 +32,32 @@ import builtins
 import dataclasses
 import fcntl
 import json
-import math
 import os
 import sqlite3
 import threading
 import time
 from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 from vflcore.errors import DuplicateJob, JobNotFound, JobStateError, JobStoreError
+from vflserver.jobs.records import (
+    ENDED,
+    JOB_STATES,
+    NEXT_STATES,
+    WITH_ERROR,
+    EpochRecord,
+    JobEvent,
+    JobRecord,
+    epoch_from_row,
+    event_from_row,
+    job_from_row,
+    nan_as_null,
+    plain_floats,
+)
 
-JOB_STATES = ("queued", "aligning", "training", "waiting", "finished", "failed", "cancelled", "interrupted")
-ENDED = frozenset({"finished", "failed", "cancelled", "interrupted"})  # a Watch stream ends at these
-
-# The only state changes allowed. A PSI-only job finishes straight after aligning; a job whose
-# party was lost is waiting for it, then aligns again and resumes from a checkpoint; an
-# interrupted job goes back to the queue when the server starts again, to resume the same way.
-_NEXT: dict[str, frozenset[str]] = {
-    "queued": frozenset({"aligning", "failed", "cancelled"}),
-    "aligning": frozenset({"training", "waiting", "finished", "failed", "cancelled", "interrupted"}),
-    "training": frozenset({"waiting", "finished", "failed", "cancelled", "interrupted"}),
-    "waiting": frozenset({"training", "finished", "failed", "cancelled", "interrupted"}),
-    "finished": frozenset(),
-    "failed": frozenset(),
-    "cancelled": frozenset(),
-    "interrupted": frozenset({"queued"}),
-}
-_WITH_ERROR = frozenset({"failed", "cancelled", "interrupted"})  # their message is the job's error
+__all__ = ["ENDED", "JOB_STATES", "MIGRATIONS", "EpochRecord", "JobEvent", "JobRecord", "JobStore"]
 
 MIGRATIONS: list[str] = [
     # 1: jobs in submission order (``seq``), one row per finished epoch, and each job's history.
@@ -105,51 +104,6 @@ MIGRATIONS: list[str] = [
     ) WITHOUT ROWID;
     """,
 ]
-
-
-@dataclass(frozen=True)
-class EpochRecord:
-    """What one training epoch produced, as the runner reports it."""
-
-    epoch: int  # 0-based
-    train_loss: float
-    test_loss: float
-    metrics: dict[str, float]
-    seconds: float
-    wire_bytes: int
-
-
-@dataclass(frozen=True)
-class JobRecord:
-    """A job as the store holds it now."""
-
-    job_id: str
-    document: dict[str, Any]  # the job file as submitted (JSON-able dict of TOML tables)
-    algorithm: str
-    epochs: int  # epochs the job asks for
-    state: str
-    submitter: str
-    submitted_at: float  # time.time()
-    started_at: float | None
-    ended_at: float | None
-    error: str  # "" if none
-    epochs_done: int
-    final_metrics: dict[str, float]
-    served: bool
-
-
-@dataclass(frozen=True)
-class JobEvent:
-    """One entry of a job's history: a state change or a finished epoch."""
-
-    job_id: str
-    seq: int  # 1, 2, ... per job
-    at: float
-    kind: str  # "state" or "epoch"
-    state: str  # the job's state after the event
-    message: str
-    epoch: EpochRecord | None  # kind == "epoch" only
-    final_metrics: dict[str, float]  # set on the "finished" state event
 
 
 class JobStore:
@@ -249,19 +203,19 @@ class JobStore:
             sql += " LIMIT ?"
             args.append(limit)
         with self._changed:
-            return [_job(row) for row in self._conn.execute(sql, args)]
+            return [job_from_row(row) for row in self._conn.execute(sql, args)]
 
     def next_queued(self) -> JobRecord | None:
         """The job queued longest ago, the one to run next; None if the queue is empty."""
         with self._changed:
             row = self._conn.execute("SELECT * FROM jobs WHERE state = 'queued' ORDER BY seq LIMIT 1").fetchone()
-        return None if row is None else _job(row)
+        return None if row is None else job_from_row(row)
 
     def set_state(
         self, job_id: str, state: str, message: str = "", *, final_metrics: Mapping[str, float] | None = None
     ) -> JobEvent:
         """Move the job to ``state`` if the transition is allowed, and record it as an event."""
-        if state not in _NEXT:
+        if state not in NEXT_STATES:
             raise ValueError(f"unknown job state {state!r}; the states are {JOB_STATES}")
         with self._write() as conn:
             return _change_state(conn, _fetch(conn, job_id), state, message, final_metrics)
@@ -295,7 +249,7 @@ class JobStore:
                 "SELECT * FROM jobs WHERE state IN ('aligning', 'training', 'waiting') ORDER BY seq"
             ).fetchall()
             for row in rows:
-                job = _job(row)
+                job = job_from_row(row)
                 message = f"the server stopped during {job.state} after {job.epochs_done} of {job.epochs} epochs"
                 _change_state(conn, job, "interrupted", message, None)
             return [_fetch(conn, row["job_id"]) for row in rows]
@@ -308,7 +262,7 @@ class JobStore:
         with self._write() as conn:
             rows = conn.execute("SELECT * FROM jobs WHERE state = 'interrupted' ORDER BY seq").fetchall()
             for row in rows:
-                job = _job(row)
+                job = job_from_row(row)
                 message = f"resuming after {job.epochs_done} of {job.epochs} epochs, from the newest checkpoint"
                 _change_state(conn, job, "queued", message, None)
             return [_fetch(conn, row["job_id"]) for row in rows]
@@ -332,7 +286,7 @@ class JobStore:
             int(epoch.epoch),
             float(epoch.train_loss),
             float(epoch.test_loss),
-            _floats(epoch.metrics),
+            plain_floats(epoch.metrics),
             float(epoch.seconds),
             int(epoch.wire_bytes),
         )
@@ -348,8 +302,8 @@ class JobStore:
                 (
                     job_id,
                     epoch.epoch,
-                    _nullable(epoch.train_loss),
-                    _nullable(epoch.test_loss),
+                    nan_as_null(epoch.train_loss),
+                    nan_as_null(epoch.test_loss),
                     json.dumps(epoch.metrics, sort_keys=True),
                     epoch.seconds,
                     epoch.wire_bytes,
@@ -364,17 +318,7 @@ class JobStore:
         with self._changed:
             _fetch(self._conn, job_id)
             rows = self._conn.execute("SELECT * FROM epochs WHERE job_id = ? ORDER BY epoch", (job_id,)).fetchall()
-        return [
-            EpochRecord(
-                epoch=row["epoch"],
-                train_loss=_real(row["train_loss"]),
-                test_loss=_real(row["test_loss"]),
-                metrics=json.loads(row["metrics"]),
-                seconds=row["seconds"],
-                wire_bytes=row["wire_bytes"],
-            )
-            for row in rows
-        ]
+        return [epoch_from_row(row) for row in rows]
 
     # ---- history -------------------------------------------------------------------------------
 
@@ -402,7 +346,7 @@ class JobStore:
         rows = self._conn.execute(
             "SELECT * FROM events WHERE job_id = ? AND seq > ? ORDER BY seq", (job_id, after_seq)
         ).fetchall()
-        return [_event(row) for row in rows]
+        return [event_from_row(row) for row in rows]
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
@@ -475,14 +419,14 @@ def _migrate(conn: sqlite3.Connection, path: Path) -> None:
 def _change_state(
     conn: sqlite3.Connection, job: JobRecord, state: str, message: str, final_metrics: Mapping[str, float] | None
 ) -> JobEvent:
-    if state not in _NEXT[job.state]:
-        allowed = ", ".join(sorted(_NEXT[job.state])) or "nothing: it has ended"
+    if state not in NEXT_STATES[job.state]:
+        allowed = ", ".join(sorted(NEXT_STATES[job.state])) or "nothing: it has ended"
         raise JobStateError(f"job {job.job_id!r} is {job.state} and cannot become {state}; it can become {allowed}")
     now = time.time()
     started_at = now if state == "aligning" and job.started_at is None else job.started_at
     ended_at = now if state in ENDED else None  # a job re-queued after an interruption has not ended
-    error = message if state in _WITH_ERROR else ""
-    metrics = _floats(final_metrics) if final_metrics is not None else job.final_metrics
+    error = message if state in WITH_ERROR else ""
+    metrics = plain_floats(final_metrics) if final_metrics is not None else job.final_metrics
     conn.execute(
         "UPDATE jobs SET state = ?, started_at = ?, ended_at = ?, error = ?, final_metrics = ? WHERE job_id = ?",
         (state, started_at, ended_at, error, json.dumps(metrics, sort_keys=True), job.job_id),
@@ -515,52 +459,8 @@ def _fetch(conn: sqlite3.Connection, job_id: str) -> JobRecord:
     row = conn.execute("SELECT * FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
     if row is None:
         raise _not_found(job_id)
-    return _job(row)
+    return job_from_row(row)
 
 
 def _not_found(job_id: str) -> JobNotFound:
     return JobNotFound(f"no job with ID {job_id!r} in the job store; list the jobs to see their IDs")
-
-
-def _job(row: sqlite3.Row) -> JobRecord:
-    return JobRecord(
-        job_id=row["job_id"],
-        document=json.loads(row["document"]),
-        algorithm=row["algorithm"],
-        epochs=row["epochs"],
-        state=row["state"],
-        submitter=row["submitter"],
-        submitted_at=row["submitted_at"],
-        started_at=row["started_at"],
-        ended_at=row["ended_at"],
-        error=row["error"],
-        epochs_done=row["epochs_done"],
-        final_metrics=json.loads(row["final_metrics"]),
-        served=bool(row["served"]),
-    )
-
-
-def _event(row: sqlite3.Row) -> JobEvent:
-    epoch = None if row["epoch"] is None else EpochRecord(**json.loads(row["epoch"]))
-    return JobEvent(
-        job_id=row["job_id"],
-        seq=row["seq"],
-        at=row["at"],
-        kind=row["kind"],
-        state=row["state"],
-        message=row["message"],
-        epoch=epoch,
-        final_metrics=json.loads(row["final_metrics"]),
-    )
-
-
-def _floats(metrics: Mapping[str, float]) -> dict[str, float]:
-    return {str(name): float(value) for name, value in metrics.items()}
-
-
-def _nullable(value: float) -> float | None:
-    return None if math.isnan(value) else float(value)
-
-
-def _real(value: float | None) -> float:
-    return math.nan if value is None else value
