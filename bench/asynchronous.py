@@ -21,24 +21,13 @@ from dataclasses import replace
 from pathlib import Path
 
 from bench.jobs import run_jobs
-from vflcore.job import JobSpec
 from vfltesting.datasets import write_digits_split
+from vfltesting.jobs import DIGITS_JOB
 from vfltesting.pki import issue_pki
 
 TARGET_FRACTION = 1 / 5
 DELAY = {"delay": "round_robin", "delay_s": 0.2}
-BASE = JobSpec(
-    job_id="",
-    seed=0,
-    epochs=2,
-    batch_size=64,
-    embedding_dim=16,
-    bottom_hidden=(64,),
-    optimizer="adam",
-    learning_rate=0.003,
-    test_fraction=0.2,
-    passive_parties=(2, 3),
-)
+BASE = replace(DIGITS_JOB, job_id="")
 JOBS = [
     replace(BASE, job_id="sync-delayed", algorithm="splitnn", algorithm_options=DELAY),
     replace(BASE, job_id="async-delayed", algorithm="async", algorithm_options={**DELAY, "max_staleness": 15}),

@@ -19,6 +19,7 @@ SplitNN's (target: at most 1/15, and 95 % within 5 rounds).
 from __future__ import annotations
 
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -26,8 +27,8 @@ from sklearn.datasets import load_digits
 
 from bench.curves import OUT, Curve, plot
 from bench.jobs import run_jobs
-from vflcore.job import JobSpec
 from vfltesting.datasets import write_vertical_split
+from vfltesting.jobs import DIGITS_JOB
 from vfltesting.pki import issue_pki
 
 TARGET_ACCURACY = 0.95
@@ -35,41 +36,25 @@ TARGET_FRACTION = 1 / 15
 TARGET_ROUNDS = 5
 PASSIVE = (2, 3, 4, 5)
 TOP_HIDDEN = (64,)
-BASE = JobSpec(
-    job_id="",
-    seed=0,
-    batch_size=256,
-    embedding_dim=60,
-    bottom_hidden=(64,),
-    optimizer="adam",
-    learning_rate=0.001,
-    test_fraction=0.2,
-    passive_parties=PASSIVE,
+BASE = replace(
+    DIGITS_JOB, job_id="", epochs=10, batch_size=256, embedding_dim=60, learning_rate=0.001, passive_parties=PASSIVE
 )
 JOBS = [
-    JobSpec(**{**BASE.__dict__, "job_id": "comm-splitnn", "algorithm": "splitnn", "epochs": 25}),
-    JobSpec(**{**BASE.__dict__, "job_id": "comm-vimsgd", "algorithm": "vimsgd", "epochs": 25}),
+    replace(BASE, job_id="comm-splitnn", algorithm="splitnn", epochs=25),
+    replace(BASE, job_id="comm-vimsgd", algorithm="vimsgd", epochs=25),
     # The other algorithms, for the plot of every algorithm (not part of the targets):
-    JobSpec(**{**BASE.__dict__, "job_id": "comm-fedbcd", "algorithm": "fedbcd", "epochs": 12}),
-    JobSpec(**{**BASE.__dict__, "job_id": "comm-async", "algorithm": "async", "epochs": 25}),
-    JobSpec(
-        **{
-            **BASE.__dict__,
-            "job_id": "comm-vimadmm-j",
-            "algorithm": "vimadmm_j",
-            "epochs": 8,
-            "algorithm_options": {"local_steps": 20, "rho": 1.0},
-        }
+    replace(BASE, job_id="comm-fedbcd", algorithm="fedbcd", epochs=12),
+    replace(BASE, job_id="comm-async", algorithm="async", epochs=25),
+    replace(
+        BASE,
+        job_id="comm-vimadmm-j",
+        algorithm="vimadmm_j",
+        epochs=8,
+        algorithm_options={"local_steps": 20, "rho": 1.0},
     ),
     # Last: the algorithm the targets are about.
-    JobSpec(
-        **{
-            **BASE.__dict__,
-            "job_id": "comm-vimadmm",
-            "algorithm": "vimadmm",
-            "epochs": 8,
-            "algorithm_options": {"local_steps": 20, "rho": 1.0},
-        }
+    replace(
+        BASE, job_id="comm-vimadmm", algorithm="vimadmm", epochs=8, algorithm_options={"local_steps": 20, "rho": 1.0}
     ),
 ]
 

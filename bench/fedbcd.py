@@ -25,26 +25,14 @@ from bench.curves import OUT, Curve, plot
 from bench.jobs import run_jobs
 from vflalgorithms.base import algorithm_spec, job_options
 from vflclient import read_party_csv
-from vflcore.job import JobSpec
 from vfltesting.datasets import write_digits_split
+from vfltesting.jobs import DIGITS_JOB
 from vfltesting.pki import issue_pki
 
 TARGET_ACCURACY = 0.93
 TARGET_FRACTION = 1 / 3
 TOP_HIDDEN = (64,)
-BASE = JobSpec(
-    job_id="",
-    algorithm="fedbcd",
-    seed=0,
-    epochs=20,
-    batch_size=64,
-    embedding_dim=16,
-    bottom_hidden=(64,),
-    optimizer="adam",
-    learning_rate=0.001,
-    test_fraction=0.2,
-    passive_parties=(2, 3),
-)
+BASE = replace(DIGITS_JOB, job_id="", algorithm="fedbcd", epochs=20, learning_rate=0.001)
 JOBS = [
     replace(BASE, job_id="fedbcd-q1", algorithm_options={"local_steps": 1}),
     replace(BASE, job_id="fedbcd-q10", epochs=12, algorithm_options={"local_steps": 10}),

@@ -12,9 +12,9 @@ on SIGINT or SIGTERM, which exit 0. Flags override the config file. Exit codes a
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from pathlib import Path
-from typing import Any
 
 import structlog
 
@@ -22,8 +22,9 @@ from vflclient import Connection, DataError, JoinRejected, PermissionDenied, Ser
 from vflclient._daemon import Backoff, PartyDaemon
 from vflcore.errors import ConfigError, TlsConfigError
 from vflcore.ml.models import load_factory
+from vflcore.runtime import cli_flags as flags
 from vflcore.runtime import daemon
-from vflcore.runtime.config import ClientConfig, client_config_from, document_with_flags
+from vflcore.runtime.config import ClientConfig, client_config_from
 from vflcore.security.preflight import diagnose
 
 log = structlog.get_logger(__name__)
@@ -35,41 +36,28 @@ _LOCAL_CHECKS = frozenset({"ca-file", "cert-file", "key-file", "key-match", "iss
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="vfl-client", description="Passive party (feature holder) of a VFL job.")
     p.add_argument("--party", type=int, help="this party's id (>= 2); must match its certificate")
-    p.add_argument("--config", type=Path, help="client TOML file (see examples/configs/party2.toml)")
-    p.add_argument("--server", help="the active party's address, host:port")
-    p.add_argument("--data", type=Path, help="this party's CSV (ids and features)")
-    p.add_argument("--id-column", help="name of the ID column (default: id)")
-    p.add_argument("--ca", type=Path, help="project CA certificate (default: certs/ca.pem)")
-    p.add_argument("--cert", type=Path, help="this party's certificate (default: certs/party-N.pem)")
-    p.add_argument("--key", type=Path, help="this party's private key (default: certs/party-N.key)")
-    p.add_argument("--run-dir", type=Path, help="where this party's checkpoints go (default: runs)")
-    p.add_argument("--model-factory", help="module:function building this party's own bottom model")
+    flags.add_config(p, "client TOML file (see examples/configs/party2.toml)")
+    flag = functools.partial(flags.add_config_flag, p)
+    flag("--server", ("client", "server"), help="the active party's address, host:port")
+    flag("--data", ("data", "path"), type=Path, help="this party's CSV (ids and features)")
+    flag("--id-column", ("data", "id_column"), help="name of the ID column (default: id)")
+    flags.add_tls_files(
+        p,
+        ca="project CA certificate (default: certs/ca.pem)",
+        cert="this party's certificate (default: certs/party-N.pem)",
+        key="this party's private key (default: certs/party-N.key)",
+    )
+    flag("--run-dir", ("client", "run_dir"), type=Path, help="where this party's checkpoints go (default: runs)")
+    flag("--model-factory", ("model", "factory"), help="module:function building this party's own bottom model")
     p.add_argument("--check", action="store_true", help="check certificates and the connection, then exit")
     p.add_argument(
         "--once",
         action="store_true",
         help="take part in one job, then exit with its outcome (default: a daemon, job after job, until a signal)",
     )
-    p.add_argument("--insecure", action="store_true", help="DEVELOPMENT ONLY: plaintext, no certificates")
+    flags.add_insecure(p)
     daemon.add_logging_flags(p)
     return p
-
-
-def _document(args: argparse.Namespace) -> dict[str, Any]:
-    """The config file's contents with the flags laid on top (flags win)."""
-    return document_with_flags(
-        args.config,
-        {
-            ("client", "server"): args.server,
-            ("client", "run_dir"): args.run_dir,
-            ("data", "path"): args.data,
-            ("data", "id_column"): args.id_column,
-            ("tls", "ca"): args.ca,
-            ("tls", "cert"): args.cert,
-            ("tls", "key"): args.key,
-            ("model", "factory"): args.model_factory,
-        },
-    )
 
 
 def _check(config: ClientConfig) -> int:
@@ -103,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     daemon.setup_logging(args)
     try:
-        config = client_config_from(_document(args), args.config, party=args.party)
+        config = client_config_from(flags.document(args), args.config, party=args.party)
         structlog.contextvars.bind_contextvars(party=config.party)
         if args.insecure:
             config = ClientConfig(**{**vars(config), "tls": None})

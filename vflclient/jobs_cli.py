@@ -39,6 +39,7 @@ from tqdm import tqdm
 
 from vflclient import Job, JobClient, JobEvent, TlsFiles, VflError
 from vflcore.errors import ConfigError, TlsConfigError
+from vflcore.runtime import cli_flags as flags
 from vflcore.runtime import daemon
 
 EXIT_OK = 0
@@ -216,9 +217,7 @@ def _add_connection_flags(p: argparse.ArgumentParser, *, defaults: bool) -> None
     p.add_argument("--ca", default=default(env("VFL_CA") or DEFAULT_CA), help="project CA (env VFL_CA)")
     p.add_argument("--cert", default=default(env("VFL_CERT")), help="operator certificate (env VFL_CERT)")
     p.add_argument("--key", default=default(env("VFL_KEY")), help="its private key (env VFL_KEY)")
-    p.add_argument(
-        "--insecure", action="store_true", default=default(False), help="DEVELOPMENT ONLY: plaintext, no certificates"
-    )
+    flags.add_insecure(p, default=default(False))
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -14,6 +14,7 @@ the normal way to stop and exits 0.
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import sys
@@ -25,8 +26,9 @@ import structlog
 
 from vflcore.data.tables import DataError
 from vflcore.errors import ConfigError, JobStoreError, VflError
+from vflcore.runtime import cli_flags as flags
 from vflcore.runtime import daemon
-from vflcore.runtime.config import ServerConfig, document_with_flags, server_config_from
+from vflcore.runtime.config import ServerConfig, server_config_from
 from vflcore.security.tls import TlsConfigError
 from vflcore.wire.traffic import summary_lines
 from vflserver.federation.alignment import AlignmentResult
@@ -43,19 +45,23 @@ log = structlog.get_logger(__name__)
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="vfl-server", description="Active party (label holder) of a VFL job.")
-    p.add_argument("--config", type=Path, help="server TOML file (see examples/configs/server.toml)")
-    p.add_argument("--listen", help="address to listen on, e.g. 0.0.0.0:50051 (port 0 picks a free port)")
-    p.add_argument("--data", type=Path, help="the active party's CSV (ids, labels, own features)")
-    p.add_argument("--id-column", help="name of the ID column (default: id)")
-    p.add_argument("--label-column", help="name of the label column (default: label)")
-    p.add_argument("--ca", type=Path, help="project CA certificate (default: certs/ca.pem)")
-    p.add_argument("--cert", type=Path, help="server certificate (default: certs/server.pem)")
-    p.add_argument("--key", type=Path, help="server private key (default: certs/server.key)")
-    p.add_argument("--run-dir", type=Path, help="where checkpoints and reports go (default: runs)")
-    p.add_argument("--epochs", type=int, help="override [job] epochs")
-    p.add_argument("--job-id", help="override [job] job_id")
-    p.add_argument("--port-file", type=Path, help="write the bound port here once listening")
-    p.add_argument("--store", type=Path, help="the job store, a SQLite file (default: RUN_DIR/jobs.sqlite)")
+    flags.add_config(p, "server TOML file (see examples/configs/server.toml)")
+    flag = functools.partial(flags.add_config_flag, p)
+    flag("--listen", ("server", "listen"), help="address to listen on, e.g. 0.0.0.0:50051 (port 0 picks a free port)")
+    flag("--data", ("data", "path"), type=Path, help="the active party's CSV (ids, labels, own features)")
+    flag("--id-column", ("data", "id_column"), help="name of the ID column (default: id)")
+    flag("--label-column", ("data", "label_column"), help="name of the label column (default: label)")
+    flags.add_tls_files(
+        p,
+        ca="project CA certificate (default: certs/ca.pem)",
+        cert="server certificate (default: certs/server.pem)",
+        key="server private key (default: certs/server.key)",
+    )
+    flag("--run-dir", ("server", "run_dir"), type=Path, help="where checkpoints and reports go (default: runs)")
+    flag("--epochs", ("job", "epochs"), type=int, help="override [job] epochs")
+    flag("--job-id", ("job", "job_id"), help="override [job] job_id")
+    flag("--port-file", ("server", "port_file"), type=Path, help="write the bound port here once listening")
+    flag("--store", ("server", "store"), type=Path, help="the job store, a SQLite file (default: RUN_DIR/jobs.sqlite)")
     p.add_argument(
         "--once",
         action="store_true",
@@ -66,8 +72,9 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="align IDs by PSI with every party of the [job], write aligned_ids.csv for each party, then stop",
     )
-    p.add_argument(
+    flag(
         "--serve",
+        ("serving", "enabled"),
         action="store_true",
         help="run the inference endpoints ([serving]); finished jobs are served under their job id "
         "(with --once: after the job, serve until SIGINT/SIGTERM)",
@@ -77,31 +84,14 @@ def _parser() -> argparse.ArgumentParser:
         type=Path,
         help="with --serve: write 'grpc_port rest_port' here (with --once: once the job's model is served)",
     )
-    p.add_argument("--insecure", action="store_true", help="DEVELOPMENT ONLY: plaintext, no certificates")
+    flags.add_insecure(p)
     daemon.add_logging_flags(p)
     return p
 
 
 def _document(args: argparse.Namespace) -> dict[str, Any]:
     """The config file's contents with the flags laid on top (flags win)."""
-    return document_with_flags(
-        args.config,
-        {
-            ("server", "listen"): args.listen,
-            ("server", "run_dir"): args.run_dir,
-            ("server", "port_file"): args.port_file,
-            ("server", "store"): args.store,
-            ("data", "path"): args.data,
-            ("data", "id_column"): args.id_column,
-            ("data", "label_column"): args.label_column,
-            ("tls", "ca"): args.ca,
-            ("tls", "cert"): args.cert,
-            ("tls", "key"): args.key,
-            ("job", "epochs"): args.epochs,
-            ("job", "job_id"): args.job_id,
-            ("serving", "enabled"): True if args.serve else None,
-        },
-    )
+    return flags.document(args)
 
 
 class _Printer(JobListener):

@@ -1,7 +1,8 @@
 """What the tests, benchmarks and examples share, and the product never imports: not installed with it.
 
 ``datasets`` writes vertically split example data; ``localrun`` starts the daemons as local
-processes; ``pki`` issues a throwaway CA and party certificates with the product's own tooling.
+processes; ``pki`` issues a throwaway CA and party certificates with the product's own tooling;
+``jobs`` holds the digits job that tests and benchmarks derive theirs from.
 Run from the repository root (``python -m pytest``, ``python -m bench.x``), or with the root on
 ``PYTHONPATH`` (the Makefile does this for ``examples/``).
 """

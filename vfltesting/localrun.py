@@ -8,18 +8,32 @@ from __future__ import annotations
 
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 
-def wait_for_port(port_file: Path, server: subprocess.Popen[bytes], timeout_s: float) -> int:
-    """The port vfl-server wrote to ``port_file``; fails early if the server exits first."""
+def wait_for_port(
+    port_file: Path,
+    server: subprocess.Popen[bytes],
+    timeout_s: float,
+    *,
+    poll_s: float = 0.05,
+    while_waiting: Callable[[], None] | None = None,
+) -> int:
+    """The port vfl-server wrote to ``port_file``; fails early if the server exits first.
+
+    ``while_waiting`` is called at every poll, every ``poll_s``: the PSI bench samples its
+    processes there, since the server's start-up is part of what it measures.
+    """
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if port_file.exists() and port_file.read_text().strip():
             return int(port_file.read_text())
         if server.poll() is not None:
             raise RuntimeError(f"vfl-server exited with code {server.returncode} before listening")
-        time.sleep(0.05)
+        if while_waiting is not None:
+            while_waiting()
+        time.sleep(poll_s)
     raise RuntimeError(f"vfl-server did not listen within {timeout_s:.0f} s")
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from bench.psi.inputs import PARTY
 from bench.psi.monitor import SAMPLE_S, Monitor, PartyStats, Sample, lo_tx_bytes
+from vfltesting.localrun import wait_for_port
 
 BIN = Path(sys.executable).parent
 PSI_TIMEOUT_S = 1800.0
@@ -48,19 +49,6 @@ def write_configs(root: Path, workers: int) -> None:
     """Both parties get the same ``[psi] workers``: the setting being measured."""
     (root / "server.toml").write_text(f"[job]\npassive_parties = [{PARTY}]\n\n[psi]\nworkers = {workers}\n")
     (root / f"party{PARTY}.toml").write_text(f"[psi]\nworkers = {workers}\n")
-
-
-def _wait_for_port(port_file: Path, monitor: Monitor, server: subprocess.Popen[bytes], timeout_s: float) -> int:
-    """The server's port once it listens; the client is started only then. Samples while waiting."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if port_file.exists() and port_file.read_text().strip():
-            return int(port_file.read_text())
-        if server.poll() is not None:
-            raise RuntimeError(f"vfl-server exited with code {server.returncode} before listening")
-        monitor.sample()
-        time.sleep(SAMPLE_S)
-    raise RuntimeError(f"vfl-server did not listen within {timeout_s:.0f} s")
 
 
 def _reap(proc: subprocess.Popen[bytes], stats: PartyStats) -> bool:
@@ -155,7 +143,8 @@ def run_psi(root: Path, workers: int, n: int, certs: Path, data: Path) -> PsiRun
             stderr=(logs / "server.log").open("wb"),
         )
         monitor.add("server", procs["server"].pid)
-        port = _wait_for_port(port_file, monitor, procs["server"], timeout_s=300)
+        # The client is started only once the server listens; the monitor samples while it waits.
+        port = wait_for_port(port_file, procs["server"], timeout_s=300, poll_s=SAMPLE_S, while_waiting=monitor.sample)
         monitor.port = port
         procs["client"] = subprocess.Popen(
             [

@@ -23,20 +23,10 @@ from vflserver.federation.board import JobBoard
 from vflserver.federation.server import build_server
 from vflserver.jobs.app import Service
 from vflserver.training.active_party import ActiveParty, RunSummary
+from vfltesting.jobs import DIGITS_JOB
 from vfltesting.pki import Pki
 
-SMALL_JOB = JobSpec(
-    job_id="test-job",
-    seed=0,
-    epochs=2,
-    batch_size=64,
-    embedding_dim=8,
-    bottom_hidden=(32,),
-    optimizer="adam",
-    learning_rate=0.003,
-    test_fraction=0.2,
-    passive_parties=(2, 3),
-)
+SMALL_JOB = replace(DIGITS_JOB, job_id="test-job", embedding_dim=8, bottom_hidden=(32,))
 
 
 @dataclass

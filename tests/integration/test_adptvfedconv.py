@@ -27,22 +27,19 @@ from vflalgorithms.adptvfedconv.spec import FEATURE_MAPS
 from vflalgorithms.reference import aligned_tables
 from vflclient import read_party_csv
 from vflcore.errors import PartyUnavailable
-from vflcore.job import JobSpec
 from vflcore.wire import serde as wire
 from vflcore.wire.tensors import TensorKey
+from vfltesting.jobs import DIGITS_JOB
 from vfltesting.pki import Pki
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_torch_thread")]
 
-JOB = JobSpec(
+JOB = replace(
+    DIGITS_JOB,
     job_id="adptvfedconv-digits",
     algorithm="adptvfedconv",
     seed=3,
     epochs=12,
-    batch_size=64,
-    optimizer="adam",
-    learning_rate=0.003,
-    test_fraction=0.2,
     passive_parties=(2, 3, 4),
     algorithm_options={"pretrain_epochs": 10, "finetune_epochs": 5, "channels": 16},
 )

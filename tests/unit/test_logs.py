@@ -5,29 +5,19 @@ from __future__ import annotations
 import io
 import json
 import logging
-from collections.abc import Iterator
 
 import pytest
 import structlog
 
 from vflcore.runtime.logs import configure_logging, get_logger, progress
 
+# Every test leaves structlog, stdlib logging and context variables as they were (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("restore_logging")
+
 
 class FakeTerminal(io.StringIO):
     def isatty(self) -> bool:
         return True
-
-
-@pytest.fixture(autouse=True)
-def restore_logging() -> Iterator[None]:
-    """Leave structlog, stdlib logging and context variables as they were for other tests."""
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield
-    structlog.reset_defaults()
-    structlog.contextvars.clear_contextvars()
-    root.handlers[:] = handlers
-    root.setLevel(level)
 
 
 class TestConfigureLogging:

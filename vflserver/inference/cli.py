@@ -14,6 +14,7 @@ override it.
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import threading
 from pathlib import Path
@@ -21,8 +22,9 @@ from pathlib import Path
 import structlog
 
 from vflcore.errors import ConfigError, VflError
+from vflcore.runtime import cli_flags as flags
 from vflcore.runtime import daemon
-from vflcore.runtime.config import _tls, document_with_flags
+from vflcore.runtime.config import _tls
 from vflcore.security.tls import TlsConfigError
 from vflserver.inference.config import serving_config_from
 from vflserver.inference.onnx_model import load_servable
@@ -45,15 +47,24 @@ def _parser() -> argparse.ArgumentParser:
         help="model name in requests (default: the model folder's name in a Triton repository, else the job id "
         "stored in the model)",
     )
-    p.add_argument("--config", type=Path, help="server TOML file: its [tls] and [serving] tables are used")
-    p.add_argument("--grpc-listen", help="gRPC address, e.g. 0.0.0.0:8001 (port 0 picks a free port)")
-    p.add_argument("--rest-listen", help="REST address, e.g. 0.0.0.0:8000")
-    p.add_argument("--client-auth", choices=("required", "optional"), help="must callers show a certificate")
-    p.add_argument("--ca", type=Path, help="CA that signs callers' certificates (default: certs/ca.pem)")
-    p.add_argument("--cert", type=Path, help="this endpoint's certificate (default: certs/server.pem)")
-    p.add_argument("--key", type=Path, help="its private key (default: certs/server.key)")
+    flags.add_config(p, "server TOML file: its [tls] and [serving] tables are used")
+    flag = functools.partial(flags.add_config_flag, p)
+    flag("--grpc-listen", ("serving", "grpc_listen"), help="gRPC address, e.g. 0.0.0.0:8001 (port 0 picks a free port)")
+    flag("--rest-listen", ("serving", "rest_listen"), help="REST address, e.g. 0.0.0.0:8000")
+    flag(
+        "--client-auth",
+        ("serving", "client_auth"),
+        choices=("required", "optional"),
+        help="must callers show a certificate",
+    )
+    flags.add_tls_files(
+        p,
+        ca="CA that signs callers' certificates (default: certs/ca.pem)",
+        cert="this endpoint's certificate (default: certs/server.pem)",
+        key="its private key (default: certs/server.key)",
+    )
     p.add_argument("--port-file", type=Path, help="write 'grpc_port rest_port' here once listening")
-    p.add_argument("--insecure", action="store_true", help="DEVELOPMENT ONLY: plaintext, no certificates")
+    flags.add_insecure(p)
     daemon.add_logging_flags(p)
     return p
 
@@ -62,17 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     daemon.setup_logging(args)
     try:
-        document = document_with_flags(
-            args.config,
-            {
-                ("serving", "grpc_listen"): args.grpc_listen,
-                ("serving", "rest_listen"): args.rest_listen,
-                ("serving", "client_auth"): args.client_auth,
-                ("tls", "ca"): args.ca,
-                ("tls", "cert"): args.cert,
-                ("tls", "key"): args.key,
-            },
-        )
+        document = flags.document(args)
         serving = serving_config_from(document, args.config)
         tls = None if args.insecure else _tls(document, args.config, "server")
         servable = load_servable(args.model, name=args.name)
