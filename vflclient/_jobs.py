@@ -23,7 +23,7 @@ import json
 import math
 import os
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -33,7 +33,7 @@ import structlog
 
 from vflclient._exceptions import CONTROL, translated
 from vflcore.errors import ConfigError, ServerUnavailable
-from vflcore.job import SET_BY_ACTIVE_PARTY, JobSpec
+from vflcore.job import JobSpec, settable_fields
 from vflcore.proto import federation_pb2 as pb
 from vflcore.proto import federation_pb2_grpc as pb_grpc
 from vflcore.runtime.config import load_toml
@@ -168,11 +168,7 @@ def job_document(
     carry (a TOML date, NaN) raises ConfigError naming its key.
     """
     if isinstance(job, JobSpec):
-        table = {
-            f.name: getattr(job, f.name)
-            for f in fields(job)
-            if f.name != "algorithm_options" and f.name not in SET_BY_ACTIVE_PARTY
-        }
+        table = {f.name: getattr(job, f.name) for f in settable_fields()}
         document: Mapping[str, Any] = {"job": table, "algorithm": dict(job.algorithm_options)}
     elif isinstance(job, Mapping):
         document = job

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import json
 import re
+import time
+import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import Field, dataclass, field, fields
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -40,6 +42,11 @@ def check_job_id(job_id: str) -> str:
             "letter or digit (it names folders and the served model)"
         )
     return job_id
+
+
+def new_job_id() -> str:
+    """The id of a job submitted without one: when it was named, and six random hex digits."""
+    return f"job-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
 
 
 #: Fields the active party fills in from its data; no config file sets them.
@@ -90,6 +97,14 @@ class JobSpec:
     def schedule(self) -> Schedule:
         """The row split and batch order, derived from the seed alone."""
         return Schedule(self)
+
+
+def settable_fields() -> tuple[Field[Any], ...]:
+    """The ``JobSpec`` fields a ``[job]`` table sets: not ``algorithm_options`` (``[algorithm]``), nor the rest.
+
+    The rest (``SET_BY_ACTIVE_PARTY``) the active party fills in from its data.
+    """
+    return tuple(f for f in fields(JobSpec) if f.name not in SET_BY_ACTIVE_PARTY and f.name != "algorithm_options")
 
 
 class Offer(NamedTuple):

@@ -38,7 +38,8 @@ from vflserver.jobs.app import Service
 from vflserver.jobs.plan import TABLES, check_models, plan_from_document, read_active_table
 from vflserver.jobs.runner import JobListener
 from vflserver.jobs.store import ENDED, JobRecord, JobStore
-from vflserver.training.active_party import ActiveParty, EpochReport, RunSummary
+from vflserver.training.active_party import ActiveParty
+from vflserver.training.reports import EpochReport, RunSummary
 
 log = structlog.get_logger(__name__)
 
@@ -147,7 +148,7 @@ def _check_data(config: ServerConfig, job: dict[str, Any] | None) -> None:
             raise DataError(f"dataset {name!r}: {source.path} does not exist")
     if job is None:
         return
-    plan = plan_from_document(job, default_join_timeout_s=config.join_timeout_s, where="the config's [job]")
+    plan = plan_from_document(job, default_join_timeout_s=config.settings.join_timeout_s, where="the config's [job]")
     check_models(plan, read_active_table(plan, config.datasets), where="the config's [job]")
 
 
@@ -159,10 +160,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         document = _document(args)
         config = server_config_from(document, args.config)
-        daemon.check_device(config.device)
+        daemon.check_device(config.settings.device)
         serving = serving_config_from(document, args.config)
-        # --once runs the config's [job] (all defaults if it has none), as the one-shot server did.
-        job = _job_document(document, args.psi_only) if config.submit_at_start or once else None
+        # A [job] table is submitted at start; --once runs it (all defaults if there is none), as
+        # the one-shot server did. It is read once, as any job is: by plan_from_document.
+        job = _job_document(document, args.psi_only) if "job" in document or once else None
         _check_data(config, job)
         service = Service(config, serving=serving, insecure=args.insecure, listener=_Printer())
     except (ConfigError, DataError, TlsConfigError, ValueError, JobStoreError) as exc:
@@ -173,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"vfl-server: {exc}", file=sys.stderr)
         return daemon.EXIT_UNREACHABLE
 
-    daemon.prepare_compute(config.torch_threads)
+    daemon.prepare_compute(config.settings.torch_threads)
     stopped = threading.Event()
     # Before anything announces the port: a signal that follows the announcement must find it.
     signals = daemon.ShutdownSignals(stopped.set).install()
@@ -197,13 +199,12 @@ def _run(
     stopped: threading.Event,
     signals: daemon.ShutdownSignals,
 ) -> int:
-    if config.port_file is not None:
-        config.port_file.parent.mkdir(parents=True, exist_ok=True)
-        config.port_file.write_text(f"{service.port}\n")
-    print(
-        f"vfl-server: listening on port {service.port} (federation and Control API); job store {config.store_path}",
-        flush=True,
-    )
+    port_file = config.settings.port_file
+    if port_file is not None:
+        port_file.parent.mkdir(parents=True, exist_ok=True)
+        port_file.write_text(f"{service.port}\n")
+    store = config.settings.store_path
+    print(f"vfl-server: listening on port {service.port} (federation and Control API); job store {store}", flush=True)
     if service.serving_ports is not None and not once:
         _write_serving_ports(service, args.serving_port_file)
     job_id = _submit_config_job(service, job, once) if job is not None else None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +18,12 @@ import torch
 
 from vflclient import Connection, PassiveParty, RunResult, read_party_csv
 from vflcore.job import JobSpec
-from vflcore.runtime.config import server_config_from
+from vflcore.runtime.config import ServerSettings, server_config_from
 from vflserver.federation.board import JobBoard
 from vflserver.federation.server import build_server
 from vflserver.jobs.app import Service
-from vflserver.training.active_party import ActiveParty, RunSummary
+from vflserver.training.active_party import ActiveParty
+from vflserver.training.reports import RunSummary
 from vfltesting.jobs import DIGITS_JOB
 from vfltesting.pki import Pki
 
@@ -66,9 +67,13 @@ def start_job(
     step_timeout_s: float = 60,
     **kwargs: Any,
 ) -> RunningJob:
-    """Serve ``data/party1.csv`` as the active party; ``kwargs`` go to ``ActiveParty``."""
+    """Serve ``data/party1.csv`` as the active party; ``kwargs`` go to ``ActiveParty``, or to its ``ServerSettings``."""
     table = read_party_csv(data / "party1.csv", label_column=label_column)
-    active = ActiveParty(job, table, run_dir=tmp_path / "runs", step_timeout_s=step_timeout_s, **kwargs)
+    names = {f.name for f in fields(ServerSettings)}
+    settings = ServerSettings(
+        run_dir=tmp_path / "runs", step_timeout_s=step_timeout_s, **{k: v for k, v in kwargs.items() if k in names}
+    )
+    active = ActiveParty(job, table, settings, **{k: v for k, v in kwargs.items() if k not in names})
     server, port = build_server(JobBoard.single(active.parties), "127.0.0.1:0", pki.server_files())
     server.start()
     outcome: dict[str, Any] = {}

@@ -21,7 +21,7 @@ from vflalgorithms.base import ServerAlgorithm, algorithm_spec
 from vflalgorithms.splitnn.reference import ReferenceSplitNN
 from vflclient import read_party_csv
 from vflcore.job import JobSpec
-from vflserver.training.active_party import RunSummary
+from vflserver.training.reports import RunSummary
 from vfltesting.pki import Pki
 
 # Per-step losses may differ only by float32 rounding: the wire carries the exact float32 bytes.

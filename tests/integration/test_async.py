@@ -16,7 +16,7 @@ from tests.integration.test_reference_equivalence import DIGITS_JOB
 from vflalgorithms.asynchronous.active import AsyncServer
 from vflalgorithms.base import ServerAlgorithm
 from vflcore.job import JobSpec
-from vflserver.training.active_party import RunSummary
+from vflserver.training.reports import RunSummary
 from vfltesting.pki import Pki
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_torch_thread")]

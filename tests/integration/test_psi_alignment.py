@@ -27,7 +27,7 @@ from vflclient.cli import main as client_main
 from vflcore.psi.blinding import SERIAL_BELOW
 from vflcore.runtime import daemon
 from vflserver.federation.alignment import EmptyIntersection
-from vflserver.training.active_party import RunSummary
+from vflserver.training.reports import RunSummary
 from vfltesting.pki import Pki
 
 pytestmark = pytest.mark.integration

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from vflcore.runtime.config import DataSource
+from vflcore.runtime.config import DataSource, ServerConfig, ServerSettings
 from vflserver.federation.board import JobBoard
-from vflserver.jobs.runner import JobRunner, RunnerSettings
+from vflserver.jobs.runner import JobRunner
 from vflserver.jobs.store import JobStore
 from vfltesting.service import job_document
 
@@ -31,7 +31,8 @@ def test_a_job_cancelled_after_it_was_picked_never_starts(digits_data: Path, tmp
 
 def _pick_cancel_run(store: JobStore, digits_data: Path, tmp_path: Path) -> None:
     datasets = {"digits": DataSource(digits_data / "party1.csv", "id", "label")}
-    runner = JobRunner(store, JobBoard(), RunnerSettings(datasets=datasets, run_dir=tmp_path / "runs"))
+    config = ServerConfig(tls=None, datasets=datasets, settings=ServerSettings(run_dir=tmp_path / "runs"))
+    runner = JobRunner(store, JobBoard(), config)
     store.submit("picked", job_document("picked", "splitnn"), algorithm="splitnn", epochs=1, submitter="alice")
     picked = store.next_queued()
     assert picked is not None and picked.job_id == "picked"

@@ -26,7 +26,7 @@ from vflclient import read_party_csv
 from vflcore.ml.onnx_export import MODEL_FILE
 from vflserver.inference.artifact import FEATURES, LABEL, PROBABILITIES
 from vflserver.inference.onnx_model import OnnxServable, load_servable
-from vflserver.training.active_party import MODEL_REPOSITORY
+from vflserver.training.export import MODEL_REPOSITORY
 from vfltesting.localrun import stop_all, wait_for_port
 from vfltesting.pki import Pki
 

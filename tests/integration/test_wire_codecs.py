@@ -14,7 +14,7 @@ import pytest
 
 from tests.integration.conftest import run_whole_job
 from tests.integration.test_reference_equivalence import DIGITS_JOB
-from vflserver.training.active_party import RunSummary
+from vflserver.training.reports import RunSummary
 from vfltesting.pki import Pki
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_torch_thread")]

@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import re
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from vflcore.errors import ConfigError
-from vflcore.runtime.config import ClientConfig, ServerConfig, client_config_from, load_toml, server_config_from
+from vflcore.runtime.config import (
+    ClientConfig,
+    ServerSettings,
+    client_config_from,
+    job_from_document,
+    load_toml,
+    server_config_from,
+    setting_key,
+)
+from vflserver.jobs.plan import plan_from_document
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -18,7 +29,8 @@ class TestServerConfig:
         """The shipped example server.toml is valid and resolves paths against its own folder."""
         path = ROOT / "examples/configs/server.toml"
         config = server_config_from(load_toml(path), path)
-        assert config.job.algorithm == "splitnn" and config.job.passive_parties == (2, 3)
+        job = job_from_document(load_toml(path), path)
+        assert job.algorithm == "splitnn" and job.passive_parties == (2, 3)
         assert config.data.path.resolve() == (ROOT / "examples/data/party1.csv").resolve()
         assert config.tls is not None and config.tls.ca.resolve() == (ROOT / "certs/ca.pem").resolve()
 
@@ -42,24 +54,47 @@ class TestServerConfig:
     )
     def test_bad_job_settings_are_refused(self, tmp_path: Path, job: dict[str, object], message: str) -> None:
         """Each impossible [job] setting is a ConfigError naming it."""
-        doc = {"data": {"path": "p.csv"}, "job": job}
         with pytest.raises(ConfigError, match=message):
-            server_config_from(doc, tmp_path / "server.toml")
+            job_from_document({"job": job}, tmp_path / "server.toml")
 
-    def test_regularisers_are_read(self, tmp_path: Path) -> None:
+    def test_regularisers_are_read(self) -> None:
         """[job] weight_decay reaches the job every party gets; [model] top_dropout stays with the server."""
-        doc = {"data": {"path": "p.csv"}, "job": {"weight_decay": 1e-4}, "model": {"top_dropout": 0.5}}
-        config = server_config_from(doc, tmp_path / "server.toml")
-        assert config.job.weight_decay == 1e-4 and config.top_dropout == 0.5
-        defaults = server_config_from({"data": {"path": "p.csv"}}, tmp_path / "server.toml")
+        plan = plan_from_document(
+            {"job": {"weight_decay": 1e-4}, "model": {"top_dropout": 0.5}}, default_join_timeout_s=1
+        )
+        assert plan.job.weight_decay == 1e-4 and plan.top_dropout == 0.5
+        defaults = plan_from_document({}, default_join_timeout_s=1)
         assert defaults.job.weight_decay == 0.0 and defaults.top_dropout == 0.0
 
     @pytest.mark.parametrize("rate", [1.0, -0.2])
-    def test_top_dropout_out_of_range_is_refused(self, tmp_path: Path, rate: float) -> None:
+    def test_top_dropout_out_of_range_is_refused(self, rate: float) -> None:
         """A dropout rate outside [0, 1) names the key and the range."""
-        doc = {"data": {"path": "p.csv"}, "model": {"top_dropout": rate}}
         with pytest.raises(ConfigError, match=r"\[model\] top_dropout = .*in \[0, 1\)"):
-            server_config_from(doc, tmp_path / "server.toml")
+            plan_from_document({"model": {"top_dropout": rate}}, default_join_timeout_s=1)
+
+    def test_the_job_tables_are_not_read_with_the_config(self, tmp_path: Path) -> None:
+        """A server config's [job] is read once, as every job is, when it is planned: not at load."""
+        config = server_config_from({"data": {"path": "p.csv"}, "job": {"epochs": 0}}, tmp_path / "server.toml")
+        assert not hasattr(config, "job")
+
+    @pytest.mark.parametrize(
+        ("key", "value"),
+        [
+            ("join_timeout_s", 0),
+            ("step_timeout_s", -1),
+            ("heartbeat_timeout_s", 0),
+            ("max_rpcs", 0),
+            ("torch_threads", 0),
+        ],
+    )
+    def test_each_server_setting_is_checked(self, tmp_path: Path, key: str, value: int) -> None:
+        """A timeout not above 0, or a count under 1, is a ConfigError naming the table and key."""
+        with pytest.raises(ConfigError, match=rf"\[server\] {key} = "):
+            server_config_from({"data": {"path": "p.csv"}, "server": {key: value}}, tmp_path / "server.toml")
+
+    def test_defaults_are_the_declared_ones(self) -> None:
+        """A config that sets nothing gets ``ServerSettings()``: the defaults live in one place."""
+        assert server_config_from({"data": {"path": "p.csv"}}).settings == ServerSettings()
 
     def test_invalid_toml_names_the_file(self, tmp_path: Path) -> None:
         """A syntax error mentions the file."""
@@ -92,31 +127,83 @@ class TestKeepCheckpoints:
     @pytest.mark.parametrize("section", ["server", "client"])
     def test_default_is_two_and_a_value_is_read(self, tmp_path: Path, section: str) -> None:
         """Left out, ``keep_checkpoints`` is 2; set, its value reaches the config."""
-        assert _config(section, {}, tmp_path).keep_checkpoints == 2
-        assert _config(section, {"keep_checkpoints": 5}, tmp_path).keep_checkpoints == 5
+        assert _keep(section, {}, tmp_path) == 2
+        assert _keep(section, {"keep_checkpoints": 5}, tmp_path) == 5
 
     @pytest.mark.parametrize("section", ["server", "client"])
     @pytest.mark.parametrize("value", [0, -3, 1.5, "2", True])
     def test_anything_but_a_whole_number_from_one_is_refused(self, tmp_path: Path, section: str, value: object) -> None:
         """Zero, a negative, a fraction, a string or a boolean is a ConfigError naming the table and key."""
         with pytest.raises(ConfigError, match=rf"\[{section}\] keep_checkpoints = .*at least 1"):
-            _config(section, {"keep_checkpoints": value}, tmp_path)
+            _keep(section, {"keep_checkpoints": value}, tmp_path)
 
 
-def _config(section: str, keys: dict[str, Any], tmp_path: Path) -> ServerConfig | ClientConfig:
-    """The ``[server]`` or ``[client]`` table ``keys`` read as that daemon's config."""
+def _keep(section: str, keys: dict[str, Any], tmp_path: Path) -> int:
+    """``keep_checkpoints`` of the ``[server]`` or ``[client]`` table ``keys``, read as that daemon's config."""
     if section == "server":
-        return server_config_from({"data": {"path": "x.csv"}, "server": keys}, tmp_path / "server.toml")
-    return client_config_from({"data": {"path": "x.csv"}, "client": {"party": 2, **keys}}, tmp_path / "party2.toml")
+        doc = {"data": {"path": "x.csv"}, "server": keys}
+        return server_config_from(doc, tmp_path / "server.toml").settings.keep_checkpoints
+    client: ClientConfig = client_config_from(
+        {"data": {"path": "x.csv"}, "client": {"party": 2, **keys}}, tmp_path / "party2.toml"
+    )
+    return client.keep_checkpoints
 
 
 @pytest.mark.parametrize("job_id", ["test-job", "job-20261124-081530-ab12cd", "digits_v1.2", "x" * 128])
 def test_plain_job_ids_are_accepted(job_id: str) -> None:
-    assert server_config_from({"data": {"path": "p.csv"}, "job": {"job_id": job_id}}).job.job_id == job_id
+    assert job_from_document({"job": {"job_id": job_id}}).job_id == job_id
 
 
 @pytest.mark.parametrize("job_id", ["../x", "a/b", "a\\b", ".hidden", "-flag", "with space", "x" * 129, "tab\t"])
 def test_a_job_id_that_is_not_a_plain_name_is_refused(job_id: str) -> None:
     """A job id names a folder on every party and the served model: nothing a path or URL reads differently."""
     with pytest.raises(ConfigError, match=r"\[job\] job_id: job id .* is not allowed"):
-        server_config_from({"data": {"path": "p.csv"}, "job": {"job_id": job_id}})
+        job_from_document({"job": {"job_id": job_id}})
+
+
+class TestDocumentedSettings:
+    """``docs/configuration.md`` documents every server setting as ``ServerSettings`` declares it, and no other."""
+
+    @staticmethod
+    def documented() -> dict[str, dict[str, str]]:
+        """The server section's tables, from each ``### `[table]``` heading: table -> key -> default cell."""
+        text = (ROOT / "docs/configuration.md").read_text()
+        server = text[text.index("## `server.toml`") : text.index("## `partyN.toml`")]
+        tables: dict[str, dict[str, str]] = {}
+        for part in re.split(r"^### ", server, flags=re.M)[1:]:
+            heading = re.match(r"`\[(\w+)\]`", part)
+            if heading is None:
+                continue
+            rows = re.findall(r"^\| `(\w+)` \| [^|]* \| ([^|]*) \|", part, flags=re.M)
+            tables.setdefault(heading.group(1), {}).update(rows)
+        return tables
+
+    @staticmethod
+    def shown(spec: Any) -> str:
+        """How the doc writes a setting's default: in backticks as TOML would, or the words for "unset"."""
+        value = spec.default
+        if value is None:
+            return str(spec.metadata["unset"])
+        if isinstance(value, bool):
+            return f"`{str(value).lower()}`"
+        if isinstance(value, str):
+            return f'`"{value}"`'
+        return f"`{value}`"
+
+    def test_every_setting_is_documented_with_its_default(self) -> None:
+        documented = self.documented()
+        for spec in fields(ServerSettings):
+            table, key = setting_key(spec)
+            assert key in documented.get(table, {}), f"docs/configuration.md: [{table}] {key} is not documented"
+            assert self.shown(spec) in documented[table][key], f"[{table}] {key}: the doc's default differs"
+
+    def test_no_documented_key_is_unknown(self) -> None:
+        declared: dict[str, set[str]] = {}
+        for spec in fields(ServerSettings):
+            table, key = setting_key(spec)
+            declared.setdefault(table, set()).add(key)
+        documented = self.documented()
+        for table, keys in declared.items():
+            assert set(documented[table]) == keys, (
+                f"[{table}]: documented {sorted(documented[table])}, declared {sorted(keys)}"
+            )

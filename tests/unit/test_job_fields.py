@@ -5,9 +5,9 @@ from __future__ import annotations
 import tomllib
 from dataclasses import fields
 
-from vflcore.job import SET_BY_ACTIVE_PARTY, JobSpec
+from vflcore.job import JobSpec, settable_fields
 from vflcore.proto import federation_pb2 as pb
-from vflcore.runtime.config import server_config_from
+from vflcore.runtime.config import job_from_document
 from vflcore.wire import serde
 
 
@@ -46,8 +46,8 @@ def test_every_field_survives_the_wire() -> None:
 
 
 def test_every_configurable_field_is_read_from_the_job_table() -> None:
-    """Each field but those the active party fills in is a ``[job]`` key of the server config."""
-    settable = [f for f in fields(JobSpec) if f.name not in SET_BY_ACTIVE_PARTY | {"algorithm_options"}]
+    """Each field but those the active party fills in is a ``[job]`` key of a job document."""
+    settable = settable_fields()
     values = {
         "job_id": "x",
         "algorithm": "fedbcd",
@@ -68,7 +68,7 @@ def test_every_configurable_field_is_read_from_the_job_table() -> None:
             lines.append(f"{f.name} = 0.125")
         else:
             lines.append(f"{f.name} = 6")
-    job = server_config_from(tomllib.loads('[data]\npath = "p1.csv"\n[job]\n' + "\n".join(lines) + "\n")).job
+    job = job_from_document(tomllib.loads("[job]\n" + "\n".join(lines) + "\n"))
     assert job.job_id == "x" and job.task == "regression" and job.optimizer == "sgd"
     assert job.bottom_hidden == (2, 3) and job.passive_parties == (2, 3)
     assert job.learning_rate == job.weight_decay == job.test_fraction == 0.125

@@ -29,7 +29,7 @@ class TestCompute:
     @pytest.mark.parametrize("device", ["cpu", "cuda", "cuda:0", "cuda:3"])
     def test_accepted_forms(self, device: str) -> None:
         assert client_config_from(_client({"compute": {"device": device}})).device == device
-        assert server_config_from({"data": {"path": "p.csv"}, "compute": {"device": device}}).device == device
+        assert server_config_from({"data": {"path": "p.csv"}, "compute": {"device": device}}).settings.device == device
 
     def test_default_is_cpu(self) -> None:
         assert client_config_from(_client({})).device == "cpu"

@@ -2,19 +2,20 @@
 
 A relative path in a config file is resolved against the file's own folder, so a config
 copied to another host together with its certs and data keeps working. Every error names the
-file and the key.
+file and the key. The server's own settings are declared once, in ``ServerSettings``: each
+field's type, default, table, key and check.
 """
 
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, field, fields
+from collections.abc import Callable, Mapping
+from dataclasses import MISSING, Field, dataclass, field, fields
 from pathlib import Path
 from typing import Any, get_type_hints
 
 from vflcore.errors import ConfigError
-from vflcore.job import OPTIMIZERS, SET_BY_ACTIVE_PARTY, TASKS, JobSpec, check_job_id
+from vflcore.job import OPTIMIZERS, TASKS, JobSpec, check_job_id, settable_fields
 from vflcore.security.tls import TlsFiles
 from vflcore.wire.codecs import parse_codec
 
@@ -32,94 +33,6 @@ class DataSource:
 
 #: The dataset a job uses when it names none, and the name a config's ``[data]`` table is known by.
 DEFAULT_DATASET = "default"
-
-
-@dataclass(frozen=True)
-class ServerConfig:
-    """Everything ``vfl-server`` needs: where to listen, its identity, its datasets and the job store."""
-
-    listen: str
-    tls: TlsFiles | None  # None only with --insecure
-    #: The labelled tables jobs may name, by name; ``[data]`` is the one named "default".
-    datasets: dict[str, DataSource]
-    #: The ``[job]`` table (a default job if there is none): submitted at start if ``submit_at_start``.
-    job: JobSpec
-    submit_at_start: bool = False
-    top_hidden: tuple[int, ...] = (64,)
-    top_dropout: float = 0.0
-    run_dir: Path = Path("runs")
-    join_timeout_s: float = 300.0
-    step_timeout_s: float = 300.0
-    port_file: Path | None = None
-    torch_threads: int = 1
-    psi_workers: int | None = None  # processes for PSI's curve arithmetic; None: one per core
-    #: The job store (SQLite); default: ``jobs.sqlite`` in the run directory.
-    store: Path | None = None
-    #: ``[metrics] listen`` when ``[metrics] enabled``: where the Prometheus endpoint listens.
-    metrics_listen: str | None = None
-    #: How many epochs' checkpoints the active party keeps per job (the newest).
-    keep_checkpoints: int = 2
-    #: How long a job waits for a lost party to come back before it fails (docs/operations.md).
-    party_timeout_s: float = 600.0
-    #: A party silent this long (no heartbeat) counts as lost, even if its TCP stream looks open.
-    heartbeat_timeout_s: float = 60.0
-    #: Calls the federation server runs at once (more get RESOURCE_EXHAUSTED), and per party.
-    max_rpcs: int = 64
-    max_party_rpcs: int = 16
-    #: ``[compute] device``: where this party trains ("cpu", "cuda", "cuda:N"); checked at start.
-    device: str = "cpu"
-
-    @property
-    def data(self) -> DataSource:
-        """The ``default`` dataset (the ``[data]`` table); ConfigError if the config has none."""
-        return dataset_named(self.datasets, DEFAULT_DATASET, "the server's config")
-
-    @property
-    def store_path(self) -> Path:
-        return self.store or self.run_dir / "jobs.sqlite"
-
-
-@dataclass(frozen=True)
-class ClientConfig:
-    """Everything ``vfl-client`` needs: the server, its identity, its datasets and its model."""
-
-    server: str
-    party: int
-    tls: TlsFiles | None  # None only with --insecure
-    #: The tables jobs may name, by name; ``[data]`` is the one named "default".
-    datasets: dict[str, DataSource]
-    run_dir: Path = Path("runs")
-    model_factory: str | None = None
-    heartbeat_s: float = 10.0
-    connect_timeout_s: float = 60.0
-    torch_threads: int = 1
-    psi_workers: int | None = None
-    #: Reconnecting to an unreachable server: the first wait, doubled each try up to the cap.
-    retry_initial_s: float = 0.5
-    retry_max_s: float = 60.0
-    #: How many epochs' checkpoints this party keeps per job (the newest).
-    keep_checkpoints: int = 2
-    #: ``[models]``: the model factories a job may ask this party for, by name (``module:function``).
-    models: dict[str, str] = field(default_factory=dict)
-    #: ``[compute] device``: where this party trains ("cpu", "cuda", "cuda:N"); checked at start.
-    device: str = "cpu"
-
-    @property
-    def data(self) -> DataSource:
-        """The ``default`` dataset (the ``[data]`` table); ConfigError if the config has none."""
-        return dataset_named(self.datasets, DEFAULT_DATASET, f"party {self.party}'s config")
-
-
-def dataset_named(datasets: Mapping[str, DataSource], name: str, owner: str) -> DataSource:
-    """The dataset ``name``; a ConfigError that lists the names ``owner`` has if it is not there."""
-    try:
-        return datasets[name]
-    except KeyError:
-        have = sorted(datasets) or "none"
-        raise ConfigError(
-            f"{owner} has no dataset {name!r} (it has: {have}); add it under [datasets], e.g. "
-            f'{name} = {{ path = "data/{name}.csv", id_column = "id" }}'
-        ) from None
 
 
 def load_toml(path: Path, what: str = "config file") -> dict[str, Any]:
@@ -176,6 +89,197 @@ class _Section:
         return p if p.is_absolute() else self.base / p
 
 
+def _at_least_one(sec: _Section, key: str, default: int) -> int:
+    """A whole number of at least 1 (a count of calls, threads, ...)."""
+    value = sec.raw.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{sec.where}: [{sec.name}] {key} = {value!r}; give a whole number, at least 1")
+    return value
+
+
+def _positive(sec: _Section, key: str, default: float) -> float:
+    """A number of seconds that must be above zero."""
+    value = float(sec.number(key, default))
+    if not value > 0:
+        raise ConfigError(f"{sec.where}: [{sec.name}] {key} = {value:g}; give a number of seconds above 0")
+    return value
+
+
+def _keep_checkpoints(sec: _Section, key: str = "keep_checkpoints", default: int = 2) -> int:
+    """``keep_checkpoints`` in ``[server]`` or ``[client]``: a whole number of epochs, at least 1."""
+    keep = sec.raw.get(key, default)
+    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:  # bool: TOML true is not a count
+        raise ConfigError(
+            f"{sec.where}: [{sec.name}] {key} = {keep!r}; give a whole number of epochs, at least 1 "
+            "(the newest checkpoint is always kept)"
+        )
+    return keep
+
+
+def _psi_workers(sec: _Section, key: str = "workers", default: int | None = None) -> int | None:
+    workers: int | None = sec.integer(key, default)
+    if workers is not None and workers < 1:
+        raise ConfigError(f"{sec.where}: [psi] workers must be at least 1 (or left out: one per core)")
+    return workers
+
+
+def _device(sec: _Section, key: str = "device", default: str = "cpu") -> str:
+    """``[compute] device``: "cpu", "cuda" or "cuda:N"; whether the host has it is checked at start."""
+    unknown = sorted(set(sec.raw) - {key})
+    if unknown:
+        raise ConfigError(f"{sec.where}: [compute] has no key {unknown[0]!r}; it has 'device'")
+    device: str = sec.text(key, default)
+    kind, colon, index = device.partition(":")
+    if kind not in ("cpu", "cuda") or (colon and (kind != "cuda" or not index.isdigit())):
+        raise ConfigError(f'{sec.where}: [compute] device = {device!r}; give "cpu", "cuda" or "cuda:N" (N = 0, 1, ...)')
+    return device
+
+
+def _flag(sec: _Section, key: str, default: bool) -> bool:
+    value = sec.raw.get(key, default)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{sec.where}: [{sec.name}] {key} = {value!r} must be true or false")
+    return value
+
+
+#: How one setting is read and checked: (its table, its key, its default) -> its value.
+Reader = Callable[[_Section, str, Any], Any]
+#: The reader of a setting that declares none, by the field's type.
+_BY_TYPE: dict[Any, Reader] = {
+    str: lambda sec, key, default: sec.text(key, default),
+    int: lambda sec, key, default: sec.integer(key, default),
+    float: lambda sec, key, default: float(sec.number(key, default)),
+    bool: _flag,
+    Path: lambda sec, key, default: sec.path(key, default),
+    Path | None: lambda sec, key, default: sec.path(key, default),
+}
+
+
+def _setting(table: str, *, key: str = "", read: Reader | None = None, unset: str = "") -> dict[str, Any]:
+    """A ``ServerSettings`` field's metadata: its table and key (default: the field's name), and its reader.
+
+    ``unset`` says what a default of None means, in the words of ``docs/configuration.md``.
+    """
+    return {"table": table, "key": key, "read": read, "unset": unset}
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """The server's own settings, each declared once: name, type, default, table, key and check.
+
+    ``server_settings_from`` reads every field from its table. The service, the job runner and
+    each job's ``ActiveParty`` are handed this one object, and ``tests/unit/test_config.py``
+    checks ``docs/configuration.md`` against these declarations.
+    """
+
+    listen: str = field(default=f"127.0.0.1:{DEFAULT_PORT}", metadata=_setting("server"))
+    #: Checkpoints, reports and alignment results go to ``<run_dir>/<job_id>/party-1/``.
+    run_dir: Path = field(default=Path("runs"), metadata=_setting("server"))
+    #: The job store (SQLite); default: ``jobs.sqlite`` in the run directory (``store_path``).
+    store: Path | None = field(default=None, metadata=_setting("server", unset="<run_dir>/jobs.sqlite"))
+    port_file: Path | None = field(default=None, metadata=_setting("server", unset="none"))
+    #: How long a job waits for every passive party to join; a job file may set its own.
+    join_timeout_s: float = field(default=300.0, metadata=_setting("server", read=_positive))
+    step_timeout_s: float = field(default=300.0, metadata=_setting("server", read=_positive))
+    #: How many epochs' checkpoints the active party keeps per job (the newest).
+    keep_checkpoints: int = field(default=2, metadata=_setting("server", read=_keep_checkpoints))
+    #: How long a job waits for a lost party to come back before it fails (docs/operations.md).
+    party_timeout_s: float = field(default=600.0, metadata=_setting("server", read=_positive))
+    #: A party silent this long (no heartbeat) counts as lost, even if its TCP stream looks open.
+    heartbeat_timeout_s: float = field(default=60.0, metadata=_setting("server", read=_positive))
+    #: Calls the federation server runs at once (more get RESOURCE_EXHAUSTED), and per party.
+    max_rpcs: int = field(default=64, metadata=_setting("server", read=_at_least_one))
+    max_party_rpcs: int = field(default=16, metadata=_setting("server", read=_at_least_one))
+    torch_threads: int = field(default=1, metadata=_setting("server", read=_at_least_one))
+    #: Processes for PSI's curve arithmetic; None: one per core.
+    psi_workers: int | None = field(
+        default=None, metadata=_setting("psi", key="workers", read=_psi_workers, unset="one per CPU core")
+    )
+    #: Where the active party trains every job ("cpu", "cuda", "cuda:N"); checked at start.
+    device: str = field(default="cpu", metadata=_setting("compute", read=_device))
+    #: Serve Prometheus metrics on ``metrics_listen``.
+    metrics_enabled: bool = field(default=False, metadata=_setting("metrics", key="enabled"))
+    metrics_listen: str = field(default="127.0.0.1:9464", metadata=_setting("metrics", key="listen"))
+
+    @property
+    def store_path(self) -> Path:
+        return self.store or self.run_dir / "jobs.sqlite"
+
+
+def setting_key(spec: Field[Any]) -> tuple[str, str]:
+    """A ``ServerSettings`` field's table and key in the config file."""
+    return spec.metadata["table"], spec.metadata["key"] or spec.name
+
+
+def server_settings_from(doc: Mapping[str, Any], source: Path | None = None) -> ServerSettings:
+    """Every ``ServerSettings`` field, read from its table by its reader (or its type's)."""
+    types = get_type_hints(ServerSettings)
+    values: dict[str, Any] = {}
+    for spec in fields(ServerSettings):
+        table, key = setting_key(spec)
+        read = spec.metadata["read"] or _BY_TYPE[types[spec.name]]
+        values[spec.name] = read(_Section(doc, table, source), key, spec.default)
+    return ServerSettings(**values)
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Everything ``vfl-server`` needs: its identity, its datasets and its settings."""
+
+    tls: TlsFiles | None  # None only with --insecure
+    #: The labelled tables jobs may name, by name; ``[data]`` is the one named "default".
+    datasets: dict[str, DataSource]
+    settings: ServerSettings = field(default_factory=ServerSettings)
+
+    @property
+    def data(self) -> DataSource:
+        """The ``default`` dataset (the ``[data]`` table); ConfigError if the config has none."""
+        return dataset_named(self.datasets, DEFAULT_DATASET, "the server's config")
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    """Everything ``vfl-client`` needs: the server, its identity, its datasets and its model."""
+
+    server: str
+    party: int
+    tls: TlsFiles | None  # None only with --insecure
+    #: The tables jobs may name, by name; ``[data]`` is the one named "default".
+    datasets: dict[str, DataSource]
+    run_dir: Path = Path("runs")
+    model_factory: str | None = None
+    heartbeat_s: float = 10.0
+    connect_timeout_s: float = 60.0
+    torch_threads: int = 1
+    psi_workers: int | None = None
+    #: Reconnecting to an unreachable server: the first wait, doubled each try up to the cap.
+    retry_initial_s: float = 0.5
+    retry_max_s: float = 60.0
+    #: How many epochs' checkpoints this party keeps per job (the newest).
+    keep_checkpoints: int = 2
+    #: ``[models]``: the model factories a job may ask this party for, by name (``module:function``).
+    models: dict[str, str] = field(default_factory=dict)
+    #: ``[compute] device``: where this party trains ("cpu", "cuda", "cuda:N"); checked at start.
+    device: str = "cpu"
+
+    @property
+    def data(self) -> DataSource:
+        """The ``default`` dataset (the ``[data]`` table); ConfigError if the config has none."""
+        return dataset_named(self.datasets, DEFAULT_DATASET, f"party {self.party}'s config")
+
+
+def dataset_named(datasets: Mapping[str, DataSource], name: str, owner: str) -> DataSource:
+    """The dataset ``name``; a ConfigError that lists the names ``owner`` has if it is not there."""
+    try:
+        return datasets[name]
+    except KeyError:
+        have = sorted(datasets) or "none"
+        raise ConfigError(
+            f"{owner} has no dataset {name!r} (it has: {have}); add it under [datasets], e.g. "
+            f'{name} = {{ path = "data/{name}.csv", id_column = "id" }}'
+        ) from None
+
+
 def _tls(doc: Mapping[str, Any], source: Path | None, default_stem: str) -> TlsFiles:
     sec = _Section(doc, "tls", source)
     certs = Path("certs")
@@ -196,9 +300,7 @@ def job_from_document(doc: Mapping[str, Any], source: Path | str | None = None) 
     readers: dict[Any, Any] = {str: sec.text, int: sec.integer, float: sec.number, tuple[int, ...]: sec.integers}
     types = get_type_hints(JobSpec)
     values: dict[str, Any] = {}
-    for spec in fields(JobSpec):
-        if spec.name in SET_BY_ACTIVE_PARTY or spec.name == "algorithm_options":
-            continue
+    for spec in settable_fields():
         default = "" if spec.default is MISSING else spec.default
         values[spec.name] = readers[types[spec.name]](spec.name, default)
     job = JobSpec(**values, algorithm_options=dict(doc.get("algorithm", {})))
@@ -245,66 +347,14 @@ def validate_job(job: JobSpec, where: str = "config") -> None:
 
 
 def server_config_from(doc: Mapping[str, Any], source: Path | None = None) -> ServerConfig:
-    """Build a ServerConfig from a parsed TOML document."""
-    srv = _Section(doc, "server", source)
+    """Build a ServerConfig from a parsed TOML document (its job tables are read when a job is planned)."""
     datasets = _datasets(doc, source, label_column="label")
     if not datasets:
+        where = f"{source}" if source else "config"
         raise ConfigError(
-            f"{srv.where}: no data: [data] path is required (the active party's CSV), or name datasets under [datasets]"
+            f"{where}: no data: [data] path is required (the active party's CSV), or name datasets under [datasets]"
         )
-    port_file = srv.path("port_file")
-    metrics = _Section(doc, "metrics", source)
-    enabled = metrics.raw.get("enabled", False)
-    if not isinstance(enabled, bool):
-        raise ConfigError(f"{metrics.where}: [metrics] enabled = {enabled!r} must be true or false")
-    return ServerConfig(
-        listen=srv.text("listen", f"127.0.0.1:{DEFAULT_PORT}"),
-        tls=_tls(doc, source, "server"),
-        datasets=datasets,
-        job=job_from_document(doc, source),
-        submit_at_start="job" in doc,
-        store=srv.path("store"),
-        metrics_listen=metrics.text("listen", "127.0.0.1:9464") if enabled else None,
-        top_hidden=_Section(doc, "model", source).integers("top_hidden", (64,)),
-        top_dropout=_top_dropout(doc, source),
-        run_dir=srv.path("run_dir", Path("runs")) or Path("runs"),
-        join_timeout_s=srv.number("join_timeout_s", 300.0),
-        step_timeout_s=srv.number("step_timeout_s", 300.0),
-        port_file=port_file,
-        torch_threads=srv.integer("torch_threads", 1),
-        psi_workers=_psi_workers(doc, source),
-        keep_checkpoints=_keep_checkpoints(srv),
-        party_timeout_s=_positive(srv, "party_timeout_s", 600.0),
-        heartbeat_timeout_s=_positive(srv, "heartbeat_timeout_s", 60.0),
-        max_rpcs=_at_least_one(srv, "max_rpcs", 64),
-        max_party_rpcs=_at_least_one(srv, "max_party_rpcs", 16),
-        device=compute_device(doc, source),
-    )
-
-
-def _at_least_one(sec: _Section, key: str, default: int) -> int:
-    """A whole number of at least 1 (a count of calls, threads, ...)."""
-    value = sec.raw.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{sec.where}: [{sec.name}] {key} = {value!r}; give a whole number, at least 1")
-    return value
-
-
-def _positive(sec: _Section, key: str, default: float) -> float:
-    """A number of seconds that must be above zero."""
-    value = float(sec.number(key, default))
-    if not value > 0:
-        raise ConfigError(f"{sec.where}: [{sec.name}] {key} = {value:g}; give a number of seconds above 0")
-    return value
-
-
-def _top_dropout(doc: Mapping[str, Any], source: Path | None) -> float:
-    """``[model] top_dropout``: the dropout rate after each hidden layer of the active party's top."""
-    sec = _Section(doc, "model", source)
-    rate = float(sec.number("top_dropout", 0.0))
-    if not 0.0 <= rate < 1.0:
-        raise ConfigError(f"{sec.where}: [model] top_dropout = {rate}; give a rate in [0, 1) (0 turns it off)")
-    return rate
+    return ServerConfig(tls=_tls(doc, source, "server"), datasets=datasets, settings=server_settings_from(doc, source))
 
 
 def client_config_from(doc: Mapping[str, Any], source: Path | None = None, party: int | None = None) -> ClientConfig:
@@ -336,7 +386,7 @@ def client_config_from(doc: Mapping[str, Any], source: Path | None = None, party
         heartbeat_s=cli.number("heartbeat_s", 10.0),
         connect_timeout_s=cli.number("connect_timeout_s", 60.0),
         torch_threads=cli.integer("torch_threads", 1),
-        psi_workers=_psi_workers(doc, source),
+        psi_workers=_psi_workers(_Section(doc, "psi", source)),
         keep_checkpoints=_keep_checkpoints(cli),
         models=_models(doc, source),
         device=compute_device(doc, source),
@@ -348,15 +398,7 @@ def compute_device(doc: Mapping[str, Any], source: Path | None) -> str:
 
     Each organisation's own hardware choice, so it lives in the daemon's config, never in a job.
     """
-    sec = _Section(doc, "compute", source)
-    unknown = sorted(set(sec.raw) - {"device"})
-    if unknown:
-        raise ConfigError(f"{sec.where}: [compute] has no key {unknown[0]!r}; it has 'device'")
-    device: str = sec.text("device", "cpu")
-    kind, colon, index = device.partition(":")
-    if kind not in ("cpu", "cuda") or (colon and (kind != "cuda" or not index.isdigit())):
-        raise ConfigError(f'{sec.where}: [compute] device = {device!r}; give "cpu", "cuda" or "cuda:N" (N = 0, 1, ...)')
-    return device
+    return _device(_Section(doc, "compute", source))
 
 
 def _models(doc: Mapping[str, Any], source: Path | None) -> dict[str, str]:
@@ -399,25 +441,6 @@ def _datasets(doc: Mapping[str, Any], source: Path | None, *, label_column: str 
             path, sec.text("id_column", "id"), sec.text("label_column", label_column) if label_column else None
         )
     return found
-
-
-def _keep_checkpoints(sec: _Section) -> int:
-    """``keep_checkpoints`` in ``[server]`` or ``[client]``: a whole number of epochs, at least 1."""
-    keep = sec.raw.get("keep_checkpoints", 2)
-    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:  # bool: TOML true is not a count
-        raise ConfigError(
-            f"{sec.where}: [{sec.name}] keep_checkpoints = {keep!r}; give a whole number of epochs, at least 1 "
-            "(the newest checkpoint is always kept)"
-        )
-    return keep
-
-
-def _psi_workers(doc: Mapping[str, Any], source: Path | None) -> int | None:
-    sec = _Section(doc, "psi", source)
-    workers: int | None = sec.integer("workers")
-    if workers is not None and workers < 1:
-        raise ConfigError(f"{sec.where}: [psi] workers must be at least 1 (or left out: one per core)")
-    return workers
 
 
 def document_with_flags(config: Path | None, flags: Mapping[tuple[str, str], Any]) -> dict[str, Any]:

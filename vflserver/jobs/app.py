@@ -27,7 +27,7 @@ from vflserver.inference.endpoint import BoundPorts, InferenceEndpoint
 from vflserver.inference.registry import ModelRegistry
 from vflserver.jobs.control import ControlService, submit_job
 from vflserver.jobs.metrics import ServiceMetrics
-from vflserver.jobs.runner import JobListener, JobRunner, RunnerSettings
+from vflserver.jobs.runner import JobListener, JobRunner
 from vflserver.jobs.store import JobRecord, JobStore
 
 log = structlog.get_logger(__name__)
@@ -45,8 +45,9 @@ class Service:
         listener: JobListener | None = None,
     ) -> None:
         self.config = config
+        settings = config.settings
         tls = None if insecure else config.tls
-        self.store = JobStore(config.store_path)
+        self.store = JobStore(settings.store_path)
         # Jobs a previous run left unfinished are interrupted, then queued again: each resumes
         # from the newest checkpoint every party holds once its parties have reconnected.
         self.recovered = self.store.recover()
@@ -57,7 +58,7 @@ class Service:
         self.board = JobBoard()
         self.metrics = (
             ServiceMetrics(jobs_by_state=self.store.counts_by_state, parties_online=self.board.online)
-            if config.metrics_listen is not None
+            if settings.metrics_enabled
             else None
         )
         serving = serving or ServingConfig()
@@ -66,41 +67,26 @@ class Service:
             InferenceEndpoint(self.registry, serving, tls, insecure=insecure) if self.registry is not None else None
         )
         self.runner = JobRunner(
-            self.store,
-            self.board,
-            RunnerSettings(
-                datasets=config.datasets,
-                run_dir=config.run_dir,
-                join_timeout_s=config.join_timeout_s,
-                step_timeout_s=config.step_timeout_s,
-                psi_workers=config.psi_workers,
-                keep_checkpoints=config.keep_checkpoints,
-                party_timeout_s=config.party_timeout_s,
-                heartbeat_timeout_s=config.heartbeat_timeout_s,
-                device=config.device,
-            ),
-            registry=self.registry,
-            metrics=self.metrics,
-            listener=listener,
+            self.store, self.board, config, registry=self.registry, metrics=self.metrics, listener=listener
         )
         control = ControlService(
             self.store,
             self.runner,
             datasets=config.datasets,
-            join_timeout_s=config.join_timeout_s,
+            join_timeout_s=settings.join_timeout_s,
             insecure=insecure,
         )
         self.server: grpc.Server
         try:
             self.server, self.port = build_server(
                 self.board,
-                config.listen,
+                settings.listen,
                 tls,
                 insecure=insecure,
                 control=control,
                 interceptors=[self.metrics.interceptor()] if self.metrics is not None else [],
-                workers=config.max_rpcs,
-                max_party_rpcs=config.max_party_rpcs,
+                workers=settings.max_rpcs,
+                max_party_rpcs=settings.max_party_rpcs,
             )
         except BaseException:
             self.store.close()
@@ -117,8 +103,8 @@ class Service:
         try:
             if self.endpoint is not None:
                 self.serving_ports = self.endpoint.start()
-            if self.metrics is not None and self.config.metrics_listen is not None:
-                self.metrics_port = self.metrics.serve(self.config.metrics_listen)
+            if self.metrics is not None:
+                self.metrics_port = self.metrics.serve(self.config.settings.metrics_listen)
         except BaseException:
             self.stop()
             raise
@@ -133,7 +119,7 @@ class Service:
             document,
             submitter=submitter,
             datasets=self.config.datasets,
-            join_timeout_s=self.config.join_timeout_s,
+            join_timeout_s=self.config.settings.join_timeout_s,
         )
 
     def stop(self, grace_s: float = 5.0) -> None:

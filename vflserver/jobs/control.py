@@ -9,8 +9,6 @@ JSON and are checked in full before anything is stored.
 from __future__ import annotations
 
 import json
-import time
-import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -18,6 +16,7 @@ import grpc
 import structlog
 
 from vflcore.errors import ConfigError, PermissionDenied
+from vflcore.job import new_job_id
 from vflcore.proto import federation_pb2 as pb
 from vflcore.proto import federation_pb2_grpc as pb_grpc
 from vflcore.runtime.config import DataSource
@@ -65,7 +64,7 @@ def submit_job(
     active_source(plan, datasets)  # the passive parties say so at join, before PSI
     if plan.factories:  # the active party's own models: imported and probed now, not after PSI
         check_models(plan, read_active_table(plan, datasets))
-    job_id = plan.job.job_id or f"job-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    job_id = plan.job.job_id or new_job_id()
     record = store.submit(
         job_id, dict(document), algorithm=plan.job.algorithm, epochs=plan.job.epochs, submitter=submitter
     )

@@ -29,7 +29,7 @@ with a message that names the key.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -39,7 +39,7 @@ from vflalgorithms.base import algorithm_spec
 from vflalgorithms.factories import FACTORY_KEYS, check_factories, refuse_untaken
 from vflcore.data.tables import PartyTable, read_party_csv
 from vflcore.errors import ConfigError
-from vflcore.job import ACTIVE_PARTY, SET_BY_ACTIVE_PARTY, JobSpec
+from vflcore.job import ACTIVE_PARTY, JobSpec, settable_fields
 from vflcore.ml.losses import label_tensor
 from vflcore.runtime.config import DEFAULT_DATASET, DataSource, _Section, dataset_named, job_from_document
 from vflserver.inference.config import DEGRADED_MODES
@@ -54,8 +54,7 @@ _SERVICE_KEYS = ("dataset", "datasets", "model", "models", "join_timeout_s", "ps
 
 def job_keys() -> tuple[str, ...]:
     """Every key a job document's ``[job]`` may hold: a typo is refused, not silently ignored."""
-    settable = [f.name for f in fields(JobSpec) if f.name not in SET_BY_ACTIVE_PARTY and f.name != "algorithm_options"]
-    return (*settable, *_SERVICE_KEYS)
+    return (*(f.name for f in settable_fields()), *_SERVICE_KEYS)
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import replace
 
 import structlog
 
@@ -26,7 +25,7 @@ from vflcore.data.tables import DataError, PartyTable
 from vflcore.errors import ConfigError, JobAborted, JobStateError, PartyLost, PartyUnavailable, VflError
 from vflcore.job import ACTIVE_PARTY
 from vflcore.ml.onnx_export import MODEL_FILE
-from vflcore.runtime.config import DataSource
+from vflcore.runtime.config import ServerConfig
 from vflcore.wire.traffic import MB
 from vflserver.federation.alignment import AlignmentResult
 from vflserver.federation.board import JobBoard
@@ -37,27 +36,10 @@ from vflserver.inference.registry import ModelRegistry
 from vflserver.jobs.metrics import ServiceMetrics
 from vflserver.jobs.plan import JobPlan, plan_from_document, read_active_table
 from vflserver.jobs.store import ENDED, EpochRecord, JobRecord, JobStore
-from vflserver.training.active_party import ActiveParty, EpochReport, RunSummary
+from vflserver.training.active_party import ActiveParty
+from vflserver.training.reports import EpochReport, RunSummary
 
 log = structlog.get_logger(__name__)
-
-
-@dataclass(frozen=True)
-class RunnerSettings:
-    """What every job of this server shares: its datasets, folders and time limits."""
-
-    datasets: Mapping[str, DataSource]
-    run_dir: Path
-    join_timeout_s: float = 300.0
-    step_timeout_s: float = 300.0
-    psi_workers: int | None = None
-    keep_checkpoints: int = 2  # per job, the newest epochs' checkpoints the active party keeps
-    #: How long a paused job waits for a lost party to come back before it fails.
-    party_timeout_s: float = 600.0
-    #: A party silent this long (no heartbeat) counts as lost; None: only a closed stream counts.
-    heartbeat_timeout_s: float | None = None
-    #: ``[compute] device``: where the active party trains every job.
-    device: str = "cpu"
 
 
 class JobListener:
@@ -80,13 +62,15 @@ class JobRunner:
         self,
         store: JobStore,
         board: JobBoard,
-        settings: RunnerSettings,
+        config: ServerConfig,
         *,
         registry: ModelRegistry | None = None,
         metrics: ServiceMetrics | None = None,
         listener: JobListener | None = None,
     ) -> None:
-        self.store, self.board, self.settings = store, board, settings
+        self.store, self.board = store, board
+        #: The datasets jobs may name, and the settings every job runs under (``ServerSettings``).
+        self.datasets, self.settings = config.datasets, config.settings
         self.registry, self.metrics = registry, metrics
         self.listener = listener or JobListener()
         self._wake = threading.Event()
@@ -167,7 +151,7 @@ class JobRunner:
         try:
             plan = plan_from_document(record.document, default_join_timeout_s=self.settings.join_timeout_s)
             plan = replace(plan, job=replace(plan.job, job_id=job_id))
-            table = read_active_table(plan, self.settings.datasets)
+            table = read_active_table(plan, self.datasets)
         except (ConfigError, DataError, ValueError) as exc:
             self._end(job_id, "failed", str(exc))
             structlog.contextvars.unbind_contextvars("job")
@@ -204,16 +188,11 @@ class JobRunner:
             active = ActiveParty(
                 plan.job,
                 table,
+                self.settings,
                 top_hidden=plan.top_hidden,
                 top_dropout=plan.top_dropout,
-                run_dir=self.settings.run_dir,
-                step_timeout_s=self.settings.step_timeout_s,
-                psi_workers=self.settings.psi_workers,
                 psi_only=plan.psi_only,
-                keep_checkpoints=self.settings.keep_checkpoints,
-                heartbeat_timeout_s=self.settings.heartbeat_timeout_s,
                 factories=plan.factories,
-                device=self.settings.device,
             )
         except (ConfigError, DataError, ValueError) as exc:
             self._end(job_id, "failed", str(exc))

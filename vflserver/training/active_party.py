@@ -3,20 +3,18 @@
 ``ActiveParty.run`` is the whole job as the label holder sees it: wait for every passive party,
 train epoch by epoch through the configured algorithm, evaluate on the held-out rows after each
 epoch, checkpoint, and finally run federated inference on the held-out rows. The gRPC handlers
-never touch this class directly; they talk to its ``PassiveParties``.
+never touch this class directly; they talk to its ``PassiveParties``. Its other jobs live beside
+it: checkpoints and resumption (``resume``), scoring for the inference endpoint (``scoring``),
+the model files (``export``) and the reports (``reports``).
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import threading
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import Any
+from dataclasses import replace
 
 import numpy as np
 import structlog
@@ -24,108 +22,62 @@ import torch
 
 from vflalgorithms.base import ActiveContext, ServerAlgorithm, algorithm_spec
 from vflalgorithms.factories import resolve_factories
-from vflcore.data.checkpoints import (
-    discard_after,
-    load_position,
-    party_dir,
-    readable_checkpoints,
-    save_position,
-)
+from vflcore.data.checkpoints import party_dir
 from vflcore.data.tables import PartyTable, write_aligned_ids
-from vflcore.errors import ArtifactError, CheckpointError, ConfigError, JobAborted, PartyLost
-from vflcore.job import ACTIVE_PARTY, JobSpec, Position, Schedule, check_job_id, mid_epoch_checkpoint_due
+from vflcore.errors import ConfigError, JobAborted, PartyLost
+from vflcore.job import ACTIVE_PARTY, JobSpec, Position, Schedule, check_job_id, mid_epoch_checkpoint_due, new_job_id
 from vflcore.ml.losses import label_tensor, task_loss
 from vflcore.ml.metrics import task_metrics
 from vflcore.ml.models import seed_dropout
-from vflcore.ml.onnx_export import MODEL_FILE, PROBE_ROWS, export_onnx, part_metadata
-from vflcore.ml.state import restore_rng, rng_state
+from vflcore.runtime.config import ServerSettings
 from vflcore.runtime.daemon import adopt_torch_threads
-from vflcore.wire.names import EVAL_EMBEDDING, infer_embedding_name
+from vflcore.wire.names import EVAL_EMBEDDING
 from vflcore.wire.traffic import MB
-from vflcore.work_items import Checkpoint, Evaluate, Infer, Restore
+from vflcore.work_items import Checkpoint, Evaluate
 from vflserver.federation.alignment import AlignmentResult, align_active
 from vflserver.federation.passive_parties import PassiveParties
-from vflserver.inference.artifact import ArtifactInfo
-from vflserver.inference.onnx_model import info_metadata
-from vflserver.inference.servable import LABEL, PREDICTION, PROBABILITIES
-from vflserver.inference.triton_repository import write_triton_repository
+from vflserver.training.export import MODEL_REPOSITORY, export_model
 from vflserver.training.importance import write_client_importance
+from vflserver.training.reports import EpochReport, RunSummary, write_predictions, write_summary
+from vflserver.training.resume import roll_back, save_checkpoint
+from vflserver.training.scoring import Scorer
 
-#: The standalone model's file in the active party's run directory.
-#: Where the server writes a Triton model repository of every standalone model, in its run folder.
-MODEL_REPOSITORY = "model_repository"
+#: Names that lived here before the active party's jobs were split into modules.
+__all__ = ["MODEL_REPOSITORY", "ActiveParty", "EpochReport", "RunSummary"]
 
 log = structlog.get_logger(__name__)
 
 
-@dataclass(frozen=True)
-class EpochReport:
-    """What one epoch did: its mean training loss and the held-out metrics after it."""
-
-    epoch: int
-    train_loss: float
-    test_loss: float
-    metrics: dict[str, float]
-    seconds: float
-    wire_mb: float = 0.0  # training traffic of the epoch, both directions, every party
-
-    def plain(self) -> dict[str, Any]:
-        """Its fields as Python numbers (no NumPy scalars), as a checkpoint stores them."""
-        return {
-            **vars(self),
-            "train_loss": float(self.train_loss),
-            "test_loss": float(self.test_loss),
-            "metrics": {name: float(value) for name, value in self.metrics.items()},
-        }
-
-
-@dataclass
-class RunSummary:
-    """The outcome of a job on the active party."""
-
-    job_id: str
-    alignment: AlignmentResult | None = None
-    epochs: list[EpochReport] = field(default_factory=list)
-    final_metrics: dict[str, float] = field(default_factory=dict)
-    run_dir: Path | None = None
-    #: Bytes per passive party and phase (``vflcore.wire.traffic.Traffic.report``).
-    wire: dict[int, dict[str, dict[str, int]]] = field(default_factory=dict)
-    #: ‖W_k‖ per party for the VIM family (``vflserver.training.importance``), else None.
-    client_importance: dict[int, float] | None = None
-    #: The standalone model (APFed): ``model.onnx``, which serves without any passive party; else None.
-    artifact: Path | None = None
-    #: The active party's trained part as ONNX (every algorithm; the standalone model for APFed).
-    onnx: Path | None = None
-    #: The Triton model folder of the standalone model (``model_repository/<job>``), else None.
-    model_repository: Path | None = None
-
-
 class ActiveParty:
-    """The label holder's side of one job."""
+    """The label holder's side of one job.
+
+    ``settings`` are the server's (``[server]``, ``[psi]``, ``[compute]``); the keywords are the
+    job's own, from its plan: the default top's shape, the factories of its own models, and
+    whether it only aligns IDs. ``offline_grace_s`` is how long a passive party may be gone
+    before inference stops waiting for it.
+    """
 
     def __init__(
         self,
         job: JobSpec,
         table: PartyTable,
+        settings: ServerSettings | None = None,
         *,
         top_hidden: Sequence[int] = (64,),
         top_dropout: float = 0.0,
-        run_dir: Path = Path("runs"),
-        step_timeout_s: float = 300.0,
-        offline_grace_s: float = 5.0,
-        psi_workers: int | None = None,
         psi_only: bool = False,
-        keep_checkpoints: int = 2,
-        heartbeat_timeout_s: float | None = None,
         factories: Mapping[str, str] | None = None,
-        device: torch.device | str = "cpu",
+        offline_grace_s: float = 5.0,
     ) -> None:
-        if keep_checkpoints < 1:
-            raise ConfigError(f"keep_checkpoints = {keep_checkpoints}; keep at least the newest checkpoint (1)")
+        settings = settings or ServerSettings()
+        if settings.keep_checkpoints < 1:
+            raise ConfigError(
+                f"keep_checkpoints = {settings.keep_checkpoints}; keep at least the newest checkpoint (1)"
+            )
         if table.labels is None and not psi_only:
             raise ConfigError(f"{table.source}: the active party's data needs a label column")
         if not job.job_id:
-            job = replace(job, job_id=f"job-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}")
+            job = replace(job, job_id=new_job_id())
         try:
             check_job_id(job.job_id)
         except ValueError as exc:
@@ -135,7 +87,7 @@ class ActiveParty:
         algorithm = spec.active_half()
         #: The job's own model factories, imported (checked and probed at submission already).
         self.factories = resolve_factories(factories or {}, job.algorithm, algorithm.factory_keys)
-        self.device = torch.device(device)
+        self.device = torch.device(settings.device)
         if algorithm.needs_own_features and not table.features.shape[1] and not psi_only:
             raise ConfigError(
                 f"{table.source}: {job.algorithm} needs feature columns on the active party (it predicts from "
@@ -148,30 +100,28 @@ class ActiveParty:
             job = replace(job, num_outputs=outputs)
         self.job = job
         self.own_table = table
+        self.settings = settings
         self.top_hidden = tuple(top_hidden)
         self.top_dropout = top_dropout
-        self.psi_workers = psi_workers
         self.psi_only = psi_only
-        self.keep_checkpoints = keep_checkpoints
         self.parties = PassiveParties(
             self.job,
-            step_timeout_s=step_timeout_s,
+            step_timeout_s=settings.step_timeout_s,
             offline_grace_s=offline_grace_s,
-            heartbeat_timeout_s=heartbeat_timeout_s,
+            heartbeat_timeout_s=settings.heartbeat_timeout_s,
         )
-        self.run_dir = party_dir(run_dir, self.job.job_id, ACTIVE_PARTY)
-        self.repository_root = run_dir / MODEL_REPOSITORY
+        self.run_dir = party_dir(settings.run_dir, self.job.job_id, ACTIVE_PARTY)
+        self.repository_root = settings.run_dir / MODEL_REPOSITORY
         self.stop_event = threading.Event()
         #: Set once every passive party has joined: a failure before it means one never came.
         self.everyone_joined = False
-        self._inference_lock = threading.Lock()
         self._loss_fn = task_loss(self.job.task)
         # Set by _prepare once PSI has aligned the rows:
         self.table: PartyTable
         self.schedule: Schedule
         self.labels: torch.Tensor
         self.algorithm: ServerAlgorithm
-        self._row_of_id: dict[str, int] = {}
+        self.scorer: Scorer
         self._summary = RunSummary(job_id=self.job.job_id)  # the running job's, once run() starts
 
     def _prepare(self, aligned: PartyTable) -> None:
@@ -180,7 +130,6 @@ class ActiveParty:
         self.parties.job = self.job
         self.table = aligned
         self.schedule = self.job.schedule()
-        self._row_of_id = {str(i): n for n, i in enumerate(aligned.ids)}
         if self.psi_only:
             return
         labels, _ = label_tensor(self.job.task, torch.from_numpy(np.asarray(aligned.labels, dtype=np.float64)))
@@ -200,10 +149,13 @@ class ActiveParty:
                 device=self.device,
             )
         )
+        self.scorer = Scorer(self.job, self.parties, self.algorithm, aligned.ids)
 
     def align(self) -> AlignmentResult:
         """PSI with every passive party (or its saved result); the rows are then ready to train."""
-        result = align_active(self.own_table, self.parties, cache_dir=self.run_dir / "psi", workers=self.psi_workers)
+        result = align_active(
+            self.own_table, self.parties, cache_dir=self.run_dir / "psi", workers=self.settings.psi_workers
+        )
         self._prepare(result.table)
         write_aligned_ids(self.run_dir, result.table.ids)
         log.info(
@@ -278,8 +230,10 @@ class ActiveParty:
                 log.info(
                     "client_importance", **{f"party_{p}": round(n, 4) for p, n in summary.client_importance.items()}
                 )
-            self._export(summary)
-            self._write_summary(summary)
+            export_model(
+                self.job, self.table, self.algorithm, self.schedule, self.run_dir, self.repository_root, summary
+            )
+            write_summary(self.run_dir, self.job, summary, self.algorithm.step_losses)
             if not keep_serving:
                 self.shutdown("training finished")
             return summary
@@ -296,19 +250,10 @@ class ActiveParty:
     # ---- checkpoints ------------------------------------------------------------------------
 
     def _save(self, position: Position) -> None:
-        """Save this party's state as the checkpoint of ``position``.
-
-        At an epoch's end the passive parties are then told to save theirs (``Checkpoint``), so a
-        passive party never holds an epoch the active party lacks. Inside an epoch
-        (``[job] checkpoint_every_steps``) every party saves at the same steps by itself. The
-        rollback point is the newest position they all hold (``_roll_back``).
-        """
-        state = {
-            "algorithm": self.algorithm.state(),
-            "rng": rng_state(),
-            "reports": [report.plain() for report in self._summary.epochs],
-        }
-        save_position(self.run_dir, position, state, keep=self.keep_checkpoints)
+        """Save this party's state as the checkpoint of ``position`` (``resume.save_checkpoint``)."""
+        save_checkpoint(
+            self.run_dir, position, self.algorithm, self._summary.epochs, keep=self.settings.keep_checkpoints
+        )
 
     def _after_step(self, epoch: int, done: int, per_epoch: int) -> None:
         if mid_epoch_checkpoint_due(self.job, epoch, done, per_epoch):
@@ -318,40 +263,10 @@ class ActiveParty:
                 self.parties.dispatch(functools.partial(Checkpoint, position=position))
 
     def _roll_back(self, resume: bool, summary: RunSummary) -> Position:
-        """Agree on the newest checkpoint every party holds, load it everywhere; returns where training goes on.
-
-        Each passive party said at Join which positions it can read. The active party tries the
-        common ones, newest first, and loads its own; then every passive party is told to load
-        the same one (``Restore``) and to delete newer ones. With no common checkpoint, or
-        without ``resume``, every party starts afresh (``Restore`` of ``Position(0, 0)``), which
-        gives the same model.
-        """
-        fed, end = self.parties, Position(self.job.epochs, 0)
-        held = {ACTIVE_PARTY: readable_checkpoints(self.run_dir) if resume else []}
-        held |= {party: list(fed.member(party).checkpoints) for party in self.job.passive_parties}
-        common = set(held[ACTIVE_PARTY]).intersection(*(set(h) for h in held.values()))
-        chosen = Position(0, 0)
-        for position in sorted((p for p in common if p <= end), reverse=True):
-            try:
-                state = load_position(self.run_dir, position)
-            except CheckpointError as exc:  # damaged since it was listed: an older one will do
-                log.warning("checkpoint_unreadable", position=str(position), error=str(exc))
-                continue
-            self.algorithm.load_state(state["algorithm"])
-            restore_rng(state["rng"])
-            summary.epochs = [EpochReport(**report) for report in state["reports"]]
-            chosen = position
-            break
-        discard_after(self.run_dir, chosen)
-        fed.dispatch(lambda tid: Restore(tid, chosen))
-        if resume:
-            log.info(
-                "resumed",
-                at=str(chosen),
-                epoch=chosen.epoch,
-                batch=chosen.batch,
-                held={str(party): [str(p) for p in found] for party, found in held.items()},
-            )
+        """Load the newest checkpoint every party holds (``resume.roll_back``); returns where training goes on."""
+        chosen, reports = roll_back(self.run_dir, self.job, self.parties, self.algorithm, resume=resume)
+        if reports is not None:
+            summary.epochs = reports
         return chosen
 
     def _announce_first_step(self, position: Position, resumed: bool) -> None:
@@ -387,58 +302,16 @@ class ActiveParty:
     # ---- inference --------------------------------------------------------------------------
 
     def predict_rows(self, rows: np.ndarray, *, substitutes: Mapping[int, np.ndarray] | None = None) -> np.ndarray:
-        """Inference on aligned rows; federated unless the algorithm's model is the active party's alone.
+        """Inference on aligned rows (``Scorer.predict_rows``)."""
+        return self.scorer.predict_rows(rows, substitutes=substitutes)
 
-        Every passive party must be online, except those given a stand-in representation in
-        ``substitutes`` (one row, broadcast over ``rows``): the degraded TVFL-0 / TVFL-A modes.
-        """
-        if not self.algorithm.needs_parties_to_predict:
-            return self.algorithm.predict(rows, {}).numpy()
-        with self._inference_lock:
-            return self.algorithm.predict(rows, self._representations(rows, substitutes or {})).numpy()
-
-    def _representations(self, rows: np.ndarray, substitutes: Mapping[int, np.ndarray]) -> dict[int, np.ndarray]:
-        """Each passive party's representation of ``rows``: asked of the online ones, stood in for the rest."""
-        request_id = uuid.uuid4().hex[:12]
-        name = infer_embedding_name(request_id)
-        fed, width = self.parties, self.algorithm.upload_width
-        online = set(fed.online_parties())
-        asked: list[int] = []
-        for party in self.job.passive_parties:
-            if party in substitutes and party not in online:
-                continue  # stood in for below (the caller warns: it knows the mode)
-            fed.check_online(party)  # raises once the party has been gone longer than the grace period
-            asked.append(party)
-        for party in asked:
-            fed.expect(name, 0, 0, (len(rows), width), party=party)
-        fed.dispatch(lambda tid: Infer(tid, request_id, rows), parties=asked)
-        try:
-            found = {party: fed.gather_from(party, name, 0, 0) for party in asked}
-        finally:
-            fed.forget(name, 0, 0)
-        for party in self.job.passive_parties:
-            if party not in found:
-                found[party] = np.broadcast_to(np.asarray(substitutes[party], dtype=np.float32), (len(rows), width))
-        return found
+    def predict_ids(self, ids: Sequence[str], *, substitutes: Mapping[int, np.ndarray] | None = None) -> np.ndarray:
+        """Inference by sample ID (``Scorer.predict_ids``); KeyError if any ID is not among the aligned rows."""
+        return self.scorer.predict_ids(ids, substitutes=substitutes)
 
     def representation_means(self) -> dict[int, np.ndarray]:
         """Each passive party's mean representation over the training rows (the TVFL-A stand-in)."""
-        rows = self.schedule.train_rows
-        with self._inference_lock:
-            found = self._representations(rows, {})
-        return {party: array.mean(axis=0, dtype=np.float64).astype(np.float32) for party, array in found.items()}
-
-    def predict_ids(self, ids: Sequence[str], *, substitutes: Mapping[int, np.ndarray] | None = None) -> np.ndarray:
-        """Inference by sample ID (see ``predict_rows``); KeyError if any ID is not among the aligned rows.
-
-        The error says how many, never which: on the inference endpoint, naming them would tell a
-        caller which of its IDs are in the PSI intersection (``docs/security.md``).
-        """
-        missing = sum(str(i) not in self._row_of_id for i in ids)
-        if missing:
-            raise KeyError(f"{missing} of the {len(ids)} IDs cannot be served")
-        rows = np.asarray([self._row_of_id[str(i)] for i in ids], dtype=np.int64)
-        return self.predict_rows(rows, substitutes=substitutes)
+        return self.scorer.representation_means(self.schedule.train_rows)
 
     def _final_inference(self) -> dict[str, float]:
         rows = self.schedule.test_rows
@@ -447,81 +320,9 @@ class ActiveParty:
         ids = [str(self.table.ids[r]) for r in rows]
         output = self.predict_ids(ids)
         metrics = task_metrics(self.job.task, self._label_array(rows), output)
-        self._write_predictions(ids, rows, output)
+        write_predictions(self.run_dir, self.job.task, ids, self._label_array(rows), output)
         log.info("federated_inference_done", rows=len(rows), **metrics)
         return metrics
 
-    def _export(self, summary: RunSummary) -> None:
-        """Write the trained part as ``model.onnx``; a standalone model also goes into a Triton repository.
-
-        The graph answers what the inference endpoint answers (probabilities and label, or the
-        prediction), so the standalone model serves unchanged from onnxruntime or Triton. A model
-        the exporter cannot translate faithfully is logged (``model_export_failed``) and the job
-        still finishes; a standalone model is then not served (``summary.artifact`` stays None).
-        """
-        info = ArtifactInfo(
-            model_name=self.job.job_id,
-            job_id=self.job.job_id,
-            algorithm=self.job.algorithm,
-            task=self.job.task,
-            feature_names=tuple(self.table.feature_names),
-            num_outputs=self.job.num_outputs,
-        )
-        standalone = not self.algorithm.needs_parties_to_predict
-        names = (PROBABILITIES, LABEL) if self.job.task == "classification" else (PREDICTION,)
-        part = self.algorithm.onnx_part(self.schedule.train_rows[:PROBE_ROWS], _served_outputs(self.job.task), names)
-        metadata = info_metadata(info) if standalone else part_metadata(self.job, ACTIVE_PARTY)
-        path = self.run_dir / MODEL_FILE
-        try:
-            worst = export_onnx(replace(part, metadata=metadata), path)
-        except (ArtifactError, OSError) as exc:  # training succeeded and the checkpoints hold the weights
-            log.error("model_export_failed", path=str(path), error=str(exc))
-            return
-        summary.onnx = path
-        log.info("model_exported", path=str(path), inputs=list(part.inputs), max_difference=worst)
-        if standalone:
-            summary.artifact = path
-            try:
-                summary.model_repository = write_triton_repository(path, self.repository_root, self.job.job_id)
-            except (ArtifactError, OSError) as exc:  # a job id Triton cannot take, a full disk: model.onnx serves
-                log.error("model_repository_skipped", error=str(exc))
-                return
-            log.info("model_repository_written", path=str(summary.model_repository))
-
     def _label_array(self, rows: np.ndarray) -> np.ndarray:
         return self.labels[rows].numpy().reshape(len(rows), -1).squeeze(-1)
-
-    # ---- reports ----------------------------------------------------------------------------
-
-    def _write_predictions(self, ids: list[str], rows: np.ndarray, output: np.ndarray) -> None:
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        labels = self._label_array(rows)
-        predicted = output.argmax(axis=1) if self.job.task == "classification" else output.reshape(-1)
-        with (self.run_dir / "test_predictions.csv").open("w") as fh:
-            fh.write("id,label,prediction\n")
-            for i, y, p in zip(ids, labels, predicted, strict=True):
-                fh.write(f"{i},{y},{p}\n")
-
-    def _write_summary(self, summary: RunSummary) -> None:
-        alignment = summary.alignment
-        payload: dict[str, Any] = {
-            "job_id": summary.job_id,
-            "algorithm": self.job.algorithm,
-            "aligned_rows": self.job.num_rows,
-            "psi": None if alignment is None else {"reused": alignment.reused, "pairwise": alignment.pairwise},
-            "epochs": [vars(e) for e in summary.epochs],
-            "step_losses": list(self.algorithm.step_losses),
-            "final_metrics": summary.final_metrics,
-            "wire_bytes": {str(party): phases for party, phases in summary.wire.items()},
-            "artifact": None if summary.artifact is None else str(summary.artifact),
-            "onnx": None if summary.onnx is None else str(summary.onnx),
-            "model_repository": None if summary.model_repository is None else str(summary.model_repository),
-        }
-        (self.run_dir / "summary.json").write_text(json.dumps(payload, indent=2))
-
-
-def _served_outputs(task: str) -> Callable[[torch.Tensor], tuple[torch.Tensor, ...]]:
-    """The raw output as the endpoint's outputs: (probabilities, label), or (prediction,) for regression."""
-    if task == "classification":
-        return lambda logits: (torch.softmax(logits, dim=1), torch.argmax(logits, dim=1))
-    return lambda values: (values,)

@@ -1,0 +1,78 @@
+"""The active party's checkpoints: save one, and roll every party back to the newest one they all hold.
+
+At an epoch's end the active party saves first and then tells the passive parties to save theirs
+(``Checkpoint``), so a passive party never holds an epoch the active party lacks. Inside an epoch
+(``[job] checkpoint_every_steps``) every party saves at the same steps by itself. A resumed job
+goes on from the newest position every party holds (``roll_back``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import structlog
+
+from vflalgorithms.base import ServerAlgorithm
+from vflcore.data.checkpoints import discard_after, load_position, readable_checkpoints, save_position
+from vflcore.errors import CheckpointError
+from vflcore.job import ACTIVE_PARTY, JobSpec, Position
+from vflcore.ml.state import restore_rng, rng_state
+from vflcore.work_items import Restore
+from vflserver.federation.passive_parties import PassiveParties
+from vflserver.training.reports import EpochReport
+
+log = structlog.get_logger(__name__)
+
+
+def save_checkpoint(
+    run_dir: Path, position: Position, algorithm: ServerAlgorithm, reports: Sequence[EpochReport], *, keep: int
+) -> None:
+    """Save the active party's state, with the epoch reports so far, as the checkpoint of ``position``."""
+    state = {
+        "algorithm": algorithm.state(),
+        "rng": rng_state(),
+        "reports": [report.plain() for report in reports],
+    }
+    save_position(run_dir, position, state, keep=keep)
+
+
+def roll_back(
+    run_dir: Path, job: JobSpec, parties: PassiveParties, algorithm: ServerAlgorithm, *, resume: bool
+) -> tuple[Position, list[EpochReport] | None]:
+    """Agree on the newest checkpoint every party holds and load it everywhere.
+
+    Returns where training goes on, and the epoch reports the loaded checkpoint holds (None if
+    none was loaded). Each passive party said at Join which positions it can read. The active
+    party tries the common ones, newest first, and loads its own; then every passive party is
+    told to load the same one (``Restore``) and to delete newer ones. With no common checkpoint,
+    or without ``resume``, every party starts afresh (``Restore`` of ``Position(0, 0)``), which
+    gives the same model.
+    """
+    end = Position(job.epochs, 0)
+    held = {ACTIVE_PARTY: readable_checkpoints(run_dir) if resume else []}
+    held |= {party: list(parties.member(party).checkpoints) for party in job.passive_parties}
+    common = set(held[ACTIVE_PARTY]).intersection(*(set(h) for h in held.values()))
+    chosen, reports = Position(0, 0), None
+    for position in sorted((p for p in common if p <= end), reverse=True):
+        try:
+            state = load_position(run_dir, position)
+        except CheckpointError as exc:  # damaged since it was listed: an older one will do
+            log.warning("checkpoint_unreadable", position=str(position), error=str(exc))
+            continue
+        algorithm.load_state(state["algorithm"])
+        restore_rng(state["rng"])
+        reports = [EpochReport(**report) for report in state["reports"]]
+        chosen = position
+        break
+    discard_after(run_dir, chosen)
+    parties.dispatch(lambda tid: Restore(tid, chosen))
+    if resume:
+        log.info(
+            "resumed",
+            at=str(chosen),
+            epoch=chosen.epoch,
+            batch=chosen.batch,
+            held={str(party): [str(p) for p in found] for party, found in held.items()},
+        )
+    return chosen, reports
