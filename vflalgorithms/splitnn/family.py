@@ -1,4 +1,4 @@
-"""The SplitNN family's active half: what SplitNN, FedBCD, async, VIMSGD, VIMADMM and VIMADMM-J share.
+"""The SplitNN family's bases: what SplitNN, FedBCD, async, VIMSGD, VIMADMM and VIMADMM-J share.
 
 Every member runs the same step, seen from the active party: each passive party uploads one
 tensor per batch (its embedding h^k, or VIMADMM-J's logits), the server runs one round on the
@@ -19,6 +19,10 @@ the hooks below; each overrides hooks, never another member's internals:
 
 The base builds only what every member has (the own bottom model and the loss); each member's
 constructor builds its server models and optimizers after calling this one.
+
+A passive party's half (``SplitNNFamilyClient``) is a bottom model, its optimizer and the
+job's delay scenario; each member's ``train_epoch`` says what it sends and how it learns from
+the answer (SplitNN's gradients, VIMADMM's ADMM state).
 """
 
 from __future__ import annotations
@@ -33,12 +37,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from vflalgorithms.base import ActiveContext, Publish, ServerAlgorithm, job_options
+from vflalgorithms.base import ActiveContext, ClientAlgorithm, PassiveContext, Publish, ServerAlgorithm, job_options
+from vflalgorithms.delays import Delay
 from vflalgorithms.factories import PROBE_ROWS, ModelSlot
 from vflalgorithms.splitnn.overlap import MicroBatches, overlap_options
 from vflcore.job import ACTIVE_PARTY, JobSpec, model_seed
 from vflcore.ml.losses import task_loss
-from vflcore.ml.models import mlp
+from vflcore.ml.models import build_seeded, job_optimizer, mlp
 from vflcore.runtime.logs import progress
 from vflcore.wire.names import EMBEDDING, GRADIENT
 from vflcore.wire.tensors import TensorKey
@@ -210,10 +215,34 @@ class SplitNNFamilyServer(ServerAlgorithm):
         return self._forward(own, [uploads[p] for p in sorted(uploads)])
 
 
+class SplitNNFamilyClient(ClientAlgorithm):
+    """A passive party's half in the family: a bottom model trained from the server's answers."""
+
+    checkpointed: tuple[str, ...] = ("bottom", "optimizer", "delay._rng")
+
+    def __init__(self, ctx: PassiveContext) -> None:
+        super().__init__(ctx)
+        job, width = ctx.job, ctx.features.shape[1]
+        factory = ctx.model_factory or (lambda n_in, n_out: mlp(n_in, job.bottom_hidden, n_out))
+        self.bottom = build_seeded(
+            lambda: factory(width, job.embedding_dim), model_seed(job.seed, ctx.party, "bottom")
+        ).to(ctx.device)
+        self.optimizer = job_optimizer(job, self.bottom.parameters())
+        self.delay = Delay(job, ctx.party)  # the thesis's delay scenarios, if the job asks for one
+
+    def eval(self) -> None:
+        self.bottom.eval()
+
+    def represent(self, features: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.bottom(features)
+        return out
+
+
 __all__ = [
     "OWN_BOTTOM",
     "Answer",
     "Round",
+    "SplitNNFamilyClient",
     "SplitNNFamilyServer",
     "gradient_answer",
     "own_bottom",
