@@ -53,6 +53,7 @@ from bench.jobs import run_federated, write_configs
 from bench.machine import measured
 from bench.overhead import FEATURES_PER_PARTY, JOB, ROWS, TOP_HIDDEN, TORCH_THREADS
 from bench.wan_reference import curve
+from vflalgorithms.splitnn.overlap import overlap_options
 from vflcore.job import JobSpec
 from vflcore.runtime.daemon import prepare_compute
 from vfltesting.datasets import write_synthetic_split
@@ -94,7 +95,7 @@ class Config:
 
     @property
     def label(self) -> str:
-        parts, depth = self.options.get("micro_batches", 1), self.options.get("pipeline_depth", 0)
+        parts, depth = overlap_options(self.options)
         return self.algorithm + (f" {parts} parts" if parts > 1 else "") + (f" stale {depth}" if depth else "")
 
 

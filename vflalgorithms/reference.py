@@ -1,4 +1,4 @@
-"""What every in-process reference shares: the plaintext alignment and the ``from_tables`` constructor.
+"""What every in-process reference shares: the plaintext alignment, the constructor's opening and ``from_tables``.
 
 Each algorithm's ``reference.py`` trains its models in one process, with no federation in the
 way: the yardstick its federated run is compared with, step by step.
@@ -15,13 +15,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Self
+from typing import Any, Self
 
 import numpy as np
 import torch
 
+from vflalgorithms.base import algorithm_options
 from vflcore.data.tables import PartyTable, select_rows
 from vflcore.job import ACTIVE_PARTY, JobSpec
+from vflcore.ml.losses import label_tensor, task_loss
 
 __all__ = ["FromTables", "aligned_tables"]
 
@@ -50,8 +52,14 @@ def aligned_tables(
 
 
 class FromTables:
-    """``from_tables`` for an in-process reference whose constructor takes (job, features, labels, top_hidden)."""
+    """An in-process reference: the opening every constructor shares, and ``from_tables``.
 
+    A subclass names the ``algorithms`` it trains, calls this constructor first and then builds
+    its models; ``from_tables`` builds it from each party's table.
+    """
+
+    #: The ``[job] algorithm`` values this class trains.
+    algorithms: tuple[str, ...] = ()
     #: The aligned IDs, row by row, when built by ``from_tables``.
     ids: np.ndarray | None = None
 
@@ -61,10 +69,37 @@ class FromTables:
         features: Mapping[int, torch.Tensor],
         labels: torch.Tensor,
         *,
-        top_hidden: Sequence[int],
+        top_hidden: Sequence[int] = (64,),
         top_dropout: float = 0.0,
     ) -> None:
-        raise NotImplementedError  # each reference defines its own
+        """Check the job against ``features`` (party id to its aligned float32 rows; party 1, the active party,
+        may have 0 columns) and keep what every reference reads: the job, its schedule, options, labels and loss.
+
+        ``top_hidden`` and ``top_dropout`` are the active party's top model's, kept for the subclass to build.
+        """
+        if job.algorithm not in self.algorithms:
+            raise ValueError(
+                f"{type(self).__name__} trains {' or '.join(self.algorithms)}, not {job.algorithm!r}; "
+                "use algorithm_spec(job.algorithm).reference_class()"
+            )
+        if job.num_rows < 1:
+            raise ValueError("job.num_rows must be set to the number of aligned rows")
+        expected = {ACTIVE_PARTY, *job.passive_parties}
+        if set(features) != expected:
+            raise ValueError(f"features are for parties {sorted(features)}, the job has {sorted(expected)}")
+        if any(len(x) != job.num_rows for x in features.values()):
+            raise ValueError(f"every party's features must have job.num_rows = {job.num_rows} rows")
+        self.job = job
+        self.schedule = job.schedule()
+        #: The job's algorithm options, completed with their defaults.
+        self.options: dict[str, Any] = algorithm_options(job.algorithm, job.algorithm_options)
+        self.features = dict(features)
+        self.labels, self.num_outputs = label_tensor(job.task, labels)
+        self.loss_fn = task_loss(job.task)
+        self.passive = sorted(job.passive_parties)
+        self.top_hidden, self.top_dropout = tuple(top_hidden), top_dropout
+        #: The training loss of every step, in order (what the server records).
+        self.step_losses: list[float] = []
 
     @classmethod
     def from_tables(

@@ -26,13 +26,18 @@ import torch.nn.functional as F
 from torch import nn
 
 from vflalgorithms.adptvfedconv import maths as conv
+from vflalgorithms.reference import FromTables
 from vflcore.job import ACTIVE_PARTY, JobSpec, epoch_mean, model_seed
-from vflcore.ml.losses import label_tensor, task_loss
 from vflcore.ml.models import build_seeded, job_optimizer, seed_dropout
 
 
-class ReferenceAdptVFedConv:
-    """Every party's extractor, every passive party's decoder, W_clst and W_s, trained phase by phase."""
+class ReferenceAdptVFedConv(FromTables):
+    """Every party's extractor, every passive party's decoder, W_clst and W_s, trained phase by phase.
+
+    ``step_losses`` holds W_s's loss at every step of phase 3, in order (what the server records).
+    """
+
+    algorithms = (conv.NAME,)
 
     def __init__(
         self,
@@ -45,10 +50,7 @@ class ReferenceAdptVFedConv:
         model_transfer: bool = True,
     ) -> None:
         """``pieces`` maps party id to its aligned rows, one flattened piece per row (``Geometry.piece_features``)."""
-        if job.algorithm != conv.NAME:
-            raise ValueError(f"ReferenceAdptVFedConv runs {conv.NAME}, not {job.algorithm!r}")
-        self.job = job
-        self.schedule = job.schedule()
+        super().__init__(job, pieces, labels, top_hidden=top_hidden, top_dropout=top_dropout)
         self.geometry = geo = conv.geometry(job)
         if set(pieces) != set(geo.positions):
             raise ValueError(f"pieces are for parties {sorted(pieces)}, the job has {sorted(geo.positions)}")
@@ -58,11 +60,9 @@ class ReferenceAdptVFedConv:
                     f"party {party}'s pieces are {tuple(rows.shape)}, expected ({job.num_rows}, {geo.piece_features})"
                 )
         self.pieces = {p: rows.reshape(len(rows), geo.channels, *geo.piece) for p, rows in pieces.items()}
-        self.labels, outputs = label_tensor(job.task, labels)
-        self.loss_fn = task_loss(job.task)
-        self.passive = sorted(job.passive_parties)
+        outputs = self.num_outputs
         self.model_transfer = model_transfer
-        options = conv.options_of(job)
+        options = self.options
         self.pretrain_epochs = int(options["pretrain_epochs"])
         self.finetune_epochs = int(options["finetune_epochs"])
         self.encoder_lr, self.decoder_lr = float(options["encoder_lr"]), float(options["decoder_lr"])
@@ -88,8 +88,6 @@ class ReferenceAdptVFedConv:
         #: Mean loss per epoch of phase 1 (cross-entropy) and of each party's autoencoder (MSE).
         self.pretrain_losses: list[float] = []
         self.autoencoder_losses: dict[int, list[float]] = {p: [] for p in self.passive}
-        #: W_s's loss at every step of phase 3, in order (what the server records).
-        self.step_losses: list[float] = []
         seed_dropout(job)  # dropout masks drawn as the server draws them
 
     def train_epoch(self, epoch: int) -> float:

@@ -15,15 +15,15 @@ import numpy as np
 import torch
 
 from vflalgorithms.apfed import maths as apfed
-from vflalgorithms.base import algorithm_options
 from vflalgorithms.reference import FromTables
 from vflcore.job import ACTIVE_PARTY, JobSpec, epoch_mean
-from vflcore.ml.losses import label_tensor, task_loss
 from vflcore.ml.models import job_optimizer, seed_dropout
 
 
 class ReferenceAPFed(FromTables):
     """The active party's f_A and g_T, and every passive party's own network, trained together."""
+
+    algorithms = (apfed.APFED_R, apfed.APFED_C)
 
     def __init__(
         self,
@@ -35,26 +35,15 @@ class ReferenceAPFed(FromTables):
         top_dropout: float = 0.0,
     ) -> None:
         """``features`` maps party id to its aligned float32 rows (party 1 is the active party)."""
-        if job.algorithm not in (apfed.APFED_R, apfed.APFED_C):
-            raise ValueError(f"ReferenceAPFed runs apfed_r or apfed_c, not {job.algorithm!r}")
-        if job.num_rows < 1:
-            raise ValueError("job.num_rows must be set to the number of aligned rows")
-        self.job = job
-        self.schedule = job.schedule()
-        self.features = dict(features)
-        self.labels, outputs = label_tensor(job.task, labels)
-        self.loss_fn = task_loss(job.task)
-        self.passive = sorted(job.passive_parties)
-        options = algorithm_options(job.algorithm, job.algorithm_options)
-        self.weights = {p: apfed.passive_weight(options, p) for p in self.passive}
+        super().__init__(job, features, labels, top_hidden=top_hidden, top_dropout=top_dropout)
+        self.weights = {p: apfed.passive_weight(self.options, p) for p in self.passive}
         self.encoder = apfed.active_encoder(job, self.features[ACTIVE_PARTY].shape[1])
-        self.classifier = apfed.active_classifier(job, top_hidden, outputs, dropout=top_dropout)
+        self.classifier = apfed.active_classifier(job, top_hidden, self.num_outputs, dropout=top_dropout)
         params = [*self.encoder.parameters(), *self.classifier.parameters()]
         self.optimizer = job_optimizer(job, params)
         self.models = {p: apfed.passive_model(job, p, self.features[p].shape[1]) for p in self.passive}
         self.passive_optimizers = {p: job_optimizer(job, m.parameters()) for p, m in self.models.items()}
-        #: L_A of every step, in order (what the server records), and each party's L_p.
-        self.step_losses: list[float] = []
+        #: Each passive party's L_p at every step (``step_losses`` holds L_A, what the server records).
         self.passive_losses: dict[int, list[float]] = {p: [] for p in self.passive}
         seed_dropout(job)  # dropout masks drawn as the server draws them
 

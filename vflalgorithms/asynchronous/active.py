@@ -34,13 +34,19 @@ from vflcore.work_items import TrainEpoch
 
 
 class AsyncServer(SplitNNServer):
-    """SplitNN's models, trained on each party's uploads as they arrive."""
+    """SplitNN's models and round, trained on each party's uploads as they arrive.
+
+    Its forward exchange is its own epoch loop (``train_epoch``): one round per upload, with the
+    other parties' cached embeddings, and the answer sent to the sender only.
+    """
 
     name = "async"
     #: The cached embeddings and the warm-up flag: a resumed job neither warms up again nor forgets.
     checkpointed: tuple[str, ...] = (*SplitNNServer.checkpointed, "cache", "_warm", "arrivals")
     #: At the batch counts where a checkpoint is due, every party has done the same batches.
     resumes_mid_epoch = True
+    #: One step per upload, in arrival order: batches cross whole (no ``micro_batches`` option).
+    splits_batches = False
 
     def __init__(self, ctx: ActiveContext) -> None:
         super().__init__(ctx)
@@ -68,9 +74,7 @@ class AsyncServer(SplitNNServer):
             for party, warmup in fed.gather(WARMUP_EMBEDDING, epoch, 0).items():
                 self.cache[party][torch.from_numpy(train_rows)] = ctx.tensor(warmup)
             self._warm = True
-        self.top.train()
-        if self.bottom is not None:
-            self.bottom.train()
+        self._train_mode()
         done = dict.fromkeys(parties, first_batch)
         held: dict[int, tuple[int, np.ndarray]] = {}
         for _ in range(len(parties) * (len(batches) - first_batch)):

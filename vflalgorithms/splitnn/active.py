@@ -2,73 +2,51 @@
 
 Per step: wait for every passive party's h^k of the batch, concatenate them with the active
 party's own h^1 (if it has features), run the top model and the loss, and return ∂L/∂h^k to
-each party.
+each party. The step is the SplitNN family's (``vflalgorithms.splitnn.family``); this module
+fills in its hooks, and FedBCD and async build on it.
 
 The step is ordered so that the passive parties wait as little as possible, without changing
 a single number: the active party's own forward pass runs while it waits for theirs; their
 gradients are published as soon as the top model's backward pass produces them, before the
-active party back-propagates into its own bottom model and steps its optimizer.
+active party back-propagates into its own bottom model and steps its optimizer. With
+``[algorithm] micro_batches`` (``vflalgorithms.splitnn.overlap``) each part of the batch is
+answered as soon as it arrives.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import cast
 
 import numpy as np
 import torch
 from torch import nn
 
-from vflalgorithms.base import ActiveContext, Publish, ServerAlgorithm, job_options
+from vflalgorithms.base import ActiveContext
 from vflalgorithms.factories import PROBE_ROWS, ModelSlot
+from vflalgorithms.splitnn.family import (
+    OWN_BOTTOM,
+    Answer,
+    Round,
+    SplitNNFamilyServer,
+    gradient_answer,
+    own_bottom,
+    own_bottom_slot,
+)
 from vflalgorithms.splitnn.overlap import MicroBatches
 from vflcore.job import ACTIVE_PARTY, JobSpec, model_seed
-from vflcore.ml.losses import task_loss
 from vflcore.ml.models import job_optimizer, mlp
-from vflcore.runtime.logs import progress
 from vflcore.wire.names import EMBEDDING, GRADIENT
-from vflcore.wire.tensors import TensorKey
-from vflcore.work_items import TrainEpoch
 
-OWN_BOTTOM, TOP = "own_bottom_factory", "top_factory"
+TOP = "top_factory"
 
 
-def own_bottom(ctx: ActiveContext) -> nn.Module | None:
-    """The active party's own bottom model f_1 (``[model] own_bottom_factory``, else an MLP); None without features."""
-    job, own = ctx.job, ctx.features.shape[1]
-    if not own:
-        return None
-    return ctx.model(
-        OWN_BOTTOM,
-        lambda n_in, n_out: mlp(n_in, job.bottom_hidden, n_out),
-        (own, job.embedding_dim),
-        model_seed(job.seed, ACTIVE_PARTY, "bottom"),
-    )
-
-
-def own_bottom_slot(job: JobSpec, own_features: int) -> dict[str, ModelSlot]:
-    """``own_bottom_factory(num_features, embedding_dim)``: features in, the party's embedding out."""
-    if not own_features:
-        return {}
-    return {
-        OWN_BOTTOM: ModelSlot(
-            "the own bottom model",
-            (own_features, job.embedding_dim),
-            (PROBE_ROWS, own_features),
-            (PROBE_ROWS, job.embedding_dim),
-        )
-    }
-
-
-class SplitNNServer(ServerAlgorithm):
+class SplitNNServer(SplitNNFamilyServer):
     """Top model over the concatenated representations of every party."""
 
     name = "splitnn"
-    #: Updates per communication round; FedBCD sets its Q here.
-    local_steps = 1
-    #: Parts per batch on the wire (``[algorithm] micro_batches``, ``vflalgorithms.splitnn.overlap``).
-    micro_batches = 1
+    #: The round's update sums its rows' losses, so a batch may arrive in parts (``_exchange``).
+    splits_batches = True
     #: Its own bottom model is None when the active party has no features.
     checkpointed: tuple[str, ...] = ("step_losses", "top", "bottom", "optimizer")
 
@@ -84,139 +62,101 @@ class SplitNNServer(ServerAlgorithm):
     def __init__(self, ctx: ActiveContext) -> None:
         super().__init__(ctx)
         job = ctx.job
-        self.bottom = own_bottom(ctx)
         parts = len(job.passive_parties) + (1 if self.bottom is not None else 0)
-        self.top = self._build_top(parts)
-        params = list(self.top.parameters()) + (list(self.bottom.parameters()) if self.bottom is not None else [])
-        self.optimizer = job_optimizer(job, params)
-        self.loss_fn = task_loss(job.task)
-        self.micro_batches = int(job_options(job).get("micro_batches", 1))
-
-    def _build_top(self, parts: int) -> nn.Module:
-        """The model over ``parts`` embeddings (``[model] top_factory``, else an MLP on their concatenation)."""
-        ctx = self.ctx
-        return ctx.model(
+        self.top = ctx.model(
             TOP,
             lambda n_in, n_out: mlp(n_in, ctx.top_hidden, n_out, dropout=ctx.top_dropout),
-            (ctx.job.embedding_dim * parts, ctx.num_outputs),
-            model_seed(ctx.job.seed, ACTIVE_PARTY, "top"),
+            (job.embedding_dim * parts, ctx.num_outputs),
+            model_seed(job.seed, ACTIVE_PARTY, "top"),
         )
+        # One optimizer for the top and the own bottom model: they step together, once per round.
+        params = list(self.top.parameters()) + (list(self.bottom.parameters()) if self.bottom is not None else [])
+        self.optimizer = job_optimizer(job, params)
 
-    def _own(self, rows: np.ndarray) -> list[torch.Tensor]:
-        """The active party's own representation h^1 of ``rows``, if it has features."""
-        return [] if self.bottom is None else [self.bottom(self.ctx.features[rows])]
-
-    @staticmethod
-    def _cut(own: list[torch.Tensor]) -> list[torch.Tensor]:
-        """h^1 as a leaf, so the top model's backward pass stops there (see ``train_epoch``)."""
-        return [h.detach().requires_grad_(True) for h in own]
+    def _models(self) -> list[nn.Module]:
+        return [self.top, *super()._models()]
 
     def _forward(self, own: list[torch.Tensor], passive: list[torch.Tensor]) -> torch.Tensor:
         output: torch.Tensor = self.top(torch.cat(own + passive, dim=1))
         return output
 
-    resumes_mid_epoch = True
+    def _server_update(self, own: list[torch.Tensor], passive: list[torch.Tensor], rows: np.ndarray) -> Round:
+        """The top model's backward pass on the whole batch: its loss, ∂L/∂h^k for each party and ∂L/∂h^1.
 
-    def train_epoch(self, epoch: int, first_batch: int = 0) -> float:
-        ctx, fed = self.ctx, self.ctx.parties
-        batches = ctx.schedule.batches(epoch)
-        parts = MicroBatches(batches, self.micro_batches)
-        for b in range(first_batch, len(batches)):
-            for i, (start, stop) in enumerate(parts.bounds(b)):
-                fed.expect(EMBEDDING, epoch, parts.wire(b, i), (stop - start, self.upload_width))
-        fed.dispatch(lambda tid: TrainEpoch(tid, epoch, first_batch))
-        self.top.train()
-        if self.bottom is not None:
-            self.bottom.train()
-        steps = range(first_batch, len(batches))
-        for b in progress(steps, total=len(steps), desc=f"epoch {epoch + 1}"):
-            rows = batches[b]
-            own = self._own(rows)  # computed while the passive parties compute theirs
-            if self.micro_batches > 1:  # SplitNN and FedBCD only; the VIM family overrides _round
-                value = self._pipelined_round(epoch, b, parts, own, rows)
-            else:
-                uploads = fed.gather(EMBEDDING, epoch, b)
-                parties = sorted(uploads)
-                passive = [ctx.tensor(uploads[p]) for p in parties]
-                value = self._round(own, passive, rows, publish=functools.partial(self._publish, epoch, b, parties))
-            self.record_step(value)
-            ctx.after_step(epoch, b + 1, len(batches))
-        return self.epoch_loss(batches)
-
-    def _publish(self, epoch: int, batch: int, parties: list[int], answers: list[dict[str, torch.Tensor]]) -> None:
-        """Leave each party its answer for the batch (or a part's wire index): named tensors, in ``parties`` order."""
-        for party, answer in zip(parties, answers, strict=True):
-            for name, tensor in answer.items():
-                key = TensorKey(self.ctx.job.job_id, epoch, batch, name)
-                self.ctx.parties.publish(party, key, tensor.detach().cpu().numpy())
-
-    def _round(self, own: list[torch.Tensor], passive: list[torch.Tensor], rows: np.ndarray, publish: Publish) -> float:
-        """One communication round on the received ``passive`` embeddings; returns its loss.
-
-        ``local_steps`` updates (FedBCD's Q) reuse the same passive embeddings; only the first
-        computes ∂L/∂h^k for the passive parties, and ``own`` is recomputed with the current
-        weights from the second on. With one step this is SplitNN.
-        """
-        whole = [(0, len(rows))]
-        value = self._first_update(own, rows, whole, lambda part: passive, lambda part, grads: publish(grads))
-        self._local_updates(passive, rows)
-        return value
-
-    def _pipelined_round(
-        self, epoch: int, batch: int, parts: MicroBatches, own: list[torch.Tensor], rows: np.ndarray
-    ) -> float:
-        """``_round`` with the batch in parts (``vflalgorithms.splitnn.overlap``): each part answered as it arrives."""
-        ctx, received = self.ctx, list[list[torch.Tensor]]()
-
-        def arrivals(part: int) -> list[torch.Tensor]:
-            uploads = ctx.parties.gather(EMBEDDING, epoch, parts.wire(batch, part))
-            received.append([ctx.tensor(uploads[p]) for p in sorted(uploads)])
-            return received[-1]
-
-        def publish(part: int, grads: list[dict[str, torch.Tensor]]) -> None:
-            self._publish(epoch, parts.wire(batch, part), sorted(ctx.job.passive_parties), grads)
-
-        value = self._first_update(own, rows, parts.bounds(batch), arrivals, publish)
-        if self.local_steps > 1:  # FedBCD: the further updates take the batch whole
-            self._local_updates([torch.cat(hs) for hs in zip(*received, strict=True)], rows)
-        return value
-
-    def _first_update(
-        self,
-        own: list[torch.Tensor],
-        rows: np.ndarray,
-        bounds: list[tuple[int, int]],
-        arrivals: Callable[[int], list[torch.Tensor]],
-        publish: Callable[[int, list[dict[str, torch.Tensor]]], None],
-    ) -> float:
-        """The round's first update, part by part; returns its loss (the parts' sum).
-
-        Each part's passive embeddings (in party order) come from ``arrivals(part)``, and their
-        gradients go to ``publish(part, ...)`` as soon as the top model's backward pass has them,
-        before the next part is awaited. With several parts each part's loss is scaled by its
-        share of the rows, so the parameter gradients summed over the parts are the whole
-        batch's; the own bottom model and the optimizer step once, after the last part. With one
-        part this is the plain SplitNN update.
+        The optimizer steps in ``_local_updates``, once h^1's gradient has reached the own bottom model.
         """
         self.optimizer.zero_grad()
         own_leaf = self._cut(own)
+        part = self._top_backward(own_leaf, passive, rows, [(0, len(rows))], 0)
+        return replace(part, own=self._own_answer(own_leaf))
+
+    def _exchange(
+        self, epoch: int, batch: int, parts: MicroBatches, own: list[torch.Tensor], rows: np.ndarray
+    ) -> float:
+        """The batch whole, or in parts (``vflalgorithms.splitnn.overlap``): each part answered as it arrives.
+
+        In parts, the server update is the top model's backward pass part by part, each part's
+        gradients published before the next part is awaited; the local updates follow once, after
+        the last part, and FedBCD's further ones take the batch whole.
+        """
+        bounds = parts.bounds(batch)
+        if len(bounds) == 1:
+            return super()._exchange(epoch, batch, parts, own, rows)
+        ctx, parties = self.ctx, sorted(self.ctx.job.passive_parties)
+        self.optimizer.zero_grad()
+        own_leaf = self._cut(own)
+        received: list[list[torch.Tensor]] = []
         total = 0.0
-        for part, (start, stop) in enumerate(bounds):
-            leaves = [h.requires_grad_(True) for h in arrivals(part)]
-            share = own_leaf if len(bounds) == 1 else [h[start:stop] for h in own_leaf]
-            loss = self.loss_fn(self._forward(share, leaves), self.ctx.labels[rows[start:stop]])
-            if len(bounds) > 1:
-                loss = loss * ((stop - start) / len(rows))
-            loss.backward()  # the top model only: it ends at h^1 and every h^k
-            publish(part, [{GRADIENT: cast(torch.Tensor, h.grad)} for h in leaves])
-            total += loss.item()
-        if own:  # now the active party's own bottom model, from h^1's gradient
-            torch.autograd.backward(own, [cast(torch.Tensor, leaf.grad) for leaf in own_leaf])
-        self.optimizer.step()
+        for part in range(len(bounds)):
+            wire = parts.wire(batch, part)
+            uploads = ctx.parties.gather(EMBEDDING, epoch, wire)
+            received.append([ctx.tensor(uploads[p]) for p in sorted(uploads)])
+            result = self._top_backward(own_leaf, received[-1], rows, bounds, part)
+            self._publish(epoch, wire, parties, self._answers(result))
+            total += result.loss
+        passive = [torch.cat(hs) for hs in zip(*received, strict=True)]
+        self._local_updates(own, self._own_answer(own_leaf), passive, rows)
         return total
 
-    def _local_updates(self, passive: list[torch.Tensor], rows: np.ndarray) -> None:
-        """FedBCD's further Q - 1 updates on the round's ``passive`` embeddings, with h^1 recomputed."""
+    def _top_backward(
+        self,
+        own_leaf: list[torch.Tensor],
+        passive: list[torch.Tensor],
+        rows: np.ndarray,
+        bounds: list[tuple[int, int]],
+        part: int,
+    ) -> Round:
+        """The top model's backward pass on one part of the batch: its loss, and ∂L/∂h^k for each party.
+
+        With several parts each part's loss is scaled by its share of the rows, so the parameter
+        gradients summed over the parts are the whole batch's; with one part this is the plain
+        SplitNN update.
+        """
+        start, stop = bounds[part]
+        leaves = [h.requires_grad_(True) for h in passive]
+        share = own_leaf if len(bounds) == 1 else [h[start:stop] for h in own_leaf]
+        loss = self.loss_fn(self._forward(share, leaves), self.ctx.labels[rows[start:stop]])
+        if len(bounds) > 1:
+            loss = loss * ((stop - start) / len(rows))
+        loss.backward()  # the top model only: it ends at h^1 and every h^k
+        return Round(loss.item(), gradient_answer(leaves))
+
+    @staticmethod
+    def _own_answer(own_leaf: list[torch.Tensor]) -> Answer | None:
+        """∂L/∂h^1, once every part's backward pass has reached it; None without own features."""
+        return gradient_answer(own_leaf)[0] if own_leaf else None
+
+    def _local_updates(
+        self, own: list[torch.Tensor], answer: Answer | None, passive: list[torch.Tensor], rows: np.ndarray
+    ) -> None:
+        """h^1's gradient into the own bottom model, the round's one optimizer step, then FedBCD's further Q - 1.
+
+        The further updates reuse the round's ``passive`` embeddings, with h^1 recomputed from the
+        current weights. With one local step this is SplitNN.
+        """
+        if own and answer is not None:
+            torch.autograd.backward(own, [answer[GRADIENT]])
+        self.optimizer.step()
         for _ in range(1, self.local_steps):
             self.optimizer.zero_grad()
             own = self._own(rows)
@@ -227,11 +167,5 @@ class SplitNNServer(ServerAlgorithm):
                 torch.autograd.backward(own, [cast(torch.Tensor, leaf.grad) for leaf in own_leaf])
             self.optimizer.step()
 
-    def eval(self) -> None:
-        self.top.eval()
-        if self.bottom is not None:
-            self.bottom.eval()
 
-    def infer(self, features: torch.Tensor, uploads: Mapping[int, torch.Tensor]) -> torch.Tensor:
-        own = [] if self.bottom is None else [self.bottom(features)]
-        return self._forward(own, [uploads[p] for p in sorted(uploads)])
+__all__ = ["OWN_BOTTOM", "TOP", "SplitNNServer", "own_bottom", "own_bottom_slot"]

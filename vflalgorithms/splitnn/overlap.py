@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from itertools import accumulate, pairwise
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -44,6 +44,23 @@ from vflcore.errors import ConfigError
 
 #: ``[algorithm] micro_batches``: parts per batch (1: whole); ``pipeline_depth``: batches sent ahead (0: none).
 OVERLAP_DEFAULTS: Mapping[str, Any] = {"micro_batches": 1, "pipeline_depth": 0}
+
+
+class Overlap(NamedTuple):
+    """A job's overlap options, as the halves read them."""
+
+    micro_batches: int
+    pipeline_depth: int
+
+
+def overlap_options(options: Mapping[str, Any]) -> Overlap:
+    """``micro_batches`` and ``pipeline_depth`` from a job's algorithm options, else ``OVERLAP_DEFAULTS``.
+
+    The one place their defaults are read: an algorithm without these options (async, the VIM
+    family) takes whole batches and no staleness.
+    """
+    given = {**OVERLAP_DEFAULTS, **{name: options[name] for name in OVERLAP_DEFAULTS if name in options}}
+    return Overlap(int(given["micro_batches"]), int(given["pipeline_depth"]))
 
 
 def check_overlap(options: Mapping[str, Any]) -> None:
@@ -82,4 +99,4 @@ class MicroBatches:
         return self._first[batch] + part
 
 
-__all__ = ["OVERLAP_DEFAULTS", "MicroBatches", "check_overlap", "part_bounds"]
+__all__ = ["OVERLAP_DEFAULTS", "MicroBatches", "Overlap", "check_overlap", "overlap_options", "part_bounds"]

@@ -10,39 +10,26 @@ import collections
 
 import torch
 
-from vflalgorithms.base import ClientAlgorithm, PassiveContext, job_options
-from vflalgorithms.delays import Delay
-from vflalgorithms.splitnn.overlap import MicroBatches
-from vflcore.job import model_seed
-from vflcore.ml.models import build_seeded, job_optimizer, mlp
+from vflalgorithms.base import PassiveContext, job_options
+from vflalgorithms.splitnn.family import SplitNNFamilyClient
+from vflalgorithms.splitnn.overlap import MicroBatches, overlap_options
 from vflcore.wire.links import TensorExchange
 from vflcore.wire.names import EMBEDDING, GRADIENT
 from vflcore.wire.tensors import check_shape
 
 
-class SplitNNClient(ClientAlgorithm):
+class SplitNNClient(SplitNNFamilyClient):
     """A bottom model trained by the gradients the active party returns."""
 
     name = "splitnn"
     #: Updates per gradient received; FedBCD sets its Q here.
     local_steps = 1
-    #: Parts per batch on the wire, and batches sent ahead of the gradient awaited (staleness, opt-in):
-    #: ``[algorithm] micro_batches`` and ``pipeline_depth`` (``vflalgorithms.splitnn.overlap``).
-    micro_batches, pipeline_depth = 1, 0
-    checkpointed: tuple[str, ...] = ("bottom", "optimizer", "delay._rng")
 
     def __init__(self, ctx: PassiveContext) -> None:
         super().__init__(ctx)
-        job, width = ctx.job, ctx.features.shape[1]
-        factory = ctx.model_factory or (lambda n_in, n_out: mlp(n_in, job.bottom_hidden, n_out))
-        self.bottom = build_seeded(
-            lambda: factory(width, job.embedding_dim), model_seed(job.seed, ctx.party, "bottom")
-        ).to(ctx.device)
-        self.optimizer = job_optimizer(job, self.bottom.parameters())
-        self.delay = Delay(job, ctx.party)  # the thesis's delay scenarios, if the job asks for one
-        options = job_options(job)  # async has neither overlap option
-        self.micro_batches = int(options.get("micro_batches", 1))
-        self.pipeline_depth = int(options.get("pipeline_depth", 0))
+        #: Parts per batch on the wire, and batches sent ahead of the gradient awaited (staleness, opt-in):
+        #: ``[algorithm] micro_batches`` and ``pipeline_depth`` (``vflalgorithms.splitnn.overlap``; async has neither).
+        self.micro_batches, self.pipeline_depth = overlap_options(job_options(ctx.job))
 
     def train_epoch(self, epoch: int, first_batch: int = 0) -> None:
         ctx = self.ctx
@@ -96,10 +83,3 @@ class SplitNNClient(ClientAlgorithm):
             self.optimizer.zero_grad()
             torch.autograd.backward(fresh, gradient)
             self.optimizer.step()
-
-    def eval(self) -> None:
-        self.bottom.eval()
-
-    def represent(self, features: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = self.bottom(features)
-        return out

@@ -17,7 +17,8 @@ from typing import cast
 import numpy as np
 import torch
 
-from vflalgorithms.base import ActiveContext, Publish, job_options
+from vflalgorithms.base import ActiveContext, job_options
+from vflalgorithms.splitnn.family import Answer, Round
 from vflalgorithms.vimadmm.maths import consensus_loss, dual_update, residuals, solve_z
 from vflalgorithms.vimadmm.spec import ADMM_DUAL, ADMM_HEAD, ADMM_RESIDUAL
 from vflalgorithms.vimsgd.active import VIMSGDServer
@@ -36,7 +37,11 @@ class VIMADMMServer(VIMSGDServer):
         self.local_steps = int(job_options(ctx.job)["local_steps"])
         self.duals = torch.zeros(ctx.job.num_rows, ctx.num_outputs, device=ctx.device)
 
-    def _round(self, own: list[torch.Tensor], passive: list[torch.Tensor], rows: np.ndarray, publish: Publish) -> float:
+    def _server_update(self, own: list[torch.Tensor], passive: list[torch.Tensor], rows: np.ndarray) -> Round:
+        """Steps 2-5: z, the duals, one step for every head, and each party's residual under the updated heads.
+
+        Each party's answer is λ_B, its residual s^k_B and its head W_k (the active party's too).
+        """
         labels, heads = self.ctx.labels[rows], cast(LinearHeads, self.top)
         embeddings = [h.detach() for h in own + passive]
         with torch.no_grad():
@@ -52,17 +57,19 @@ class VIMADMMServer(VIMSGDServer):
             contributions = [head(h) for head, h in zip(heads.heads, embeddings, strict=True)]
         slack = residuals(contributions, z)
         weights = [head.weight.detach().clone() for head in heads.linears()]
+        answers = [{ADMM_DUAL: duals, ADMM_RESIDUAL: s, ADMM_HEAD: w} for s, w in zip(slack, weights, strict=True)]
         mine = len(own)
-        publish(
-            [
-                {ADMM_DUAL: duals, ADMM_RESIDUAL: s, ADMM_HEAD: w}
-                for s, w in zip(slack[mine:], weights[mine:], strict=True)
-            ]
-        )
-        if own and self.bottom_optimizer is not None:  # (6) Eq. 10 for the active party's own bottom
-            for step in range(self.local_steps):
-                h = own[0] if step == 0 else self._own(rows)[0]
-                self.bottom_optimizer.zero_grad()
-                torch.autograd.backward(consensus_loss(h @ weights[0].T, duals, slack[0], self.rho))
-                self.bottom_optimizer.step()
-        return float(loss.item())
+        return Round(float(loss.item()), answers[mine:], answers[0] if mine else None)
+
+    def _local_updates(
+        self, own: list[torch.Tensor], answer: Answer | None, passive: list[torch.Tensor], rows: np.ndarray
+    ) -> None:
+        """(6) Eq. 10 for the active party's own bottom model: τ steps on its own answer, as a client would."""
+        if not own or answer is None or self.bottom_optimizer is None:
+            return
+        for step in range(self.local_steps):
+            h = own[0] if step == 0 else self._own(rows)[0]
+            self.bottom_optimizer.zero_grad()
+            outputs = h @ answer[ADMM_HEAD].T
+            torch.autograd.backward(consensus_loss(outputs, answer[ADMM_DUAL], answer[ADMM_RESIDUAL], self.rho))
+            self.bottom_optimizer.step()

@@ -12,14 +12,14 @@ import numpy as np
 import torch
 
 from vflalgorithms.base import PassiveContext, job_options
-from vflalgorithms.splitnn.passive import SplitNNClient
+from vflalgorithms.splitnn.family import SplitNNFamilyClient
 from vflalgorithms.vimadmm.maths import consensus_loss
 from vflalgorithms.vimadmm.spec import ADMM_DUAL, ADMM_HEAD, ADMM_RESIDUAL
 from vflcore.wire.names import EMBEDDING
 from vflcore.wire.tensors import check_shape
 
 
-class VIMADMMClient(SplitNNClient):
+class VIMADMMClient(SplitNNFamilyClient):
     """A bottom model trained by τ local steps on each round's ADMM state."""
 
     name = "vimadmm"

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 import numpy as np
 import torch
 
 from vflalgorithms.vimadmm import maths as admm
 from vflalgorithms.vimsgd.reference import ReferenceVIMSGD
-from vflcore.ml.models import LinearHeads
+from vflcore.job import JobSpec
 
 
 class ReferenceVIMADMM(ReferenceVIMSGD):
@@ -15,10 +17,22 @@ class ReferenceVIMADMM(ReferenceVIMSGD):
 
     algorithms = ("vimadmm",)
 
-    def _train_round(self, rows: np.ndarray) -> float:
-        return self._admm_round(rows)
+    def __init__(
+        self,
+        job: JobSpec,
+        features: Mapping[int, torch.Tensor],
+        labels: torch.Tensor,
+        *,
+        top_hidden: Sequence[int] = (64,),
+        top_dropout: float = 0.0,
+    ) -> None:
+        super().__init__(job, features, labels, top_hidden=top_hidden, top_dropout=top_dropout)
+        self.rho = float(self.options["rho"])
+        self.local_steps = int(self.options["local_steps"])
+        #: λ of every aligned row, as the server keeps them across epochs.
+        self.duals = torch.zeros(job.num_rows, self.num_outputs)
 
-    def _admm_round(self, rows: np.ndarray) -> float:
+    def _train_round(self, rows: np.ndarray) -> float:
         """VIMADMM (004 §3.2, Eq. 6-10): z, λ and one head step here, then τ local steps per party."""
         parties = sorted(self.bottoms)  # the active party first, as the server orders the heads
         embeddings = [self.bottoms[p](self.features[p][rows]) for p in parties]
@@ -30,11 +44,10 @@ class ReferenceVIMADMM(ReferenceVIMSGD):
         z = admm.solve_z(self.job.task, outputs, labels, self.duals[rows], self.rho)
         duals = admm.dual_update(self.duals[rows], outputs, z, self.rho)
         self.duals[rows] = duals
-        heads = self.optimizers[0]
+        heads = self.heads_optimizer
         heads.zero_grad()
         torch.autograd.backward(admm.consensus_loss(self.top(cut), duals, z, self.rho))
         heads.step()
-        assert isinstance(self.top, LinearHeads)
         with torch.no_grad():
             contributions = [head(h) for head, h in zip(self.top.linears(), cut, strict=True)]
         slack = admm.residuals(contributions, z)

@@ -17,41 +17,29 @@ import numpy as np
 import torch
 from torch import nn
 
-from vflalgorithms.base import ActiveContext, Publish, ServerAlgorithm, job_options
-from vflalgorithms.factories import ModelSlot
-from vflalgorithms.splitnn.active import OWN_BOTTOM, SplitNNServer, own_bottom, own_bottom_slot
+from vflalgorithms.base import ActiveContext, job_options
+from vflalgorithms.splitnn.family import Answer, Round, SplitNNFamilyServer
 from vflalgorithms.vimadmm.maths import dual_update, joint_local_step, residuals, solve_z
 from vflalgorithms.vimadmm.spec import ADMM_DUAL, ADMM_RESIDUAL
-from vflcore.job import ACTIVE_PARTY, JobSpec, model_seed
-from vflcore.ml.losses import task_loss
+from vflcore.job import ACTIVE_PARTY, model_seed
 from vflcore.ml.models import job_optimizer, linear_head
 from vflcore.wire.names import HEAD
 from vflcore.work_items import Share
 
 
-class VIMADMMJServer(SplitNNServer):
+class VIMADMMJServer(SplitNNFamilyServer):
     """ADMM state on the server; every model, heads included, on its own party."""
 
     name = "vimadmm_j"
     checkpointed: tuple[str, ...] = ("step_losses", "duals", "bottom", "head", "own_optimizers")
-    #: The head W_k is the method's linear head (004 Eq. 2); only the own bottom model is the user's.
-    factory_keys: tuple[str, ...] = (OWN_BOTTOM,)
-
-    @classmethod
-    def model_slots(cls, job: JobSpec, own_features: int, num_outputs: int) -> dict[str, ModelSlot]:
-        return own_bottom_slot(job, own_features)
 
     def __init__(self, ctx: ActiveContext) -> None:
-        # Not SplitNN's constructor: there is no server model to optimise, and an active party
-        # without features of its own has no parameters at all.
-        ServerAlgorithm.__init__(self, ctx)
+        # No server model to optimise: an active party without features of its own has no parameters at all.
+        super().__init__(ctx)
         job = ctx.job
         self.rho = float(job_options(job)["rho"])
         self.local_steps = int(job_options(job)["local_steps"])
-        self.loss_fn = task_loss(job.task)
         self.duals = torch.zeros(job.num_rows, ctx.num_outputs, device=ctx.device)
-        self.top = nn.Identity()  # the prediction is the sum of the parties' logits
-        self.bottom = own_bottom(ctx)
         self.head: nn.Linear | None = None
         self.own_optimizers: tuple[torch.optim.Optimizer, torch.optim.Optimizer] | None = None
         if self.bottom is not None:
@@ -66,11 +54,15 @@ class VIMADMMJServer(SplitNNServer):
     def upload_width(self) -> int:
         return self.ctx.num_outputs
 
+    def _models(self) -> list[nn.Module]:
+        return [*super()._models(), *([self.head] if self.head is not None else [])]
+
     def _forward(self, own: list[torch.Tensor], passive: list[torch.Tensor]) -> torch.Tensor:
         own_logits = [self.head(h) for h in own] if self.head is not None else []
         return torch.stack(own_logits + passive).sum(dim=0)
 
-    def _round(self, own: list[torch.Tensor], passive: list[torch.Tensor], rows: np.ndarray, publish: Publish) -> float:
+    def _server_update(self, own: list[torch.Tensor], passive: list[torch.Tensor], rows: np.ndarray) -> Round:
+        """z (Eq. 16), the duals (Eq. 17) and each party's residual (Eq. 18); each party's answer is λ_B and s^k_B."""
         labels = self.ctx.labels[rows]
         with torch.no_grad():
             contributions = ([self.head(own[0])] if self.head is not None else []) + passive
@@ -80,14 +72,21 @@ class VIMADMMJServer(SplitNNServer):
         duals = dual_update(self.duals[rows], outputs, z, self.rho)  # Eq. 17
         self.duals[rows] = duals
         slack = residuals(contributions, z)  # Eq. 18
+        answers = [{ADMM_DUAL: duals, ADMM_RESIDUAL: s} for s in slack]
         mine = len(own)
-        publish([{ADMM_DUAL: duals, ADMM_RESIDUAL: s} for s in slack[mine:]])
-        if self.head is not None and self.own_optimizers is not None:
-            head_optimizer, bottom_optimizer = self.own_optimizers
-            for step in range(self.local_steps):  # Eq. 19, then Eq. 20, τ times
-                h = own[0] if step == 0 else self._own(rows)[0]
-                joint_local_step(h, self.head, head_optimizer, bottom_optimizer, duals, slack[0], self.rho)
-        return float(loss.item())
+        return Round(float(loss.item()), answers[mine:], answers[0] if mine else None)
+
+    def _local_updates(
+        self, own: list[torch.Tensor], answer: Answer | None, passive: list[torch.Tensor], rows: np.ndarray
+    ) -> None:
+        """The own head (Eq. 19), then the own bottom model (Eq. 20), τ times on its own answer, as a party would."""
+        if self.head is None or self.own_optimizers is None or answer is None:
+            return
+        head_optimizer, bottom_optimizer = self.own_optimizers
+        duals, slack = answer[ADMM_DUAL], answer[ADMM_RESIDUAL]
+        for step in range(self.local_steps):
+            h = own[0] if step == 0 else self._own(rows)[0]
+            joint_local_step(h, self.head, head_optimizer, bottom_optimizer, duals, slack, self.rho)
 
     def client_importance(self) -> dict[int, float]:
         """‖W_k‖_F per party (004 §4.2). The heads live on the parties, so the server fetches them:

@@ -2,23 +2,54 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 import numpy as np
 import torch
+from torch import nn
 
-from vflalgorithms.splitnn.reference import ReferenceSplitNN
+from vflalgorithms.splitnn.reference import ReferenceSplitNNFamily
 from vflalgorithms.vimadmm import maths as admm
+from vflcore.job import JobSpec, model_seed
+from vflcore.ml.models import job_optimizer, linear_head, seed_dropout
 
 
-class ReferenceVIMADMMJ(ReferenceSplitNN):
+class ReferenceVIMADMMJ(ReferenceSplitNNFamily):
     """z, λ and residuals as the server computes them; τ joint local steps (head, then bottom) per party."""
 
     algorithms = ("vimadmm_j",)
-    joint = True
+
+    def __init__(
+        self,
+        job: JobSpec,
+        features: Mapping[int, torch.Tensor],
+        labels: torch.Tensor,
+        *,
+        top_hidden: Sequence[int] = (64,),
+        top_dropout: float = 0.0,
+    ) -> None:
+        super().__init__(job, features, labels, top_hidden=top_hidden, top_dropout=top_dropout)
+        self.rho = float(self.options["rho"])
+        self.local_steps = int(self.options["local_steps"])
+        #: λ of every aligned row, as the server keeps them across epochs.
+        self.duals = torch.zeros(job.num_rows, self.num_outputs)
+        # Every party's own head, seeded as each party seeds its own; each model its own optimizer.
+        self.heads: dict[int, nn.Linear] = {
+            p: linear_head(job.embedding_dim, self.num_outputs, model_seed(job.seed, p, "head")) for p in self.bottoms
+        }
+        self.head_optimizers = {p: job_optimizer(job, head.parameters()) for p, head in self.heads.items()}
+        self.bottom_optimizers = {p: job_optimizer(job, model.parameters()) for p, model in self.bottoms.items()}
+        seed_dropout(job)  # dropout masks drawn as the server draws them
+
+    def _models(self) -> list[nn.Module]:
+        return [*super()._models(), *self.heads.values()]
+
+    def _forward(self, own: list[torch.Tensor], passive: list[torch.Tensor]) -> torch.Tensor:
+        """The prediction: every party's logits h^k W_k, summed (the active party's first, if it has features)."""
+        embeddings = own + passive
+        return torch.stack([self.heads[p](h) for p, h in zip(sorted(self.bottoms), embeddings, strict=True)]).sum(0)
 
     def _train_round(self, rows: np.ndarray) -> float:
-        return self._joint_round(rows)
-
-    def _joint_round(self, rows: np.ndarray) -> float:
         """VIMADMM-J (004 App. A.3, Eq. 16-20): z, λ and residuals here, τ joint local steps per party."""
         parties = sorted(self.bottoms)
         embeddings = [self.bottoms[p](self.features[p][rows]) for p in parties]
