@@ -54,8 +54,8 @@ def aligned_tables(
 class FromTables:
     """An in-process reference: the opening every constructor shares, and ``from_tables``.
 
-    A subclass names the ``algorithms`` it trains, calls this constructor first and then builds
-    its models; ``from_tables`` builds it from each party's table.
+    A subclass names the ``algorithms`` it trains and builds its models in ``_build``, which this
+    constructor calls last; ``from_tables`` builds it from each party's table.
     """
 
     #: The ``[job] algorithm`` values this class trains.
@@ -100,6 +100,14 @@ class FromTables:
         self.top_hidden, self.top_dropout = tuple(top_hidden), top_dropout
         #: The training loss of every step, in order (what the server records).
         self.step_losses: list[float] = []
+        self._build()
+
+    def _build(self) -> None:
+        """Build the models, optimizers and state this reference trains, after the shared opening.
+
+        Each subclass extends it (``super()._build()`` first), so the constructor's signature is
+        written once, here, and a relative adds only what it trains beyond its parent.
+        """
 
     @classmethod
     def from_tables(

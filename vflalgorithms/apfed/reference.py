@@ -9,14 +9,12 @@ the active party alone.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-
 import numpy as np
 import torch
 
 from vflalgorithms.apfed import maths as apfed
 from vflalgorithms.reference import FromTables
-from vflcore.job import ACTIVE_PARTY, JobSpec, epoch_mean
+from vflcore.job import ACTIVE_PARTY, epoch_mean
 from vflcore.ml.models import job_optimizer, seed_dropout
 
 
@@ -25,20 +23,13 @@ class ReferenceAPFed(FromTables):
 
     algorithms = (apfed.APFED_R, apfed.APFED_C)
 
-    def __init__(
-        self,
-        job: JobSpec,
-        features: Mapping[int, torch.Tensor],
-        labels: torch.Tensor,
-        *,
-        top_hidden: Sequence[int] = (64,),
-        top_dropout: float = 0.0,
-    ) -> None:
-        """``features`` maps party id to its aligned float32 rows (party 1 is the active party)."""
-        super().__init__(job, features, labels, top_hidden=top_hidden, top_dropout=top_dropout)
+    def _build(self) -> None:
+        """The active party's encoder and classifier, each passive party's model, and their optimizers."""
+        super()._build()
+        job = self.job
         self.weights = {p: apfed.passive_weight(self.options, p) for p in self.passive}
         self.encoder = apfed.active_encoder(job, self.features[ACTIVE_PARTY].shape[1])
-        self.classifier = apfed.active_classifier(job, top_hidden, self.num_outputs, dropout=top_dropout)
+        self.classifier = apfed.active_classifier(job, self.top_hidden, self.num_outputs, dropout=self.top_dropout)
         params = [*self.encoder.parameters(), *self.classifier.parameters()]
         self.optimizer = job_optimizer(job, params)
         self.models = {p: apfed.passive_model(job, p, self.features[p].shape[1]) for p in self.passive}

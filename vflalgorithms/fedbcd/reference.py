@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-
-import torch
-
 from vflalgorithms.splitnn.reference import ReferenceSplitNN
-from vflcore.job import JobSpec
 
 
 class ReferenceFedBCD(ReferenceSplitNN):
@@ -15,14 +10,7 @@ class ReferenceFedBCD(ReferenceSplitNN):
 
     algorithms = ("fedbcd",)
 
-    def __init__(
-        self,
-        job: JobSpec,
-        features: Mapping[int, torch.Tensor],
-        labels: torch.Tensor,
-        *,
-        top_hidden: Sequence[int] = (64,),
-        top_dropout: float = 0.0,
-    ) -> None:
-        super().__init__(job, features, labels, top_hidden=top_hidden, top_dropout=top_dropout)
+    def _build(self) -> None:
+        """Q = ``[algorithm] local_steps`` updates per round."""
+        super()._build()
         self.local_steps = int(self.options["local_steps"])

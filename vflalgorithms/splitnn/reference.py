@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import functools
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
@@ -25,7 +24,7 @@ from torch import nn
 
 from vflalgorithms.reference import FromTables
 from vflalgorithms.splitnn.overlap import overlap_options, part_bounds
-from vflcore.job import ACTIVE_PARTY, JobSpec, epoch_mean, model_seed
+from vflcore.job import ACTIVE_PARTY, epoch_mean, model_seed
 from vflcore.ml.models import build_seeded, job_optimizer, mlp, seed_dropout
 
 __all__ = ["ReferenceSplitNN", "ReferenceSplitNNFamily"]
@@ -37,16 +36,10 @@ class ReferenceSplitNNFamily(FromTables, ABC):
     #: Updates per round on the round's embeddings: FedBCD's Q, VIMADMM's τ.
     local_steps = 1
 
-    def __init__(
-        self,
-        job: JobSpec,
-        features: Mapping[int, torch.Tensor],
-        labels: torch.Tensor,
-        *,
-        top_hidden: Sequence[int] = (64,),
-        top_dropout: float = 0.0,
-    ) -> None:
-        super().__init__(job, features, labels, top_hidden=top_hidden, top_dropout=top_dropout)
+    def _build(self) -> None:
+        """Every party's bottom model, seeded as each party seeds its own."""
+        super()._build()
+        job = self.job
         self.bottoms: dict[int, nn.Module] = {}
         for party in [ACTIVE_PARTY, *self.passive]:
             width = self.features[party].shape[1]
@@ -96,21 +89,14 @@ class ReferenceSplitNN(ReferenceSplitNNFamily):
 
     algorithms: tuple[str, ...] = ("splitnn",)
 
-    def __init__(
-        self,
-        job: JobSpec,
-        features: Mapping[int, torch.Tensor],
-        labels: torch.Tensor,
-        *,
-        top_hidden: Sequence[int] = (64,),
-        top_dropout: float = 0.0,
-    ) -> None:
-        """``features`` maps party id to its aligned float32 rows; party 1 (active) may have 0 columns."""
-        super().__init__(job, features, labels, top_hidden=top_hidden, top_dropout=top_dropout)
+    def _build(self) -> None:
+        """The top model over the concatenated embeddings, and the optimizers as the parties hold them."""
+        super()._build()
+        job = self.job
         self.micro_batches = overlap_options(self.options).micro_batches
         parts = len(self.bottoms)
         self.top = build_seeded(
-            lambda: mlp(job.embedding_dim * parts, top_hidden, self.num_outputs, dropout=top_dropout),
+            lambda: mlp(job.embedding_dim * parts, self.top_hidden, self.num_outputs, dropout=self.top_dropout),
             model_seed(job.seed, ACTIVE_PARTY, "top"),
         )
         # The active party's optimizer holds top then its own bottom, as the server's does.

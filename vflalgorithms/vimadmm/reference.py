@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-
 import numpy as np
 import torch
 
 from vflalgorithms.vimadmm import maths as admm
 from vflalgorithms.vimsgd.reference import ReferenceVIMSGD
-from vflcore.job import JobSpec
 
 
 class ReferenceVIMADMM(ReferenceVIMSGD):
@@ -17,16 +14,10 @@ class ReferenceVIMADMM(ReferenceVIMSGD):
 
     algorithms = ("vimadmm",)
 
-    def __init__(
-        self,
-        job: JobSpec,
-        features: Mapping[int, torch.Tensor],
-        labels: torch.Tensor,
-        *,
-        top_hidden: Sequence[int] = (64,),
-        top_dropout: float = 0.0,
-    ) -> None:
-        super().__init__(job, features, labels, top_hidden=top_hidden, top_dropout=top_dropout)
+    def _build(self) -> None:
+        """ρ, τ, and the duals λ of every aligned row, as the server keeps them across epochs."""
+        super()._build()
+        job = self.job
         self.rho = float(self.options["rho"])
         self.local_steps = int(self.options["local_steps"])
         #: λ of every aligned row, as the server keeps them across epochs.

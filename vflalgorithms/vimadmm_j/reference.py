@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-
 import numpy as np
 import torch
 from torch import nn
 
 from vflalgorithms.splitnn.reference import ReferenceSplitNNFamily
 from vflalgorithms.vimadmm import maths as admm
-from vflcore.job import JobSpec, model_seed
+from vflcore.job import model_seed
 from vflcore.ml.models import job_optimizer, linear_head, seed_dropout
 
 
@@ -19,16 +17,10 @@ class ReferenceVIMADMMJ(ReferenceSplitNNFamily):
 
     algorithms = ("vimadmm_j",)
 
-    def __init__(
-        self,
-        job: JobSpec,
-        features: Mapping[int, torch.Tensor],
-        labels: torch.Tensor,
-        *,
-        top_hidden: Sequence[int] = (64,),
-        top_dropout: float = 0.0,
-    ) -> None:
-        super().__init__(job, features, labels, top_hidden=top_hidden, top_dropout=top_dropout)
+    def _build(self) -> None:
+        """ρ, τ, the duals, and every party's own head W_k with its optimizer."""
+        super()._build()
+        job = self.job
         self.rho = float(self.options["rho"])
         self.local_steps = int(self.options["local_steps"])
         #: λ of every aligned row, as the server keeps them across epochs.

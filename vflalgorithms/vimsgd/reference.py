@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from typing import cast
 
 import numpy as np
@@ -10,7 +9,7 @@ import torch
 from torch import nn
 
 from vflalgorithms.splitnn.reference import ReferenceSplitNNFamily
-from vflcore.job import ACTIVE_PARTY, JobSpec, model_seed
+from vflcore.job import ACTIVE_PARTY, model_seed
 from vflcore.ml.models import LinearHeads, build_seeded, job_optimizer, seed_dropout
 
 
@@ -19,16 +18,10 @@ class ReferenceVIMSGD(ReferenceSplitNNFamily):
 
     algorithms: tuple[str, ...] = ("vimsgd",)
 
-    def __init__(
-        self,
-        job: JobSpec,
-        features: Mapping[int, torch.Tensor],
-        labels: torch.Tensor,
-        *,
-        top_hidden: Sequence[int] = (64,),
-        top_dropout: float = 0.0,
-    ) -> None:
-        super().__init__(job, features, labels, top_hidden=top_hidden, top_dropout=top_dropout)
+    def _build(self) -> None:
+        """The linear heads W_k (the server's model), and one optimizer per head set and per bottom model."""
+        super()._build()
+        job = self.job
         parts = len(self.bottoms)
         heads = build_seeded(
             lambda: LinearHeads(parts, job.embedding_dim, self.num_outputs), model_seed(job.seed, ACTIVE_PARTY, "top")
