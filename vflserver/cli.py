@@ -141,6 +141,16 @@ def _job_document(document: dict[str, Any], psi_only: bool) -> dict[str, Any]:
     return job
 
 
+def _refuse_stray_job_tables(document: dict[str, Any], source: Path | None) -> None:
+    """A job's tables with no ``[job]`` to belong to would be ignored: refuse them, naming the file."""
+    stray = [name for name in ("algorithm", "model") if name in document]
+    if stray:
+        raise ConfigError(
+            f"{source or 'the config'}: [{stray[0]}] belongs to a job, and this config has no [job] table; "
+            "put it in a job file for vfl-jobs, or add a [job] table to run it at start"
+        )
+
+
 def _check_data(config: ServerConfig, job: dict[str, Any] | None) -> None:
     """Fail at start, naming the file, if a dataset is missing or (for the config's job) unreadable."""
     for name, source in config.datasets.items():
@@ -165,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
         # A [job] table is submitted at start; --once runs it (all defaults if there is none), as
         # the one-shot server did. It is read once, as any job is: by plan_from_document.
         job = _job_document(document, args.psi_only) if "job" in document or once else None
+        if job is None:
+            _refuse_stray_job_tables(document, args.config)
         _check_data(config, job)
         service = Service(config, serving=serving, insecure=args.insecure, listener=_Printer())
     except (ConfigError, DataError, TlsConfigError, ValueError, JobStoreError) as exc:

@@ -56,3 +56,14 @@ class TestServerCli:
         assert main(args) == 2
         err = capsys.readouterr().err
         assert "server.key" in err and "vfl-certs" in err
+
+    def test_job_tables_without_a_job_exit_2_naming_the_table(
+        self, pki: Pki, digits_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A service config with ``[model]`` but no ``[job]`` is refused at start, not silently ignored."""
+        config = tmp_path / "server.toml"
+        config.write_text("[model]\ntop_hidden = [32]\n")
+        args = ["--config", str(config), *_args(pki, digits_data, tmp_path, "127.0.0.1:0")]
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert "[model]" in err and "server.toml" in err and "[job]" in err
