@@ -33,6 +33,24 @@ class TestConfigureLogging:
         assert event["level"] == "info" and event["logger"] == "vfl.test"
         assert event["timestamp"].endswith("Z")
 
+    @pytest.mark.parametrize("as_json", [True, False])
+    def test_an_exception_is_logged_without_the_frames_locals(self, as_json: bool) -> None:
+        """A logged traceback names the error and where it was raised, never a frame's local values (IDs, tensors)."""
+        out = io.StringIO()
+        configure_logging(json=as_json, stream=out)
+
+        def align(sample_id: str) -> None:
+            raise ValueError("no such row")
+
+        sample_id = f"id-{4711 * 3}"  # computed, so the traceback's source lines cannot show it
+        try:
+            align(sample_id)
+        except ValueError:
+            get_logger("vfl.test").exception("alignment_failed")
+        text = out.getvalue()
+        assert "no such row" in text and "align" in text
+        assert sample_id not in text
+
     def test_console_when_a_terminal(self) -> None:
         """A terminal stream gets human-readable lines rather than JSON."""
         out = FakeTerminal()

@@ -47,6 +47,12 @@ class _NamedPrintLoggerFactory:
         return _NamedPrintLogger(self._file, str(args[0]) if args else "")
 
 
+#: Exceptions as structured data without each frame's locals: a frame's locals hold tensors, IDs
+#: and feature values, which no log line may carry (``structlog.processors.dict_tracebacks``
+#: shows them).
+_TRACEBACKS = structlog.processors.ExceptionRenderer(structlog.tracebacks.ExceptionDictTransformer(show_locals=False))
+
+
 def _add_logger_name(logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
     """Add `logger=<name>` for our own events; stdlib records get theirs from add_logger_name."""
     name = getattr(logger, "name", "")
@@ -75,9 +81,10 @@ def configure_logging(*, json: bool | None = None, level: str = "info", stream: 
     renderer: Processor
     if use_json:
         renderer = structlog.processors.JSONRenderer()
-        tail: list[Processor] = [structlog.processors.dict_tracebacks, renderer]
+        tail: list[Processor] = [_TRACEBACKS, renderer]
     else:
-        renderer = structlog.dev.ConsoleRenderer(colors=out.isatty())
+        # Plain tracebacks: rich's, if it were installed, would print every frame's locals.
+        renderer = structlog.dev.ConsoleRenderer(colors=out.isatty(), exception_formatter=structlog.dev.plain_traceback)
         tail = [renderer]  # the console renderer formats exceptions itself
 
     structlog.configure(
