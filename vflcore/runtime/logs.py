@@ -48,8 +48,8 @@ class _NamedPrintLoggerFactory:
 
 
 #: Exceptions as structured data without each frame's locals: a frame's locals hold tensors, IDs
-#: and feature values, which no log line may carry (``structlog.processors.dict_tracebacks``
-#: shows them).
+#: and feature values, which no log line may carry (structlog's ready-made dict-traceback
+#: processor shows them).
 _TRACEBACKS = structlog.processors.ExceptionRenderer(structlog.tracebacks.ExceptionDictTransformer(show_locals=False))
 
 
