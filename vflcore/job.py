@@ -21,6 +21,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from vflcore.privacy import PrivacySpec
+
 #: The learning tasks of ``[job] task`` (not the work items of ``vflcore.work_items``).
 TASKS = ("classification", "regression")
 #: The optimizers every party can build (``vflcore.ml.models.make_optimizer``).
@@ -85,6 +87,8 @@ class JobSpec:
     wire_codec: str = "fp32"
     wire_codec_up: str = ""
     wire_codec_down: str = ""
+    #: The defences each party applies to what it sends (``[privacy]``, ``vflcore.privacy``); all off by default.
+    privacy: PrivacySpec = field(default_factory=PrivacySpec)
 
     # The fields above are the only list of the job's settings. The wire (``vflcore.wire.serde``)
     # and the config file (``vflcore.runtime.config``) both walk them, so a new setting is a new
@@ -99,12 +103,17 @@ class JobSpec:
         return Schedule(self)
 
 
+#: Fields set by a table of their own rather than by ``[job]``.
+_OWN_TABLES = frozenset({"algorithm_options", "privacy"})
+
+
 def settable_fields() -> tuple[Field[Any], ...]:
-    """The ``JobSpec`` fields a ``[job]`` table sets: not ``algorithm_options`` (``[algorithm]``), nor the rest.
+    """The ``JobSpec`` fields a ``[job]`` table sets: not ``algorithm_options`` (``[algorithm]``), ``privacy``
+    (``[privacy]``), nor the rest.
 
     The rest (``SET_BY_ACTIVE_PARTY``) the active party fills in from its data.
     """
-    return tuple(f for f in fields(JobSpec) if f.name not in SET_BY_ACTIVE_PARTY and f.name != "algorithm_options")
+    return tuple(f for f in fields(JobSpec) if f.name not in SET_BY_ACTIVE_PARTY and f.name not in _OWN_TABLES)
 
 
 class Offer(NamedTuple):

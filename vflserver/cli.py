@@ -143,7 +143,7 @@ def _job_document(document: dict[str, Any], psi_only: bool) -> dict[str, Any]:
 
 def _refuse_stray_job_tables(document: dict[str, Any], source: Path | None) -> None:
     """A job's tables with no ``[job]`` to belong to would be ignored: refuse them, naming the file."""
-    stray = [name for name in ("algorithm", "model") if name in document]
+    stray = [name for name in ("algorithm", "model", "privacy") if name in document]
     if stray:
         raise ConfigError(
             f"{source or 'the config'}: [{stray[0]}] belongs to a job, and this config has no [job] table; "

@@ -6,6 +6,7 @@ import tomllib
 from dataclasses import fields
 
 from vflcore.job import JobSpec, settable_fields
+from vflcore.privacy import PrivacySpec
 from vflcore.proto import federation_pb2 as pb
 from vflcore.runtime.config import job_from_document
 from vflcore.wire import serde
@@ -39,6 +40,7 @@ def test_every_field_survives_the_wire() -> None:
         wire_codec="bf16",
         wire_codec_up="int8",
         wire_codec_down="topk:0.5",
+        privacy=PrivacySpec(label_defence="max_norm", embedding_clip=2.0, embedding_noise_multiplier=0.5),
     )
     assert {f.name for f in fields(JobSpec)} == set(vars(job))
     assert all(getattr(job, f.name) != f.default for f in fields(JobSpec) if f.name != "job_id")
@@ -74,3 +76,24 @@ def test_every_configurable_field_is_read_from_the_job_table() -> None:
     assert job.learning_rate == job.weight_decay == job.test_fraction == 0.125
     assert job.seed == job.batch_size == job.epochs == job.embedding_dim == job.checkpoint_every_steps == 6
     assert (job.wire_codec, job.wire_codec_up, job.wire_codec_down) == ("bf16", "int8", "fp16")
+
+
+def test_every_privacy_setting_survives_the_wire_and_the_table() -> None:
+    """``[privacy]`` is read key by key from ``PrivacySpec``, and each key crosses the wire under its own name."""
+    values = {
+        "label_defence": "marvell",
+        "marvell_sum_kl": 0.5,
+        "gradient_noise": 2.0,
+        "label_dp_epsilon": 3.0,
+        "embedding_clip": 4.0,
+        "embedding_noise_multiplier": 1.5,
+        "dp_delta": 1e-6,
+    }
+    assert set(values) == {f.name for f in fields(PrivacySpec)} == set(pb.PrivacySpec.DESCRIPTOR.fields_by_name)
+    toml = '[job]\njob_id = "p"\n[privacy]\n' + "".join(
+        f'{k} = "{v}"\n' if isinstance(v, str) else f"{k} = {v}\n" for k, v in values.items()
+    )
+    job = job_from_document(tomllib.loads(toml))
+    assert job.privacy == PrivacySpec(**values)
+    assert serde.job_from_proto(serde.job_to_proto(job)) == job
+    assert serde.job_from_proto(serde.job_to_proto(JobSpec("q"))).privacy == PrivacySpec()

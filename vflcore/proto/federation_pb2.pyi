@@ -99,7 +99,7 @@ class NextJobReply(_message.Message):
     def __init__(self, job: _Optional[_Union[JobSpec, _Mapping]] = ..., dataset: _Optional[str] = ..., model: _Optional[str] = ...) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ("job_id", "algorithm", "task", "seed", "batch_size", "epochs", "embedding_dim", "bottom_hidden", "optimizer", "learning_rate", "test_fraction", "num_rows", "passive_parties", "algorithm_options", "num_outputs", "weight_decay", "checkpoint_every_steps", "wire_codec", "wire_codec_up", "wire_codec_down")
+    __slots__ = ("job_id", "algorithm", "task", "seed", "batch_size", "epochs", "embedding_dim", "bottom_hidden", "optimizer", "learning_rate", "test_fraction", "num_rows", "passive_parties", "algorithm_options", "num_outputs", "weight_decay", "checkpoint_every_steps", "wire_codec", "wire_codec_up", "wire_codec_down", "privacy")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ALGORITHM_FIELD_NUMBER: _ClassVar[int]
     TASK_FIELD_NUMBER: _ClassVar[int]
@@ -120,6 +120,7 @@ class JobSpec(_message.Message):
     WIRE_CODEC_FIELD_NUMBER: _ClassVar[int]
     WIRE_CODEC_UP_FIELD_NUMBER: _ClassVar[int]
     WIRE_CODEC_DOWN_FIELD_NUMBER: _ClassVar[int]
+    PRIVACY_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     algorithm: str
     task: str
@@ -140,7 +141,26 @@ class JobSpec(_message.Message):
     wire_codec: str
     wire_codec_up: str
     wire_codec_down: str
-    def __init__(self, job_id: _Optional[str] = ..., algorithm: _Optional[str] = ..., task: _Optional[str] = ..., seed: _Optional[int] = ..., batch_size: _Optional[int] = ..., epochs: _Optional[int] = ..., embedding_dim: _Optional[int] = ..., bottom_hidden: _Optional[_Iterable[int]] = ..., optimizer: _Optional[str] = ..., learning_rate: _Optional[float] = ..., test_fraction: _Optional[float] = ..., num_rows: _Optional[int] = ..., passive_parties: _Optional[_Iterable[int]] = ..., algorithm_options: _Optional[str] = ..., num_outputs: _Optional[int] = ..., weight_decay: _Optional[float] = ..., checkpoint_every_steps: _Optional[int] = ..., wire_codec: _Optional[str] = ..., wire_codec_up: _Optional[str] = ..., wire_codec_down: _Optional[str] = ...) -> None: ...
+    privacy: PrivacySpec
+    def __init__(self, job_id: _Optional[str] = ..., algorithm: _Optional[str] = ..., task: _Optional[str] = ..., seed: _Optional[int] = ..., batch_size: _Optional[int] = ..., epochs: _Optional[int] = ..., embedding_dim: _Optional[int] = ..., bottom_hidden: _Optional[_Iterable[int]] = ..., optimizer: _Optional[str] = ..., learning_rate: _Optional[float] = ..., test_fraction: _Optional[float] = ..., num_rows: _Optional[int] = ..., passive_parties: _Optional[_Iterable[int]] = ..., algorithm_options: _Optional[str] = ..., num_outputs: _Optional[int] = ..., weight_decay: _Optional[float] = ..., checkpoint_every_steps: _Optional[int] = ..., wire_codec: _Optional[str] = ..., wire_codec_up: _Optional[str] = ..., wire_codec_down: _Optional[str] = ..., privacy: _Optional[_Union[PrivacySpec, _Mapping]] = ...) -> None: ...
+
+class PrivacySpec(_message.Message):
+    __slots__ = ("label_defence", "marvell_sum_kl", "gradient_noise", "label_dp_epsilon", "embedding_clip", "embedding_noise_multiplier", "dp_delta")
+    LABEL_DEFENCE_FIELD_NUMBER: _ClassVar[int]
+    MARVELL_SUM_KL_FIELD_NUMBER: _ClassVar[int]
+    GRADIENT_NOISE_FIELD_NUMBER: _ClassVar[int]
+    LABEL_DP_EPSILON_FIELD_NUMBER: _ClassVar[int]
+    EMBEDDING_CLIP_FIELD_NUMBER: _ClassVar[int]
+    EMBEDDING_NOISE_MULTIPLIER_FIELD_NUMBER: _ClassVar[int]
+    DP_DELTA_FIELD_NUMBER: _ClassVar[int]
+    label_defence: str
+    marvell_sum_kl: float
+    gradient_noise: float
+    label_dp_epsilon: float
+    embedding_clip: float
+    embedding_noise_multiplier: float
+    dp_delta: float
+    def __init__(self, label_defence: _Optional[str] = ..., marvell_sum_kl: _Optional[float] = ..., gradient_noise: _Optional[float] = ..., label_dp_epsilon: _Optional[float] = ..., embedding_clip: _Optional[float] = ..., embedding_noise_multiplier: _Optional[float] = ..., dp_delta: _Optional[float] = ...) -> None: ...
 
 class JoinReply(_message.Message):
     __slots__ = ("job",)

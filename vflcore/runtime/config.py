@@ -16,6 +16,7 @@ from typing import Any, get_type_hints
 
 from vflcore.errors import ConfigError
 from vflcore.job import OPTIMIZERS, TASKS, JobSpec, check_job_id, settable_fields
+from vflcore.privacy import check_privacy, privacy_from_table
 from vflcore.security.tls import TlsFiles
 from vflcore.wire.codecs import parse_codec
 
@@ -303,7 +304,8 @@ def job_from_document(doc: Mapping[str, Any], source: Path | str | None = None) 
     for spec in settable_fields():
         default = "" if spec.default is MISSING else spec.default
         values[spec.name] = readers[types[spec.name]](spec.name, default)
-    job = JobSpec(**values, algorithm_options=dict(doc.get("algorithm", {})))
+    privacy = privacy_from_table(doc.get("privacy", {}), sec.where)
+    job = JobSpec(**values, algorithm_options=dict(doc.get("algorithm", {})), privacy=privacy)
     validate_job(job, sec.where)
     return job
 
@@ -344,6 +346,7 @@ def validate_job(job: JobSpec, where: str = "config") -> None:
         raise ConfigError(f"{where}: [job] passive_parties must list party ids >= 2 (party 1 is the server)")
     if len(set(job.passive_parties)) != len(job.passive_parties):
         raise ConfigError(f"{where}: [job] passive_parties lists a party twice")
+    check_privacy(job.privacy, where, task=job.task)
 
 
 def server_config_from(doc: Mapping[str, Any], source: Path | None = None) -> ServerConfig:

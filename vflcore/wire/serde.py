@@ -15,7 +15,9 @@ from typing import Any
 import numpy as np
 
 from vflcore import work_items
+from vflcore.errors import ConfigError
 from vflcore.job import JobSpec, Position
+from vflcore.privacy import PrivacySpec, check_privacy
 from vflcore.proto import federation_pb2 as pb
 from vflcore.wire import names
 from vflcore.wire.codecs import FP32, WireCodec, codec_for_dtype
@@ -172,7 +174,12 @@ def job_to_proto(job: JobSpec) -> pb.JobSpec:
     values: dict[str, Any] = {}
     for spec in fields(JobSpec):
         value = getattr(job, spec.name)
-        values[spec.name] = job.options_json() if spec.name == "algorithm_options" else _to_wire(value)
+        if spec.name == "algorithm_options":
+            values[spec.name] = job.options_json()
+        elif spec.name == "privacy":
+            values[spec.name] = pb.PrivacySpec(**job.privacy.as_dict())
+        else:
+            values[spec.name] = _to_wire(value)
     return pb.JobSpec(**values)
 
 
@@ -182,12 +189,24 @@ def job_from_proto(msg: pb.JobSpec) -> JobSpec:
         options = json.loads(msg.algorithm_options) if msg.algorithm_options else {}
     except json.JSONDecodeError as exc:
         raise ValueError(f"job.algorithm_options is not valid JSON: {exc}") from exc
-    values: dict[str, Any] = {"algorithm_options": options}
+    values: dict[str, Any] = {"algorithm_options": options, "privacy": _privacy_from_proto(msg)}
     for spec in fields(JobSpec):
-        if spec.name != "algorithm_options":
+        if spec.name not in values:
             value = getattr(msg, spec.name)
             values[spec.name] = tuple(value) if isinstance(spec.default, tuple) else value
     return JobSpec(**values)
+
+
+def _privacy_from_proto(msg: pb.JobSpec) -> PrivacySpec:
+    """The job's defences; a job from a peer that sends none has none. Checked like a config's ``[privacy]``."""
+    if not msg.HasField("privacy"):
+        return PrivacySpec()
+    spec = PrivacySpec(**{f.name: getattr(msg.privacy, f.name) for f in fields(PrivacySpec)})
+    try:
+        check_privacy(spec, "job from the server")
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from None
+    return spec
 
 
 def _to_wire(value: Any) -> Any:

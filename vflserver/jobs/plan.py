@@ -21,6 +21,7 @@ dataset each party uses::
     [model]                       # top_hidden, top_dropout; the active party's own model factories:
     top_factory = "mymodels:top"  # "module:function" per model the algorithm takes (docs/configuration.md)
     [serving]                     # enabled (serve the model once trained; default true), degraded
+    [privacy]                     # the defences each party applies (vflcore.privacy; all off by default)
 
 Everything is checked at submission, so a job that cannot run is refused before it is queued,
 with a message that names the key.
@@ -45,7 +46,7 @@ from vflcore.runtime.config import DEFAULT_DATASET, DataSource, _Section, datase
 from vflserver.inference.config import DEGRADED_MODES
 
 #: The tables of a job document; anything else is refused by name.
-TABLES = ("job", "algorithm", "model", "serving")
+TABLES = ("job", "algorithm", "model", "serving", "privacy")
 _SERVING_KEYS = ("enabled", "degraded")
 _MODEL_KEYS = ("top_hidden", "top_dropout", *FACTORY_KEYS)
 #: ``[job]`` keys besides the ``JobSpec`` fields: they say how the service runs the job.

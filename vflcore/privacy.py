@@ -1,0 +1,121 @@
+"""The job's ``[privacy]`` table: which defences each party applies to what it sends.
+
+Two parties have something to protect, and each protects it itself, in its own process:
+
+- the active party's labels leak through the gradients it returns (the norm and direction
+  attacks of Li et al., ICLR 2022). It perturbs each answer before it leaves
+  (``label_defence``: Marvell's shaped noise, max-norm or isotropic Gaussian noise), and may
+  train on randomised-response labels (``label_dp_epsilon``: ε-label-DP);
+- a passive party's features leak through the embeddings it sends (inversion by the active
+  party). It clips each row's embedding to ``embedding_clip`` and adds Gaussian noise of
+  standard deviation ``embedding_noise_multiplier × embedding_clip`` before it sends.
+
+The settings travel with the job (``JobSpec.privacy``), so every party knows what the others
+apply; a passive party's own config may require more than a job asks for, and that party
+refuses the job at Join (``vflclient``). Every defence is off by default. ``vflprivacy`` holds the
+defences, the accountant and the attack probes; this module only names and checks the settings,
+so that the job (``vflcore.job``) can carry them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from vflcore.errors import ConfigError
+
+#: ``label_defence``: what the active party does to each gradient before it answers.
+LABEL_DEFENCES = ("none", "marvell", "max_norm", "gaussian")
+
+
+@dataclass(frozen=True)
+class PrivacySpec:
+    """The defences of one job; the defaults turn every one off."""
+
+    #: How the active party perturbs the gradients it returns: "none", "marvell" (binary tasks:
+    #: noise shaped so the two classes' gradient distributions overlap, Li et al. ICLR 2022),
+    #: "max_norm" (every row's gradient brought to the batch's largest norm, plus noise) or
+    #: "gaussian" (isotropic noise, ``gradient_noise`` × the batch's mean gradient norm).
+    label_defence: str = "none"
+    #: Marvell's bound on the symmetrised KL divergence between the two classes' perturbed
+    #: gradient distributions, per batch: smaller is stronger protection and more noise.
+    marvell_sum_kl: float = 0.25
+    #: "gaussian": the noise's standard deviation, relative to the batch's mean gradient norm.
+    gradient_noise: float = 1.0
+    #: Randomised response on the training labels, ε-label-DP (0: off): each label is kept with
+    #: probability e^ε / (e^ε + K - 1), else replaced by one of the K - 1 others.
+    label_dp_epsilon: float = 0.0
+    #: Each passive party clips every row's embedding to this L2 norm before it sends (0: off).
+    embedding_clip: float = 0.0
+    #: Gaussian noise on each clipped embedding: standard deviation = this × ``embedding_clip``.
+    embedding_noise_multiplier: float = 0.0
+    #: The δ at which ε is reported for the embedding noise (opacus's RDP accountant).
+    dp_delta: float = 1e-5
+
+    @property
+    def protects_embeddings(self) -> bool:
+        return self.embedding_clip > 0
+
+    @property
+    def protects_labels(self) -> bool:
+        return self.label_defence != "none" or self.label_dp_epsilon > 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def privacy_keys() -> tuple[str, ...]:
+    """Every key ``[privacy]`` may hold."""
+    return tuple(f.name for f in fields(PrivacySpec))
+
+
+def privacy_from_table(table: Mapping[str, Any], where: str = "job") -> PrivacySpec:
+    """``[privacy]`` checked and completed with the defaults; a ConfigError names the key at fault."""
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"{where}: [privacy] must be a table of settings ({', '.join(privacy_keys())})")
+    unknown = sorted(set(table) - set(privacy_keys()))
+    if unknown:
+        raise ConfigError(
+            f"{where}: [privacy] {unknown[0]} is not a privacy setting (the settings: {list(privacy_keys())})"
+        )
+    values: dict[str, Any] = {}
+    for f in fields(PrivacySpec):
+        if f.name not in table:
+            continue
+        value = table[f.name]
+        if isinstance(f.default, str):
+            if not isinstance(value, str):
+                raise ConfigError(f"{where}: [privacy] {f.name} = {value!r} must be a string")
+        elif isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{where}: [privacy] {f.name} = {value!r} must be a number")
+        values[f.name] = value if isinstance(f.default, str) else float(value)
+    spec = PrivacySpec(**values)
+    check_privacy(spec, where)
+    return spec
+
+
+def check_privacy(spec: PrivacySpec, where: str = "job", *, task: str = "classification") -> None:
+    """Refuse settings no party can apply, naming the key."""
+    if spec.label_defence not in LABEL_DEFENCES:
+        raise ConfigError(
+            f"{where}: [privacy] label_defence = {spec.label_defence!r}; choose one of {list(LABEL_DEFENCES)}"
+        )
+    for key in ("marvell_sum_kl", "gradient_noise", "label_dp_epsilon", "embedding_clip", "embedding_noise_multiplier"):
+        if getattr(spec, key) < 0:
+            raise ConfigError(f"{where}: [privacy] {key} = {getattr(spec, key)} must be at least 0 (0 turns it off)")
+    if spec.label_defence == "marvell" and spec.marvell_sum_kl <= 0:
+        raise ConfigError(f"{where}: [privacy] marvell_sum_kl must be positive with label_defence = 'marvell'")
+    if not 0 < spec.dp_delta < 1:
+        raise ConfigError(f"{where}: [privacy] dp_delta = {spec.dp_delta} must be in (0, 1)")
+    if spec.embedding_noise_multiplier > 0 and spec.embedding_clip <= 0:
+        raise ConfigError(
+            f"{where}: [privacy] embedding_noise_multiplier needs embedding_clip > 0 "
+            "(the noise's scale is the clipping norm)"
+        )
+    if task != "classification" and (spec.label_defence == "marvell" or spec.label_dp_epsilon > 0):
+        key = "label_dp_epsilon" if spec.label_dp_epsilon > 0 else "label_defence"
+        raise ConfigError(f"{where}: [privacy] {key} protects class labels; a {task} job has none (remove it)")
+
+
+__all__ = ["LABEL_DEFENCES", "PrivacySpec", "check_privacy", "privacy_from_table", "privacy_keys"]
