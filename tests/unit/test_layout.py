@@ -17,11 +17,12 @@ import pytest
 from vflalgorithms.base import algorithms
 
 ROOT = Path(__file__).resolve().parents[2]
-PRODUCT = ("vflcore", "vflalgorithms", "vflserver", "vflclient")
+PRODUCT = ("vflcore", "vflprivacy", "vflalgorithms", "vflserver", "vflclient")
 
 #: For each product package, the top-level packages of this repository it must never import.
 FORBIDDEN = {
-    "vflcore": {"vflalgorithms", "vflserver", "vflclient", "vfltesting", "tests", "bench", "examples"},
+    "vflcore": {"vflprivacy", "vflalgorithms", "vflserver", "vflclient", "vfltesting", "tests", "bench", "examples"},
+    "vflprivacy": {"vflalgorithms", "vflserver", "vflclient", "vfltesting", "tests", "bench", "examples"},
     "vflalgorithms": {"vflserver", "vflclient", "vfltesting", "tests", "bench", "examples"},
     "vflserver": {"vflclient", "vfltesting", "tests", "bench", "examples"},
     "vflclient": {"vflserver", "vfltesting", "tests", "bench", "examples"},
