@@ -126,7 +126,7 @@ class TestModelCompletion:
 
 class TestInversion:
     def test_features_linearly_encoded_are_recovered(self) -> None:
-        """Embeddings that are a linear map of the features (plus a little noise): R² near 1, error far below the mean's."""
+        """Embeddings linear in the features (plus a little noise): R² near 1, error far below the mean's."""
         rng = np.random.default_rng(10)
         features = rng.normal(size=(400, 5)) * [1, 10, 100, 0.1, 3]
         embeddings = features @ rng.normal(size=(5, 8)) + 0.001 * rng.normal(size=(400, 8))
