@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from sklearn.datasets import load_breast_cancer
 
-from tests.integration.conftest import start_job
+from tests.integration.conftest import SMALL_JOB, start_job
 from vflclient import Connection, PassiveParty, RunResult, read_party_csv
 from vflcore.job import JobSpec
 from vflcore.wire.names import EMBEDDING
@@ -60,9 +60,11 @@ def cancer_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def _run_recorded(pki: Pki, data: Path, tmp_path: Path, job: JobSpec) -> tuple[Any, dict[int, PassiveParty]]:
+def _run_recorded(
+    pki: Pki, data: Path, tmp_path: Path, job: JobSpec, top_hidden: tuple[int, ...] = (16,)
+) -> tuple[Any, dict[int, PassiveParty]]:
     """Serve ``job`` and run both passive parties to the end, each recording under tmp_path/rec-<party>."""
-    running = start_job(pki, data, tmp_path, job, top_hidden=(16,))
+    running = start_job(pki, data, tmp_path, job, top_hidden=top_hidden)
     parties: dict[int, PassiveParty] = {}
     results: dict[int, RunResult | BaseException] = {}
 
@@ -157,3 +159,20 @@ class TestProbesOnAnUndefendedSplitNNJob:
             PROBED[algorithm].upload == EMBEDDING
         ):  # APFed's upload is a gradient, which a linear decoder does not invert
             assert figures["inversion_mse"] < figures["inversion_baseline_mse"]
+
+    def test_multi_class_direction_attack_and_completion(
+        self, one_torch_thread: None, pki: Pki, digits_data: Path, tmp_path: Path
+    ) -> None:
+        """Ten digit classes: no norm attack (NaN); the direction attack's macro AUC and completion's accuracy far
+        above chance (0.5 and 0.1)."""
+        job = replace(SMALL_JOB, job_id="digits-probe", epochs=2)
+        running, parties = _run_recorded(pki, digits_data, tmp_path, job)
+        party = parties[2]
+        assert party.table is not None and party.job is not None
+        labels = np.asarray(running.active.table.labels)
+        figures = probe(tmp_path / "rec-2", party.job, party.table.features, labels, seed=0)
+        print({k: round(v, 3) for k, v in figures.items()})
+        assert math.isnan(figures["norm_auc"])
+        # Measured: direction macro AUC 0.989 (k = 1), 0.997 (k = 10); completion accuracy 0.60 at 5 %.
+        assert figures["direction_auc_k1"] >= 0.9
+        assert figures["completion_5pct"] >= 0.4
