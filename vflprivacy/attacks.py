@@ -88,10 +88,11 @@ def direction_attack(gradients: np.ndarray, labels: np.ndarray, known_per_class:
     - Binary: the attacker knows ``known_per_class`` rows in total, drawn at random (k = 1: one
       row of a random class, as in Li et al.). A row's score is its mean cosine with the known
       rows of the larger label minus that with the known rows of the smaller one (a class with
-      no known row contributes 0). The AUC is plain, not ``leak_auc``'s max: the known labels
-      already orient the score, and a defence that turns it round has protected the labels.
+      no known row contributes 0). Reported as ``leak_auc`` (max(AUC, 1 - AUC)) although the known
+      labels already orient the score: a defence that only turns the ranking round has not
+      protected the labels, since a second known label reads it the other way.
     - Multi-class: ``known_per_class`` known rows of every class; each row is scored per class by
-      its mean cosine with that class's known rows; the figure is the macro one-vs-rest AUC.
+      its mean cosine with that class's known rows; the figure is the macro one-vs-rest AUC (plain, per class).
 
     The known rows themselves are not scored. NaN with a single class.
     """
@@ -122,9 +123,7 @@ def direction_attack(gradients: np.ndarray, labels: np.ndarray, known_per_class:
     )
     truth = labels[unknown]
     if len(classes) == 2:
-        if len(np.unique(truth)) < 2:
-            return math.nan
-        return float(roc_auc_score(truth == classes[1], per_class[:, 1] - per_class[:, 0]))
+        return leak_auc(per_class[:, 1] - per_class[:, 0], truth == classes[1])
     aucs = [
         roc_auc_score(truth == c, per_class[:, i]) for i, c in enumerate(classes) if 0 < (truth == c).sum() < len(truth)
     ]

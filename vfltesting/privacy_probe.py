@@ -97,7 +97,8 @@ def per_epoch_rows(
     """Each recorded epoch's tensors named ``name`` as (aligned rows, one tensor row per row), in batch order.
 
     A batch on the wire is a whole batch of the epoch's schedule or, with ``[algorithm]
-    micro_batches``, one part of one. A batch that was not recorded is left out.
+    micro_batches``, one part of one. A batch that was not recorded is left out; one whose row count
+    does not fit the job's schedule is refused (the recording is of another job).
     """
     tensors = recording.tensors(direction, name)
     parts_per_batch = overlap_options(job_options(job)).micro_batches
@@ -110,9 +111,16 @@ def per_epoch_rows(
         for b, batch in enumerate(batches):
             for i, (start, stop) in enumerate(parts.bounds(b)):
                 tensor = tensors.get((epoch, parts.wire(b, i)))
-                if tensor is not None and len(tensor) == stop - start:
-                    rows.append(batch[start:stop])
-                    values.append(tensor.reshape(stop - start, -1))
+                if tensor is None:
+                    continue
+                if len(tensor) != stop - start:
+                    raise ValueError(
+                        f"{recording.folder}: {direction} {name!r} of round {epoch}, batch {parts.wire(b, i)} "
+                        f"holds {len(tensor)} rows where job {job.job_id!r} has {stop - start}; "
+                        "probe it with the job it recorded"
+                    )
+                rows.append(batch[start:stop])
+                values.append(tensor.reshape(stop - start, -1))
         if rows:
             found[epoch] = (np.concatenate(rows), np.concatenate(values))
     return found

@@ -9,11 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from vflalgorithms.splitnn.overlap import part_bounds
 from vflcore.errors import VflError
+from vflcore.job import JobSpec
 from vflcore.wire.links import TensorExchange, TrainingLink
 from vflcore.wire.tensors import TensorKey
 from vflprivacy.attacks import direction_attack, inversion, leak_auc, minority, model_completion, norm_attack
 from vflprivacy.recording import RECEIVED, SENT, LinkRecorder, Recording, RecordingLink
+from vfltesting.privacy_probe import per_epoch_rows
 
 
 def _binary(n: int = 400, positive_share: float = 0.2, seed: int = 0) -> np.ndarray:
@@ -74,7 +77,7 @@ class TestDirectionAttack:
 
     @pytest.mark.parametrize("known", [1, 10])
     def test_random_gradients_give_half(self, known: int) -> None:
-        """Directions unrelated to the label: about 0.5 (oriented, so it may fall below)."""
+        """Directions unrelated to the label: about 0.5."""
         labels = _binary()
         gradients = np.random.default_rng(4).normal(size=(len(labels), 8))
         assert abs(direction_attack(gradients, labels, known, seed=0) - 0.5) < 0.1
@@ -214,3 +217,30 @@ class TestRecordingLink:
         LinkRecorder(tmp_path).record_trained(refuse, 7)
         assert Recording(tmp_path).embeddings() is None
         assert Recording(tmp_path).aligned_rows() == 7
+
+
+class TestPerEpochRows:
+    @pytest.mark.parametrize("parts", [1, 3])
+    def test_wire_batches_map_back_to_their_rows(self, parts: int, tmp_path: Path) -> None:
+        """Each recorded part of a batch lands on the rows the schedule gave it, with or without micro-batches."""
+
+        job = JobSpec("j", batch_size=10, num_rows=47, algorithm_options={"micro_batches": parts})
+        recorder = LinkRecorder(tmp_path)
+        for epoch in (0, 1):
+            wire = 0
+            for batch in job.schedule().batches(epoch):
+                for start, stop in part_bounds(len(batch), parts):  # how the party cuts a batch
+                    recorder.record(SENT, TensorKey("j", epoch, wire, "embedding"), batch[start:stop, None] * 1.0)
+                    wire += 1
+        found = per_epoch_rows(Recording(tmp_path), SENT, "embedding", job)
+        assert sorted(found) == [0, 1]
+        for rows, values in found.values():
+            assert np.array_equal(values[:, 0], rows)
+            assert sorted(rows.tolist()) == sorted(job.schedule().train_rows.tolist())
+
+    def test_a_recording_of_another_job_is_refused(self, tmp_path: Path) -> None:
+        """A tensor whose row count does not fit the job's batch is an error naming it, not a silent gap."""
+        job = JobSpec("j", batch_size=10, num_rows=47)
+        LinkRecorder(tmp_path).record(SENT, TensorKey("j", 0, 0, "embedding"), np.zeros((7, 2)))
+        with pytest.raises(ValueError, match="7 rows"):
+            per_epoch_rows(Recording(tmp_path), SENT, "embedding", job)
