@@ -146,18 +146,18 @@ def _head_score(inputs: np.ndarray, labels: np.ndarray, known: np.ndarray, other
     The scaler sees every row: the party holds all of its inputs, only the labels are scarce.
     Binary: the plain ROC AUC of the larger label's probability; multi-class: accuracy.
     """
-    head = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000))
-    head[0].fit(inputs)
+    scaler = StandardScaler().fit(inputs)
+    head = LogisticRegression(max_iter=1000)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        head[1].fit(head[0].transform(inputs[known]), labels[known])
-    scaled = head[0].transform(inputs[others])
+        head.fit(scaler.transform(inputs[known]), labels[known])
+    scaled = scaler.transform(inputs[others])
     classes = _classes(labels)
     if len(classes) == 2:
         if len(np.unique(labels[others])) < 2:
             return math.nan
-        return float(roc_auc_score(labels[others] == classes[1], head[1].predict_proba(scaled)[:, 1]))
-    return float(np.mean(head[1].predict(scaled) == labels[others]))
+        return float(roc_auc_score(labels[others] == classes[1], head.predict_proba(scaled)[:, 1]))
+    return float(np.mean(head.predict(scaled) == labels[others]))
 
 
 @dataclass(frozen=True)
