@@ -120,8 +120,13 @@ def select_rows(table: PartyTable, ids: np.ndarray) -> PartyTable:
     position = {value: n for n, value in enumerate(table.ids.tolist())}
     try:
         order = np.fromiter((position[value] for value in ids.tolist()), dtype=np.int64, count=len(ids))
-    except KeyError as exc:
-        raise DataError(f"{table.source}: aligned ID {exc.args[0]!r} is not in this table") from None
+    except KeyError:
+        # no ID in the message: it reaches this party's log, and the server's with a failure report
+        missing = sum(value not in position for value in ids.tolist())
+        raise DataError(
+            f"{table.source}: {missing} of the {len(ids)} aligned IDs are not in this table; "
+            "the alignment was made for other data: remove the saved alignment (psi folder) and run the job again"
+        ) from None
     return PartyTable(
         ids=table.ids[order],
         features=table.features[order],
@@ -292,13 +297,13 @@ def _parse_ids(path: Path, id_column: str, values: list[str], line_numbers: list
             raise DataError(f"{path}: line {line}, column {id_column!r}: empty ID; give the row an ID or remove it")
         if "\n" in value or "\r" in value:
             raise DataError(
-                f"{path}: line {line}, column {id_column!r}: ID {value!r} contains a line break; "
+                f"{path}: line {line}, column {id_column!r}: the ID contains a line break; "
                 "IDs must be single-line strings"
             )
         if any(ord(c) < 32 or ord(c) == 127 for c in value):
             # numpy's fixed-width strings drop trailing NULs, so such IDs would silently merge
             raise DataError(
-                f"{path}: line {line}, column {id_column!r}: ID {value!r} contains a control character; "
+                f"{path}: line {line}, column {id_column!r}: the ID contains a control character; "
                 "IDs must be printable text"
             )
     ids = np.empty(len(values), dtype=object)
