@@ -152,7 +152,7 @@ class TestReadPartyCsv:
             read_party_csv(write(tmp_path, 'id,a\n"u\n1",1\n', "p.csv"))
 
     def test_duplicate_ids_keep_first_row_with_a_counted_warning(self, tmp_path: Path) -> None:
-        """Repeated IDs keep their first row; the warning counts them and shows up to three."""
+        """Repeated IDs keep their first row; the warning counts them and gives the first three dropped lines, no ID."""
         rows = "".join(f"{i},{n}\n" for n, i in enumerate(["a", "a", "b", "b", "b", "c", "c", "d", "d", "e"]))
         with structlog.testing.capture_logs() as logs:
             table = read_party_csv(write(tmp_path, "id,x\n" + rows, "p.csv"))
@@ -160,7 +160,8 @@ class TestReadPartyCsv:
         assert table.features[:, 0].tolist() == [0, 2, 5, 7, 9]
         (warning,) = [e for e in logs if e["event"] == "duplicate_ids_dropped"]
         assert warning["duplicated_ids"] == 4 and warning["rows_dropped"] == 5
-        assert warning["examples"] == "'a', 'b', 'c'" and warning["file"].endswith("p.csv")
+        assert warning["first_dropped_lines"] == [3, 5, 6] and warning["file"].endswith("p.csv")
+        assert not {"a", "b", "c", "d", "e"} & {str(v) for v in warning.values()}
 
     def test_not_utf8(self, tmp_path: Path) -> None:
         """A file in another encoding is reported with advice to re-save it as UTF-8."""
