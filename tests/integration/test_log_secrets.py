@@ -66,6 +66,9 @@ def telltale_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
         seed=1,
         id_prefix="rid-",
     )
+    # party 2 repeats one row's ID: the warning that a row was dropped is a line that could name it
+    party2 = out / "party2.csv"
+    party2.write_text(party2.read_text() + party2.read_text().splitlines()[1] + "\n")
     return out
 
 
@@ -118,6 +121,7 @@ class TestDaemonLogs:
 
         server = {e["event"] for e in _events(run.logs["server"])}
         assert {"job_waiting", "resumed", "job_cancel_requested", "service_stopped"} <= server, server
+        assert "duplicate_ids_dropped" in {e["event"] for e in _events(run.logs["party-2"])}
         secrets = [
             party_secrets(party, read_party_csv(telltale_data / f"party{party}.csv", label_column=label))
             for party, label in ((1, "label"), (2, None), (3, None))
