@@ -11,9 +11,7 @@ job has the per-step losses of the uninterrupted noisy run.
 from __future__ import annotations
 
 import json
-import shutil
 import threading
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -29,7 +27,6 @@ from tests.integration.test_recovery import (
     _outcome,
     _restart_after,
     _service,
-    _wait,
 )
 from vflclient import Connection, JoinRejected, PartyPrivacy, PassiveParty, RunResult, read_party_csv
 from vflcore.privacy import PrivacySpec
@@ -177,3 +174,66 @@ class TestNoisyJob:
         assert report["releases"] == len(report["ledger"]) >= 4
         assert report["epsilon"] == pytest.approx(embedding_epsilon(0.5, report["releases"], NOISY.dp_delta))
         assert (folder / f"party-{party}" / KEY_FILE).stat().st_mode & 0o777 == 0o600
+
+
+#: The daemons' job: small batches make an epoch long enough to be killed in its middle.
+DAEMON_JOB = {"batch_size": 8, "join_timeout_s": 60}
+DAEMON_EPOCHS = 3
+#: Both daemons' own config: ``[privacy]`` of partyN.toml.
+DAEMON_PRIVACY = {"privacy": {"min_embedding_noise_multiplier": 0.5}}
+
+
+def _daemon_job(run_dir: Path, job_id: str, **privacy: float) -> dict[str, dict[str, Any]]:
+    """The job file, with ``[privacy]`` if given; each party's noise key fixed, as in ``_run``."""
+    for party in (2, 3):
+        folder = run_dir / job_id / f"party-{party}"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / KEY_FILE).write_bytes(bytes([party]) * 32)
+        (folder / KEY_FILE).chmod(0o600)
+    document = job_document(job_id, "splitnn", epochs=DAEMON_EPOCHS, **DAEMON_JOB)
+    if privacy:
+        document["privacy"] = dict(privacy)
+    return document
+
+
+@pytest.mark.timeout(600)
+class TestDaemons:
+    def test_a_refused_job_fails_and_a_killed_noisy_job_resumes_with_the_same_losses(
+        self, pki: Pki, digits_data: Path, tmp_path: Path
+    ) -> None:
+        """vfl-client daemons whose configs require noise: a job without it fails naming the key, the daemons take
+        the next job; kill -9 of party 3 inside epoch 2 and a restart end with the uninterrupted noisy run's losses."""
+        job_id = "noisy-resume"
+        outcomes, reports = {}, {}
+        for tag in ("clean", "killed"):
+            run = _service(tmp_path / tag, pki, digits_data, client_tables=DAEMON_PRIVACY)
+            runs = run.root / "runs"
+            try:
+                with _jobs(run, pki) as jobs:
+                    if tag == "clean":
+                        jobs.submit(_daemon_job(runs, "no-noise"))
+                        events = [str(event) for event in jobs.watch("no-noise")]
+                        refused = jobs.get("no-noise")
+                        assert refused.state == "failed", events
+                        assert "min_embedding_noise_multiplier" in refused.error, refused.error
+                        assert "embedding_noise_multiplier is 0" in refused.error, refused.error
+                    jobs.submit(_daemon_job(runs, job_id, embedding_clip=1.0, embedding_noise_multiplier=0.5))
+                    if tag == "killed":
+                        _kill_inside_epoch(run, jobs, job_id, 1, fraction=0.25)
+                        _restart_after(run, "party-3")
+                    _finish(jobs, run, job_id)
+                assert all(run.alive().values()), run.tail()
+            finally:
+                run.close()
+            outcomes[tag] = _outcome(run, job_id)
+            reports[tag] = json.loads((runs / job_id / "party-3" / REPORT_FILE).read_text())
+        _assert_same_model(outcomes["killed"], outcomes["clean"])
+        killed, clean = reports["killed"], reports["clean"]
+        print(f"party 3 after a kill: {killed['releases']} releases, epsilon {killed['epsilon']:.2f}")
+        # The epoch sent twice (before the kill, and again after it) counts once; inference ids differ per run.
+        assert _training_releases(killed) == _training_releases(clean)
+        assert killed["releases"] == clean["releases"] and killed["epsilon"] == clean["epsilon"]
+
+
+def _training_releases(report: dict[str, Any]) -> list[list[Any]]:
+    return [entry for entry in report["ledger"] if not str(entry[0]).startswith("infer/")]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from pathlib import Path
@@ -22,11 +23,11 @@ class TestEpsilon:
 
     def test_it_falls_as_the_noise_multiplier_grows(self) -> None:
         values = [embedding_epsilon(z, 10, 1e-5) for z in (0.5, 1.0, 2.0, 4.0, 8.0)]
-        assert all(a > b for a, b in zip(values, values[1:], strict=False)), values
+        assert all(a > b for a, b in itertools.pairwise(values)), values
 
     def test_it_grows_with_the_number_of_releases(self) -> None:
         values = [embedding_epsilon(2.0, n, 1e-5) for n in (1, 5, 20, 100)]
-        assert all(a < b for a, b in zip(values, values[1:], strict=False)), values
+        assert all(a < b for a, b in itertools.pairwise(values)), values
 
     def test_it_grows_as_delta_shrinks(self) -> None:
         assert embedding_epsilon(2.0, 10, 1e-7) > embedding_epsilon(2.0, 10, 1e-3)
