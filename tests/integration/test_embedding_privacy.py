@@ -23,10 +23,10 @@ from tests.integration.test_recovery import (
     _assert_same_model,
     _finish,
     _jobs,
-    _kill_inside_epoch,
     _outcome,
     _restart_after,
     _service,
+    _wait,
 )
 from vflclient import Connection, JoinRejected, PartyPrivacy, PassiveParty, RunResult, read_party_csv
 from vflcore.privacy import PrivacySpec
@@ -176,8 +176,9 @@ class TestNoisyJob:
         assert (folder / f"party-{party}" / KEY_FILE).stat().st_mode & 0o777 == 0o600
 
 
-#: The daemons' job: small batches make an epoch long enough to be killed in its middle.
-DAEMON_JOB = {"batch_size": 8, "join_timeout_s": 60}
+#: The daemons' job: small batches make an epoch long enough (117 steps) to be killed in its middle, and a
+#: checkpoint every 10 steps marks the middle without timing: the kill lands once party 3 has saved one.
+DAEMON_JOB = {"batch_size": 8, "join_timeout_s": 60, "checkpoint_every_steps": 10}
 DAEMON_EPOCHS = 3
 #: Both daemons' own config: ``[privacy]`` of partyN.toml.
 DAEMON_PRIVACY = {"privacy": {"min_embedding_noise_multiplier": 0.5}}
@@ -196,6 +197,38 @@ def _daemon_job(run_dir: Path, job_id: str, **privacy: float) -> dict[str, dict[
     return document
 
 
+def _daemons_run(pki: Pki, data: Path, root: Path, *, refuse_first: bool, kill: bool) -> tuple[Any, dict[str, Any]]:
+    """vfl-server and two vfl-client daemons that require noise; the noisy job's outcome and party 3's privacy.json.
+
+    ``refuse_first``: a job without noise comes first, and must fail naming the key. ``kill``: kill -9 of
+    party 3 once it has saved a checkpoint inside epoch 2, then a restart.
+    """
+    job_id = "noisy-resume"
+    run = _service(root, pki, data, client_tables=DAEMON_PRIVACY)
+    runs = run.root / "runs"
+    party3 = runs / job_id / "party-3"
+    try:
+        with _jobs(run, pki) as jobs:
+            if refuse_first:
+                jobs.submit(_daemon_job(runs, "no-noise"))
+                events = [str(event) for event in jobs.watch("no-noise")]
+                refused = jobs.get("no-noise")
+                assert refused.state == "failed", events
+                assert "min_embedding_noise_multiplier" in refused.error, refused.error
+                assert "embedding_noise_multiplier is 0" in refused.error, refused.error
+            jobs.submit(_daemon_job(runs, job_id, embedding_clip=1.0, embedding_noise_multiplier=0.5))
+            if kill:
+                _wait(lambda: any(party3.glob("epoch-0001-batch-*.pt")), "a checkpoint inside epoch 2", run)
+                run.kill("party-3")
+                assert jobs.get(job_id).epochs_done == 1, "the kill missed the middle of epoch 2"
+                _restart_after(run, "party-3")
+            _finish(jobs, run, job_id)
+        assert all(run.alive().values()), run.tail()
+    finally:
+        run.stop()  # SIGTERM, then up to 60 s: a loaded 2-core machine took 14 s to stop vfl-server
+    return _outcome(run, job_id), json.loads((party3 / REPORT_FILE).read_text())
+
+
 @pytest.mark.timeout(600)
 class TestDaemons:
     def test_a_refused_job_fails_and_a_killed_noisy_job_resumes_with_the_same_losses(
@@ -203,34 +236,11 @@ class TestDaemons:
     ) -> None:
         """vfl-client daemons whose configs require noise: a job without it fails naming the key, the daemons take
         the next job; kill -9 of party 3 inside epoch 2 and a restart end with the uninterrupted noisy run's losses."""
-        job_id = "noisy-resume"
-        outcomes, reports = {}, {}
-        for tag in ("clean", "killed"):
-            run = _service(tmp_path / tag, pki, digits_data, client_tables=DAEMON_PRIVACY)
-            runs = run.root / "runs"
-            try:
-                with _jobs(run, pki) as jobs:
-                    if tag == "clean":
-                        jobs.submit(_daemon_job(runs, "no-noise"))
-                        events = [str(event) for event in jobs.watch("no-noise")]
-                        refused = jobs.get("no-noise")
-                        assert refused.state == "failed", events
-                        assert "min_embedding_noise_multiplier" in refused.error, refused.error
-                        assert "embedding_noise_multiplier is 0" in refused.error, refused.error
-                    jobs.submit(_daemon_job(runs, job_id, embedding_clip=1.0, embedding_noise_multiplier=0.5))
-                    if tag == "killed":
-                        _kill_inside_epoch(run, jobs, job_id, 1, fraction=0.25)
-                        _restart_after(run, "party-3")
-                    _finish(jobs, run, job_id)
-                assert all(run.alive().values()), run.tail()
-            finally:
-                run.close()
-            outcomes[tag] = _outcome(run, job_id)
-            reports[tag] = json.loads((runs / job_id / "party-3" / REPORT_FILE).read_text())
-        _assert_same_model(outcomes["killed"], outcomes["clean"])
-        killed, clean = reports["killed"], reports["clean"]
+        clean_outcome, clean = _daemons_run(pki, digits_data, tmp_path / "clean", refuse_first=True, kill=False)
+        killed_outcome, killed = _daemons_run(pki, digits_data, tmp_path / "killed", refuse_first=False, kill=True)
+        _assert_same_model(killed_outcome, clean_outcome)
         print(f"party 3 after a kill: {killed['releases']} releases, epsilon {killed['epsilon']:.2f}")
-        # The epoch sent twice (before the kill, and again after it) counts once; inference ids differ per run.
+        # The steps sent twice (before the kill, and again after it) count once; inference ids differ per run.
         assert _training_releases(killed) == _training_releases(clean)
         assert killed["releases"] == clean["releases"] and killed["epsilon"] == clean["epsilon"]
 
