@@ -176,6 +176,40 @@ class TestNoisyJob:
         assert (folder / f"party-{party}" / KEY_FILE).stat().st_mode & 0o777 == 0o600
 
 
+#: What each algorithm's passive half uploads in a training round: what the noise must sit in front of.
+ROUND_UPLOADS = {
+    "splitnn": "embedding",
+    "fedbcd": "embedding",
+    "async": "embedding",
+    "vimsgd": "embedding",
+    "vimadmm": "embedding",
+    "vimadmm_j": "embedding",
+    "apfed_r": "apfed/passive-gradient",
+    "apfed_c": "apfed/passive-gradient",
+}
+
+
+@pytest.mark.parametrize("algorithm", sorted(ROUND_UPLOADS))
+def test_every_algorithm_trains_behind_the_noise(pki: Pki, digits_data: Path, tmp_path: Path, algorithm: str) -> None:
+    """One noisy epoch of each algorithm that sends per-row tensors: it finishes, and its round's uploads were
+    protected and counted (and async's warm-up upload, the evaluation and the inference, where the algorithm sends
+    them)."""
+    job = replace(
+        DIGITS_JOB, job_id=f"noisy-{algorithm.replace('_', '-')}", algorithm=algorithm, epochs=1, privacy=NOISY
+    )
+    _, results = _run(pki, digits_data, tmp_path, job)
+    assert all(isinstance(r, RunResult) and r.success for r in results.values()), results
+    for party in (2, 3):
+        report = json.loads((tmp_path / "runs" / job.job_id / f"party-{party}" / REPORT_FILE).read_text())
+        names = {name for name, _ in report["ledger"]}
+        assert [ROUND_UPLOADS[algorithm], 0] in report["ledger"], report["ledger"]
+        if algorithm == "async":
+            assert "warmup/embedding" in names, names
+        if not algorithm.startswith("apfed"):  # APFed's active party evaluates and serves alone
+            assert "eval/embedding" in names and any(n.startswith("infer/") for n in names), names
+        assert report["epsilon"] == pytest.approx(embedding_epsilon(0.5, len(report["ledger"]), NOISY.dp_delta))
+
+
 #: The daemons' job: small batches make an epoch long enough (117 steps) to be killed in its middle, and a
 #: checkpoint every 10 steps marks the middle without timing: the kill lands once party 3 has saved one.
 DAEMON_JOB = {"batch_size": 8, "join_timeout_s": 60, "checkpoint_every_steps": 10}
