@@ -29,8 +29,8 @@ class PartyPrivacy:
     #: The smallest ``[privacy] embedding_noise_multiplier`` a job may ask for (0: no requirement).
     #: Above 0, the job must also clip (``embedding_clip`` > 0), or the noise would have no scale.
     min_embedding_noise_multiplier: float = 0.0
-    #: Where the requirement was read from, for the refusal's message.
-    source: str = "this party's config"
+    #: Where the requirement was read from, for the refusal's message: the config file, or the SDK call.
+    source: str = "PassiveParty(privacy=...)"
 
     @property
     def requires_noise(self) -> bool:

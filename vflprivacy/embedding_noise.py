@@ -53,7 +53,8 @@ def clip_rows(array: np.ndarray, clip: float) -> np.ndarray:
     rows = np.asarray(array, dtype=np.float64).reshape(len(array), -1)
     norms = np.linalg.norm(rows, axis=1, keepdims=True)
     scale = np.minimum(1.0, clip / np.maximum(norms, np.finfo(np.float64).tiny))
-    return (rows * scale).reshape(array.shape)
+    clipped: np.ndarray = (rows * scale).reshape(array.shape)
+    return clipped
 
 
 def name_position(name: str) -> int:
