@@ -258,9 +258,7 @@ def keep_probability(epsilon: float, classes: int) -> float:
     return 1.0 / (1.0 + (classes - 1) * math.exp(-epsilon))
 
 
-def randomised_response(
-    labels: torch.Tensor, classes: int, epsilon: float, rng: np.random.Generator
-) -> torch.Tensor:
+def randomised_response(labels: torch.Tensor, classes: int, epsilon: float, rng: np.random.Generator) -> torch.Tensor:
     """``labels`` (class ids) each kept with ``keep_probability``, else replaced by one of the others, uniformly.
 
     Warner's randomised response generalised to K classes: the probability of reporting any

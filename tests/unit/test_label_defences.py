@@ -72,7 +72,7 @@ class TestMarvell:
         assert direction_auc(gradients, labels) > 0.99
 
     def test_a_small_sum_kl_brings_both_attacks_near_chance(self, leaky: tuple[np.ndarray, np.ndarray]) -> None:
-        """At sumKL 0.05 the paper's bound leaves any attacker an error of at least 0.44; both AUCs drop to about 0.5."""
+        """At sumKL 0.05 the paper's bound leaves any attacker an error of at least 0.44: both AUCs near 0.5."""
         gradients, labels = leaky
         noisy = defended(PrivacySpec(label_defence="marvell", marvell_sum_kl=0.05), gradients, labels)
         assert abs(norm_auc(noisy, labels) - 0.5) < 0.12
@@ -83,7 +83,7 @@ class TestMarvell:
         gradients, labels = leaky
         tight, loose = marvell_noise(gradients, labels, 0.05), marvell_noise(gradients, labels, 1.0)
         signal = float((np.linalg.norm(gradients, axis=1) ** 2).mean())
-        print(f"signal power {signal:.3f}; Marvell noise power at sumKL 0.05: {tight.power:.1f}, at 1.0: {loose.power:.1f}")
+        print(f"signal power {signal:.3f}; noise power, sumKL 0.05: {tight.power:.1f}, 1.0: {loose.power:.1f}")
         assert tight.sum_kl_before > 100 > 1.0 >= loose.sum_kl_after
         assert tight.sum_kl_after == pytest.approx(0.05, rel=1e-3)
         assert 0 < loose.power < tight.power
