@@ -9,6 +9,8 @@ label DP applies to every algorithm.
 
 from __future__ import annotations
 
+import re
+from dataclasses import fields
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +21,7 @@ from vflalgorithms.base import algorithms
 from vflcore.data.tables import PartyTable
 from vflcore.errors import ConfigError
 from vflcore.job import JobSpec
-from vflcore.privacy import PrivacySpec
+from vflcore.privacy import PrivacySpec, privacy_keys
 from vflprivacy.label_defences import keep_probability
 from vflprivacy.noise import KEY_FILE
 from vflserver.jobs.plan import JobPlan, check_models, plan_from_document
@@ -103,3 +105,21 @@ class TestTrainingLabels:
         found = protect_labels(job, labels, np.arange(80), tmp_path)
         assert torch.equal(found.labels, labels) and found.key is not None
         assert "label_dp" not in found.report and found.report["label_defence"] == "marvell"
+
+
+class TestDocumented:
+    def test_every_privacy_key_is_documented_with_its_default(self) -> None:
+        """docs/configuration.md's ``[privacy]`` lists every ``PrivacySpec`` key with its default, and no other."""
+        text = (Path(__file__).resolve().parents[2] / "docs/configuration.md").read_text()
+        section = text[text.index("### `[privacy]`") :]
+        section = section[: section.index("\n### ", 1)]
+        rows = dict(re.findall(r"^\| `(\w+)` \| [^|]* \| ([^|]*) \|", section, flags=re.M))
+        assert set(rows) == set(privacy_keys())
+        for spec in fields(PrivacySpec):
+            shown = re.match(r"`([^`]*)`", rows[spec.name])
+            assert shown is not None, spec.name
+            value = shown.group(1)
+            if isinstance(spec.default, str):
+                assert value == f'"{spec.default}"', spec.name
+            else:
+                assert float(value) == spec.default, spec.name
