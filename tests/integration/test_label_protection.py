@@ -7,9 +7,9 @@ labels each run once undisturbed, and once with ``vfl-server`` killed (kill -9) 
 and restarted: the restarted process reads its noise key back from the job's folder, redraws the
 same labels and the same noise, and the job ends with the same per-step losses and weights.
 
-Both runs of a job hold the same noise key (the faulty run's folder gets a copy of the clean
-run's before the job is submitted): the key is the active party's secret, and it alone decides
-the noise, which is what the comparison shows.
+Both runs share one set of daemons, as two jobs of the same settings, and hold the same noise
+key (the killed job's folder gets a copy of the clean job's key before it is submitted): the key
+is the active party's secret, and it alone decides the noise, which is what the comparison shows.
 """
 
 from __future__ import annotations
@@ -67,9 +67,9 @@ def cancer_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def _document(name: str) -> dict[str, dict[str, Any]]:
+def _document(name: str, job_id: str) -> dict[str, dict[str, Any]]:
     privacy, options = JOBS[name]
-    document = job_document(f"labels-{name}", "splitnn", epochs=EPOCHS, algorithm_options=options, **JOB)
+    document = job_document(job_id, "splitnn", epochs=EPOCHS, algorithm_options=options, **JOB)
     if privacy:
         document["privacy"] = dict(privacy)
     return document
@@ -102,24 +102,30 @@ def _key(root: Path, job_id: str) -> Path:
 
 
 @pytest.fixture(scope="module")
-def clean(pki: Pki, cancer_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """Every job run undisturbed on one set of daemons: their outcomes, summaries, keys and the server's log."""
-    root = tmp_path_factory.mktemp("clean")
-    run = _service(root, pki, cancer_data)
+def service(pki: Pki, cancer_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceRun]:
+    """The daemons every test of this module uses (a test that kills the server restarts it)."""
+    run = _service(tmp_path_factory.mktemp("labels"), pki, cancer_data)
     try:
-        found: dict[str, Any] = {"outcomes": {}, "summaries": {}, "root": root}
-        with JobClient(run.address, tls=pki.operator_files("alice")) as jobs:
-            for name in JOBS:
-                job_id = f"labels-{name}"
-                jobs.submit(_document(name))
-                _finish(jobs, run, job_id)
-                found["outcomes"][name] = job_outcome(root / "runs", job_id)
-                summary = party_dir(root / "runs", job_id, 1) / "summary.json"
-                found["summaries"][name] = json.loads(summary.read_text())
-        found["log"] = run.logs["server"].read_text()
-        yield found
+        yield run
     finally:
         run.close()
+
+
+@pytest.fixture(scope="module")
+def clean(service: ServiceRun, pki: Pki) -> dict[str, Any]:
+    """Every job run undisturbed: their outcomes, summaries and the server's log."""
+    root = service.root
+    found: dict[str, Any] = {"outcomes": {}, "summaries": {}, "root": root}
+    with JobClient(service.address, tls=pki.operator_files("alice")) as jobs:
+        for name in JOBS:
+            job_id = f"labels-{name}"
+            jobs.submit(_document(name, job_id))
+            _finish(jobs, service, job_id)
+            found["outcomes"][name] = job_outcome(root / "runs", job_id)
+            summary = party_dir(root / "runs", job_id, 1) / "summary.json"
+            found["summaries"][name] = json.loads(summary.read_text())
+    found["log"] = service.logs["server"].read_text()
+    return found
 
 
 def _assert_same_model(faulty: JobOutcome, clean: JobOutcome) -> None:
@@ -174,27 +180,23 @@ class TestApplied:
 class TestResume:
     @pytest.mark.parametrize("name", ["marvell", "label-dp"])
     def test_server_killed_inside_epoch_2_gives_the_same_run(
-        self, name: str, clean: dict[str, Any], pki: Pki, cancer_data: Path, tmp_path: Path
+        self, name: str, clean: dict[str, Any], service: ServiceRun, pki: Pki
     ) -> None:
         """kill -9 of vfl-server inside epoch 2, then a restart: the same noise and labels, the same per-step losses."""
-        job_id = f"labels-{name}"
-        key = _key(tmp_path, job_id)
+        job_id = f"labels-{name}-killed"
+        key = _key(service.root, job_id)
         key.parent.mkdir(parents=True)
-        shutil.copyfile(_key(clean["root"], job_id), key)
+        shutil.copyfile(_key(clean["root"], f"labels-{name}"), key)
         key.chmod(0o600)
-        run = _service(tmp_path, pki, cancer_data)
-        try:
-            with JobClient(run.address, tls=pki.operator_files("alice")) as jobs:
-                jobs.submit(_document(name))
-                _wait(lambda: jobs.get(job_id).epochs_done >= 1, "epoch 1", run)
-                time.sleep(jobs.get(job_id).history[-1].seconds * 0.4)
-            run.kill("server")
-            time.sleep(1.0)
-            run.start_server(f"127.0.0.1:{run.port}")
-            with JobClient(run.address, tls=pki.operator_files("alice")) as jobs:
-                lines = _finish(jobs, run, job_id)
-            assert any("resuming after" in line for line in lines), lines
-            assert not any(f"resuming after {EPOCHS} of" in line for line in lines), "the kill came after training"
-            _assert_same_model(job_outcome(tmp_path / "runs", job_id), clean["outcomes"][name])
-        finally:
-            run.close()
+        with JobClient(service.address, tls=pki.operator_files("alice")) as jobs:
+            jobs.submit(_document(name, job_id))
+            _wait(lambda: jobs.get(job_id).epochs_done >= 1, "epoch 1", service)
+            time.sleep(jobs.get(job_id).history[-1].seconds * 0.4)
+        service.kill("server")
+        time.sleep(1.0)
+        service.start_server(f"127.0.0.1:{service.port}")
+        with JobClient(service.address, tls=pki.operator_files("alice")) as jobs:
+            lines = _finish(jobs, service, job_id)
+        assert any("resuming after" in line for line in lines), lines
+        assert not any(f"resuming after {EPOCHS} of" in line for line in lines), "the kill came after training"
+        _assert_same_model(job_outcome(service.root / "runs", job_id), clean["outcomes"][name])
