@@ -198,7 +198,8 @@ def _marvell(gradients: np.ndarray, labels: np.ndarray, sum_kl: float, rng: np.r
     positive = np.asarray(labels).reshape(-1) == 1
     along_sd = np.sqrt(np.where(positive, noise.along[1], noise.along[0]))
     iso_sd = np.sqrt(np.where(positive, noise.iso[1], noise.iso[0]))
-    return (along_sd * along_draw)[:, None] * noise.direction[None, :] + iso_sd[:, None] * iso_draw
+    perturbed: np.ndarray = (along_sd * along_draw)[:, None] * noise.direction[None, :] + iso_sd[:, None] * iso_draw
+    return perturbed
 
 
 def _max_norm(gradients: np.ndarray, rng: np.random.Generator) -> np.ndarray:
