@@ -160,6 +160,10 @@ class TestProbesOnAnUndefendedSplitNNJob:
             PROBED[algorithm].upload == EMBEDDING
         ):  # APFed's upload is a gradient, which a linear decoder does not invert
             assert figures["inversion_mse"] < figures["inversion_baseline_mse"]
+        # Every answer that comes down is a function of the labels, ADMM's dual λ included (measured
+        # after 3 epochs: direction k = 10 at 0.97 to 1.00; async is left out, its arrival order varies).
+        if algorithm != "async":
+            assert figures["direction_auc_k10"] >= 0.85, (algorithm, figures)
 
     def test_multi_class_direction_attack_and_completion(
         self, one_torch_thread: None, pki: Pki, digits_data: Path, tmp_path: Path
