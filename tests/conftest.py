@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import structlog
 
-from vfltesting.datasets import write_diabetes_split, write_digits_quadrants, write_digits_split
+from vfltesting.datasets import write_cancer_split, write_diabetes_split, write_digits_quadrants, write_digits_split
 from vfltesting.pki import Pki, issue_pki
 
 
@@ -41,6 +41,14 @@ def digits_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """party1.csv (labels + image rows 0-2), party2.csv (rows 3-5), party3.csv (rows 6-7)."""
     out = tmp_path_factory.mktemp("digits")
     write_digits_split(out, seed=0)
+    return out
+
+
+@pytest.fixture(scope="session")
+def cancer_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Breast cancer, standardised: party1.csv (labels + features 0-9), party2.csv (10-19), party3.csv (20-29)."""
+    out = tmp_path_factory.mktemp("cancer")
+    write_cancer_split(out, seed=0)
     return out
 
 

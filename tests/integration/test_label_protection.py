@@ -22,14 +22,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
-from sklearn.datasets import load_breast_cancer
 
 from vflclient import JobClient
 from vflcore.data.checkpoints import party_dir
 from vflprivacy.noise import KEY_FILE
-from vfltesting.datasets import write_vertical_split
 from vfltesting.pki import Pki
 from vfltesting.recovery import JobOutcome, job_outcome, loss_difference, weight_differences
 from vfltesting.service import ServiceRun, job_document
@@ -48,23 +45,6 @@ JOBS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
 SERVER = {"party_timeout_s": 60, "heartbeat_timeout_s": 3}
 CLIENT = {"heartbeat_s": 0.3}
 TOLERANCE = 1e-6
-
-
-@pytest.fixture(scope="module")
-def cancer_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Breast cancer, standardised: party 1 holds the label and 10 features, parties 2 and 3 ten each."""
-    data = load_breast_cancer()
-    features = (data.data - data.data.mean(axis=0)) / data.data.std(axis=0)
-    out = tmp_path_factory.mktemp("cancer")
-    write_vertical_split(
-        out,
-        features=features,
-        labels=data.target.astype(np.int64),
-        feature_names=[f"f{i}" for i in range(features.shape[1])],
-        party_columns=[range(0, 10), range(10, 20), range(20, 30)],
-        seed=0,
-    )
-    return out
 
 
 def _document(name: str, job_id: str) -> dict[str, dict[str, Any]]:

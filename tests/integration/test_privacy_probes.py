@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from sklearn.datasets import load_breast_cancer
 
 from tests.integration.conftest import SMALL_JOB, start_job
 from vflclient import Connection, PassiveParty, RunResult, read_party_csv
@@ -25,7 +24,6 @@ from vflcore.job import JobSpec
 from vflcore.privacy import PrivacySpec
 from vflcore.wire.names import EMBEDDING
 from vflprivacy.recording import RECEIVED, SENT, LinkRecorder, Recording
-from vfltesting.datasets import write_vertical_split
 from vfltesting.pki import Pki
 from vfltesting.privacy_probe import KEYS, PROBED, probe
 
@@ -42,23 +40,6 @@ CANCER_JOB = JobSpec(
     test_fraction=0.2,
     passive_parties=(2, 3),
 )
-
-
-@pytest.fixture(scope="module")
-def cancer_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """party1.csv (labels + features 0-9), party2.csv (10-19), party3.csv (20-29); standardised, every row."""
-    data = load_breast_cancer()
-    features = (data.data - data.data.mean(axis=0)) / data.data.std(axis=0)
-    out = tmp_path_factory.mktemp("cancer")
-    write_vertical_split(
-        out,
-        features=features,
-        labels=data.target.astype(np.int64),
-        feature_names=[f"f{i}" for i in range(30)],
-        party_columns=[range(0, 10), range(10, 20), range(20, 30)],
-        seed=0,
-    )
-    return out
 
 
 def _run_recorded(
