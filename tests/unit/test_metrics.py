@@ -43,7 +43,6 @@ class TestClassificationMetrics:
         with pytest.raises(ValueError, match="no rows to score"):
             classification_metrics(np.zeros(0), np.zeros((0, 2)))
 
-
     def test_binary_roc_auc_ranks_by_the_positive_logit(self) -> None:
         """A binary task's ROC AUC ranks rows by logit 1 minus logit 0 (or the single logit), not by the argmax."""
         labels = np.array([0, 0, 1, 1])
