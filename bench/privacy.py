@@ -16,7 +16,7 @@ processes over mTLS, and take the jobs one after another through the Control API
 The plan is the tables below, chosen for coverage, not to reach the target: every algorithm
 undefended and with one defence on every task, and the whole sweep of defence settings on
 SplitNN and FedBCD on the imbalanced task (where the norm attack is strongest) and on SplitNN on
-breast cancer. Jobs are small (``JOB``) so that the ~70 runs fit in about 15 minutes on two cores.
+breast cancer. Jobs are small (``JOB``) so that the 75 runs fit in about 15 minutes on two cores.
 
 Writes ``bench/out/privacy/privacy.csv`` and ``privacy.png`` (label attack AUC against test ROC
 AUC on the imbalanced task). The last line is machine-readable:
@@ -40,11 +40,12 @@ from typing import Any
 
 from bench.curves import OUT
 from bench.machine import measured
-from bench.privacy_report import header, line, plot, verdict, write_csv
+from bench.privacy_report import header, line, not_applicable, plot, verdict, write_csv
 from bench.privacy_runs import NAN, Outcome, PrivacyService, Run, execute
 from bench.privacy_tasks import TASKS, Task
 from vflclient import JobClient, VflError
 from vfltesting.pki import issue_pki
+from vfltesting.privacy_probe import NOT_APPLICABLE
 
 #: Every defence setting the bench knows, by the name its rows carry: the job's ``[privacy]`` table.
 SETTINGS: dict[str, dict[str, Any]] = {
@@ -63,8 +64,12 @@ SETTINGS: dict[str, dict[str, Any]] = {
 #: Marvell shapes noise between two classes: binary tasks only.
 BINARY_ONLY = frozenset(name for name, table in SETTINGS.items() if table.get("label_defence") == "marvell")
 
-#: Every algorithm that exchanges per-row tensors (AdptVFedConv's are too, but it needs image quadrants).
+#: Every algorithm that exchanges per-row tensors, bar one (``LEFT_OUT``).
 ALGORITHMS = ("splitnn", "fedbcd", "async", "vimsgd", "vimadmm", "vimadmm_j", "apfed_r", "apfed_c")
+LEFT_OUT = {
+    "adptvfedconv": "its parties hold pieces of one image (convolutional bottoms over 8x8 quadrants); "
+    "these tasks are tabular",
+}
 #: The one defence every algorithm also runs with, by task kind (binary: Marvell, the issue's first).
 ONE_DEFENCE = {True: "marvell-0.25", False: "gaussian-2"}
 #: (task, algorithm) pairs that run every setting of ``SETTINGS``.
@@ -72,7 +77,7 @@ SWEPT = frozenset({("imbalanced", "splitnn"), ("imbalanced", "fedbcd"), ("cancer
 
 #: The job settings every run shares; small, so that the whole plan fits in about 15 minutes.
 JOB: dict[str, Any] = {
-    "epochs": 5,
+    "epochs": 10,
     "batch_size": 64,
     "embedding_dim": 8,
     "bottom_hidden": [32],
@@ -156,10 +161,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"== privacy: {len(runs)} jobs ({', '.join(tasks)} x {', '.join(algorithms)}), {job['epochs']} epochs "
         f"each, on one vfl-server and two recording passive parties (processes, mTLS); attacker: party 2 =="
     )
+    for algorithm, why in LEFT_OUT.items():
+        print(f"not run: {algorithm}: {why}")
+    if any(not TASKS[t]().binary for t in tasks):
+        print(f"not run on multi-class tasks: {', '.join(sorted(BINARY_ONLY))} (Marvell separates two classes)")
     print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}", flush=True)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="vfl-bench-privacy-") as tmp:
         outcomes, window = measured(lambda: run_plan(runs, job, Path(tmp)), own_children=True)
+    reasons = not_applicable(algorithms, NOT_APPLICABLE)
+    if reasons:
+        print("\na dash is an attack that does not apply (or a figure not produced); where it does not apply, why:")
+        print("\n".join(reasons))
     baselines = {(o.run.task, o.run.algorithm): o.utility for o in outcomes if o.run.setting == "none"}
     print(f"\nwrote {write_csv(outcomes, baselines, args.out / 'privacy.csv')}")
     picture = plot(outcomes, args.out / "privacy.png")

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from bench.privacy_runs import ATTACKS, NAN, Outcome
+from bench.privacy_runs import ATTACKS, NAN, OVER_EPOCHS, Outcome
 
 TARGET_AUC = 0.60
 UTILITY_BOUND = 0.01
@@ -66,12 +66,14 @@ def write_csv(outcomes: Sequence[Outcome], baselines: dict[tuple[str, str], floa
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
         ends = ["label_epsilon", "embedding_epsilon", "job_seconds", "probe_seconds", "message"]
-        writer.writerow(["task", "algorithm", "setting", "state", "utility", "utility_cost", *ATTACKS, *ends])
+        writer.writerow(
+            ["task", "algorithm", "setting", "state", "utility", "utility_cost", *ATTACKS, *OVER_EPOCHS, *ends]
+        )
         for o in outcomes:
             baseline = baselines.get((o.run.task, o.run.algorithm), NAN)
             writer.writerow(
                 [o.run.task, o.run.algorithm, o.run.setting, o.state, o.utility, o.utility - baseline]
-                + [o.attack(name) for name in ATTACKS]
+                + [o.attack(name) for name in (*ATTACKS, *OVER_EPOCHS)]
                 + [o.label_epsilon, o.embedding_epsilon, o.seconds, o.probe_seconds, o.message]
             )
     return path
@@ -118,6 +120,15 @@ def plot(outcomes: Sequence[Outcome], path: Path, task: str = TARGET_TASK) -> Pa
     figure.savefig(path, dpi=110)
     plt.close(figure)
     return path
+
+
+def not_applicable(algorithms: Sequence[str], reasons: Mapping[tuple[str, str], str]) -> list[str]:
+    """Why an attack has no figure (a dash) for an algorithm of the plan, as the probes state it."""
+    return [
+        f"  {algorithm:<10} {attack:<12} {why}"
+        for (algorithm, attack), why in sorted(reasons.items())
+        if algorithm in algorithms
+    ]
 
 
 def _find(outcomes: Sequence[Outcome], algorithm: str, setting: str) -> Outcome | None:

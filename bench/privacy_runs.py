@@ -45,6 +45,8 @@ ATTACKS = (
     "inversion_mse",
     "inversion_baseline_mse",
 )
+#: Also in the CSV: the label attacks' highest AUC over the epochs (the table shows the last epoch's).
+OVER_EPOCHS = ("norm_auc_max", "direction_auc_k1_max")
 NAN = float("nan")
 
 

@@ -2,7 +2,7 @@
 
 - ``cancer``: scikit-learn's bundled breast-cancer set (569 rows, 30 features, 37 % malignant),
   a binary task the project's other tests and benches never use.
-- ``imbalanced``: ``make_classification`` with 10 % positives (2,000 rows, 12 features). The
+- ``imbalanced``: ``make_classification`` with 10 % positives (3,000 rows, 12 features). The
   norm attack is strongest here: the rare class's gradients are the large ones (Li et al., ICLR
   2022, §3), so this is the task the bench's target is set on.
 - ``wine``: the bundled wine set (178 rows, 13 features, 3 classes), for the direction attack's
@@ -90,7 +90,7 @@ def cancer() -> Task:
     return Task("cancer", features, data.target.astype(np.int64), _thirds(features.shape[1]))
 
 
-def imbalanced(rows: int = 2000) -> Task:
+def imbalanced(rows: int = 3000) -> Task:
     features, labels = make_classification(
         n_samples=rows,
         n_features=12,

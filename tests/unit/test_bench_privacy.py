@@ -1,0 +1,68 @@
+"""The privacy bench's plan and verdict (``bench.privacy``, ``bench.privacy_report``), without running a job."""
+
+from __future__ import annotations
+
+import math
+
+from bench.privacy import ONE_DEFENCE, SETTINGS, plan
+from bench.privacy_report import verdict
+from bench.privacy_runs import Outcome, Run
+
+
+def _outcome(setting: str, utility: float, norm: float, direction: float, *, state: str = "finished") -> Outcome:
+    run = Run("imbalanced", "splitnn", setting, SETTINGS[setting])
+    return Outcome(run, state=state, utility=utility, attacks={"norm_auc": norm, "direction_auc_k1": direction})
+
+
+class TestVerdict:
+    def test_best_setting_within_the_utility_bound_is_judged(self) -> None:
+        """The lowest max(norm, direction k=1) among settings within 0.01 of the undefended ROC AUC is the value;
+        a lower one that costs more utility does not count."""
+        lines = verdict(
+            [
+                _outcome("none", 0.900, 0.95, 1.00),
+                _outcome("marvell-0.25", 0.895, 0.52, 0.58),
+                _outcome("marvell-0.1", 0.850, 0.50, 0.51),
+                _outcome("max_norm", 0.899, 0.70, 0.62),
+            ]
+        )
+        assert "marvell-0.25" in lines[-2]
+        assert lines[-1] == "BENCH privacy_attack_auc 0.580 auc target <= 0.60 MET"
+
+    def test_missed_when_the_best_useful_setting_still_leaks(self) -> None:
+        """A best useful setting above 0.60 is MISSED, with its value."""
+        lines = verdict([_outcome("none", 0.900, 0.95, 1.00), _outcome("max_norm", 0.905, 0.61, 0.40)])
+        assert lines[-1] == "BENCH privacy_attack_auc 0.610 auc target <= 0.60 MISSED"
+
+    def test_no_useful_setting_prints_the_frontier_and_the_best_overall(self) -> None:
+        """If every defence costs more than 0.01, the frontier is printed and the lowest AUC of all is MISSED."""
+        lines = verdict(
+            [
+                _outcome("none", 0.900, 0.95, 1.00),
+                _outcome("gaussian-2", 0.700, 0.55, 0.50),
+                _outcome("gaussian-0.5", 0.850, 0.80, 0.70),
+                _outcome("marvell-1", 0.0, math.nan, math.nan, state="failed"),
+            ]
+        )
+        assert any(line.startswith("  gaussian-2") for line in lines)
+        assert "gaussian-2" in lines[-2]
+        assert lines[-1] == "BENCH privacy_attack_auc 0.550 auc target <= 0.60 MISSED"
+
+    def test_without_runs_to_compare_it_is_missed(self) -> None:
+        """No undefended run (or no defended one) gives nan and MISSED, not an exception."""
+        assert verdict([])[-1] == "BENCH privacy_attack_auc nan auc target <= 0.60 MISSED"
+        assert verdict([_outcome("none", 0.9, 0.9, 0.9)])[-1].endswith("MISSED")
+
+
+class TestPlan:
+    def test_tables_give_each_algorithm_its_undefended_run_first(self) -> None:
+        """Swept pairs run every setting, others "none" and the one defence; Marvell never on a multi-class task."""
+        runs = plan(("imbalanced", "wine"), ("splitnn", "vimsgd"), None)
+        swept = [r.setting for r in runs if (r.task, r.algorithm) == ("imbalanced", "splitnn")]
+        assert swept == list(SETTINGS)
+        assert [r.setting for r in runs if (r.task, r.algorithm) == ("imbalanced", "vimsgd")] == [
+            "none",
+            ONE_DEFENCE[True],
+        ]
+        assert [r.setting for r in runs if r.task == "wine"] == ["none", ONE_DEFENCE[False]] * 2
+        assert all(r.privacy == SETTINGS[r.setting] for r in runs)
