@@ -111,6 +111,7 @@ def plot(outcomes: Sequence[Outcome], path: Path, task: str = TARGET_TASK) -> Pa
     if undefended is not None:
         bound = undefended.utility - UTILITY_BOUND
         axes.axvline(bound, linestyle=":", color="grey", linewidth=1, label=f"{TARGET_ALGORITHM} utility bound")
+    axes.set_ylim(min(0.4, *(o.label_attack_auc - 0.02 for o in shown)), 1.02)  # 0.5: a coin; 1: every label
     axes.set_xlabel("test ROC AUC (utility)")
     axes.set_ylabel("label attack AUC: max(norm, direction k=1), last epoch")
     axes.set_title(f"{task}: what each defence setting costs and protects", fontsize=10)
