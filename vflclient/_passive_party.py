@@ -43,6 +43,7 @@ from vflcore.wire.names import EVAL_EMBEDDING, infer_embedding_name
 from vflcore.wire.tensors import TensorKey
 from vflcore.wire.traffic import summary_lines
 from vflcore.work_items import Align, Checkpoint, Evaluate, Finish, Infer, Restore, Share, Task, TrainEpoch
+from vflprivacy.recording import LinkRecorder, RecordingLink
 
 log = structlog.get_logger(__name__)
 
@@ -74,6 +75,7 @@ class PassiveParty:
         psi_workers: int | None = None,
         keep_checkpoints: int = 2,
         device: torch.device | str = "cpu",
+        recorder: LinkRecorder | None = None,
     ) -> None:
         if keep_checkpoints < 1:
             raise ConfigError(f"keep_checkpoints = {keep_checkpoints}; keep at least the newest checkpoint (1)")
@@ -89,6 +91,8 @@ class PassiveParty:
         self.stop_event = threading.Event()
         self.job: JobSpec | None = None
         self.algorithm: ClientAlgorithm | None = None
+        #: Keeps what crosses the training link, for the attack probes (``vflprivacy.recording``); off by default.
+        self.recorder = recorder
 
     def run(self, connection: Connection, job_id: str = "") -> RunResult:
         """Join the job (``job_id`` as ``Connection.next_job`` offered it, or the waiting one) and work
@@ -178,7 +182,7 @@ class PassiveParty:
                     features=torch.from_numpy(np.ascontiguousarray(self.table.features, dtype=np.float32)).to(
                         self.device
                     ),
-                    link=connection,
+                    link=connection if self.recorder is None else RecordingLink(connection, self.recorder),
                     model_factory=self.model_factory,
                     after_step=self._after_step,
                     device=self.device,
@@ -204,6 +208,8 @@ class PassiveParty:
                 save_position(self._dir(job), position, self._state(algorithm), keep=self.keep_checkpoints)
                 if position == Position.after_epoch(job.epochs - 1):  # training is over: the model leaves
                     self._export(algorithm, job)
+                    if self.recorder is not None:
+                        self.recorder.record_trained(algorithm.embed, job.num_rows)
             case Restore(_, position):
                 self._restore(algorithm, position)
             case Evaluate(_, epoch, rows):

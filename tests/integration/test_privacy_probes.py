@@ -1,0 +1,178 @@
+"""The attack probes work: on an undefended SplitNN job over real mTLS, each recovers what it should.
+
+Two passive parties train with the active party on sklearn's breast cancer set (569 rows, 30
+features split 10/10/10), each recording what crossed its link through its own code path
+(``PassiveParty(..., recorder=LinkRecorder(folder))``). The probes then run on party 2's
+recording. A probe that cannot beat its no-information baseline here would prove nothing when
+a defence brings it down, so each is asserted above that baseline by a margin measured on this job.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from sklearn.datasets import load_breast_cancer
+
+from tests.integration.conftest import SMALL_JOB, start_job
+from vflclient import Connection, PassiveParty, RunResult, read_party_csv
+from vflcore.job import JobSpec
+from vflcore.wire.names import EMBEDDING
+from vflprivacy.recording import RECEIVED, SENT, LinkRecorder, Recording
+from vfltesting.datasets import write_vertical_split
+from vfltesting.pki import Pki
+from vfltesting.privacy_probe import KEYS, PROBED, probe
+
+pytestmark = pytest.mark.integration
+
+CANCER_JOB = JobSpec(
+    job_id="cancer",
+    seed=0,
+    epochs=8,
+    batch_size=64,
+    embedding_dim=8,
+    bottom_hidden=(16,),
+    learning_rate=0.01,
+    test_fraction=0.2,
+    passive_parties=(2, 3),
+)
+
+
+@pytest.fixture(scope="module")
+def cancer_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """party1.csv (labels + features 0-9), party2.csv (10-19), party3.csv (20-29); standardised, every row."""
+    data = load_breast_cancer()
+    features = (data.data - data.data.mean(axis=0)) / data.data.std(axis=0)
+    out = tmp_path_factory.mktemp("cancer")
+    write_vertical_split(
+        out,
+        features=features,
+        labels=data.target.astype(np.int64),
+        feature_names=[f"f{i}" for i in range(30)],
+        party_columns=[range(0, 10), range(10, 20), range(20, 30)],
+        seed=0,
+    )
+    return out
+
+
+def _run_recorded(
+    pki: Pki, data: Path, tmp_path: Path, job: JobSpec, top_hidden: tuple[int, ...] = (16,)
+) -> tuple[Any, dict[int, PassiveParty]]:
+    """Serve ``job`` and run both passive parties to the end, each recording under tmp_path/rec-<party>."""
+    running = start_job(pki, data, tmp_path, job, top_hidden=top_hidden)
+    parties: dict[int, PassiveParty] = {}
+    results: dict[int, RunResult | BaseException] = {}
+
+    def run(party: int) -> None:
+        try:
+            table = read_party_csv(data / f"party{party}.csv")
+            with Connection(running.address, party, tls=pki.party_files(party), connect_timeout_s=20) as conn:
+                parties[party] = PassiveParty(
+                    party, table, run_dir=tmp_path / "runs", recorder=LinkRecorder(tmp_path / f"rec-{party}")
+                )
+                results[party] = parties[party].run(conn)
+        except BaseException as exc:
+            results[party] = exc
+
+    threads = [threading.Thread(target=run, args=(p,), daemon=True) for p in job.passive_parties]
+    for thread in threads:
+        thread.start()
+    try:
+        running.summary()
+        for thread in threads:
+            thread.join(60)
+    finally:
+        running.server.stop(grace=None)
+    assert all(isinstance(r, RunResult) and r.success for r in results.values()), results
+    return running, parties
+
+
+class TestProbesOnAnUndefendedSplitNNJob:
+    def test_every_probe_beats_its_baseline(
+        self, one_torch_thread: None, pki: Pki, cancer_data: Path, tmp_path: Path
+    ) -> None:
+        """Direction attack AUC >= 0.9; norm AUC, model completion and inversion each beat no information."""
+        running, parties = _run_recorded(pki, cancer_data, tmp_path, CANCER_JOB)
+        party = parties[2]
+        assert party.table is not None
+        labels = np.asarray(running.active.table.labels)
+        recording = Recording(tmp_path / "rec-2")
+        assert recording.names(SENT) == {"embedding"} and recording.names(RECEIVED) == {"gradient"}
+        assert recording.aligned_rows() == len(labels)
+
+        figures = probe(tmp_path / "rec-2", party.job or CANCER_JOB, party.table.features, labels, seed=0)
+        print({k: round(v, 3) for k, v in figures.items()})
+        assert set(figures) == set(KEYS)
+        # Measured on this job (probe seeds 0-5, party 2): direction 1.000 (k = 1 and 10), norm 0.809,
+        # completion 0.80-0.93 at 1 % and 0.92-0.93 at 5 % (raw features: 0.79-0.92), inversion
+        # MSE 0.26-0.31 against the mean's 1.01-1.04 (mean R² 0.69-0.74).
+        assert figures["direction_auc_k1"] >= 0.9
+        assert figures["direction_auc_k10"] >= 0.9
+        assert figures["norm_auc"] >= 0.7
+        assert figures["completion_1pct"] >= 0.7
+        assert figures["completion_5pct"] >= 0.8
+        assert figures["inversion_mse"] <= 0.5 * figures["inversion_baseline_mse"]
+        assert figures["inversion_r2"] >= 0.5
+
+    @pytest.mark.parametrize(
+        ("algorithm", "options"),
+        [
+            ("splitnn", {"micro_batches": 3}),
+            ("fedbcd", {}),
+            ("async", {}),
+            ("vimsgd", {}),
+            ("vimadmm", {}),
+            ("vimadmm_j", {}),
+            ("apfed_r", {}),
+            ("apfed_c", {}),
+        ],
+    )
+    def test_every_algorithm_is_probed_on_its_own_tensors(
+        self,
+        one_torch_thread: None,
+        algorithm: str,
+        options: dict[str, Any],
+        pki: Pki,
+        cancer_data: Path,
+        tmp_path: Path,
+    ) -> None:
+        """Each algorithm's recording holds the tensors ``PROBED`` names, and every probe gives a figure from them."""
+        job = replace(
+            CANCER_JOB, job_id=f"cancer-{algorithm}", algorithm=algorithm, epochs=3, algorithm_options=options
+        )
+        running, parties = _run_recorded(pki, cancer_data, tmp_path, job)
+        party = parties[2]
+        assert party.table is not None and party.job is not None
+        recording = Recording(tmp_path / "rec-2")
+        assert PROBED[algorithm].answer in recording.names(RECEIVED)
+        assert PROBED[algorithm].upload in recording.names(SENT)
+        labels = np.asarray(running.active.table.labels)
+        figures = probe(tmp_path / "rec-2", party.job, party.table.features, labels, seed=0)
+        print(algorithm, {k: round(v, 3) for k, v in figures.items()})
+        assert not [key for key, value in figures.items() if math.isnan(value)]
+        if (
+            PROBED[algorithm].upload == EMBEDDING
+        ):  # APFed's upload is a gradient, which a linear decoder does not invert
+            assert figures["inversion_mse"] < figures["inversion_baseline_mse"]
+
+    def test_multi_class_direction_attack_and_completion(
+        self, one_torch_thread: None, pki: Pki, digits_data: Path, tmp_path: Path
+    ) -> None:
+        """Ten digit classes: no norm attack (NaN); the direction attack's macro AUC and completion's accuracy far
+        above chance (0.5 and 0.1)."""
+        job = replace(SMALL_JOB, job_id="digits-probe", epochs=2)
+        running, parties = _run_recorded(pki, digits_data, tmp_path, job)
+        party = parties[2]
+        assert party.table is not None and party.job is not None
+        labels = np.asarray(running.active.table.labels)
+        figures = probe(tmp_path / "rec-2", party.job, party.table.features, labels, seed=0)
+        print({k: round(v, 3) for k, v in figures.items()})
+        assert math.isnan(figures["norm_auc"])
+        # Measured: direction macro AUC 0.989 (k = 1), 0.997 (k = 10); completion accuracy 0.60 at 5 %.
+        assert figures["direction_auc_k1"] >= 0.9
+        assert figures["completion_5pct"] >= 0.4
