@@ -169,10 +169,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="vfl-bench-privacy-") as tmp:
         outcomes, window = measured(lambda: run_plan(runs, job, Path(tmp)), own_children=True)
-    reasons = not_applicable(algorithms, NOT_APPLICABLE)
-    if reasons:
-        print("\na dash is an attack that does not apply (or a figure not produced); where it does not apply, why:")
-        print("\n".join(reasons))
+    print("\na dash is an attack that does not apply, or a figure not produced; where one does not apply, why:")
+    print("\n".join(not_applicable(NOT_APPLICABLE, any(not TASKS[t]().binary for t in tasks))))
     baselines = {(o.run.task, o.run.algorithm): o.utility for o in outcomes if o.run.setting == "none"}
     print(f"\nwrote {write_csv(outcomes, baselines, args.out / 'privacy.csv')}")
     picture = plot(outcomes, args.out / "privacy.png")

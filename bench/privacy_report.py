@@ -123,13 +123,14 @@ def plot(outcomes: Sequence[Outcome], path: Path, task: str = TARGET_TASK) -> Pa
     return path
 
 
-def not_applicable(algorithms: Sequence[str], reasons: Mapping[tuple[str, str], str]) -> list[str]:
-    """Why an attack has no figure (a dash) for an algorithm of the plan, as the probes state it."""
-    return [
-        f"  {algorithm:<10} {attack:<12} {why}"
-        for (algorithm, attack), why in sorted(reasons.items())
-        if algorithm in algorithms
-    ]
+def not_applicable(reasons: Mapping[tuple[str, str], str], multiclass: bool) -> list[str]:
+    """Why a figure is a dash: the probes' own reasons, by algorithm and attack, and the multi-class norm attack."""
+    lines = [f"  {algorithm:<12} {attack:<11} {why}" for (algorithm, attack), why in sorted(reasons.items())]
+    if multiclass:
+        lines.append(
+            f"  {'any':<12} {'norm':<11} on a multi-class task: the attack ranks rows by one number, two classes"
+        )
+    return lines
 
 
 def _find(outcomes: Sequence[Outcome], algorithm: str, setting: str) -> Outcome | None:
