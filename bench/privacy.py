@@ -18,8 +18,9 @@ undefended and with one defence on every task, and the whole sweep of defence se
 SplitNN and FedBCD on the imbalanced task (where the norm attack is strongest) and on SplitNN on
 breast cancer. Jobs are small (``JOB``) so that the 75 runs fit in about 15 minutes on two cores.
 
-Writes ``bench/out/privacy/privacy.csv`` and ``privacy.png`` (label attack AUC against test ROC
-AUC on the imbalanced task). The last line is machine-readable:
+Writes ``bench/out/privacy/privacy.csv``, ``privacy.md`` (the table for ``docs/privacy.md``) and
+``privacy.png`` (label attack AUC against test ROC AUC on the imbalanced task). The last line is
+machine-readable:
 ``BENCH privacy_attack_auc <value> auc target <= 0.60 MET|MISSED`` (see ``bench.privacy_report``).
 Exits 0 whether the target is met or missed.
 
@@ -40,7 +41,7 @@ from typing import Any
 
 from bench.curves import OUT
 from bench.machine import measured
-from bench.privacy_report import header, line, not_applicable, plot, verdict, write_csv
+from bench.privacy_report import header, line, not_applicable, plot, verdict, write_csv, write_markdown
 from bench.privacy_runs import NAN, Outcome, PrivacyService, Run, execute
 from bench.privacy_tasks import TASKS, Task
 from vflclient import JobClient, VflError
@@ -173,6 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("\n".join(not_applicable(NOT_APPLICABLE, any(not TASKS[t]().binary for t in tasks))))
     baselines = {(o.run.task, o.run.algorithm): o.utility for o in outcomes if o.run.setting == "none"}
     print(f"\nwrote {write_csv(outcomes, baselines, args.out / 'privacy.csv')}")
+    print(f"wrote {write_markdown(outcomes, baselines, args.out / 'privacy.md')}")
     picture = plot(outcomes, args.out / "privacy.png")
     if picture is not None:
         print(f"wrote {picture}")

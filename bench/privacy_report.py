@@ -79,6 +79,39 @@ def write_csv(outcomes: Sequence[Outcome], baselines: dict[tuple[str, str], floa
     return path
 
 
+def write_markdown(outcomes: Sequence[Outcome], baselines: dict[tuple[str, str], float], path: Path) -> Path:
+    """The table as ``docs/privacy.md`` shows it: one row per finished run, model completion beside raw features."""
+
+    def cell(value: float) -> str:
+        return "-" if math.isnan(value) else f"{value:.3f}"
+
+    def pair(attack: str, baseline: str, o: Outcome) -> str:
+        return f"{cell(o.attack(attack))} ({cell(o.attack(baseline))})"
+
+    rows = [
+        "| task | algorithm | setting | utility | cost | norm AUC | direction AUC k=1 | k=10 | completion 1 % (raw) "
+        "| completion 5 % (raw) | inversion R² | inversion MSE (mean's) | ε label | ε embedding |",
+        "|" + " --- |" * 14,
+    ]
+    for o in outcomes:
+        run = o.run
+        if not o.finished:
+            rows.append(f"| {run.task} | {run.algorithm} | {run.setting} | {o.state}: {o.message} |" + " |" * 10)
+            continue
+        cost = o.utility - baselines.get((run.task, run.algorithm), NAN)
+        rows.append(
+            f"| {run.task} | {run.algorithm} | {run.setting} | {cell(o.utility)} | {cell(cost)} "
+            f"| {cell(o.attack('norm_auc'))} | {cell(o.attack('direction_auc_k1'))} "
+            f"| {cell(o.attack('direction_auc_k10'))} | {pair('completion_1pct', 'completion_raw_1pct', o)} "
+            f"| {pair('completion_5pct', 'completion_raw_5pct', o)} | {cell(o.attack('inversion_r2'))} "
+            f"| {pair('inversion_mse', 'inversion_baseline_mse', o)} | {cell(o.label_epsilon)} "
+            f"| {cell(o.embedding_epsilon)} |"
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return path
+
+
 def plot(outcomes: Sequence[Outcome], path: Path, task: str = TARGET_TASK) -> Path | None:
     """Label-attack AUC against utility on ``task``: one point per run, one marker per algorithm."""
     import matplotlib
