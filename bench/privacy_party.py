@@ -28,8 +28,6 @@ from vflcore.runtime import daemon
 from vflcore.runtime.config import client_config_from, load_toml
 from vflprivacy.recording import LinkRecorder
 
-log = structlog.get_logger(__name__)
-
 
 class RecordingParty(PartyDaemon):
     """``PartyDaemon`` whose every job is recorded under ``record/<job_id>/party-<N>``."""
@@ -39,26 +37,14 @@ class RecordingParty(PartyDaemon):
         self.record = record
 
     def _party_for(self, connection: Connection, offer: Offer) -> PassiveParty:
-        """The daemon's own party for the offer (dataset and model checks included), with a recorder."""
-        job = offer.job
-        try:
-            table = self._table(offer.dataset)
-            factory = self._factory(offer.model)
-        except (ConfigError, DataError) as exc:
-            log.error("job_refused", job=job.job_id, dataset=offer.dataset, model=offer.model, error=str(exc))
-            connection.report_failure(job.job_id, 0, str(exc))
-            raise
-        return PassiveParty(
-            self.party,
-            table,
-            model_factory=factory,
-            device=self.device,
-            run_dir=self.run_dir,
-            heartbeat_s=self.heartbeat_s,
-            psi_workers=self.psi_workers,
-            keep_checkpoints=self.keep_checkpoints,
-            recorder=LinkRecorder(self.record / job.job_id / f"party-{self.party}"),
-        )
+        """The daemon's own party for the offer (its dataset, model and privacy checks), with a recorder.
+
+        Set on the party the daemon built rather than built again here, so that whatever the daemon
+        gives its parties (its own ``[privacy]`` floor, say) the recording party has too.
+        """
+        party = super()._party_for(connection, offer)
+        party.recorder = LinkRecorder(self.record / offer.job.job_id / f"party-{self.party}")
+        return party
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -178,5 +178,7 @@ def _embedding_epsilon(folder: Path) -> float:
         report = json.loads(path.read_text())
     except (OSError, ValueError):
         return NAN
-    value = report.get("epsilon") if isinstance(report, dict) else None
-    return float(value) if isinstance(value, int | float) else NAN
+    if not isinstance(report, dict) or "epsilon" not in report:
+        return NAN
+    value = report["epsilon"]
+    return math.inf if value is None else float(value)  # JSON has no infinity: None stands for it
