@@ -14,9 +14,9 @@ processes over mTLS, and take the jobs one after another through the Control API
   party 2's own accountant.
 
 The plan is the tables below, chosen for coverage, not to reach the target: every algorithm
-undefended and with one defence on every task, and the whole sweep of defence settings on
+undefended and with a gradient perturbation and label DP on every task, and the whole sweep of defence settings on
 SplitNN and FedBCD on the imbalanced task (where the norm attack is strongest) and on SplitNN on
-breast cancer. Jobs are small (``JOB``) so that the 75 runs fit in about 15 minutes on two cores.
+breast cancer. Jobs are small (``JOB``) so that the 96 runs fit in about 15 minutes on two cores.
 
 Writes ``bench/out/privacy/privacy.csv``, ``privacy.md`` (the table for ``docs/privacy.md``) and
 ``privacy.png`` (label attack AUC against test ROC AUC on the imbalanced task). The last line is
@@ -71,8 +71,10 @@ LEFT_OUT = {
     "adptvfedconv": "its parties hold pieces of one image (convolutional bottoms over 8x8 quadrants); "
     "these tasks are tabular",
 }
-#: The one defence every algorithm also runs with, by task kind (binary: Marvell, the issue's first).
-ONE_DEFENCE = {True: "marvell-0.25", False: "gaussian-2"}
+#: The defences every algorithm also runs with, by task kind (binary or not): a gradient perturbation
+#: (Marvell, the issue's first, on binary tasks), which only algorithms that send gradients down
+#: accept (the others' rows say why they refuse it), and label DP, which every algorithm accepts.
+EVERY_ALGORITHM = {True: ("marvell-0.25", "label_dp-1"), False: ("gaussian-2", "label_dp-1")}
 #: (task, algorithm) pairs that run every setting of ``SETTINGS``.
 SWEPT = frozenset({("imbalanced", "splitnn"), ("imbalanced", "fedbcd"), ("cancer", "splitnn")})
 
@@ -94,7 +96,7 @@ def plan(tasks: Sequence[str], algorithms: Sequence[str], settings: Sequence[str
     """The runs, task by task and algorithm by algorithm, each algorithm's undefended run first.
 
     ``settings`` None: the tables' plan (``SWEPT`` pairs all settings, the rest "none" and
-    ``ONE_DEFENCE``); else exactly those settings. Marvell is left out of multi-class tasks.
+    ``EVERY_ALGORITHM``); else exactly those settings. Marvell is left out of multi-class tasks.
     """
     runs: list[Run] = []
     for task_name in tasks:
@@ -105,7 +107,7 @@ def plan(tasks: Sequence[str], algorithms: Sequence[str], settings: Sequence[str
             elif (task_name, algorithm) in SWEPT:
                 chosen = list(SETTINGS)
             else:
-                chosen = ["none", ONE_DEFENCE[binary]]
+                chosen = ["none", *EVERY_ALGORITHM[binary]]
             chosen = [s for s in chosen if binary or s not in BINARY_ONLY]
             runs.extend(Run(task_name, algorithm, s, SETTINGS[s]) for s in chosen)
     return runs

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from bench.privacy import ONE_DEFENCE, SETTINGS, plan
+from bench.privacy import EVERY_ALGORITHM, SETTINGS, plan
 from bench.privacy_report import verdict
 from bench.privacy_runs import Outcome, Run
 
@@ -56,13 +56,12 @@ class TestVerdict:
 
 class TestPlan:
     def test_tables_give_each_algorithm_its_undefended_run_first(self) -> None:
-        """Swept pairs run every setting, others "none" and the one defence; Marvell never on a multi-class task."""
+        """Swept pairs run every setting, others "none" and the defences for every algorithm; Marvell never on a
+        multi-class task."""
         runs = plan(("imbalanced", "wine"), ("splitnn", "vimsgd"), None)
         swept = [r.setting for r in runs if (r.task, r.algorithm) == ("imbalanced", "splitnn")]
         assert swept == list(SETTINGS)
-        assert [r.setting for r in runs if (r.task, r.algorithm) == ("imbalanced", "vimsgd")] == [
-            "none",
-            ONE_DEFENCE[True],
-        ]
-        assert [r.setting for r in runs if r.task == "wine"] == ["none", ONE_DEFENCE[False]] * 2
+        vimsgd = [r.setting for r in runs if (r.task, r.algorithm) == ("imbalanced", "vimsgd")]
+        assert vimsgd == ["none", *EVERY_ALGORITHM[True]]
+        assert [r.setting for r in runs if r.task == "wine"] == ["none", *EVERY_ALGORITHM[False]] * 2
         assert all(r.privacy == SETTINGS[r.setting] for r in runs)
