@@ -48,6 +48,8 @@ ATTACKS = (
 #: Also in the CSV: the label attacks' highest AUC over the epochs (the table shows the last epoch's).
 OVER_EPOCHS = ("norm_auc_max", "direction_auc_k1_max")
 NAN = float("nan")
+#: How long a passive party may take, after the server's job has ended, to write its end-of-job files.
+PARTY_DONE_S = 30.0
 
 
 class PrivacyService(ServiceRun):
@@ -156,6 +158,8 @@ def execute(service: PrivacyService, jobs: JobClient, run: Run, task: Task, job:
     if not outcome.finished:
         return outcome
     passive = party_dir(service.root / "runs", run.job_id, ATTACKED_PARTY)
+    if not _party_done(passive):
+        outcome.message = f"party {ATTACKED_PARTY} did not write its end-of-job files within {PARTY_DONE_S:.0f} s"
     outcome.embedding_epsilon = _embedding_epsilon(passive)
     with (passive / "aligned_ids.csv").open(newline="", encoding="utf-8") as handle:
         ids = [row["id"] for row in csv.DictReader(handle)]
@@ -167,6 +171,20 @@ def execute(service: PrivacyService, jobs: JobClient, run: Run, task: Task, job:
         outcome.message = f"probe failed: {type(exc).__name__}: {exc}"
     outcome.probe_seconds = time.perf_counter() - started - outcome.seconds
     return outcome
+
+
+def _party_done(folder: Path) -> bool:
+    """Wait until the party has handled Finish: the server's job ends first, the party's last files after.
+
+    ``wire_bytes.json`` is the party's last write of a job (after ``privacy.json``'s ε), so its
+    presence says the recording and the report are complete.
+    """
+    deadline = time.monotonic() + PARTY_DONE_S
+    while not (folder / "wire_bytes.json").exists():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def _embedding_epsilon(folder: Path) -> float:
