@@ -32,6 +32,7 @@ from vflcore.errors import (
     VflError,
 )
 from vflcore.job import JobSpec
+from vflcore.party_privacy import PartyPrivacy
 from vflcore.security.tls import TlsFiles
 
 __all__ = [
@@ -51,6 +52,7 @@ __all__ = [
     "ModelFactory",
     "ModelNotFound",
     "Overloaded",
+    "PartyPrivacy",
     "PartyTable",
     "PassiveParty",
     "PermissionDenied",

@@ -34,6 +34,7 @@ from vflcore.data.tables import PartyTable, read_party_csv
 from vflcore.errors import ConfigError, DataError, PermissionDenied, ServerUnavailable, TlsConfigError, VflError
 from vflcore.job import Offer
 from vflcore.ml.models import load_factory
+from vflcore.party_privacy import PartyPrivacy
 from vflcore.runtime.config import DataSource, dataset_named
 
 log = structlog.get_logger(__name__)
@@ -80,6 +81,7 @@ class PartyDaemon:
         offer_wait_s: float = 30.0,
         models: Mapping[str, str] | None = None,
         device: str = "cpu",
+        privacy: PartyPrivacy | None = None,
     ) -> None:
         self.party = party
         self.datasets = dict(datasets)
@@ -88,6 +90,8 @@ class PartyDaemon:
         #: ``[models]``: the factories a job may name for this party (imported when a job names one).
         self.models = dict(models or {})
         self.device = device
+        #: ``[privacy]`` of this party's config: what it requires of every job (a job below it is refused at Join).
+        self.privacy = privacy or PartyPrivacy()
         self.run_dir = run_dir
         self.heartbeat_s = heartbeat_s
         self.psi_workers = psi_workers
@@ -191,6 +195,7 @@ class PartyDaemon:
             heartbeat_s=self.heartbeat_s,
             psi_workers=self.psi_workers,
             keep_checkpoints=self.keep_checkpoints,
+            privacy=self.privacy,
         )
 
     def _factory(self, name: str) -> ModelFactory | None:

@@ -37,12 +37,15 @@ from vflcore.errors import ArtifactError, ConfigError, JobAborted, JoinRejected,
 from vflcore.job import ACTIVE_PARTY, JobSpec, Position, check_job_id, mid_epoch_checkpoint_due
 from vflcore.ml.onnx_export import MODEL_FILE, PROBE_ROWS, export_onnx, part_metadata
 from vflcore.ml.state import restore_rng, rng_state
+from vflcore.party_privacy import PartyPrivacy, refusal
 from vflcore.psi.cache import cached_keys
 from vflcore.runtime.daemon import adopt_torch_threads
+from vflcore.wire.links import TrainingLink
 from vflcore.wire.names import EVAL_EMBEDDING, infer_embedding_name
 from vflcore.wire.tensors import TensorKey
 from vflcore.wire.traffic import summary_lines
 from vflcore.work_items import Align, Checkpoint, Evaluate, Finish, Infer, Restore, Share, Task, TrainEpoch
+from vflprivacy.embedding_noise import NoisyLink, protected_link
 from vflprivacy.recording import LinkRecorder, RecordingLink
 
 log = structlog.get_logger(__name__)
@@ -76,6 +79,7 @@ class PassiveParty:
         keep_checkpoints: int = 2,
         device: torch.device | str = "cpu",
         recorder: LinkRecorder | None = None,
+        privacy: PartyPrivacy | None = None,
     ) -> None:
         if keep_checkpoints < 1:
             raise ConfigError(f"keep_checkpoints = {keep_checkpoints}; keep at least the newest checkpoint (1)")
@@ -93,6 +97,11 @@ class PassiveParty:
         self.algorithm: ClientAlgorithm | None = None
         #: Keeps what crosses the training link, for the attack probes (``vflprivacy.recording``); off by default.
         self.recorder = recorder
+        #: What this party requires of a job's ``[privacy]`` (its config's ``[privacy]``); a job below it is refused.
+        self.privacy = privacy or PartyPrivacy()
+        #: What the algorithm, evaluation and inference send through: the connection, behind the job's embedding
+        #: protection if it asks for one (``vflprivacy.embedding_noise``); set with the algorithm.
+        self.link: TrainingLink | None = None
 
     def run(self, connection: Connection, job_id: str = "") -> RunResult:
         """Join the job (``job_id`` as ``Connection.next_job`` offered it, or the waiting one) and work
@@ -103,6 +112,7 @@ class PassiveParty:
         job = connection.join(self.own_table, self._saved_alignments(), job_id=job_id, checkpoints=held)
         _own_folder_name(job.job_id)
         _passive_half(job.algorithm)  # refuse an algorithm this client lacks before any work
+        self._refuse_weaker_privacy(connection, job)
         self.job = job
         structlog.contextvars.bind_contextvars(job=job.job_id)
         log.info("joined", algorithm=job.algorithm, ids=self.own_table.num_rows, epochs=job.epochs)
@@ -112,6 +122,17 @@ class PassiveParty:
         finally:
             heartbeats.set()
 
+    def _refuse_weaker_privacy(self, connection: Connection, job: JobSpec) -> None:
+        """Refuse a job that protects this party's embeddings less than its own config requires.
+
+        Reported to the server too, which then fails the job before PSI with this party's reason.
+        """
+        reason = refusal(self.privacy, job.privacy, self.party)
+        if reason is not None:
+            log.error("job_refused", job=job.job_id, reason=reason)
+            connection.report_failure(job.job_id, 0, reason)
+            raise JoinRejected(reason)
+
     def _work(self, connection: Connection, job: JobSpec) -> RunResult:
         epochs_trained = 0
         for task in connection.tasks(job.job_id):
@@ -119,6 +140,8 @@ class PassiveParty:
                 break
             if isinstance(task, Finish):
                 log.info("job_finished", success=task.success, message=task.message, rejoin=task.rejoin)
+                if isinstance(self.link, NoisyLink):
+                    self.link.report(job.privacy.dp_delta)  # ε of what left this party, logged and in privacy.json
                 self._write_traffic(connection, job)
                 return RunResult(job.job_id, task.success, task.message, epochs_trained, self._dir(job), task.rejoin)
             try:
@@ -174,6 +197,8 @@ class PassiveParty:
         """
         assert self.job is not None and self.table is not None, "the server sent work before alignment"
         if self.algorithm is None:
+            recorded = connection if self.recorder is None else RecordingLink(connection, self.recorder)
+            self.link = protected_link(recorded, self.job.privacy, self._dir(self.job), self.party)
             self.algorithm = _passive_half(self.job.algorithm)(
                 PassiveContext(
                     party=self.party,
@@ -182,7 +207,7 @@ class PassiveParty:
                     features=torch.from_numpy(np.ascontiguousarray(self.table.features, dtype=np.float32)).to(
                         self.device
                     ),
-                    link=connection if self.recorder is None else RecordingLink(connection, self.recorder),
+                    link=self.link,
                     model_factory=self.model_factory,
                     after_step=self._after_step,
                     device=self.device,
@@ -196,8 +221,8 @@ class PassiveParty:
             self._align(task, connection)
             return 0
         algorithm = self._algorithm(connection)
-        assert self.job is not None
-        job = self.job
+        assert self.job is not None and self.link is not None
+        job, link = self.job, self.link
         match task:
             case TrainEpoch(_, epoch, first_batch):
                 structlog.contextvars.bind_contextvars(round=epoch)
@@ -213,11 +238,11 @@ class PassiveParty:
             case Restore(_, position):
                 self._restore(algorithm, position)
             case Evaluate(_, epoch, rows):
-                connection.send(TensorKey(job.job_id, epoch, 0, EVAL_EMBEDDING), algorithm.embed(rows))
+                link.send(TensorKey(job.job_id, epoch, 0, EVAL_EMBEDDING), algorithm.embed(rows))
             case Share(_, round_, name):
-                connection.send(TensorKey(job.job_id, round_, 0, name), algorithm.share(name))
+                link.send(TensorKey(job.job_id, round_, 0, name), algorithm.share(name))
             case Infer(_, request_id, rows):
-                connection.send(TensorKey(job.job_id, 0, 0, infer_embedding_name(request_id)), algorithm.embed(rows))
+                link.send(TensorKey(job.job_id, 0, 0, infer_embedding_name(request_id)), algorithm.embed(rows))
                 log.info("inference_served", request=request_id, rows=len(rows))
         return 0
 

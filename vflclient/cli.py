@@ -135,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         backoff=Backoff(config.retry_initial_s, config.retry_max_s),
         models=config.models,
         device=config.device,
+        privacy=config.privacy,
     )
     try:
         party.check_datasets()  # every table readable now, not at the first job that names it

@@ -57,7 +57,8 @@ def minority(labels: np.ndarray) -> np.ndarray:
     """The rows of a binary task's rarer class (the larger label on a tie): the norm attack's positives."""
     classes, counts = np.unique(np.asarray(labels), return_counts=True)
     rare = classes[np.flatnonzero(counts == counts.min())[-1]]
-    return np.asarray(labels) == rare
+    positives: np.ndarray = np.asarray(labels) == rare
+    return positives
 
 
 def norm_attack(gradients: np.ndarray, labels: np.ndarray) -> float:

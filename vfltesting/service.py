@@ -64,6 +64,8 @@ class ServiceRun:
     datasets: dict[str, Path] = field(default_factory=dict)
     #: The address a party dials instead of the server's (a proxy in front of it), by party.
     via: dict[int, str] = field(default_factory=dict)
+    #: Every daemon's ``--log-level`` (``debug`` to see every event a daemon can write).
+    log_level: str = "info"
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     port: int = 0
     logs: dict[str, Path] = field(default_factory=dict)
@@ -133,6 +135,7 @@ class ServiceRun:
         log = self.root / f"server-{self._restarts}.log"
         self.logs["server"] = log
         cmd = [str(BIN / "vfl-server"), "--config", str(self.server_config(listen)), "--log-format", "json"]
+        cmd += ["--log-level", self.log_level]
         if self.serving:
             cmd += ["--serving-port-file", str(ports)]
         with log.open("wb") as sink:  # the child keeps its own descriptor
@@ -153,9 +156,11 @@ class ServiceRun:
         log = self.root / f"party-{party}.log"
         self.logs[f"party-{party}"] = log
         config = self.client_config(party, server or self.via.get(party) or self.address)
+        cmd = [str(BIN / "vfl-client"), "--party", str(party), "--config", str(config), "--log-format", "json"]
+        cmd += ["--log-level", self.log_level]
         with log.open("ab") as sink:
             self.procs[f"party-{party}"] = subprocess.Popen(
-                [str(BIN / "vfl-client"), "--party", str(party), "--config", str(config), "--log-format", "json"],
+                cmd,
                 stdout=subprocess.DEVNULL,
                 stderr=sink,
                 env=service_env(),

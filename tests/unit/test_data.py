@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import structlog
 
-from vflcore.data.tables import DataError, PartyTable, align_rows, ids_digest, read_party_csv
+from vflcore.data.tables import DataError, PartyTable, align_rows, ids_digest, read_party_csv, select_rows
 
 
 def write(tmp_path: Path, text: str, name: str = "party.csv") -> Path:
@@ -148,11 +148,11 @@ class TestReadPartyCsv:
 
     def test_id_with_line_break(self, tmp_path: Path) -> None:
         """A quoted ID spanning lines would break the digest's framing, so it is refused."""
-        with pytest.raises(DataError, match=r"p\.csv: line 3, column 'id': ID 'u\\n1' contains a line break"):
+        with pytest.raises(DataError, match=r"p\.csv: line 3, column 'id': the ID contains a line break"):
             read_party_csv(write(tmp_path, 'id,a\n"u\n1",1\n', "p.csv"))
 
     def test_duplicate_ids_keep_first_row_with_a_counted_warning(self, tmp_path: Path) -> None:
-        """Repeated IDs keep their first row; the warning counts them and shows up to three."""
+        """Repeated IDs keep their first row; the warning counts them and gives the first three dropped lines, no ID."""
         rows = "".join(f"{i},{n}\n" for n, i in enumerate(["a", "a", "b", "b", "b", "c", "c", "d", "d", "e"]))
         with structlog.testing.capture_logs() as logs:
             table = read_party_csv(write(tmp_path, "id,x\n" + rows, "p.csv"))
@@ -160,7 +160,8 @@ class TestReadPartyCsv:
         assert table.features[:, 0].tolist() == [0, 2, 5, 7, 9]
         (warning,) = [e for e in logs if e["event"] == "duplicate_ids_dropped"]
         assert warning["duplicated_ids"] == 4 and warning["rows_dropped"] == 5
-        assert warning["examples"] == "'a', 'b', 'c'" and warning["file"].endswith("p.csv")
+        assert warning["first_dropped_lines"] == [3, 5, 6] and warning["file"].endswith("p.csv")
+        assert not {"a", "b", "c", "d", "e"} & {str(v) for v in warning.values()}
 
     def test_not_utf8(self, tmp_path: Path) -> None:
         """A file in another encoding is reported with advice to re-save it as UTF-8."""
@@ -227,6 +228,21 @@ class TestAlignRows:
         assert table.ids.tolist() == ["a", "b"]
 
 
+class TestSelectRows:
+    def test_rows_come_in_the_aligned_order(self, tmp_path: Path) -> None:
+        """The rows of the given IDs, in the order given."""
+        table = select_rows(read_party_csv(write(tmp_path, "id,a\nb,1\nc,2\na,3\n")), np.array(["c", "a"]))
+        assert table.ids.tolist() == ["c", "a"]
+        np.testing.assert_array_equal(table.features[:, 0], [2.0, 3.0])
+
+    def test_an_unknown_id_is_counted_not_quoted(self, tmp_path: Path) -> None:
+        """An aligned ID missing from the table is refused; the message counts such IDs and never names one."""
+        table = read_party_csv(write(tmp_path, "id,a\nrow-17,1\nrow-18,2\n"))
+        with pytest.raises(DataError, match="1 of the 2 aligned IDs are not in this table") as caught:
+            select_rows(table, np.array(["row-18", "row-99"]))
+        assert "row-99" not in str(caught.value) and "row-18" not in str(caught.value)
+
+
 class TestIdsDigest:
     def test_matches_sorted_newline_framing(self) -> None:
         """The digest is SHA-256 over sorted UTF-8 IDs, each followed by a newline."""
@@ -245,7 +261,7 @@ class TestIdsDigest:
 class TestControlCharacters:
     def test_id_with_nul_is_refused(self, tmp_path: Path) -> None:
         """An ID with a NUL (or other control character) is refused, naming line and column."""
-        with pytest.raises(DataError, match=r"p\.csv: line 2, column 'id': ID 'a\\x00' contains a control character"):
+        with pytest.raises(DataError, match=r"p\.csv: line 2, column 'id': the ID contains a control character"):
             read_party_csv(write(tmp_path, "id,a\na\x00,1\n", "p.csv"))
 
 

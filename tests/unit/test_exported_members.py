@@ -21,6 +21,7 @@ EXPECTED = [
     "ModelFactory",
     "ModelNotFound",
     "Overloaded",
+    "PartyPrivacy",
     "PartyTable",
     "PassiveParty",
     "PermissionDenied",

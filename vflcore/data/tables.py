@@ -37,7 +37,7 @@ __all__ = [
     "write_aligned_ids",
 ]
 
-_MAX_EXAMPLES = 3
+_DROPPED_LINES_SHOWN = 3
 
 log = structlog.get_logger(__name__)
 
@@ -96,7 +96,7 @@ def read_party_csv(
     feature_indices = [header.index(name) for name in feature_names]
 
     ids = _parse_ids(path, id_column, [row[id_index] for row in rows], line_numbers)
-    keep = first_occurrences(path, id_column, ids)
+    keep = first_occurrences(path, id_column, ids, line_numbers)
     if keep is not None:
         rows = [rows[i] for i in keep]
         line_numbers = [line_numbers[i] for i in keep]
@@ -120,8 +120,13 @@ def select_rows(table: PartyTable, ids: np.ndarray) -> PartyTable:
     position = {value: n for n, value in enumerate(table.ids.tolist())}
     try:
         order = np.fromiter((position[value] for value in ids.tolist()), dtype=np.int64, count=len(ids))
-    except KeyError as exc:
-        raise DataError(f"{table.source}: aligned ID {exc.args[0]!r} is not in this table") from None
+    except KeyError:
+        # no ID in the message: it reaches this party's log, and the server's with a failure report
+        missing = sum(value not in position for value in ids.tolist())
+        raise DataError(
+            f"{table.source}: {missing} of the {len(ids)} aligned IDs are not in this table; "
+            "the alignment was made for other data: remove the saved alignment (psi folder) and run the job again"
+        ) from None
     return PartyTable(
         ids=table.ids[order],
         features=table.features[order],
@@ -292,13 +297,13 @@ def _parse_ids(path: Path, id_column: str, values: list[str], line_numbers: list
             raise DataError(f"{path}: line {line}, column {id_column!r}: empty ID; give the row an ID or remove it")
         if "\n" in value or "\r" in value:
             raise DataError(
-                f"{path}: line {line}, column {id_column!r}: ID {value!r} contains a line break; "
+                f"{path}: line {line}, column {id_column!r}: the ID contains a line break; "
                 "IDs must be single-line strings"
             )
         if any(ord(c) < 32 or ord(c) == 127 for c in value):
             # numpy's fixed-width strings drop trailing NULs, so such IDs would silently merge
             raise DataError(
-                f"{path}: line {line}, column {id_column!r}: ID {value!r} contains a control character; "
+                f"{path}: line {line}, column {id_column!r}: the ID contains a control character; "
                 "IDs must be printable text"
             )
     ids = np.empty(len(values), dtype=object)
@@ -306,25 +311,26 @@ def _parse_ids(path: Path, id_column: str, values: list[str], line_numbers: list
     return ids
 
 
-def first_occurrences(path: Path, id_column: str, ids: np.ndarray) -> np.ndarray | None:
+def first_occurrences(path: Path, id_column: str, ids: np.ndarray, line_numbers: Sequence[int]) -> np.ndarray | None:
     """Row positions to keep when IDs repeat (the first row of each ID), or None if all are distinct.
 
     A repeated ID would be one sample with two feature rows, which no alignment can resolve;
-    keeping the first and saying how many were dropped is what a user can check and act on.
+    keeping the first and saying how many were dropped is what a user can check and act on. The
+    warning points at the first dropped lines, never at an ID: no log line may hold one.
     """
     _, first = np.unique(ids.astype(str), return_index=True)
     if len(first) == len(ids):
         return None
     counts = Counter(ids.tolist())
-    duplicated = [value for value, count in counts.items() if count > 1]
-    examples = ", ".join(repr(value) for value in duplicated[:_MAX_EXAMPLES])
+    duplicated = sum(count > 1 for count in counts.values())
+    dropped = np.setdiff1d(np.arange(len(ids)), first)
     log.warning(
         "duplicate_ids_dropped",
         file=str(path),
         column=id_column,
-        duplicated_ids=len(duplicated),
-        rows_dropped=len(ids) - len(first),
-        examples=examples,
+        duplicated_ids=duplicated,
+        rows_dropped=len(dropped),
+        first_dropped_lines=[line_numbers[i] for i in dropped[:_DROPPED_LINES_SHOWN].tolist()],
     )
     return np.sort(first)
 

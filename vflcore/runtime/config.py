@@ -16,6 +16,7 @@ from typing import Any, get_type_hints
 
 from vflcore.errors import ConfigError
 from vflcore.job import OPTIMIZERS, TASKS, JobSpec, check_job_id, settable_fields
+from vflcore.party_privacy import PartyPrivacy, party_privacy_from_table
 from vflcore.privacy import check_privacy, privacy_from_table
 from vflcore.security.tls import TlsFiles
 from vflcore.wire.codecs import parse_codec
@@ -262,6 +263,8 @@ class ClientConfig:
     models: dict[str, str] = field(default_factory=dict)
     #: ``[compute] device``: where this party trains ("cpu", "cuda", "cuda:N"); checked at start.
     device: str = "cpu"
+    #: ``[privacy]``: what this party requires of every job (``vflcore.party_privacy``); nothing by default.
+    privacy: PartyPrivacy = field(default_factory=PartyPrivacy)
 
     @property
     def data(self) -> DataSource:
@@ -393,6 +396,7 @@ def client_config_from(doc: Mapping[str, Any], source: Path | None = None, party
         keep_checkpoints=_keep_checkpoints(cli),
         models=_models(doc, source),
         device=compute_device(doc, source),
+        privacy=party_privacy_from_table(doc.get("privacy", {}), str(source) if source else "this party's config"),
     )
 
 

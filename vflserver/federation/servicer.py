@@ -51,11 +51,24 @@ def _status_for(exc: BaseException) -> tuple[grpc.StatusCode, str] | None:
 
 
 def _abort(exc: Exception, context: grpc.ServicerContext, rpc: str) -> NoReturn:
-    """End the call with the status ``_status_for`` gives ``exc`` (INTERNAL if none)."""
+    """End the call with the status ``_status_for`` gives ``exc`` (INTERNAL if none).
+
+    A caller that cancels its call (a party told to stop, a daemon shutting down, a connection
+    that went) is not a fault of this server: gRPC then raises a bare ``RpcError`` from the
+    request stream, which ends here as one info line and CANCELLED. Logged as a failure, it
+    came with a traceback whose frames held the party's tensors.
+    """
     mapped = _status_for(exc)
-    if mapped is None:
+    if isinstance(exc, grpc.RpcError) and not context.is_active():
+        mapped = (grpc.StatusCode.CANCELLED, f"{rpc} was cancelled by the caller")
+        log.info("rpc_cancelled", rpc=rpc, code=mapped[0].name)
+    elif mapped is None:
         log.exception("handler_failed", rpc=rpc)
-        mapped = (grpc.StatusCode.INTERNAL, f"internal error in {rpc}: {exc}")
+        # only the type: an exception's message may quote a value, and the caller is another party
+        mapped = (
+            grpc.StatusCode.INTERNAL,
+            f"internal error in {rpc} ({type(exc).__name__}); the server log has the details",
+        )
     else:
         log.warning("rpc_refused", rpc=rpc, code=mapped[0].name, reason=mapped[1])
     context.abort(*mapped)

@@ -1,0 +1,87 @@
+"""A passive party's own ``[privacy]`` table: the protection it requires of every job, whatever the server asks.
+
+The job's ``[privacy]`` table (``vflcore.privacy``) is written by the job's owner, on the active
+party's side. A passive party whose features must not leave unprotected cannot rely on that: a
+server could submit a job with the embedding noise switched off. So the party's own config (the
+``vfl-client`` TOML file, or ``PassiveParty(privacy=...)`` in the SDK) states a floor, and the party
+compares every job with it at Join. A job below the floor is refused, with a message that names
+the party's key, the job's key and both values, so the job's owner knows what to change.
+
+The party refuses rather than silently applying more noise than the job says: the job's record
+then always states what every party really applied, which is what the active party trains against,
+what the operator audits, and what the privacy bench reports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from vflcore.errors import ConfigError
+from vflcore.privacy import PrivacySpec
+
+
+@dataclass(frozen=True)
+class PartyPrivacy:
+    """What this party requires of a job before it sends anything derived from its features; nothing by default."""
+
+    #: The smallest ``[privacy] embedding_noise_multiplier`` a job may ask for (0: no requirement).
+    #: Above 0, the job must also clip (``embedding_clip`` > 0), or the noise would have no scale.
+    min_embedding_noise_multiplier: float = 0.0
+    #: Where the requirement was read from, for the refusal's message: the config file, or the SDK call.
+    source: str = "PassiveParty(privacy=...)"
+
+    @property
+    def requires_noise(self) -> bool:
+        return self.min_embedding_noise_multiplier > 0
+
+
+def party_privacy_keys() -> tuple[str, ...]:
+    """Every key a party's ``[privacy]`` table may hold."""
+    return tuple(f.name for f in fields(PartyPrivacy) if f.name != "source")
+
+
+def party_privacy_from_table(table: Mapping[str, Any], source: str = "this party's config") -> PartyPrivacy:
+    """A party config's ``[privacy]`` table, checked; a ConfigError names the file and the key."""
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"{source}: [privacy] must be a table ({', '.join(party_privacy_keys())})")
+    unknown = sorted(set(table) - set(party_privacy_keys()))
+    if unknown:
+        raise ConfigError(
+            f"{source}: [privacy] {unknown[0]} is not a party's privacy setting (a party's config takes "
+            f"{list(party_privacy_keys())}; the job's own settings go in the job file's [privacy] table)"
+        )
+    values: dict[str, float] = {}
+    for key in party_privacy_keys():
+        if key not in table:
+            continue
+        value = table[key]
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            raise ConfigError(f"{source}: [privacy] {key} = {value!r}; give a number, at least 0 (0: no requirement)")
+        values[key] = float(value)
+    return PartyPrivacy(**values, source=source)
+
+
+def refusal(required: PartyPrivacy, job: PrivacySpec, party: int) -> str | None:
+    """Why this party refuses a job with ``job``'s privacy settings, naming the keys; None if it accepts it."""
+    floor = required.min_embedding_noise_multiplier
+    if floor <= 0:
+        return None
+    if job.embedding_noise_multiplier < floor:
+        return (
+            f"party {party} refuses the job: its config ({required.source}) [privacy] "
+            f"min_embedding_noise_multiplier = {floor:g} requires embedding noise; the job's [privacy] "
+            f"embedding_noise_multiplier is {job.embedding_noise_multiplier:g}; ask the job's owner to set it "
+            f"to at least {floor:g} (with embedding_clip > 0)"
+        )
+    if job.embedding_clip <= 0:
+        return (
+            f"party {party} refuses the job: its config ({required.source}) [privacy] "
+            f"min_embedding_noise_multiplier = {floor:g} requires clipped, noised embeddings; the job's "
+            f"[privacy] embedding_clip is {job.embedding_clip:g}; ask the job's owner to set it above 0"
+        )
+    return None
+
+
+__all__ = ["PartyPrivacy", "party_privacy_from_table", "party_privacy_keys", "refusal"]

@@ -1,0 +1,110 @@
+"""(ε, δ) of a passive party's embedding noise, from opacus's maintained RDP accountant, and the releases it counts.
+
+Privacy accounting is easy to get subtly wrong, so the arithmetic is opacus's
+(``opacus.accountants.RDPAccountant``); this module only says what is composed, under these
+assumptions, which ``docs/privacy.md`` repeats:
+
+- **Neighbouring datasets** differ in the features of one row (replace one row). Every embedding
+  row is clipped to L2 norm C before it leaves (``vflprivacy.embedding_noise``), so one row's
+  replacement moves what is sent by at most 2·C. Gaussian noise of standard deviation z·C is then
+  the Gaussian mechanism with noise multiplier z / 2 relative to that sensitivity.
+- **No amplification by subsampling** (sample_rate = 1): the active party chooses the batches and
+  knows which rows each holds, so a row's presence in a batch is no secret.
+- **Composition**: a row's embedding leaves once per *release*: a round's upload of the tensors of
+  one name (an epoch's embeddings, APFed's gradients, async's warm-up upload), an evaluation, an
+  inference request. Each row is in at most one batch of a round, so the number of releases bounds
+  how often any one row left; evaluation rows are counted as if they were every row (an upper bound).
+  A release sent again after a resume, at the same position, carries the same noise on the same
+  embedding (``vflprivacy.noise``), so it is the same value and is counted once.
+
+What this does not cover: the model's weights (they never leave a passive party), VIMADMM-J's head
+W_k sent once for the client-importance report (a trained weight matrix, not a per-row release),
+and what the *labels* leak (the active party's own defences).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from vflcore.data.checkpoints import atomic_write
+
+#: One row replaced moves its clipped embedding by at most twice the clipping norm.
+SENSITIVITY_IN_CLIPS = 2.0
+#: The party's privacy report in its job folder: the releases so far and, at the job's end, ε.
+REPORT_FILE = "privacy.json"
+
+
+def embedding_epsilon(noise_multiplier: float, releases: int, delta: float) -> float:
+    """ε at ``delta`` after ``releases`` Gaussian releases of std ``noise_multiplier`` × C (clip C) per row.
+
+    0 releases: 0. No noise (``noise_multiplier`` 0) with a release: ∞, clipping alone is no DP.
+    """
+    if not 0 < delta < 1:
+        raise ValueError(f"delta = {delta} must be in (0, 1)")
+    if releases <= 0:
+        return 0.0
+    if noise_multiplier <= 0:
+        return math.inf
+    from opacus.accountants import RDPAccountant  # imported here: opacus takes seconds to import
+
+    accountant = RDPAccountant()
+    for _ in range(releases):
+        accountant.step(noise_multiplier=noise_multiplier / SENSITIVITY_IN_CLIPS, sample_rate=1.0)
+    return float(accountant.get_epsilon(delta))
+
+
+@dataclass(frozen=True)
+class EmbeddingPrivacy:
+    """What a party reports when a job ends: the guarantee of what its embeddings revealed."""
+
+    epsilon: float
+    delta: float
+    releases: int
+    noise_multiplier: float
+    clip: float
+    accountant: str = "opacus.accountants.RDPAccountant (replace-one, sample_rate = 1)"
+
+
+class ReleaseLedger:
+    """The releases this party has made in one job, kept in ``privacy.json`` so a restarted party counts on.
+
+    A release is (tensor name, round); saved as it is first seen, so a party killed mid-job and
+    resumed still counts every release its earlier process made.
+    """
+
+    def __init__(self, folder: Path) -> None:
+        self.path = folder / REPORT_FILE
+        self._releases: set[tuple[str, int]] = set()
+        if self.path.exists():
+            saved = json.loads(self.path.read_text())
+            self._releases = {(str(name), int(round_)) for name, round_ in saved.get("ledger", [])}
+
+    def __len__(self) -> int:
+        return len(self._releases)
+
+    def record(self, name: str, round_: int) -> None:
+        """Count a release of tensors named ``name`` in ``round_``, once however often it is sent."""
+        if (name, round_) in self._releases:
+            return
+        self._releases.add((name, round_))
+        self._write({})
+
+    def report(self, noise_multiplier: float, clip: float, delta: float) -> EmbeddingPrivacy:
+        """ε for the releases so far, from the accountant; written to ``privacy.json`` beside them."""
+        epsilon = embedding_epsilon(noise_multiplier, len(self), delta)
+        report = EmbeddingPrivacy(epsilon, delta, len(self), noise_multiplier, clip)
+        summary = asdict(report)
+        summary["epsilon"] = None if math.isinf(report.epsilon) else report.epsilon  # JSON has no infinity
+        self._write(summary)
+        return report
+
+    def _write(self, summary: dict[str, object]) -> None:
+        body = {**summary, "ledger": sorted([name, round_] for name, round_ in self._releases)}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(json.dumps(body, indent=2).encode(), self.path)
+
+
+__all__ = ["REPORT_FILE", "SENSITIVITY_IN_CLIPS", "EmbeddingPrivacy", "ReleaseLedger", "embedding_epsilon"]
