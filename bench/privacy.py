@@ -14,9 +14,12 @@ processes over mTLS, and take the jobs one after another through the Control API
   party 2's own accountant.
 
 The plan is the tables below, chosen for coverage, not to reach the target: every algorithm
-undefended and with a gradient perturbation and label DP on every task, and the whole sweep of defence settings on
-SplitNN and FedBCD on the imbalanced task (where the norm attack is strongest) and on SplitNN on
-breast cancer. Jobs are small (``JOB``) so that the 96 runs fit in about 15 minutes on two cores.
+undefended, with a gradient perturbation and with label DP on every task, and the whole sweep of
+defence settings on SplitNN and FedBCD on the imbalanced task (where the norm attack is
+strongest) and on SplitNN on breast cancer. Each job draws its defences' noise from a fresh
+secret key, so two runs of one defended setting differ: the target's settings (imbalanced,
+SplitNN) run ``REPEATS`` times each, and the verdict is on their mean, the spread printed beside
+it. Jobs are small (``JOB``) so that the 116 runs fit in about 15 minutes on two cores.
 
 Writes ``bench/out/privacy/privacy.csv``, ``privacy.md`` (the table for ``docs/privacy.md``) and
 ``privacy.png`` (label attack AUC against test ROC AUC on the imbalanced task). The last line is
@@ -41,7 +44,17 @@ from typing import Any
 
 from bench.curves import OUT
 from bench.machine import measured
-from bench.privacy_report import header, line, not_applicable, plot, verdict, write_csv, write_markdown
+from bench.privacy_report import (
+    TARGET_ALGORITHM,
+    TARGET_TASK,
+    header,
+    line,
+    not_applicable,
+    plot,
+    verdict,
+    write_csv,
+    write_markdown,
+)
 from bench.privacy_runs import NAN, Outcome, PrivacyService, Run, execute
 from bench.privacy_tasks import TASKS, Task
 from vflclient import JobClient, VflError
@@ -88,15 +101,21 @@ JOB: dict[str, Any] = {
     "learning_rate": 0.005,
 }
 QUICK_JOB = {**JOB, "epochs": 2}
+#: Runs of each defended setting of the target's pair (imbalanced, SplitNN); the verdict is on their mean.
+REPEATS = 3
 #: The smoke test's plan: the target's task and algorithm, undefended and with one defence.
 QUICK_TASKS, QUICK_ALGORITHMS, QUICK_SETTINGS = ("imbalanced",), ("splitnn",), ("none", "marvell-0.25")
 
 
-def plan(tasks: Sequence[str], algorithms: Sequence[str], settings: Sequence[str] | None) -> list[Run]:
+def plan(
+    tasks: Sequence[str], algorithms: Sequence[str], settings: Sequence[str] | None, repeats: int = 1
+) -> list[Run]:
     """The runs, task by task and algorithm by algorithm, each algorithm's undefended run first.
 
     ``settings`` None: the tables' plan (``SWEPT`` pairs all settings, the rest "none" and
     ``EVERY_ALGORITHM``); else exactly those settings. Marvell is left out of multi-class tasks.
+    The target's pair (``TARGET_TASK``, ``TARGET_ALGORITHM``) runs each defended setting
+    ``repeats`` times: its verdict is on the mean, since each job draws fresh secret noise.
     """
     runs: list[Run] = []
     for task_name in tasks:
@@ -109,7 +128,10 @@ def plan(tasks: Sequence[str], algorithms: Sequence[str], settings: Sequence[str
             else:
                 chosen = ["none", *EVERY_ALGORITHM[binary]]
             chosen = [s for s in chosen if binary or s not in BINARY_ONLY]
-            runs.extend(Run(task_name, algorithm, s, SETTINGS[s]) for s in chosen)
+            target = (task_name, algorithm) == (TARGET_TASK, TARGET_ALGORITHM)
+            for setting in chosen:
+                copies = repeats if target and setting != "none" else 1
+                runs.extend(Run(task_name, algorithm, setting, SETTINGS[setting], r) for r in range(copies))
     return runs
 
 
@@ -150,15 +172,18 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--tasks", nargs="+", choices=list(TASKS), help=f"default: {' '.join(TASKS)}")
     p.add_argument("--algorithms", nargs="+", choices=ALGORITHMS, help="default: all")
     p.add_argument("--settings", nargs="+", choices=list(SETTINGS), help="default: the plan's tables")
+    p.add_argument("--repeats", type=int, default=None, help=f"runs per defended target setting (default {REPEATS})")
     p.add_argument("--out", type=Path, default=OUT / "privacy", help="where the CSV and the plot go")
     return p.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _arguments(argv)
+    if args.repeats is None:
+        args.repeats = 1 if args.quick else REPEATS
     tasks: Sequence[str] = args.tasks or (QUICK_TASKS if args.quick else tuple(TASKS))
     algorithms: Sequence[str] = args.algorithms or (QUICK_ALGORITHMS if args.quick else ALGORITHMS)
-    runs = plan(tasks, algorithms, args.settings or (QUICK_SETTINGS if args.quick else None))
+    runs = plan(tasks, algorithms, args.settings or (QUICK_SETTINGS if args.quick else None), args.repeats)
     job = QUICK_JOB if args.quick else JOB
     print(
         f"== privacy: {len(runs)} jobs ({', '.join(tasks)} x {', '.join(algorithms)}), {job['epochs']} epochs "

@@ -11,7 +11,10 @@ from __future__ import annotations
 import csv
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
+
+import numpy as np
 
 from bench.privacy_runs import ATTACKS, NAN, OVER_EPOCHS, Outcome
 
@@ -40,7 +43,7 @@ def _f(value: float, width: int = 7) -> str:
 def header() -> str:
     attacks = " ".join(f"{_SHORT[name]:>8}" for name in ATTACKS)
     return (
-        f"{'task':<10} {'algorithm':<10} {'setting':<13} {'utility':>7} {'cost':>7} {attacks} "
+        f"{'task':<10} {'algorithm':<10} {'setting':<15} {'utility':>7} {'cost':>7} {attacks} "
         f"{'eps lbl':>7} {'eps emb':>7} {'job s':>6} {'probe s':>7}"
     )
 
@@ -48,7 +51,7 @@ def header() -> str:
 def line(outcome: Outcome, baseline: float) -> str:
     """One run's row; ``cost`` is its utility minus the undefended run's (negative: the defence cost utility)."""
     run = outcome.run
-    start = f"{run.task:<10} {run.algorithm:<10} {run.setting:<13}"
+    start = f"{run.task:<10} {run.algorithm:<10} {run.label:<15}"
     if not outcome.finished:
         return f"{start} {outcome.state}: {outcome.message}"
     attacks = " ".join(f"{_f(outcome.attack(name), 8)}" for name in ATTACKS)
@@ -72,7 +75,7 @@ def write_csv(outcomes: Sequence[Outcome], baselines: dict[tuple[str, str], floa
         for o in outcomes:
             baseline = baselines.get((o.run.task, o.run.algorithm), NAN)
             writer.writerow(
-                [o.run.task, o.run.algorithm, o.run.setting, o.state, o.utility, o.utility - baseline]
+                [o.run.task, o.run.algorithm, o.run.setting, o.run.repeat + 1, o.state, o.utility, o.utility - baseline]
                 + [o.attack(name) for name in (*ATTACKS, *OVER_EPOCHS)]
                 + [o.label_epsilon, o.embedding_epsilon, o.seconds, o.probe_seconds, o.message]
             )
@@ -96,11 +99,11 @@ def write_markdown(outcomes: Sequence[Outcome], baselines: dict[tuple[str, str],
     for o in outcomes:
         run = o.run
         if not o.finished:
-            rows.append(f"| {run.task} | {run.algorithm} | {run.setting} | {o.state}: {o.message} |" + " |" * 10)
+            rows.append(f"| {run.task} | {run.algorithm} | {run.label} | {o.state}: {o.message} |" + " |" * 10)
             continue
         cost = o.utility - baselines.get((run.task, run.algorithm), NAN)
         rows.append(
-            f"| {run.task} | {run.algorithm} | {run.setting} | {cell(o.utility)} | {cell(cost)} "
+            f"| {run.task} | {run.algorithm} | {run.label} | {cell(o.utility)} | {cell(cost)} "
             f"| {cell(o.attack('norm_auc'))} | {cell(o.attack('direction_auc_k1'))} "
             f"| {cell(o.attack('direction_auc_k10'))} | {pair('completion_1pct', 'completion_raw_1pct', o)} "
             f"| {pair('completion_5pct', 'completion_raw_5pct', o)} | {cell(o.attack('inversion_r2'))} "
@@ -136,7 +139,7 @@ def plot(outcomes: Sequence[Outcome], path: Path, task: str = TARGET_TASK) -> Pa
             s=40 if algorithm == TARGET_ALGORITHM else 25,
         )
         if algorithm == TARGET_ALGORITHM:
-            for o in points:
+            for o in (o for o in points if o.run.repeat == 0):
                 where = (o.utility, o.label_attack_auc)
                 axes.annotate(o.run.setting, where, fontsize=7, xytext=(3, 3), textcoords="offset points")
     axes.axhline(TARGET_AUC, linestyle="--", color="grey", linewidth=1, label=f"target AUC <= {TARGET_AUC:.2f}")
@@ -170,9 +173,45 @@ def _find(outcomes: Sequence[Outcome], algorithm: str, setting: str) -> Outcome 
     return next((o for o in outcomes if o.run.algorithm == algorithm and o.run.setting == setting), None)
 
 
+def mean_of_repeats(outcomes: Sequence[Outcome]) -> tuple[list[Outcome], list[str]]:
+    """One outcome per setting, each figure the mean over its finished repeats; and a line per setting on the spread.
+
+    A defence's noise comes from a secret key drawn fresh for every job, so two runs of one setting
+    differ; the target is judged on the mean, and the spread is printed beside it.
+    """
+    merged, lines = [], []
+    for setting in dict.fromkeys(o.run.setting for o in outcomes):
+        runs = [o for o in outcomes if o.run.setting == setting]
+        done = [o for o in runs if o.finished]
+        if not done:
+            merged.append(runs[0])
+            continue
+        keys = set().union(*(o.attacks for o in done))
+        mean = Outcome(
+            replace(done[0].run, repeat=0),
+            state="finished",
+            utility=float(np.mean([o.utility for o in done])),
+            attacks={k: float(np.mean([o.attack(k) for o in done])) for k in keys},
+        )
+        merged.append(mean)
+        if len(runs) > 1:
+            utility, attack = [o.utility for o in done], [o.label_attack_auc for o in done]
+            lines.append(
+                f"  {setting:<13} {len(done)} of {len(runs)} runs: test ROC AUC {mean.utility:.3f} "
+                f"({min(utility):.3f}-{max(utility):.3f}), label attack AUC {mean.label_attack_auc:.3f} "
+                f"({min(attack):.3f}-{max(attack):.3f})"
+            )
+    return merged, lines
+
+
 def verdict(outcomes: Sequence[Outcome]) -> list[str]:
-    """The target's reasoning, then the last line: ``BENCH privacy_attack_auc <v> auc target <= 0.60 MET|MISSED``."""
-    mine = [o for o in outcomes if (o.run.task, o.run.algorithm) == (TARGET_TASK, TARGET_ALGORITHM)]
+    """The target's reasoning, then the last line: ``BENCH privacy_attack_auc <v> auc target <= 0.60 MET|MISSED``.
+
+    Each setting counts by its mean over repeats (``mean_of_repeats``).
+    """
+    mine, spread = mean_of_repeats(
+        [o for o in outcomes if (o.run.task, o.run.algorithm) == (TARGET_TASK, TARGET_ALGORITHM)]
+    )
     undefended = _find(mine, TARGET_ALGORITHM, UNDEFENDED)
     defended = [o for o in mine if o.run.setting != UNDEFENDED and o.finished and not math.isnan(o.label_attack_auc)]
     where = f"{TARGET_TASK} / {TARGET_ALGORITHM}"
@@ -182,7 +221,11 @@ def verdict(outcomes: Sequence[Outcome]) -> list[str]:
             f"BENCH privacy_attack_auc nan auc target <= {TARGET_AUC:.2f} MISSED",
         ]
     floor = undefended.utility - UTILITY_BOUND
-    lines = [
+    lines = []
+    if spread:
+        lines.append(f"{where}, mean (min-max) over the repeats of each setting:")
+        lines.extend(spread)
+    lines += [
         f"target ({where}): undefended test ROC AUC {undefended.utility:.3f}, label attack AUC "
         f"{undefended.label_attack_auc:.3f}; a setting counts if its test ROC AUC >= {floor:.3f}"
     ]

@@ -82,10 +82,17 @@ class Run:
     algorithm: str
     setting: str
     privacy: dict[str, Any]
+    #: 0 for the first run of a setting; 1, 2, ... for its repeats (each job draws fresh secret noise).
+    repeat: int = 0
+
+    @property
+    def label(self) -> str:
+        """The setting's name, and which repeat this is: ``marvell-0.1``, ``marvell-0.1#2``."""
+        return self.setting if self.repeat == 0 else f"{self.setting}#{self.repeat + 1}"
 
     @property
     def job_id(self) -> str:
-        return f"{self.task}-{self.algorithm}-{self.setting}"
+        return f"{self.task}-{self.algorithm}-{self.setting}" + (f"-r{self.repeat + 1}" if self.repeat else "")
 
 
 @dataclass

@@ -9,8 +9,10 @@ from bench.privacy_report import verdict
 from bench.privacy_runs import Outcome, Run
 
 
-def _outcome(setting: str, utility: float, norm: float, direction: float, *, state: str = "finished") -> Outcome:
-    run = Run("imbalanced", "splitnn", setting, SETTINGS[setting])
+def _outcome(
+    setting: str, utility: float, norm: float, direction: float, *, state: str = "finished", repeat: int = 0
+) -> Outcome:
+    run = Run("imbalanced", "splitnn", setting, SETTINGS[setting], repeat)
     return Outcome(run, state=state, utility=utility, attacks={"norm_auc": norm, "direction_auc_k1": direction})
 
 
@@ -48,6 +50,19 @@ class TestVerdict:
         assert "gaussian-2" in lines[-2]
         assert lines[-1] == "BENCH privacy_attack_auc 0.550 auc target <= 0.60 MISSED"
 
+    def test_repeats_count_by_their_mean(self) -> None:
+        """A setting run three times is judged on its mean utility and mean attack AUC, its spread printed."""
+        lines = verdict(
+            [
+                _outcome("none", 0.900, 0.95, 1.00),
+                _outcome("marvell-0.1", 0.900, 0.50, 0.54, repeat=0),
+                _outcome("marvell-0.1", 0.880, 0.50, 0.69, repeat=1),  # alone, outside the utility bound
+                _outcome("marvell-0.1", 0.900, 0.50, 0.54, repeat=2),
+            ]
+        )
+        assert any("marvell-0.1   3 of 3 runs" in line and "(0.880-0.900)" in line for line in lines)
+        assert lines[-1] == "BENCH privacy_attack_auc 0.590 auc target <= 0.60 MET"
+
     def test_without_runs_to_compare_it_is_missed(self) -> None:
         """No undefended run (or no defended one) gives nan and MISSED, not an exception."""
         assert verdict([])[-1] == "BENCH privacy_attack_auc nan auc target <= 0.60 MISSED"
@@ -65,3 +80,12 @@ class TestPlan:
         assert vimsgd == ["none", *EVERY_ALGORITHM[True]]
         assert [r.setting for r in runs if r.task == "wine"] == ["none", *EVERY_ALGORITHM[False]] * 2
         assert all(r.privacy == SETTINGS[r.setting] for r in runs)
+
+    def test_only_the_targets_defended_settings_repeat(self) -> None:
+        """Repeats apply to the imbalanced SplitNN defended settings, each with its own job id; nothing else."""
+        runs = plan(("imbalanced", "cancer"), ("splitnn",), None, repeats=3)
+        target = [r for r in runs if r.task == "imbalanced"]
+        assert len(target) == 1 + 3 * (len(SETTINGS) - 1)
+        assert len({r.job_id for r in runs}) == len(runs)
+        assert [r.label for r in target if r.setting == "max_norm"] == ["max_norm", "max_norm#2", "max_norm#3"]
+        assert len([r for r in runs if r.task == "cancer"]) == len(SETTINGS)
