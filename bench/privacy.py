@@ -160,7 +160,7 @@ def run_plan(runs: Sequence[Run], job: dict[str, Any], root: Path) -> list[Outco
         codes = service.stop()
     if any(codes.values()):
         print(f"daemon exit codes on SIGTERM: {codes}")
-    failed = [o for o in outcomes if not o.finished]
+    failed = [o for o in outcomes if o.state not in ("finished", "refused")]  # a refusal says why in its row
     if failed:
         print(f"{len(failed)} run(s) did not finish; the daemons' logs end:\n{service.tail(8)}", file=sys.stderr)
     return outcomes
