@@ -105,6 +105,9 @@ class ActiveContext(_OnDevice):
     factories: Mapping[str, Callable[..., nn.Module]] = field(default_factory=dict)
     #: Where this party computes (``[compute] device``); ``features`` and ``labels`` are there already.
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    #: The active party's secret noise key (``vflprivacy.noise``) when the job's ``[privacy]``
+    #: protects its labels: the label defence's noise is drawn from it, never from the job's seed.
+    privacy_key: bytes | None = None
 
     def model(self, key: str, default: Callable[..., nn.Module], args: tuple[int, ...], seed: int) -> nn.Module:
         """The model for factory ``key``: the job's own factory if it names one, else ``default``.
@@ -166,6 +169,10 @@ class ServerAlgorithm(ABC):
     needs_parties_to_predict = True
     #: Whether the active party must hold features of its own (APFed: it predicts from them alone).
     needs_own_features = False
+    #: Whether each passive party's answer is the gradient of its own rows' upload (∂L/∂h^k):
+    #: what ``[privacy] label_defence`` perturbs (``vflalgorithms.label_protection``). A job
+    #: that asks for a label defence on an algorithm that sends none is refused at submission.
+    sends_gradients = False
 
     @property
     def upload_width(self) -> int:

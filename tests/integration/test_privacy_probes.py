@@ -22,6 +22,7 @@ from sklearn.datasets import load_breast_cancer
 from tests.integration.conftest import SMALL_JOB, start_job
 from vflclient import Connection, PassiveParty, RunResult, read_party_csv
 from vflcore.job import JobSpec
+from vflcore.privacy import PrivacySpec
 from vflcore.wire.names import EMBEDDING
 from vflprivacy.recording import RECEIVED, SENT, LinkRecorder, Recording
 from vfltesting.datasets import write_vertical_split
@@ -176,3 +177,43 @@ class TestProbesOnAnUndefendedSplitNNJob:
         # Measured: direction macro AUC 0.989 (k = 1), 0.997 (k = 10); completion accuracy 0.60 at 5 %.
         assert figures["direction_auc_k1"] >= 0.9
         assert figures["completion_5pct"] >= 0.4
+
+
+#: Each defence, as a job's ``[privacy]`` asks for it, and the probe figures it must bring down.
+#: Measured (party 2, last epoch): undefended norm 0.809, direction k=1 1.000, k=10 1.000, inversion
+#: R² 0.719; Marvell 0.05: norm 0.529, direction 0.509; label DP ε=1: direction 0.720 / 0.708;
+#: embedding noise z=1, C=1: inversion R² 0.005. (Marvell at 0.25 left the norm attack at 0.78 here:
+#: its bound on the classes' KL caps, but does not remove, what a single statistic can separate.)
+DEFENCES: dict[str, tuple[PrivacySpec, tuple[str, ...]]] = {
+    "marvell": (PrivacySpec(label_defence="marvell", marvell_sum_kl=0.05), ("norm_auc", "direction_auc_k1")),
+    "label_dp": (PrivacySpec(label_dp_epsilon=1.0), ("direction_auc_k1", "direction_auc_k10")),
+    "embedding_noise": (PrivacySpec(embedding_clip=1.0, embedding_noise_multiplier=1.0), ("inversion_r2",)),
+}
+
+
+class TestEachDefenceLowersItsAttack:
+    def test_the_defended_jobs_leak_less_than_the_undefended_one(
+        self, one_torch_thread: None, pki: Pki, cancer_data: Path, tmp_path: Path
+    ) -> None:
+        """One undefended job and one job per defence, same data and seeds: each defence lowers its attacks' figures.
+
+        The label attacks are scored against the TRUE labels, so randomised response counts as
+        protection only as far as it hides them.
+        """
+        figures: dict[str, dict[str, float]] = {}
+        for name, privacy in {"none": PrivacySpec(), **{k: v[0] for k, v in DEFENCES.items()}}.items():
+            job = replace(CANCER_JOB, job_id=f"cancer-{name.replace('_', '-')}", privacy=privacy)
+            running, parties = _run_recorded(pki, cancer_data, tmp_path / name, job)
+            party = parties[2]
+            assert party.table is not None
+            labels = np.asarray(running.active.table.labels)
+            figures[name] = probe(tmp_path / name / "rec-2", party.job or job, party.table.features, labels, seed=0)
+        print({name: {k: round(v, 3) for k, v in f.items() if not math.isnan(v)} for name, f in figures.items()})
+        for name, (_, attacks) in DEFENCES.items():
+            for attack in attacks:
+                assert figures[name][attack] < figures["none"][attack] - 0.1, (
+                    name,
+                    attack,
+                    figures[name],
+                    figures["none"],
+                )

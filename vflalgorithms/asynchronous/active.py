@@ -85,7 +85,7 @@ class AsyncServer(SplitNNServer):
             self.cache[party][index] = fresh
             passive = [fresh if p == party else self.cache[p][index].clone() for p in parties]
             own = self._own(rows)
-            publish = functools.partial(self._publish_to, epoch, b, party, parties.index(party))
+            publish = functools.partial(self._publish_to, epoch, b, party, parties.index(party), rows)
             value = self._round(own, passive, rows, publish=publish)
             slowest = min(done.values())
             self.arrivals.append((party, b, slowest))
@@ -131,7 +131,13 @@ class AsyncServer(SplitNNServer):
         return not any(mid_epoch_checkpoint_due(job, epoch, n, per_epoch) for n in range(slowest + 1, batch + 1))
 
     def _publish_to(
-        self, epoch: int, batch: int, party: int, position: int, answers: list[dict[str, torch.Tensor]]
+        self,
+        epoch: int,
+        batch: int,
+        party: int,
+        position: int,
+        rows: np.ndarray,
+        answers: list[dict[str, torch.Tensor]],
     ) -> None:
         """Only the sender gets a gradient: the others' embeddings were cached, not sent."""
-        self._publish(epoch, batch, [party], [answers[position]])
+        self._publish(epoch, batch, [party], rows, [answers[position]])

@@ -47,6 +47,8 @@ class SplitNNServer(SplitNNFamilyServer):
     name = "splitnn"
     #: The round's update sums its rows' losses, so a batch may arrive in parts (``_exchange``).
     splits_batches = True
+    #: Each party is sent ∂L/∂h^k of its rows (so are FedBCD's and async's, which build on this).
+    sends_gradients = True
     #: Its own bottom model is None when the active party has no features.
     checkpointed: tuple[str, ...] = ("step_losses", "top", "bottom", "optimizer")
 
@@ -112,7 +114,8 @@ class SplitNNServer(SplitNNFamilyServer):
             uploads = ctx.parties.gather(EMBEDDING, epoch, wire)
             received.append([ctx.tensor(uploads[p]) for p in sorted(uploads)])
             result = self._top_backward(own_leaf, received[-1], rows, bounds, part)
-            self._publish(epoch, wire, parties, self._answers(result))
+            start, stop = bounds[part]
+            self._publish(epoch, wire, parties, rows[start:stop], self._answers(result))
             total += result.loss
         passive = [torch.cat(hs) for hs in zip(*received, strict=True)]
         self._local_updates(own, self._own_answer(own_leaf), passive, rows)

@@ -13,7 +13,8 @@ the hooks below; each overrides hooks, never another member's internals:
   active party's own.
 - the answers sent down, ``_answers``: what each passive party receives (∂L/∂h^k, or ADMM
   state), by default its answer from the ``Round``; published before any local update, so the
-  parties do not wait for them.
+  parties do not wait for them. Every answer leaves through ``_publish``, where a gradient
+  passes the job's label defence first (``vflalgorithms.label_protection``).
 - the local updates, ``_local_updates``: the active party's own bottom model from its own
   answer, and the further local steps (FedBCD's Q - 1, VIMADMM's τ).
 
@@ -40,6 +41,7 @@ from torch import nn
 from vflalgorithms.base import ActiveContext, ClientAlgorithm, PassiveContext, Publish, ServerAlgorithm, job_options
 from vflalgorithms.delays import Delay
 from vflalgorithms.factories import PROBE_ROWS, ModelSlot
+from vflalgorithms.label_protection import LabelProtection
 from vflalgorithms.splitnn.overlap import MicroBatches, overlap_options
 from vflcore.job import ACTIVE_PARTY, JobSpec, model_seed
 from vflcore.ml.losses import task_loss
@@ -120,6 +122,8 @@ class SplitNNFamilyServer(ServerAlgorithm):
         super().__init__(ctx)
         self.loss_fn = task_loss(ctx.job.task)
         self.bottom = own_bottom(ctx)
+        #: The job's label defence, applied to every gradient ``_publish`` sends; None without one.
+        self.label_protection = LabelProtection.of(ctx, type(self))
         if self.splits_batches:
             self.micro_batches = overlap_options(job_options(ctx.job)).micro_batches
 
@@ -158,7 +162,7 @@ class SplitNNFamilyServer(ServerAlgorithm):
         uploads = ctx.parties.gather(EMBEDDING, epoch, wire)
         parties = sorted(uploads)
         passive = [ctx.tensor(uploads[p]) for p in parties]
-        return self._round(own, passive, rows, publish=functools.partial(self._publish, epoch, wire, parties))
+        return self._round(own, passive, rows, publish=functools.partial(self._publish, epoch, wire, parties, rows))
 
     # ---- the step, built from the hooks ---------------------------------------------------------
 
@@ -199,10 +203,17 @@ class SplitNNFamilyServer(ServerAlgorithm):
         """h^1 as a leaf, so the server model's backward pass stops there (the own bottom model follows later)."""
         return [h.detach().requires_grad_(True) for h in own]
 
-    def _publish(self, epoch: int, batch: int, parties: list[int], answers: list[Answer]) -> None:
-        """Leave each party its answer for the batch (or a part's wire index): named tensors, in ``parties`` order."""
+    def _publish(self, epoch: int, batch: int, parties: list[int], rows: np.ndarray, answers: list[Answer]) -> None:
+        """Leave each party its answer for ``rows``, the batch (or a part: ``batch`` is its wire index).
+
+        Named tensors, in ``parties`` order. A gradient passes the job's label defence on the way,
+        with noise of its own (epoch, wire batch, party): the one place every member's answers leave.
+        """
+        protection = self.label_protection
         for party, answer in zip(parties, answers, strict=True):
             for name, tensor in answer.items():
+                if protection is not None and name == GRADIENT:
+                    tensor = protection.perturb(tensor.detach(), rows, epoch, batch, party)
                 key = TensorKey(self.ctx.job.job_id, epoch, batch, name)
                 self.ctx.parties.publish(party, key, tensor.detach().cpu().numpy())
 

@@ -29,6 +29,8 @@ class VIMADMMServer(VIMSGDServer):
     """Linear heads and ADMM state on the server; bottom models trained by τ local steps."""
 
     name = "vimadmm"
+    #: Each party is sent ADMM state (λ_B, s^k_B, W_k), not a gradient: no label defence applies.
+    sends_gradients = False
     checkpointed: tuple[str, ...] = (*VIMSGDServer.checkpointed, "duals")
 
     def __init__(self, ctx: ActiveContext) -> None:

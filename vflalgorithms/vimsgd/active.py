@@ -34,6 +34,8 @@ class VIMSGDServer(SplitNNFamilyServer):
     """
 
     name = "vimsgd"
+    #: Each party is sent ∂L/∂h^k under the updated heads (Eq. 13).
+    sends_gradients = True
     checkpointed: tuple[str, ...] = ("step_losses", "top", "bottom", "optimizer", "bottom_optimizer")
 
     def __init__(self, ctx: ActiveContext) -> None:

@@ -22,7 +22,13 @@ from vflcore.proto import federation_pb2_grpc as pb_grpc
 from vflcore.runtime.config import DataSource
 from vflcore.security.identity import operator_from_auth_context
 from vflcore.status import status_for
-from vflserver.jobs.plan import active_source, check_models, plan_from_document, read_active_table
+from vflserver.jobs.plan import (
+    active_source,
+    check_models,
+    needs_active_table,
+    plan_from_document,
+    read_active_table,
+)
 from vflserver.jobs.runner import JobRunner
 from vflserver.jobs.store import ENDED, JOB_STATES, EpochRecord, JobEvent, JobRecord, JobStore
 
@@ -62,7 +68,7 @@ def submit_job(
     """Check ``document``, queue it under its ``[job] job_id`` (or a new id), and wake the runner."""
     plan = plan_from_document(document, default_join_timeout_s=join_timeout_s)
     active_source(plan, datasets)  # the passive parties say so at join, before PSI
-    if plan.factories:  # the active party's own models: imported and probed now, not after PSI
+    if needs_active_table(plan):  # its own models probed, and its labels checked, now: not after PSI
         check_models(plan, read_active_table(plan, datasets))
     job_id = plan.job.job_id or new_job_id()
     record = store.submit(

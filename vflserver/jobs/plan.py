@@ -38,11 +38,13 @@ import torch
 
 from vflalgorithms.base import algorithm_spec
 from vflalgorithms.factories import FACTORY_KEYS, check_factories, refuse_untaken
+from vflalgorithms.label_protection import check_label_defence
 from vflcore.data.tables import PartyTable, read_party_csv
 from vflcore.errors import ConfigError
 from vflcore.job import ACTIVE_PARTY, JobSpec, settable_fields
 from vflcore.ml.losses import label_tensor
 from vflcore.runtime.config import DEFAULT_DATASET, DataSource, _Section, dataset_named, job_from_document
+from vflprivacy.label_defences import check_classes
 from vflserver.inference.config import DEGRADED_MODES
 
 #: The tables of a job document; anything else is refused by name.
@@ -91,6 +93,7 @@ def plan_from_document(doc: Mapping[str, Any], *, default_join_timeout_s: float,
     job = job_from_document(doc, where)
     spec = algorithm_spec(job.algorithm)  # an unknown algorithm, or a bad option, is refused now
     spec.options(job.algorithm_options)
+    check_label_defence(job, spec.active_half(), where)
     if job.checkpoint_every_steps and not spec.active_half().resumes_mid_epoch:
         raise ConfigError(
             f"{where}: [job] checkpoint_every_steps = {job.checkpoint_every_steps}: {job.algorithm} resumes only "
@@ -146,17 +149,27 @@ def active_source(plan: JobPlan, datasets: Mapping[str, DataSource]) -> DataSour
         raise ConfigError(f"job {plan.job.job_id or '(new)'}: {exc}") from None
 
 
+def needs_active_table(plan: JobPlan) -> bool:
+    """Whether submission reads the active party's table (``check_models``): for its own models, or Marvell."""
+    return bool(plan.factories) or plan.job.privacy.label_defence == "marvell"
+
+
 def check_models(plan: JobPlan, table: PartyTable, where: str = "job") -> None:
     """Import every factory the job names and run each model on a probe batch of the right shape.
 
     At submission, with the active party's table at hand (its feature count and label classes fix
-    the shapes), so that a factory which cannot work is refused before anything starts.
+    the shapes), so that a factory which cannot work is refused before anything starts; and a
+    label defence that cannot protect these labels (Marvell on more than two classes) with it.
     """
-    if not plan.factories:
+    if not needs_active_table(plan) or table.labels is None:
         return
     job = plan.job
-    half = algorithm_spec(job.algorithm).active_half()
     _, outputs = label_tensor(job.task, torch.from_numpy(np.asarray(table.labels, dtype=np.float64)))
+    if job.task == "classification":
+        check_classes(job.privacy, outputs, where)
+    if not plan.factories:
+        return
+    half = algorithm_spec(job.algorithm).active_half()
     slots = half.model_slots(job, table.features.shape[1], outputs)
     try:
         check_factories(plan.factories, job.algorithm, half.factory_keys, slots)

@@ -22,6 +22,7 @@ import torch
 
 from vflalgorithms.base import ActiveContext, ServerAlgorithm, algorithm_spec
 from vflalgorithms.factories import resolve_factories
+from vflalgorithms.label_protection import check_label_defence
 from vflcore.data.checkpoints import party_dir
 from vflcore.data.tables import PartyTable, write_aligned_ids
 from vflcore.errors import ConfigError, JobAborted, PartyLost
@@ -34,10 +35,12 @@ from vflcore.runtime.daemon import adopt_torch_threads
 from vflcore.wire.names import EVAL_EMBEDDING
 from vflcore.wire.traffic import MB
 from vflcore.work_items import Checkpoint, Evaluate
+from vflprivacy.label_defences import check_classes
 from vflserver.federation.alignment import AlignmentResult, align_active
 from vflserver.federation.passive_parties import PassiveParties
 from vflserver.training.export import MODEL_REPOSITORY, export_model
 from vflserver.training.importance import write_client_importance
+from vflserver.training.label_privacy import protect_labels
 from vflserver.training.reports import EpochReport, RunSummary, write_predictions, write_summary
 from vflserver.training.resume import roll_back, save_checkpoint
 from vflserver.training.scoring import Scorer
@@ -98,6 +101,9 @@ class ActiveParty:
             # intersection must still have an output, and every party must agree on the width.
             _, outputs = label_tensor(job.task, torch.from_numpy(np.asarray(table.labels, dtype=np.float64)))
             job = replace(job, num_outputs=outputs)
+            if job.task == "classification":
+                check_classes(job.privacy, outputs, str(table.source))
+        check_label_defence(job, algorithm, f"job {job.job_id}")
         self.job = job
         self.own_table = table
         self.settings = settings
@@ -133,20 +139,24 @@ class ActiveParty:
         if self.psi_only:
             return
         labels, _ = label_tensor(self.job.task, torch.from_numpy(np.asarray(aligned.labels, dtype=np.float64)))
-        self.labels = labels
+        self.labels = labels  # the true labels: what evaluation scores against
+        # The labels the algorithm trains on (randomised with label DP) and the key of its noise.
+        protection = protect_labels(self.job, labels, self.schedule.train_rows, self.run_dir)
+        self._summary.privacy = protection.report
         self.algorithm = algorithm_spec(self.job.algorithm).active_half()(
             ActiveContext(
                 job=self.job,
                 schedule=self.schedule,
                 parties=self.parties,
                 features=torch.from_numpy(np.ascontiguousarray(aligned.features, dtype=np.float32)).to(self.device),
-                labels=labels.to(self.device),
+                labels=protection.labels.to(self.device),
                 num_outputs=self.job.num_outputs,
                 top_hidden=self.top_hidden,
                 top_dropout=self.top_dropout,
                 after_step=self._after_step,
                 factories=self.factories,
                 device=self.device,
+                privacy_key=protection.key,
             )
         )
         self.scorer = Scorer(self.job, self.parties, self.algorithm, aligned.ids)

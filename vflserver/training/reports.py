@@ -59,6 +59,9 @@ class RunSummary:
     onnx: Path | None = None
     #: The Triton model folder of the standalone model (``model_repository/<job>``), else None.
     model_repository: Path | None = None
+    #: The job's ``[privacy]`` settings as this party applied them, with ε of its label DP
+    #: (``vflserver.training.label_privacy.privacy_report``).
+    privacy: dict[str, Any] = field(default_factory=dict)
 
 
 def write_predictions(run_dir: Path, task: str, ids: Sequence[str], labels: np.ndarray, output: np.ndarray) -> None:
@@ -72,7 +75,7 @@ def write_predictions(run_dir: Path, task: str, ids: Sequence[str], labels: np.n
 
 
 def write_summary(run_dir: Path, job: JobSpec, summary: RunSummary, step_losses: Sequence[float]) -> None:
-    """``summary.json``: the alignment, every epoch and step loss, the final metrics, bytes and model files."""
+    """``summary.json``: the alignment, every epoch and step loss, the final metrics, bytes, model files and privacy."""
     alignment = summary.alignment
     payload: dict[str, Any] = {
         "job_id": summary.job_id,
@@ -86,5 +89,6 @@ def write_summary(run_dir: Path, job: JobSpec, summary: RunSummary, step_losses:
         "artifact": None if summary.artifact is None else str(summary.artifact),
         "onnx": None if summary.onnx is None else str(summary.onnx),
         "model_repository": None if summary.model_repository is None else str(summary.model_repository),
+        "privacy": summary.privacy,
     }
     (run_dir / "summary.json").write_text(json.dumps(payload, indent=2))

@@ -1,0 +1,202 @@
+"""The active party's label protection in a real service: applied, reported, and resumed without a difference.
+
+``vfl-server`` and two ``vfl-client`` daemons run as OS processes over mTLS (``vfltesting.service``)
+on sklearn's breast cancer set (569 rows, binary), split between the three parties. A SplitNN job
+with Marvell (its batches crossing in two micro-batch parts) and one with randomised-response
+labels each run once undisturbed, and once with ``vfl-server`` killed (kill -9) inside epoch 2
+and restarted: the restarted process reads its noise key back from the job's folder, redraws the
+same labels and the same noise, and the job ends with the same per-step losses and weights.
+
+Both runs share one set of daemons, as two jobs of the same settings, and hold the same noise
+key (the killed job's folder gets a copy of the clean job's key before it is submitted): the key
+is the active party's secret, and it alone decides the noise, which is what the comparison shows.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from sklearn.datasets import load_breast_cancer
+
+from vflclient import JobClient
+from vflcore.data.checkpoints import party_dir
+from vflprivacy.noise import KEY_FILE
+from vfltesting.datasets import write_vertical_split
+from vfltesting.pki import Pki
+from vfltesting.recovery import JobOutcome, job_outcome, loss_difference, weight_differences
+from vfltesting.service import ServiceRun, job_document
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+
+EPOCHS = 4
+#: Small batches: an epoch of 57 steps is long enough to be killed inside it.
+JOB = {"batch_size": 8, "embedding_dim": 8, "bottom_hidden": [16], "learning_rate": 0.01}
+#: The ``[privacy]`` table and ``[algorithm]`` options of each job; "plain" is the undefended run.
+JOBS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+    "plain": ({}, {}),
+    "marvell": ({"label_defence": "marvell", "marvell_sum_kl": 0.25}, {"micro_batches": 2}),
+    "label-dp": ({"label_dp_epsilon": 1.0}, {}),
+}
+SERVER = {"party_timeout_s": 60, "heartbeat_timeout_s": 3}
+CLIENT = {"heartbeat_s": 0.3}
+TOLERANCE = 1e-6
+
+
+@pytest.fixture(scope="module")
+def cancer_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Breast cancer, standardised: party 1 holds the label and 10 features, parties 2 and 3 ten each."""
+    data = load_breast_cancer()
+    features = (data.data - data.data.mean(axis=0)) / data.data.std(axis=0)
+    out = tmp_path_factory.mktemp("cancer")
+    write_vertical_split(
+        out,
+        features=features,
+        labels=data.target.astype(np.int64),
+        feature_names=[f"f{i}" for i in range(features.shape[1])],
+        party_columns=[range(0, 10), range(10, 20), range(20, 30)],
+        seed=0,
+    )
+    return out
+
+
+def _document(name: str, job_id: str) -> dict[str, dict[str, Any]]:
+    privacy, options = JOBS[name]
+    document = job_document(job_id, "splitnn", epochs=EPOCHS, algorithm_options=options, **JOB)
+    if privacy:
+        document["privacy"] = dict(privacy)
+    return document
+
+
+def _service(root: Path, pki: Pki, data: Path) -> ServiceRun:
+    root.mkdir(parents=True, exist_ok=True)
+    run = ServiceRun(root, pki, data, serving=False, server_settings=SERVER, client_settings=CLIENT)
+    run.start_server()
+    run.start_clients()
+    return run
+
+
+def _finish(jobs: JobClient, run: ServiceRun, job_id: str) -> list[str]:
+    lines = [str(event) for event in jobs.watch(job_id)]
+    assert jobs.get(job_id).state == "finished", "\n".join(lines) + run.tail()
+    return lines
+
+
+def _wait(condition: Callable[[], bool], what: str, run: ServiceRun, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}\n{run.tail()}")
+        time.sleep(0.01)
+
+
+def _key(root: Path, job_id: str) -> Path:
+    return party_dir(root / "runs", job_id, 1) / KEY_FILE
+
+
+@pytest.fixture(scope="module")
+def service(pki: Pki, cancer_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceRun]:
+    """The daemons every test of this module uses (a test that kills the server restarts it)."""
+    run = _service(tmp_path_factory.mktemp("labels"), pki, cancer_data)
+    try:
+        yield run
+    finally:
+        run.close()
+
+
+@pytest.fixture(scope="module")
+def clean(service: ServiceRun, pki: Pki) -> dict[str, Any]:
+    """Every job run undisturbed: their outcomes, summaries and the server's log."""
+    root = service.root
+    found: dict[str, Any] = {"outcomes": {}, "summaries": {}, "root": root}
+    with JobClient(service.address, tls=pki.operator_files("alice")) as jobs:
+        for name in JOBS:
+            job_id = f"labels-{name}"
+            jobs.submit(_document(name, job_id))
+            _finish(jobs, service, job_id)
+            found["outcomes"][name] = job_outcome(root / "runs", job_id)
+            summary = party_dir(root / "runs", job_id, 1) / "summary.json"
+            found["summaries"][name] = json.loads(summary.read_text())
+    found["log"] = service.logs["server"].read_text()
+    return found
+
+
+def _assert_same_model(faulty: JobOutcome, clean: JobOutcome) -> None:
+    assert len(faulty.losses) == len(clean.losses), (len(faulty.losses), len(clean.losses))
+    worst = loss_difference(faulty, clean)
+    assert worst <= TOLERANCE, f"per-step losses differ by up to {worst:.3g}"
+    weights = weight_differences(faulty, clean)
+    assert weights and max(weights.values()) <= TOLERANCE, {k: v for k, v in weights.items() if v > TOLERANCE}
+
+
+class TestApplied:
+    """Each defence changes what training does, and the active party says what it applied."""
+
+    def test_each_defence_changes_the_training_from_its_second_step(self, clean: dict[str, Any]) -> None:
+        """Same seed, same data: the first step's loss is the undefended one, and the perturbed answers
+        (or the randomised labels) change the run from there on."""
+        plain = clean["outcomes"]["plain"].losses
+        for name in ("marvell", "label-dp"):
+            losses = clean["outcomes"][name].losses
+            assert len(losses) == len(plain)
+            if name == "marvell":  # the labels are the true ones: the first step's loss is the same
+                assert losses[0] == pytest.approx(plain[0], abs=1e-6)
+            assert max(abs(a - b) for a, b in zip(losses[1:], plain[1:], strict=True)) > 1e-3, name
+
+    def test_both_defended_jobs_still_learn(self, clean: dict[str, Any]) -> None:
+        """Utility survives: the defended models separate the held-out classes far better than chance."""
+        for name in JOBS:
+            accuracy = clean["summaries"][name]["final_metrics"]["accuracy"]
+            assert accuracy > 0.8, (name, accuracy)
+
+    def test_the_summary_and_the_log_state_the_settings_and_epsilon(self, clean: dict[str, Any]) -> None:
+        """summary.json holds the [privacy] settings and label DP's ε and keep probability; the log says so too."""
+        dp = clean["summaries"]["label-dp"]["privacy"]
+        assert dp["label_dp_epsilon"] == 1.0
+        assert dp["label_dp"]["epsilon"] == 1.0 and dp["label_dp"]["classes"] == 2
+        assert dp["label_dp"]["keep_probability"] == pytest.approx(math.e / (math.e + 1))
+        assert clean["summaries"]["marvell"]["privacy"]["label_defence"] == "marvell"
+        assert clean["summaries"]["plain"]["privacy"]["label_defence"] == "none"
+        lines = [json.loads(line) for line in clean["log"].splitlines() if line.startswith("{")]
+        said = [line for line in lines if line.get("event") == "label_protection"]
+        assert {line.get("label_defence") for line in said} == {"marvell", "none"}
+        assert any(line.get("label_dp", {}).get("epsilon") == 1.0 for line in said)
+
+    def test_the_noise_key_is_secret_and_only_where_labels_are_protected(self, clean: dict[str, Any]) -> None:
+        """Mode 0600 in the active party's job folder; an undefended job has none."""
+        for name in ("marvell", "label-dp"):
+            key = _key(clean["root"], f"labels-{name}")
+            assert key.stat().st_mode & 0o777 == 0o600
+        assert not _key(clean["root"], "labels-plain").exists()
+
+
+class TestResume:
+    @pytest.mark.parametrize("name", ["marvell", "label-dp"])
+    def test_server_killed_inside_epoch_2_gives_the_same_run(
+        self, name: str, clean: dict[str, Any], service: ServiceRun, pki: Pki
+    ) -> None:
+        """kill -9 of vfl-server inside epoch 2, then a restart: the same noise and labels, the same per-step losses."""
+        job_id = f"labels-{name}-killed"
+        key = _key(service.root, job_id)
+        key.parent.mkdir(parents=True)
+        shutil.copyfile(_key(clean["root"], f"labels-{name}"), key)
+        key.chmod(0o600)
+        with JobClient(service.address, tls=pki.operator_files("alice")) as jobs:
+            jobs.submit(_document(name, job_id))
+            _wait(lambda: jobs.get(job_id).epochs_done >= 1, "epoch 1", service)
+            time.sleep(jobs.get(job_id).history[-1].seconds * 0.4)
+        service.kill("server")
+        time.sleep(1.0)
+        service.start_server(f"127.0.0.1:{service.port}")
+        with JobClient(service.address, tls=pki.operator_files("alice")) as jobs:
+            lines = _finish(jobs, service, job_id)
+        assert any("resuming after" in line for line in lines), lines
+        assert not any(f"resuming after {EPOCHS} of" in line for line in lines), "the kill came after training"
+        _assert_same_model(job_outcome(service.root / "runs", job_id), clean["outcomes"][name])
