@@ -176,6 +176,9 @@ def _find(outcomes: Sequence[Outcome], algorithm: str, setting: str) -> Outcome 
 def mean_of_repeats(outcomes: Sequence[Outcome]) -> tuple[list[Outcome], list[str]]:
     """One outcome per setting, each figure the mean over its finished repeats; and a line per setting on the spread.
 
+    The label attack AUC is the mean of each run's larger attack, so it lies within the spread it
+    is printed with, and never below a mean of the two attacks taken separately.
+
     A defence's noise comes from a secret key drawn fresh for every job, so two runs of one setting
     differ; the target is judged on the mean, and the spread is printed beside it.
     """
@@ -192,6 +195,7 @@ def mean_of_repeats(outcomes: Sequence[Outcome]) -> tuple[list[Outcome], list[st
             state="finished",
             utility=float(np.mean([o.utility for o in done])),
             attacks={k: float(np.mean([o.attack(k) for o in done])) for k in keys},
+            mean_label_attack=float(np.mean([o.label_attack_auc for o in done])),
         )
         merged.append(mean)
         if len(runs) > 1:

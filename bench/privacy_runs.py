@@ -117,9 +117,14 @@ class Outcome:
     def attack(self, name: str) -> float:
         return self.attacks.get(name, NAN)
 
+    #: Set on a mean over repeats: the mean of each run's ``label_attack_auc`` (not the larger of the means).
+    mean_label_attack: float | None = None
+
     @property
     def label_attack_auc(self) -> float:
         """The target's figure: the larger of the norm and the direction (k = 1) attacks' AUC, last epoch."""
+        if self.mean_label_attack is not None:
+            return self.mean_label_attack
         values = [self.attack("norm_auc"), self.attack("direction_auc_k1")]
         known = [v for v in values if not math.isnan(v)]
         return max(known) if known else NAN

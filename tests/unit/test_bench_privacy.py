@@ -63,6 +63,17 @@ class TestVerdict:
         assert any("marvell-0.1   3 of 3 runs" in line and "(0.880-0.900)" in line for line in lines)
         assert lines[-1] == "BENCH privacy_attack_auc 0.590 auc target <= 0.60 MET"
 
+    def test_repeats_count_each_runs_larger_attack(self) -> None:
+        """The mean is of each run's larger attack (0.60 and 0.60), not the larger of the two attacks' means (0.50)."""
+        lines = verdict(
+            [
+                _outcome("none", 0.900, 0.95, 1.00),
+                _outcome("max_norm", 0.900, 0.60, 0.40, repeat=0),
+                _outcome("max_norm", 0.900, 0.40, 0.60, repeat=1),
+            ]
+        )
+        assert lines[-1] == "BENCH privacy_attack_auc 0.600 auc target <= 0.60 MET"
+
     def test_without_runs_to_compare_it_is_missed(self) -> None:
         """No undefended run (or no defended one) gives nan and MISSED, not an exception."""
         assert verdict([])[-1] == "BENCH privacy_attack_auc nan auc target <= 0.60 MISSED"
