@@ -70,7 +70,18 @@ def write_csv(outcomes: Sequence[Outcome], baselines: dict[tuple[str, str], floa
         writer = csv.writer(handle)
         ends = ["label_epsilon", "embedding_epsilon", "job_seconds", "probe_seconds", "message"]
         writer.writerow(
-            ["task", "algorithm", "setting", "state", "utility", "utility_cost", *ATTACKS, *OVER_EPOCHS, *ends]
+            [
+                "task",
+                "algorithm",
+                "setting",
+                "repeat",
+                "state",
+                "utility",
+                "utility_cost",
+                *ATTACKS,
+                *OVER_EPOCHS,
+                *ends,
+            ]
         )
         for o in outcomes:
             baseline = baselines.get((o.run.task, o.run.algorithm), NAN)
