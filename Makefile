@@ -10,7 +10,7 @@ GRPC_TOOLS_VERSION := 1.81.1
 CERTS := certs
 DATA := examples/data
 
-.PHONY: help venv certs data demo test test-unit test-integration lint typecheck proto proto-check bench-overhead bench-psi bench-comm bench-fedbcd bench-async bench-apfed bench-adptvfedconv bench-inference bench-wan bench-service bench-recovery bench-fuzz fuzz clean
+.PHONY: help venv certs data demo test test-unit test-integration lint typecheck proto proto-check bench-overhead bench-psi bench-comm bench-fedbcd bench-async bench-apfed bench-adptvfedconv bench-inference bench-wan bench-service bench-recovery bench-privacy bench-fuzz fuzz clean
 
 help:
 	@echo "make demo            set up, then run server + 2 clients over mTLS: training and inference"
@@ -26,6 +26,7 @@ help:
 	@echo "make bench-inference KServe v2 endpoint: 8 callers at batch 1, 30 s gRPC + 30 s REST, p50/p99 and req/s"
 	@echo "make bench-service   30 one-epoch SplitNN jobs on one long-running server + 2 daemons: RSS, fds, threads, latency"
 	@echo "make bench-recovery  SplitNN, 20 epochs, party 3 killed 3 times: loss difference and restart-to-training time"
+	@echo "make bench-privacy   attack probes x algorithms x defences over mTLS: attack AUC vs utility, plot (~15 min)"
 	@echo "make fuzz            the fuzz campaign as a test, FUZZ_CASES=$(FUZZ_CASES) cases at every RPC while a job trains"
 	@echo "make bench-fuzz      10,000 fuzz cases against a live service: cases and statuses per RPC, failures"
 	@echo "make bench-psi       PSI 1M x 1M: vfl-server --psi-only + vfl-client over mTLS (several minutes)"
@@ -124,6 +125,9 @@ bench-service: venv
 
 bench-recovery: venv
 	$(PY) -m bench.recovery
+
+bench-privacy: venv
+	$(PY) -m bench.privacy
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .mypy_cache .ruff_cache

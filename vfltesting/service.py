@@ -60,6 +60,8 @@ class ServiceRun:
     client_settings: dict[str, Any] = field(default_factory=dict)
     #: Extra tables for every client config (e.g. ``{"models": {...}}``, a party's own model factories).
     client_tables: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: More datasets than "digits" (``data``), by name: each a folder of ``party1.csv``, ``party2.csv``, ...
+    datasets: dict[str, Path] = field(default_factory=dict)
     #: The address a party dials instead of the server's (a proxy in front of it), by party.
     via: dict[int, str] = field(default_factory=dict)
     #: Every daemon's ``--log-level`` (``debug`` to see every event a daemon can write).
@@ -86,7 +88,10 @@ class ServiceRun:
                 **self.server_settings,
             },
             "tls": {"ca": tls.ca, "cert": tls.cert, "key": tls.key},
-            "datasets": {"digits": {"path": self.data / "party1.csv", "id_column": "id", "label_column": "label"}},
+            "datasets": {
+                name: {"path": folder / "party1.csv", "id_column": "id", "label_column": "label"}
+                for name, folder in self._datasets().items()
+            },
         }
         if self.serving:
             document["serving"] = {"enabled": True, "grpc_listen": "127.0.0.1:0", "rest_listen": "127.0.0.1:0"}
@@ -109,11 +114,17 @@ class ServiceRun:
                 **self.client_settings,
             },
             "tls": {"ca": tls.ca, "cert": tls.cert, "key": tls.key},
-            "datasets": {"digits": {"path": self.data / f"party{party}.csv", "id_column": "id"}},
+            "datasets": {
+                name: {"path": folder / f"party{party}.csv", "id_column": "id"}
+                for name, folder in self._datasets().items()
+            },
             **self.client_tables,
         }
         path.write_text(toml_text(document))
         return path
+
+    def _datasets(self) -> dict[str, Path]:
+        return {"digits": self.data, **self.datasets}
 
     def start_server(self, listen: str = "127.0.0.1:0", *, wait: bool = True) -> int:
         """Start vfl-server as a service; returns its port once it listens."""

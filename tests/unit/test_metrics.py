@@ -43,6 +43,20 @@ class TestClassificationMetrics:
         with pytest.raises(ValueError, match="no rows to score"):
             classification_metrics(np.zeros(0), np.zeros((0, 2)))
 
+    def test_binary_roc_auc_ranks_by_the_positive_logit(self) -> None:
+        """A binary task's ROC AUC ranks rows by logit 1 minus logit 0 (or the single logit), not by the argmax."""
+        labels = np.array([0, 0, 1, 1])
+        # Every row predicts class 0, yet the positives rank above the negatives except one pair.
+        logits = np.array([[3.0, 0.0], [1.0, 0.5], [2.0, 1.0], [3.0, 2.6]])
+        assert classification_metrics(labels, logits)["roc_auc"] == pytest.approx(0.75)
+        single = logits[:, 1:] - logits[:, :1]
+        assert classification_metrics(labels, single)["roc_auc"] == pytest.approx(0.75)
+
+    def test_no_roc_auc_without_both_classes_or_with_more_outputs(self) -> None:
+        """One class in the test set, or a multi-class model, gives no ROC AUC rather than an error."""
+        assert "roc_auc" not in classification_metrics(np.array([1, 1]), np.array([[0.0, 1.0], [1.0, 0.0]]))
+        assert "roc_auc" not in classification_metrics(np.array([0, 1, 1]), np.eye(3))
+
 
 class TestPredictClasses:
     def test_single_logit_thresholds_at_zero(self) -> None:
@@ -79,7 +93,7 @@ class TestRegressionMetrics:
 class TestTaskMetrics:
     def test_dispatches_by_task(self) -> None:
         """Each task name returns that task's metric keys."""
-        assert set(task_metrics("classification", np.array([0, 1]), np.eye(2))) == {
+        assert set(task_metrics("classification", np.array([0, 1, 2]), np.eye(3))) == {
             "accuracy",
             "macro_f1",
             "precision",

@@ -1,0 +1,55 @@
+"""``make bench-privacy`` in its quick mode: real daemons over mTLS, the probes, the table and the verdict line.
+
+The bench's figures are its own business; this test holds its shape: one row per planned run,
+each finished with a utility and the label attacks' AUCs, the CSV and the plot written, and a
+last line a script can parse.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}  # bench and vfltesting are not installed
+VERDICT = re.compile(r"BENCH privacy_attack_auc (\d\.\d{3}) auc target <= 0\.60 (MET|MISSED)")
+
+
+class TestPrivacyBenchQuick:
+    def test_quick_mode_prints_a_row_per_run_and_the_verdict_last(self, tmp_path: Path) -> None:
+        """Two SplitNN runs on the imbalanced task (undefended, Marvell) finish and are probed; the last line is
+        the verdict, with a value from those runs."""
+        done = subprocess.run(
+            [sys.executable, "-m", "bench.privacy", "--quick", "--out", str(tmp_path)],
+            cwd=ROOT,
+            env=ENV,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        lines = done.stdout.strip().splitlines()
+        rows = [line.split() for line in lines if line.startswith("imbalanced ")]
+        assert [row[:3] for row in rows] == [
+            ["imbalanced", "splitnn", "none"],
+            ["imbalanced", "splitnn", "marvell-0.25"],
+        ], done.stdout
+        assert all(0.5 < float(row[3]) <= 1.0 for row in rows), done.stdout  # test ROC AUC: the model learned
+        last = VERDICT.fullmatch(lines[-1])
+        assert last is not None, lines[-1]
+        with (tmp_path / "privacy.csv").open(newline="") as handle:
+            table = list(csv.DictReader(handle))
+        assert [r["setting"] for r in table] == ["none", "marvell-0.25"]
+        attack = [max(float(r["norm_auc"]), float(r["direction_auc_k1"])) for r in table]
+        assert all(math.isfinite(a) for a in attack), table
+        assert float(last.group(1)) == pytest.approx(attack[1], abs=5e-4)  # the one defended run
+        assert (tmp_path / "privacy.png").stat().st_size > 0
