@@ -6,12 +6,12 @@ processes over mTLS, and take the jobs one after another through the Control API
 
 - utility: the job's final test ROC AUC (binary tasks) or accuracy (multi-class), and its cost:
   the difference from the undefended run of the same task and algorithm;
-- each attack of ``vfltesting.privacy_probe`` on what passive party 2 legitimately saw: the norm
+- each attack of ``vfltesting.privacy_probe`` on what passive party 3 (``ATTACKED_PARTY``) legitimately saw: the norm
   and direction (k = 1, 10) label attacks' ROC AUC at the last epoch, model completion on 1 % and
-  5 % of labelled rows beside the same head on party 2's raw features, and the active party's
-  inversion of party 2's features (R², MSE, and the MSE of predicting each feature's mean);
+  5 % of labelled rows beside the same head on its raw features, and the active party's
+  inversion of its features (R², MSE, and the MSE of predicting each feature's mean);
 - ε where DP applies: label DP's configured ε, and the embedding noise's (ε at the job's δ) from
-  party 2's own accountant.
+  its own accountant.
 
 The plan is the tables below, chosen for coverage, not to reach the target: every algorithm
 undefended, with a gradient perturbation and with label DP on every task, and the whole sweep of
@@ -56,7 +56,7 @@ from bench.privacy_report import (
     write_markdown,
 )
 from bench.privacy_runs import NAN, Outcome, PrivacyService, Run, execute
-from bench.privacy_tasks import TASKS, Task
+from bench.privacy_tasks import ATTACKED_PARTY, TASKS, Task
 from vflclient import JobClient, VflError
 from vfltesting.pki import issue_pki
 from vfltesting.privacy_probe import NOT_APPLICABLE
@@ -187,7 +187,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     job = QUICK_JOB if args.quick else JOB
     print(
         f"== privacy: {len(runs)} jobs ({', '.join(tasks)} x {', '.join(algorithms)}), {job['epochs']} epochs "
-        f"each, on one vfl-server and two recording passive parties (processes, mTLS); attacker: party 2 =="
+        f"each, on one vfl-server and two recording passive parties (processes, mTLS); "
+        f"attacker: party {ATTACKED_PARTY} =="
     )
     for algorithm, why in LEFT_OUT.items():
         print(f"not run: {algorithm}: {why}")

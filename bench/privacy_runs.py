@@ -1,4 +1,4 @@
-"""One privacy-bench run: a job on the running service, then the attack probes on what party 2 recorded.
+"""One privacy-bench run: a job on the running service, then the attack probes on what one passive party recorded.
 
 The service is ``vfl-server`` plus two passive parties, each an OS process over mTLS, started
 once (``PrivacyService``) and given job after job through the Control API, as an operator would.
@@ -7,9 +7,9 @@ The passive parties are ``bench.privacy_party``: the stock daemon with a ``LinkR
 A run's figures come from three places, each the one that legitimately holds them:
 - utility: the job's final metrics, as the server reports them to the operator (test ROC AUC
   on binary tasks, accuracy on multi-class ones);
-- the attacks: ``vfltesting.privacy_probe.probe`` on party 2's recording, scored against the
-  bench's own copy of the labels and features, in the aligned order party 2 wrote;
-- ε: label DP's is the job's ``label_dp_epsilon``; the embedding noise's is what party 2's own
+- the attacks: ``vfltesting.privacy_probe.probe`` on the attacked party's recording, scored against the
+  bench's own copy of the labels and features, in the aligned order it wrote;
+- ε: label DP's is the job's ``label_dp_epsilon``; the embedding noise's is what the party's own
   accountant wrote to ``privacy.json`` in its job folder.
 """
 

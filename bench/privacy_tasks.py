@@ -26,7 +26,10 @@ from vfltesting.datasets import write_vertical_split
 
 ID_PREFIX = "u"
 #: The passive party whose recording the probes attack (its features are what inversion recovers).
-ATTACKED_PARTY = 2
+#: Party 3: on the imbalanced task party 2's four columns carry no signal about the label (each
+#: party's columns alone, 3-fold CV ROC AUC of a gradient-boosted model: party 1 0.87, party 2
+#: 0.48, party 3 0.74), and model completion on a party with nothing to complete measures nothing.
+ATTACKED_PARTY = 3
 
 
 @dataclass(frozen=True)
