@@ -193,6 +193,9 @@ class TestReconnect:
                 history = {job.id: job for job in jobs.list()}
                 assert history["before-restart"].state == "finished"
                 assert history["blocked"].state in ("queued", "aligning"), history["blocked"]
+                # Cancel once the runner has taken the job up again: cancelled while still queued, it
+                # would end without the resume event (a race the CI run of 2026-11-25 lost once).
+                _wait_for_event(jobs, "blocked", "resuming after 0 of 1 epochs")
                 jobs.cancel("blocked")
                 events = [str(event) for event in jobs.watch("blocked")]
                 assert any("interrupted" in line and "during aligning" in line for line in events), events
@@ -203,6 +206,14 @@ class TestReconnect:
             assert all(run.alive().values())  # the same client daemons, reconnected by themselves
         finally:
             run.close()
+
+
+def _wait_for_event(jobs: JobClient, job_id: str, text: str) -> None:
+    """Until an event of ``job_id`` (its history included) says ``text``."""
+    for event in jobs.watch(job_id):
+        if text in str(event):
+            return
+    raise AssertionError(f"job {job_id} ended without an event saying {text!r}")
 
 
 def _wait_for_state(jobs: JobClient, job_id: str, state: str) -> None:
