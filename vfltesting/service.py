@@ -12,11 +12,12 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vflclient import JobClient
 from vfltesting.localrun import stop_all, wait_for_port
 from vfltesting.pki import Pki
 
@@ -255,3 +256,19 @@ def job_document(job_id: str, algorithm: str, *, epochs: int = 1, **job: Any) ->
     if options:
         document["algorithm"] = dict(options)
     return document
+
+
+def wait_until(condition: Callable[[], bool], what: str, run: ServiceRun, timeout_s: float = 120) -> None:
+    """Poll ``condition`` every 10 ms; past ``timeout_s``, fail naming ``what``, with the daemons' log tails."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}\n{run.tail()}")
+        time.sleep(0.01)
+
+
+def finish_job(jobs: JobClient, run: ServiceRun, job_id: str) -> list[str]:
+    """Watch the job to its end; it must finish. Returns its event lines."""
+    lines = [str(event) for event in jobs.watch(job_id)]
+    assert jobs.get(job_id).state == "finished", "\n".join(lines) + run.tail()
+    return lines

@@ -18,7 +18,7 @@ import json
 import math
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ from vflcore.data.checkpoints import party_dir
 from vflprivacy.noise import KEY_FILE
 from vfltesting.pki import Pki
 from vfltesting.recovery import JobOutcome, job_outcome, loss_difference, weight_differences
-from vfltesting.service import ServiceRun, job_document
+from vfltesting.service import ServiceRun, finish_job, job_document, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -63,20 +63,6 @@ def _service(root: Path, pki: Pki, data: Path) -> ServiceRun:
     return run
 
 
-def _finish(jobs: JobClient, run: ServiceRun, job_id: str) -> list[str]:
-    lines = [str(event) for event in jobs.watch(job_id)]
-    assert jobs.get(job_id).state == "finished", "\n".join(lines) + run.tail()
-    return lines
-
-
-def _wait(condition: Callable[[], bool], what: str, run: ServiceRun, timeout_s: float = 120) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}\n{run.tail()}")
-        time.sleep(0.01)
-
-
 def _key(root: Path, job_id: str) -> Path:
     return party_dir(root / "runs", job_id, 1) / KEY_FILE
 
@@ -100,7 +86,7 @@ def clean(service: ServiceRun, pki: Pki) -> dict[str, Any]:
         for name in JOBS:
             job_id = f"labels-{name}"
             jobs.submit(_document(name, job_id))
-            _finish(jobs, service, job_id)
+            finish_job(jobs, service, job_id)
             found["outcomes"][name] = job_outcome(root / "runs", job_id)
             summary = party_dir(root / "runs", job_id, 1) / "summary.json"
             found["summaries"][name] = json.loads(summary.read_text())
@@ -170,13 +156,13 @@ class TestResume:
         key.chmod(0o600)
         with JobClient(service.address, tls=pki.operator_files("alice")) as jobs:
             jobs.submit(_document(name, job_id))
-            _wait(lambda: jobs.get(job_id).epochs_done >= 1, "epoch 1", service)
+            wait_until(lambda: jobs.get(job_id).epochs_done >= 1, "epoch 1", service)
             time.sleep(jobs.get(job_id).history[-1].seconds * 0.4)
         service.kill("server")
         time.sleep(1.0)
         service.start_server(f"127.0.0.1:{service.port}")
         with JobClient(service.address, tls=pki.operator_files("alice")) as jobs:
-            lines = _finish(jobs, service, job_id)
+            lines = finish_job(jobs, service, job_id)
         assert any("resuming after" in line for line in lines), lines
         assert not any(f"resuming after {EPOCHS} of" in line for line in lines), "the kill came after training"
         _assert_same_model(job_outcome(service.root / "runs", job_id), clean["outcomes"][name])

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,7 @@ from vflserver.training.active_party import ActiveParty
 from vfltesting.datasets import write_vertical_split
 from vfltesting.leaks import Leak, find_leaks, party_secrets
 from vfltesting.pki import Pki
-from vfltesting.service import ServiceRun, job_document
+from vfltesting.service import ServiceRun, job_document, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -72,14 +72,6 @@ def telltale_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def _wait(condition: Callable[[], bool], what: str, run: ServiceRun, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}\n{run.tail()}")
-        time.sleep(0.02)
-
-
 def _events(path: Path) -> list[dict[str, object]]:
     """The JSON events of one daemon's log (the CLIs' plain ``vfl-server: ...`` lines left out)."""
     return [json.loads(line) for line in path.read_text().splitlines() if line.startswith("{")]
@@ -104,16 +96,16 @@ class TestDaemonLogs:
             run.start_clients()
             with JobClient(run.address, tls=pki.operator_files("alice")) as jobs:
                 jobs.submit(job_document("paused-then-cancelled", "splitnn", **JOB))
-                _wait(lambda: jobs.get("paused-then-cancelled").epochs_done >= 2, "two epochs", run)
+                wait_until(lambda: jobs.get("paused-then-cancelled").epochs_done >= 2, "two epochs", run)
                 run.kill("party-3")  # a pause: the job waits for party 3, then resumes
-                _wait(lambda: jobs.get("paused-then-cancelled").state == "waiting", "the pause", run)
+                wait_until(lambda: jobs.get("paused-then-cancelled").state == "waiting", "the pause", run)
                 run.start_client(3)
                 resumed_at = jobs.get("paused-then-cancelled").epochs_done
-                _wait(lambda: jobs.get("paused-then-cancelled").epochs_done > resumed_at, "an epoch after", run)
+                wait_until(lambda: jobs.get("paused-then-cancelled").epochs_done > resumed_at, "an epoch after", run)
                 jobs.cancel("paused-then-cancelled")
-                _wait(lambda: jobs.get("paused-then-cancelled").state == "cancelled", "the cancel", run)
+                wait_until(lambda: jobs.get("paused-then-cancelled").state == "cancelled", "the cancel", run)
                 jobs.submit(job_document("stopped", "splitnn", **JOB))
-                _wait(lambda: jobs.get("stopped").epochs_done >= 1, "an epoch of the second job", run)
+                wait_until(lambda: jobs.get("stopped").epochs_done >= 1, "an epoch of the second job", run)
             assert run.stop(["server"]) == {"server": 0}
             run.stop()
         finally:

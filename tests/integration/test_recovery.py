@@ -24,7 +24,7 @@ from vflcore.job import Position
 from vfltesting.pki import Pki
 from vfltesting.proxy import CuttableProxy
 from vfltesting.recovery import JobOutcome, job_outcome, loss_difference, weight_differences
-from vfltesting.service import ServiceRun, job_document
+from vfltesting.service import ServiceRun, finish_job, job_document, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -74,21 +74,6 @@ def _assert_same_model(faulty: JobOutcome, clean: JobOutcome) -> None:
     assert weights and max(weights.values()) <= TOLERANCE, {k: v for k, v in weights.items() if v > TOLERANCE}
 
 
-def _wait(condition: Callable[[], bool], what: str, run: ServiceRun, timeout_s: float = 120) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}\n{run.tail()}")
-        time.sleep(0.01)
-
-
-def _finish(jobs: JobClient, run: ServiceRun, job_id: str) -> list[str]:
-    """Watch the job to its end; it must finish. Returns its event lines."""
-    lines = [str(event) for event in jobs.watch(job_id)]
-    assert jobs.get(job_id).state == "finished", "\n".join(lines) + run.tail()
-    return lines
-
-
 @pytest.fixture(scope="module")
 def clean(pki: Pki, digits_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, JobOutcome]]:
     """The fault-free run of every algorithm's job, on one set of daemons."""
@@ -99,7 +84,7 @@ def clean(pki: Pki, digits_data: Path, tmp_path_factory: pytest.TempPathFactory)
             for algorithm in ALGORITHMS:
                 job_id = _job_id(algorithm, "fault")
                 jobs.submit(job_document(job_id, algorithm, epochs=EPOCHS, **JOB))
-                _finish(jobs, run, job_id)
+                finish_job(jobs, run, job_id)
                 outcomes[algorithm] = _outcome(run, job_id)
         yield outcomes
     finally:
@@ -112,7 +97,7 @@ def _epochs_done(jobs: JobClient, job_id: str) -> int:
 
 def _inside_epoch(run: ServiceRun, jobs: JobClient, job_id: str, done: int, fraction: float = 0.5) -> None:
     """Return about ``fraction`` of the way into epoch ``done + 1``, on any CPU: that share of the last epoch's time."""
-    _wait(lambda: _epochs_done(jobs, job_id) >= done, f"epoch {done}", run)
+    wait_until(lambda: _epochs_done(jobs, job_id) >= done, f"epoch {done}", run)
     time.sleep(jobs.get(job_id).history[-1].seconds * fraction)
 
 
@@ -147,7 +132,7 @@ class TestPassivePartyKilled:
             with _jobs(run, pki) as jobs:
                 jobs.submit(job_document(job_id, algorithm, epochs=EPOCHS, **JOB))
                 # 1. During PSI: the server has started it, and party 3 has no saved alignment yet.
-                _wait(lambda: '"psi_started"' in server_log.read_text(errors="replace"), "PSI to start", run)
+                wait_until(lambda: '"psi_started"' in server_log.read_text(errors="replace"), "PSI to start", run)
                 run.kill("party-3")
                 assert not any((party3 / "psi").glob("*")), "PSI had already finished: the kill came too late"
                 _restart_after(run, "party-3")
@@ -157,10 +142,10 @@ class TestPassivePartyKilled:
                 _kill_inside_epoch(run, jobs, job_id, 1, fraction=0.25)
                 _restart_after(run, "party-3")
                 # 3. Between epochs: right after party 3 saved epoch 3's checkpoint.
-                _wait(lambda: (party3 / "epoch-0002.pt").exists(), "party 3's checkpoint of epoch 3", run)
+                wait_until(lambda: (party3 / "epoch-0002.pt").exists(), "party 3's checkpoint of epoch 3", run)
                 run.kill("party-3")
                 _restart_after(run, "party-3")
-                lines = _finish(jobs, run, job_id)
+                lines = finish_job(jobs, run, job_id)
             assert sum("waiting for party 3" in line for line in lines) == 3, lines
             _assert_same_model(_outcome(run, job_id), clean[algorithm])
         finally:
@@ -181,7 +166,7 @@ class TestServerKilled:
             run.kill("server")
             _restart_after(run, "server")
             with _jobs(run, pki) as jobs:
-                lines = _finish(jobs, run, job_id)
+                lines = finish_job(jobs, run, job_id)
             assert any("resuming after 2 of 5 epochs" in line for line in lines), lines
             _assert_same_model(_outcome(run, job_id), clean["splitnn"])
         finally:
@@ -207,7 +192,7 @@ class TestNetwork:
                     for after in (1, 3):
                         _inside_epoch(run, jobs, job_id, after)
                         assert proxy.cut() > 0
-                    _finish(jobs, run, job_id)
+                    finish_job(jobs, run, job_id)
             _assert_same_model(_outcome(run, job_id), clean["splitnn"])
         finally:
             run.close()
@@ -225,10 +210,10 @@ class TestNetwork:
                 pid = run.procs["party-3"].pid
                 os.kill(pid, signal.SIGSTOP)
                 try:
-                    _wait(lambda: jobs.get(job_id).state == "waiting", "the job to wait for party 3", run, 30)
+                    wait_until(lambda: jobs.get(job_id).state == "waiting", "the job to wait for party 3", run, 30)
                 finally:
                     os.kill(pid, signal.SIGCONT)
-                lines = _finish(jobs, run, job_id)
+                lines = finish_job(jobs, run, job_id)
             waits = [line for line in lines if "waiting for party 3" in line]
             assert waits and "heartbeat" in waits[0], lines
             _assert_same_model(_outcome(run, job_id), clean["splitnn"])
@@ -282,7 +267,7 @@ def clean_others(pki: Pki, digits_data: Path, tmp_path_factory: pytest.TempPathF
                 for attempt in range(ASYNC_REFERENCE_RUNS if algorithm == "async" else 1):
                     job_id = _job_id(algorithm, f"other{attempt or ''}")  # the first one: the faulty run's id
                     jobs.submit(job_document(job_id, algorithm, epochs=_epochs_for(algorithm), **JOB))
-                    _finish(jobs, run, job_id)
+                    finish_job(jobs, run, job_id)
                     accuracies.append(jobs.get(job_id).final_metrics["accuracy"])
                 outcomes[algorithm] = (_outcome(run, job_id), sum(accuracies) / len(accuracies))
         yield outcomes
@@ -303,7 +288,7 @@ class TestEveryOtherAlgorithm:
                 jobs.submit(job_document(job_id, algorithm, epochs=_epochs_for(algorithm), **JOB))
                 _kill_inside_epoch(run, jobs, job_id, 1)
                 _restart_after(run, "party-3")
-                lines = _finish(jobs, run, job_id)
+                lines = finish_job(jobs, run, job_id)
                 accuracy = jobs.get(job_id).final_metrics["accuracy"]
             assert any("waiting for party 3" in line for line in lines), lines
             reference, reference_accuracy = clean_others[algorithm]
@@ -338,7 +323,7 @@ def _adptvfedconv(
             jobs.submit(document)
             if kill is not None:
                 kill(run, jobs, job_id)
-            _finish(jobs, run, job_id)
+            finish_job(jobs, run, job_id)
         return job_outcome(run.root / "runs", job_id, parties=(1, 2, 3, 4))
     finally:
         run.close()
@@ -358,15 +343,15 @@ class TestAdptVFedConv:
         def kill_twice(run: ServiceRun, jobs: JobClient, job_id: str) -> None:
             # Phase 2: party 3 has the extractor and is fine-tuning; nothing is saved yet.
             log3 = run.root / "party-3.log"
-            _wait(lambda: '"extractor_received"' in log3.read_text(errors="replace"), "phase 2", run)
+            wait_until(lambda: '"extractor_received"' in log3.read_text(errors="replace"), "phase 2", run)
             run.kill("party-3")
             _restart_after(run, "party-3")
             # Phase 3: the server trains its classifier alone (an epoch is a fraction of the
             # first, which held phases 1 and 2), so kill at once; the loss shows at its evaluation.
-            _wait(lambda: _epochs_done(jobs, job_id) >= 1, "epoch 1", run)
+            wait_until(lambda: _epochs_done(jobs, job_id) >= 1, "epoch 1", run)
             run.kill("party-3")
             _restart_after(run, "party-3")
-            lines = _finish(jobs, run, job_id)
+            lines = finish_job(jobs, run, job_id)
             assert sum("waiting for party 3" in line for line in lines) == 2, lines
 
         faulty = _adptvfedconv(tmp_path, pki, digits_quadrants, kill_twice)
@@ -381,11 +366,11 @@ class TestAdptVFedConv:
             # Its epochs are quick (the server trains alone), so every checkpoint is kept, and
             # party 3 dies as soon as it has saved one inside epoch 2: there it resumes.
             folder = run.root / "runs" / job_id / "party-3"
-            _wait(lambda: any(folder.glob("epoch-0001-batch-*.pt")), "a checkpoint inside epoch 2", run)
+            wait_until(lambda: any(folder.glob("epoch-0001-batch-*.pt")), "a checkpoint inside epoch 2", run)
             run.kill("party-3")
             newest = checkpoint_positions(folder)[-1]
             _restart_after(run, "party-3")
-            _finish(jobs, run, job_id)
+            finish_job(jobs, run, job_id)
             events = [json.loads(line) for line in run.logs["server"].read_text().splitlines()]
             [resumed] = [e for e in events if e["event"] == "resumed"]
             assert Position(resumed["epoch"], resumed["batch"]) == newest, (resumed, newest)
@@ -413,11 +398,11 @@ def _micro_batched_run(root: Path, pki: Pki, data: Path, *, kill: bool) -> JobOu
         with _jobs(run, pki) as jobs:
             jobs.submit(job_document(job_id, "splitnn", epochs=3, **job))
             if kill:
-                _wait(lambda: all((f / "epoch-0001-batch-00033.pt").exists() for f in folders), "step 150", run)
+                wait_until(lambda: all((f / "epoch-0001-batch-00033.pt").exists() for f in folders), "step 150", run)
                 time.sleep(0.05)
                 run.kill("party-3")
                 _restart_after(run, "party-3")
-            _finish(jobs, run, job_id)
+            finish_job(jobs, run, job_id)
         if kill:
             events = [json.loads(line) for line in run.logs["server"].read_text().splitlines()]
             [resumed] = [e for e in events if e["event"] == "resumed"]
@@ -441,11 +426,11 @@ class TestCheckpointsInsideEpochs:
                 jobs.submit(job_document(job_id, algorithm, epochs=EPOCHS, **job))
                 # Step 150 is 33 batches into epoch 2: kill once both ends have saved it.
                 folders = [run.root / "runs" / job_id / f"party-{p}" for p in (1, 3)]
-                _wait(lambda: all((f / "epoch-0001-batch-00033.pt").exists() for f in folders), "step 150", run)
+                wait_until(lambda: all((f / "epoch-0001-batch-00033.pt").exists() for f in folders), "step 150", run)
                 time.sleep(0.05)
                 run.kill("party-3")
                 _restart_after(run, "party-3")
-                _finish(jobs, run, job_id)
+                finish_job(jobs, run, job_id)
             events = [json.loads(line) for line in run.logs["server"].read_text().splitlines()]
             [lost] = [e["steps_done"] for e in events if e["event"] == "job_waiting"]
             [resumed] = [e for e in events if e["event"] == "resumed"]
@@ -477,10 +462,10 @@ class TestCheckpointsInsideEpochs:
             with _jobs(run, pki) as jobs:
                 jobs.submit(job_document(job_id, "async", epochs=ASYNC_EPOCHS, **job))
                 folders = [run.root / "runs" / job_id / f"party-{p}" for p in (1, 2, 3)]
-                _wait(lambda: all((f / "epoch-0001-batch-00033.pt").exists() for f in folders), "step 150", run)
+                wait_until(lambda: all((f / "epoch-0001-batch-00033.pt").exists() for f in folders), "step 150", run)
                 run.kill("party-3")
                 _restart_after(run, "party-3")
-                _finish(jobs, run, job_id)
+                finish_job(jobs, run, job_id)
                 accuracy = jobs.get(job_id).final_metrics["accuracy"]
             events = [json.loads(line) for line in run.logs["server"].read_text().splitlines()]
             [resumed] = [e for e in events if e["event"] == "resumed"]
