@@ -21,12 +21,10 @@ import pytest
 from tests.integration.conftest import RunningJob, start_job
 from tests.integration.test_recovery import (
     _assert_same_model,
-    _finish,
     _jobs,
     _outcome,
     _restart_after,
     _service,
-    _wait,
 )
 from vflclient import Connection, JoinRejected, PartyPrivacy, PassiveParty, RunResult, read_party_csv
 from vflcore.privacy import PrivacySpec
@@ -35,7 +33,7 @@ from vflprivacy.noise import KEY_FILE
 from vflserver.training.reports import RunSummary
 from vfltesting.jobs import DIGITS_JOB
 from vfltesting.pki import Pki
-from vfltesting.service import job_document
+from vfltesting.service import finish_job, job_document, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_torch_thread")]
 
@@ -252,11 +250,11 @@ def _daemons_run(pki: Pki, data: Path, root: Path, *, refuse_first: bool, kill: 
                 assert "embedding_noise_multiplier is 0" in refused.error, refused.error
             jobs.submit(_daemon_job(runs, job_id, embedding_clip=1.0, embedding_noise_multiplier=0.5))
             if kill:
-                _wait(lambda: any(party3.glob("epoch-0001-batch-*.pt")), "a checkpoint inside epoch 2", run)
+                wait_until(lambda: any(party3.glob("epoch-0001-batch-*.pt")), "a checkpoint inside epoch 2", run)
                 run.kill("party-3")
                 assert jobs.get(job_id).epochs_done == 1, "the kill missed the middle of epoch 2"
                 _restart_after(run, "party-3")
-            _finish(jobs, run, job_id)
+            finish_job(jobs, run, job_id)
         assert all(run.alive().values()), run.tail()
     finally:
         run.stop()  # SIGTERM, then up to 60 s: a loaded 2-core machine took 14 s to stop vfl-server
