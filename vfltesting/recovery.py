@@ -70,3 +70,12 @@ def weight_differences(run: JobOutcome, reference: JobOutcome) -> dict[str, floa
             else:
                 found[name] = float((mine[path].double() - tensor.double()).abs().max())
     return found
+
+
+def assert_same_model(faulty: JobOutcome, clean: JobOutcome, tolerance: float = 1e-6) -> None:
+    """A resumed job ended with the uninterrupted run's per-step losses and weights, within ``tolerance``."""
+    assert len(faulty.losses) == len(clean.losses), (len(faulty.losses), len(clean.losses))
+    worst = loss_difference(faulty, clean)
+    assert worst <= tolerance, f"per-step losses differ by up to {worst:.3g}"
+    weights = weight_differences(faulty, clean)
+    assert weights and max(weights.values()) <= tolerance, {k: v for k, v in weights.items() if v > tolerance}

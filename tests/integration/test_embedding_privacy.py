@@ -20,7 +20,6 @@ import pytest
 
 from tests.integration.conftest import RunningJob, start_job
 from tests.integration.test_recovery import (
-    _assert_same_model,
     _jobs,
     _outcome,
     _restart_after,
@@ -33,6 +32,7 @@ from vflprivacy.noise import KEY_FILE
 from vflserver.training.reports import RunSummary
 from vfltesting.jobs import DIGITS_JOB
 from vfltesting.pki import Pki
+from vfltesting.recovery import assert_same_model
 from vfltesting.service import finish_job, job_document, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_torch_thread")]
@@ -270,7 +270,7 @@ class TestDaemons:
         the next job; kill -9 of party 3 inside epoch 2 and a restart end with the uninterrupted noisy run's losses."""
         clean_outcome, clean = _daemons_run(pki, digits_data, tmp_path / "clean", refuse_first=True, kill=False)
         killed_outcome, killed = _daemons_run(pki, digits_data, tmp_path / "killed", refuse_first=False, kill=True)
-        _assert_same_model(killed_outcome, clean_outcome)
+        assert_same_model(killed_outcome, clean_outcome)
         print(f"party 3 after a kill: {killed['releases']} releases, epsilon {killed['epsilon']:.2f}")
         # The steps sent twice (before the kill, and again after it) count once; inference ids differ per run.
         assert _training_releases(killed) == _training_releases(clean)

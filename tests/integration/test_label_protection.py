@@ -28,7 +28,7 @@ from vflclient import JobClient
 from vflcore.data.checkpoints import party_dir
 from vflprivacy.noise import KEY_FILE
 from vfltesting.pki import Pki
-from vfltesting.recovery import JobOutcome, job_outcome, loss_difference, weight_differences
+from vfltesting.recovery import assert_same_model, job_outcome
 from vfltesting.service import ServiceRun, finish_job, job_document, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
@@ -44,7 +44,6 @@ JOBS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
 }
 SERVER = {"party_timeout_s": 60, "heartbeat_timeout_s": 3}
 CLIENT = {"heartbeat_s": 0.3}
-TOLERANCE = 1e-6
 
 
 def _document(name: str, job_id: str) -> dict[str, dict[str, Any]]:
@@ -92,14 +91,6 @@ def clean(service: ServiceRun, pki: Pki) -> dict[str, Any]:
             found["summaries"][name] = json.loads(summary.read_text())
     found["log"] = service.logs["server"].read_text()
     return found
-
-
-def _assert_same_model(faulty: JobOutcome, clean: JobOutcome) -> None:
-    assert len(faulty.losses) == len(clean.losses), (len(faulty.losses), len(clean.losses))
-    worst = loss_difference(faulty, clean)
-    assert worst <= TOLERANCE, f"per-step losses differ by up to {worst:.3g}"
-    weights = weight_differences(faulty, clean)
-    assert weights and max(weights.values()) <= TOLERANCE, {k: v for k, v in weights.items() if v > TOLERANCE}
 
 
 class TestApplied:
@@ -165,4 +156,4 @@ class TestResume:
             lines = finish_job(jobs, service, job_id)
         assert any("resuming after" in line for line in lines), lines
         assert not any(f"resuming after {EPOCHS} of" in line for line in lines), "the kill came after training"
-        _assert_same_model(job_outcome(service.root / "runs", job_id), clean["outcomes"][name])
+        assert_same_model(job_outcome(service.root / "runs", job_id), clean["outcomes"][name])

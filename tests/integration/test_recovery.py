@@ -23,7 +23,7 @@ from vflcore.data.checkpoints import checkpoint_positions
 from vflcore.job import Position
 from vfltesting.pki import Pki
 from vfltesting.proxy import CuttableProxy
-from vfltesting.recovery import JobOutcome, job_outcome, loss_difference, weight_differences
+from vfltesting.recovery import JobOutcome, assert_same_model, job_outcome
 from vfltesting.service import ServiceRun, finish_job, job_document, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
@@ -35,7 +35,6 @@ ALGORITHMS = ("splitnn", "vimadmm", "apfed_c")
 #: Short limits, so that a frozen party is noticed in seconds, not minutes.
 SERVER = {"party_timeout_s": 60, "heartbeat_timeout_s": 3}
 CLIENT = {"heartbeat_s": 0.3}
-TOLERANCE = 1e-6
 
 
 def _job_id(algorithm: str, tag: str) -> str:
@@ -64,14 +63,6 @@ def _jobs(run: ServiceRun, pki: Pki) -> JobClient:
 
 def _outcome(run: ServiceRun, job_id: str) -> JobOutcome:
     return job_outcome(run.root / "runs", job_id)
-
-
-def _assert_same_model(faulty: JobOutcome, clean: JobOutcome) -> None:
-    assert len(faulty.losses) == len(clean.losses), (len(faulty.losses), len(clean.losses))
-    worst = loss_difference(faulty, clean)
-    assert worst <= TOLERANCE, f"per-step losses differ by up to {worst:.3g}"
-    weights = weight_differences(faulty, clean)
-    assert weights and max(weights.values()) <= TOLERANCE, {k: v for k, v in weights.items() if v > TOLERANCE}
 
 
 @pytest.fixture(scope="module")
@@ -147,7 +138,7 @@ class TestPassivePartyKilled:
                 _restart_after(run, "party-3")
                 lines = finish_job(jobs, run, job_id)
             assert sum("waiting for party 3" in line for line in lines) == 3, lines
-            _assert_same_model(_outcome(run, job_id), clean[algorithm])
+            assert_same_model(_outcome(run, job_id), clean[algorithm])
         finally:
             run.close()
 
@@ -168,7 +159,7 @@ class TestServerKilled:
             with _jobs(run, pki) as jobs:
                 lines = finish_job(jobs, run, job_id)
             assert any("resuming after 2 of 5 epochs" in line for line in lines), lines
-            _assert_same_model(_outcome(run, job_id), clean["splitnn"])
+            assert_same_model(_outcome(run, job_id), clean["splitnn"])
         finally:
             run.close()
 
@@ -193,7 +184,7 @@ class TestNetwork:
                         _inside_epoch(run, jobs, job_id, after)
                         assert proxy.cut() > 0
                     finish_job(jobs, run, job_id)
-            _assert_same_model(_outcome(run, job_id), clean["splitnn"])
+            assert_same_model(_outcome(run, job_id), clean["splitnn"])
         finally:
             run.close()
 
@@ -216,7 +207,7 @@ class TestNetwork:
                 lines = finish_job(jobs, run, job_id)
             waits = [line for line in lines if "waiting for party 3" in line]
             assert waits and "heartbeat" in waits[0], lines
-            _assert_same_model(_outcome(run, job_id), clean["splitnn"])
+            assert_same_model(_outcome(run, job_id), clean["splitnn"])
         finally:
             run.close()
 
@@ -295,7 +286,7 @@ class TestEveryOtherAlgorithm:
             if algorithm == "async":  # arrival order decides the steps: not reproducible, even without faults
                 assert abs(accuracy - reference_accuracy) <= ASYNC_POINTS, (accuracy, reference_accuracy)
             else:
-                _assert_same_model(_outcome(run, job_id), reference)
+                assert_same_model(_outcome(run, job_id), reference)
         finally:
             run.close()
 
@@ -355,7 +346,7 @@ class TestAdptVFedConv:
             assert sum("waiting for party 3" in line for line in lines) == 2, lines
 
         faulty = _adptvfedconv(tmp_path, pki, digits_quadrants, kill_twice)
-        _assert_same_model(faulty, clean_adptvfedconv)
+        assert_same_model(faulty, clean_adptvfedconv)
 
     def test_checkpoints_inside_phase_3_epochs(
         self, clean_adptvfedconv: JobOutcome, pki: Pki, digits_quadrants: Path, tmp_path: Path
@@ -379,7 +370,7 @@ class TestAdptVFedConv:
         faulty = _adptvfedconv(
             tmp_path, pki, digits_quadrants, kill_inside_epoch_2, keep=100, checkpoint_every_steps=EVERY_STEPS
         )
-        _assert_same_model(faulty, clean_adptvfedconv)
+        assert_same_model(faulty, clean_adptvfedconv)
 
 
 #: Batches per epoch of these jobs: 936 training rows in batches of 8.
@@ -440,7 +431,7 @@ class TestCheckpointsInsideEpochs:
             saved = sorted(p.name for p in (run.root / "runs" / job_id / "party-3").glob("epoch-*.pt"))
             # The newest two: 550 steps (11 x 50) is 82 batches into epoch 5, then that epoch's end.
             assert saved == ["epoch-0004-batch-00082.pt", "epoch-0004.pt"], saved
-            _assert_same_model(_outcome(run, job_id), clean[algorithm])
+            assert_same_model(_outcome(run, job_id), clean[algorithm])
         finally:
             run.close()
 
@@ -449,7 +440,7 @@ class TestCheckpointsInsideEpochs:
         epoch 2, whose first part travels as wire index 99, and ends with the fault-free run's model."""
         clean = _micro_batched_run(tmp_path / "clean", pki, digits_data, kill=False)
         faulty = _micro_batched_run(tmp_path / "fault", pki, digits_data, kill=True)
-        _assert_same_model(faulty, clean)
+        assert_same_model(faulty, clean)
 
     def test_async_waits_for_every_party_at_each_checkpoint(
         self, clean_others: dict[str, Any], pki: Pki, digits_data: Path, tmp_path: Path
