@@ -22,6 +22,7 @@
     ├── JobAborted             the job stopped (failure or shutdown)                    ABORTED
     │   └── EmptyIntersection  the parties share no sample ID: nothing to train on      ABORTED
     ├── TensorError            a tensor from a peer failed validation (``field``)       INVALID_ARGUMENT
+    │   └── IncompleteStream   its chunk stream ended early (or a cancel: CANCELLED)    INVALID_ARGUMENT
     ├── InferenceInputError    an inference request does not fit the model's inputs     INVALID_ARGUMENT, 400
     ├── ProtocolError          an inference message breaks the protocol                 INVALID_ARGUMENT, 400
     ├── ModelNotFound          no model of that name or version is served               NOT_FOUND, 404
@@ -173,6 +174,15 @@ class TensorError(VflError, ValueError):
     def __init__(self, field: str, message: str) -> None:
         super().__init__(f"{field}: {message}")
         self.field = field
+
+
+class IncompleteStream(TensorError):
+    """A chunk stream ended before its tensor did (or carried none).
+
+    Also what a caller's cancel looks like for a moment: gRPC ends a cancelled call's request
+    stream first and marks the call cancelled just after, so the receiver tells the two apart
+    (``vflserver.federation.servicer``) before it answers.
+    """
 
 
 # ---- inference --------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from vflcore import work_items
-from vflcore.errors import ConfigError
+from vflcore.errors import ConfigError, IncompleteStream
 from vflcore.job import JobSpec, Position
 from vflcore.privacy import PrivacySpec, check_privacy
 from vflcore.proto import federation_pb2 as pb
@@ -126,9 +126,9 @@ class TensorAssembler:
     def result(self) -> tuple[TensorKey, np.ndarray]:
         """The key and the validated array; raises if the stream was empty or truncated."""
         if self._total < 0 or self._key is None:
-            raise TensorError("chunks", "the stream carried no tensor")
+            raise IncompleteStream("chunks", "the stream carried no tensor")
         if self._filled != self._total:
-            raise TensorError("data", f"truncated: got {self._filled} of {self._total} bytes")
+            raise IncompleteStream("data", f"truncated: got {self._filled} of {self._total} bytes")
         payload = self._whole if self._whole is not None else self._buffer or b""
         wire = codec_for_dtype(self._dtype)
         if wire is not None:  # decoded to float32 and checked as strictly (``WireCodec.decode``)

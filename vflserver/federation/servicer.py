@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import queue
 import threading
+import time
 import types
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -19,7 +20,7 @@ from typing import Any, NoReturn, TypeVar, cast
 import grpc
 import structlog
 
-from vflcore.errors import JoinRejected, Overloaded, PermissionDenied, TensorError
+from vflcore.errors import IncompleteStream, JoinRejected, Overloaded, PermissionDenied, TensorError
 from vflcore.proto import federation_pb2 as pb
 from vflcore.proto import federation_pb2_grpc as pb_grpc
 from vflcore.security.identity import party_from_auth_context
@@ -37,6 +38,9 @@ log = structlog.get_logger(__name__)
 #: Metadata key that carries a party claim in --insecure mode, where no certificate exists.
 INSECURE_PARTY_HEADER = "x-vfl-insecure-party"
 
+
+#: How long an upload whose stream ended early waits to learn that its caller cancelled it.
+CANCEL_NOTICE_S = 0.5
 
 #: The most batches one ReturnGradients, PushADMMState or PsiDownload call may ask for.
 MAX_STREAMED_TENSORS = 1 << 20
@@ -56,10 +60,11 @@ def _abort(exc: Exception, context: grpc.ServicerContext, rpc: str) -> NoReturn:
     A caller that cancels its call (a party told to stop, a daemon shutting down, a connection
     that went) is not a fault of this server: gRPC then raises a bare ``RpcError`` from the
     request stream, which ends here as one info line and CANCELLED. Logged as a failure, it
-    came with a traceback whose frames held the party's tensors.
+    came with a traceback whose frames held the party's tensors. Whatever the error, once the
+    call is no longer active the caller has gone and this is the line it gets.
     """
     mapped = _status_for(exc)
-    if isinstance(exc, grpc.RpcError) and not context.is_active():
+    if not context.is_active():  # the caller has gone: no status it sends reaches anyone
         mapped = (grpc.StatusCode.CANCELLED, f"{rpc} was cancelled by the caller")
         log.info("rpc_cancelled", rpc=rpc, code=mapped[0].name)
     elif mapped is None:
@@ -73,6 +78,21 @@ def _abort(exc: Exception, context: grpc.ServicerContext, rpc: str) -> NoReturn:
         log.warning("rpc_refused", rpc=rpc, code=mapped[0].name, reason=mapped[1])
     context.abort(*mapped)
     raise AssertionError("unreachable: abort raises")
+
+
+def _cancelled_meanwhile(context: grpc.ServicerContext, wait_s: float = CANCEL_NOTICE_S) -> bool:
+    """Whether the call turns out cancelled within ``wait_s``.
+
+    gRPC ends a cancelled call's request stream first and marks the call cancelled a moment
+    later, on another thread; a handler that looks at once sees a stream that just stopped.
+    Only a stream that ended early waits here, so no well-formed call pays for it.
+    """
+    deadline = time.monotonic() + wait_s
+    while context.is_active():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.005)
+    return True
 
 
 def _guarded(stream: Iterator[Any], context: grpc.ServicerContext, rpc: str) -> Iterator[Any]:
@@ -253,9 +273,13 @@ class FederationService(pb_grpc.FederationServicer):
 
         last: TensorKey | None = None
         count = received = 0
-        for key, array in MeteredTensors(parties.traffic, party).decode_stream(chunks, expect):
-            parties.accept_upload(party, key, array)
-            last, count, received = key, count + 1, received + array.nbytes
+        try:
+            for key, array in MeteredTensors(parties.traffic, party).decode_stream(chunks, expect):
+                parties.accept_upload(party, key, array)
+                last, count, received = key, count + 1, received + array.nbytes
+        except IncompleteStream:
+            _cancelled_meanwhile(context)  # a cancel is then reported as one (``_abort``)
+            raise
         assert last is not None  # tensors_from_chunks refuses an empty stream
         return pb.SendAck(key=wire.key_to_proto(last), bytes_received=received, tensors=count)
 
