@@ -304,7 +304,7 @@ class TestReuse:
         assert_aligned(second, expected)
         assert second.summary is not None and second.summary.alignment is not None
         assert second.summary.alignment.reused
-        assert second.summary.alignment.pairwise == {}
+        assert second.summary.alignment.pairwise == pairwise_sizes(parties)  # kept with the alignment
 
         common = sorted(set(parties[1]) & set(parties[2]) - set(parties[3]))[0]  # in A and B only
         changed = {**parties, 3: [*parties[3], common]}

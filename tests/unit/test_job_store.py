@@ -220,16 +220,22 @@ class TestEpochs:
         assert jobs.epochs("j1") == [epoch(0, 1.0), epoch(1, 0.9)]
         assert jobs.get("j1").epochs_done == 2
 
-    def test_rerun_epoch_replaces_row_but_history_keeps_both(self, jobs: JobStore) -> None:
-        """An epoch recorded again replaces its row; the events keep what each report said."""
+    def test_rerun_epoch_replaces_row_and_is_not_a_second_event(self, jobs: JobStore) -> None:
+        """An epoch trained again after a resume replaces its row; the history still has one event per epoch."""
         submit(jobs, "j1")
         to_training(jobs, "j1")
         jobs.record_epoch("j1", epoch(0, loss=1.0))
         jobs.record_epoch("j1", epoch(1, loss=0.9))
-        jobs.record_epoch("j1", epoch(1, loss=0.8))
-        assert jobs.epochs("j1") == [epoch(0, 1.0), epoch(1, 0.8)]
-        reported = [event.epoch for event in jobs.events("j1") if event.kind == "epoch"]
-        assert reported == [epoch(0, 1.0), epoch(1, 0.9), epoch(1, 0.8)]
+        jobs.set_state("j1", "waiting", "waiting for party 3")
+        jobs.set_state("j1", "training", "resumed")
+        assert jobs.record_epoch("j1", epoch(1, loss=0.8)) is None
+        jobs.record_epoch("j1", epoch(2, loss=0.7))
+        assert jobs.epochs("j1") == [epoch(0, 1.0), epoch(1, 0.8), epoch(2, 0.7)]
+        assert jobs.get("j1").epochs_done == 3
+        history = jobs.events("j1")
+        reported = [event.epoch for event in history if event.kind == "epoch"]
+        assert reported == [epoch(0, 1.0), epoch(1, 0.9), epoch(2, 0.7)]
+        assert [event.state for event in history if event.kind == "state"][-2:] == ["waiting", "training"]
 
     def test_nan_loss_round_trips(self, jobs: JobStore) -> None:
         """A NaN loss (a diverged run) is stored and read back as NaN."""

@@ -20,6 +20,7 @@ from vflcore.psi.cache import (
     cache_path,
     cached_keys,
     load_alignment,
+    load_pairwise,
     save_alignment,
 )
 from vflcore.psi.matching import MATCH_BYTES, match, truncate
@@ -197,6 +198,39 @@ class TestSavedAlignment:
         save_alignment(tmp_path, key, self.IDS[:2], digest)
         loaded = load_alignment(tmp_path, key, digest)
         assert loaded is not None and loaded.tolist() == self.IDS[:2].tolist()
+
+
+class TestSavedOverlaps:
+    IDS = np.asarray(["a", "b", "c"], dtype=object)
+
+    def test_pairwise_overlaps_round_trip(self, tmp_path: Path) -> None:
+        """The active party's pairwise overlaps load back with the alignment, so a reuse still reports them."""
+        key, digest = alignment_key("job", DIGESTS), ids_digest(self.IDS)
+        save_alignment(tmp_path, key, self.IDS, digest, {3: 5, 2: 4})
+        assert load_pairwise(tmp_path, key, digest) == {2: 4, 3: 5}
+        loaded = load_alignment(tmp_path, key, digest)
+        assert loaded is not None and loaded.tolist() == self.IDS.tolist()
+
+    def test_none_saved_or_written_by_an_older_version_is_empty(self, tmp_path: Path) -> None:
+        """A passive party's file, or one written before overlaps were kept, has none: {} (the IDs still load)."""
+        key, digest = alignment_key("job", DIGESTS), ids_digest(self.IDS)
+        save_alignment(tmp_path, key, self.IDS, digest)
+        assert load_pairwise(tmp_path, key, digest) == {}
+        np.savez(  # the layout of an older version: no pairwise arrays
+            cache_path(tmp_path, key),
+            ids=np.asarray(self.IDS, dtype=str),
+            key=np.frombuffer(key, np.uint8),
+            id_digest=np.frombuffer(digest, np.uint8),
+        )
+        assert load_pairwise(tmp_path, key, digest) == {}
+        assert load_alignment(tmp_path, key, digest) is not None
+
+    def test_other_data_or_no_file_is_empty(self, tmp_path: Path) -> None:
+        """Overlaps saved for another ID set, or no file at all, are not reported."""
+        key, digest = alignment_key("job", DIGESTS), ids_digest(self.IDS)
+        assert load_pairwise(tmp_path, key, digest) == {}
+        save_alignment(tmp_path, key, self.IDS, digest, {2: 3})
+        assert load_pairwise(tmp_path, key, ids_digest(self.IDS[:-1])) == {}
 
 
 class TestCachedKeys:

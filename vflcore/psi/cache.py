@@ -3,7 +3,10 @@
 An alignment is keyed by ``alignment_key``: a SHA-256 over the job id, the protocol version and
 every party's ID-set digest. Changed data on any party changes its digest, hence the key, and
 PSI runs again. Each party stores only its own result (the aligned IDs, in the agreed order) as
-a plain ``.npz`` of unicode strings, loaded with ``allow_pickle=False``.
+a plain ``.npz`` of unicode strings, loaded with ``allow_pickle=False``. The active party also
+stores the pairwise overlaps PSI found (party -> size of its IDs ∩ that party's), so that a job
+that reuses the alignment (a resumed one) still reports them in ``summary.json``: they are
+figures it learnt from the exchange, which a reuse skips.
 """
 
 from __future__ import annotations
@@ -33,8 +36,19 @@ def cache_path(directory: Path, key: bytes) -> Path:
     return directory / f"alignment-{key.hex()[:32]}.npz"
 
 
-def save_alignment(directory: Path, key: bytes, aligned_ids: np.ndarray, id_digest: bytes) -> Path:
-    """Write the aligned IDs atomically, with the digest of the ID column they came from."""
+def save_alignment(
+    directory: Path,
+    key: bytes,
+    aligned_ids: np.ndarray,
+    id_digest: bytes,
+    pairwise: Mapping[int, int] | None = None,
+) -> Path:
+    """Write the aligned IDs atomically, with the digest of the ID column they came from.
+
+    ``pairwise`` (the active party's only) is kept beside them, for ``load_pairwise``.
+    """
+    overlaps = dict(pairwise or {})
+    parties = sorted(overlaps)
     directory.mkdir(parents=True, exist_ok=True)
     target = cache_path(directory, key)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".alignment-", suffix=".npz")
@@ -45,6 +59,8 @@ def save_alignment(directory: Path, key: bytes, aligned_ids: np.ndarray, id_dige
                 ids=np.asarray(aligned_ids, dtype=str),
                 key=np.frombuffer(key, np.uint8),
                 id_digest=np.frombuffer(id_digest, np.uint8),
+                pairwise_parties=np.asarray(parties, dtype=np.int64),
+                pairwise_sizes=np.asarray([overlaps[p] for p in parties], dtype=np.int64),
             )
         os.replace(tmp, target)
     except BaseException:
@@ -66,6 +82,25 @@ def load_alignment(directory: Path, key: bytes, id_digest: bytes) -> np.ndarray 
             return ids
     except (OSError, ValueError, KeyError):
         return None
+
+
+def load_pairwise(directory: Path, key: bytes, id_digest: bytes) -> dict[int, int]:
+    """The pairwise overlaps saved with the alignment for ``key``; {} if none were saved.
+
+    None are saved by a passive party, nor in files written before they were (older versions):
+    the alignment itself is still reused, only the figures are missing.
+    """
+    path = cache_path(directory, key)
+    try:
+        with np.load(path, allow_pickle=False) as saved:
+            if saved["key"].tobytes() != key or saved["id_digest"].tobytes() != id_digest:
+                return {}
+            if "pairwise_parties" not in saved.files:
+                return {}
+            parties, sizes = saved["pairwise_parties"].tolist(), saved["pairwise_sizes"].tolist()
+    except (OSError, ValueError, KeyError):
+        return {}
+    return {int(party): int(size) for party, size in zip(parties, sizes, strict=True)}
 
 
 def cached_keys(directory: Path) -> list[bytes]:

@@ -23,7 +23,7 @@ from vflcore.errors import EmptyIntersection as EmptyIntersection  # re-exported
 from vflcore.errors import JobAborted
 from vflcore.psi import BlindingKey, make_dst
 from vflcore.psi.blinding import blinder_for
-from vflcore.psi.cache import alignment_key, load_alignment, save_alignment
+from vflcore.psi.cache import alignment_key, load_alignment, load_pairwise, save_alignment
 from vflcore.psi.matching import MATCH_BYTES, match, truncate
 from vflcore.runtime.logs import progress_callback
 from vflcore.wire.names import (
@@ -46,8 +46,14 @@ class AlignmentResult:
 
     table: PartyTable
     reused: bool
-    pairwise: dict[int, int]  # party -> size of (active IDs ∩ that party's IDs); empty when reused
+    #: party -> size of (active IDs ∩ that party's IDs), as PSI found them; when the alignment is
+    #: reused, as saved with it (empty only for an alignment saved before they were kept).
+    pairwise: dict[int, int]
+    #: The whole alignment phase: the exchange (or the check of a saved alignment) and, once
+    #: ``ActiveParty.align`` has built the job's models on the aligned rows, that too.
     seconds: float
+    #: The exchange alone (or the check of a saved alignment): PSI's own cost.
+    psi_seconds: float = 0.0
 
 
 def align_active(
@@ -63,19 +69,21 @@ def align_active(
     reuse = saved is not None and all(key in m.cached_alignments for m in members.values())
     passive.dispatch(lambda tid: Align(tid, key, run_psi=not reuse))
     passive.expect(PSI_ALIGNED_DIGEST, 0, 0, (32,), "uint8")
-    pairwise: dict[int, int] = {}
     if reuse:
         assert saved is not None
         aligned_ids = saved
+        pairwise = load_pairwise(cache_dir, key, digest)
         log.info("alignment_reused", rows=len(aligned_ids))
     else:
         aligned_ids, pairwise = _run_psi(table.ids, passive, workers)
-        save_alignment(cache_dir, key, aligned_ids, digest)
+        save_alignment(cache_dir, key, aligned_ids, digest, pairwise)
     want = aligned_digest(aligned_ids)
     for party, got in passive.gather(PSI_ALIGNED_DIGEST, 0, 0, timeout_s=passive.psi_timeout_s).items():
         if not np.array_equal(got, want):
             raise JobAborted(f"party {party} aligned its rows differently from the active party; PSI must run again")
-    return AlignmentResult(select_rows(table, aligned_ids), reuse, pairwise, time.perf_counter() - started)
+    aligned = select_rows(table, aligned_ids)
+    seconds = time.perf_counter() - started
+    return AlignmentResult(aligned, reuse, pairwise, seconds, psi_seconds=seconds)
 
 
 def _run_psi(ids: np.ndarray, passive: PassiveParties, workers: int | None) -> tuple[np.ndarray, dict[int, int]]:

@@ -62,7 +62,8 @@ __all__ = ["ENDED", "JOB_STATES", "MIGRATIONS", "EpochRecord", "JobEvent", "JobR
 MIGRATIONS: list[str] = [
     # 1: jobs in submission order (``seq``), one row per finished epoch, and each job's history.
     # Losses are NULL for NaN, which SQLite cannot store. An event keeps its own copy of the epoch
-    # (JSON), so the history still shows what was reported when a resumed job re-runs that epoch.
+    # (JSON): what was reported when the epoch first ended. (Stores written before issue 27 may
+    # hold a second "epoch" event for an epoch a resumed job trained again; newer ones do not.)
     """
     CREATE TABLE jobs (
         seq           INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -277,8 +278,15 @@ class JobStore:
 
     # ---- epochs --------------------------------------------------------------------------------
 
-    def record_epoch(self, job_id: str, epoch: EpochRecord) -> JobEvent:
-        """Store a finished epoch of a training job; an epoch run again replaces its earlier row."""
+    def record_epoch(self, job_id: str, epoch: EpochRecord) -> JobEvent | None:
+        """Store a finished epoch of a training job, with its "epoch" event; returns the event.
+
+        An epoch trained again (a resumed job rolled back to a checkpoint older than the epochs
+        already recorded) replaces its row, so ``epochs`` and ``vfl-jobs show`` give its newest
+        report, but adds no second event and returns None: the history, and so a Watch stream,
+        has one "epoch" event per epoch, as many as the job has epochs. The state events
+        between them (``waiting``, ``queued``, ``training``) say that the job resumed.
+        """
         if epoch.epoch < 0:
             raise ValueError(f"job {job_id!r}: epochs count from 0, not {epoch.epoch}")
         # Plain ints and floats only, so that the JSON copy in the event reads back the same.
@@ -296,6 +304,9 @@ class JobStore:
                 raise JobStateError(
                     f"job {job_id!r} is {job.state}, not training: it cannot record epoch {epoch.epoch}"
                 )
+            again = conn.execute(
+                "SELECT 1 FROM epochs WHERE job_id = ? AND epoch = ?", (job_id, epoch.epoch)
+            ).fetchone()
             conn.execute(
                 "INSERT OR REPLACE INTO epochs (job_id, epoch, train_loss, test_loss, metrics, seconds, wire_bytes)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -310,6 +321,8 @@ class JobStore:
                 ),
             )
             conn.execute("UPDATE jobs SET epochs_done = ? WHERE job_id = ?", (epoch.epoch + 1, job_id))
+            if again is not None:
+                return None
             message = f"epoch {epoch.epoch + 1} of {job.epochs}"
             return _append_event(conn, job_id, time.time(), "epoch", job.state, message, epoch, {})
 
