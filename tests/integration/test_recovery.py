@@ -13,6 +13,7 @@ import os
 import signal
 import time
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -227,6 +228,55 @@ class TestNetwork:
             assert run.alive()["party-2"], "the other daemon must stay up"
         finally:
             run.close()
+
+
+class TestWhatAResumedJobReports:
+    def test_an_epoch_trained_again_is_one_event_and_the_summary_keeps_the_overlaps(
+        self, pki: Pki, digits_data: Path, tmp_path: Path
+    ) -> None:
+        """Party 3 killed in epoch 3 and its checkpoint of epoch 2 lost: epoch 2 is trained again.
+
+        Watch then shows each of the 5 epochs once (before: 6 epoch events); summary.json has the
+        pairwise overlaps of the PSI run although the resumed job reused its alignment (before:
+        {}); and the server's ``aligned`` line times the whole phase from ``psi_started``.
+        """
+        run = _service(tmp_path, pki, digits_data)
+        job_id = _job_id("splitnn", "rerun")
+        party3 = run.root / "runs" / job_id / "party-3"
+        try:
+            with _jobs(run, pki) as jobs:
+                jobs.submit(job_document(job_id, "splitnn", epochs=EPOCHS, **JOB))
+                _kill_inside_epoch(run, jobs, job_id, 2)
+                (party3 / "epoch-0001.pt").unlink()  # the end of epoch 2: the newest common one is epoch 1's
+                _restart_after(run, "party-3")
+                events = list(jobs.watch(job_id))
+                record = jobs.get(job_id)
+            lines = [str(event) for event in events]
+            assert record.state == "finished", "\n".join(lines) + run.tail()
+            logged = [json.loads(line) for line in run.logs["server"].read_text().splitlines()]
+            [resumed] = [e for e in logged if e["event"] == "resumed"]
+            assert (resumed["epoch"], resumed["batch"]) == (1, 0), resumed  # epoch 2 (from 0: 1) runs again
+            epochs = [event.epoch.epoch for event in events if event.kind == "epoch" and event.epoch is not None]
+            assert epochs == list(range(EPOCHS)), lines
+            assert [e.epoch for e in record.history] == list(range(EPOCHS))
+
+            first, again = [e for e in logged if e["event"] == "aligned"]
+            assert not first["reused"] and again["reused"], (first, again)
+            summary = json.loads((run.root / "runs" / job_id / "party-1" / "summary.json").read_text())
+            assert summary["psi"] == {"reused": True, "pairwise": {str(p): n for p, n in first["pairwise"].items()}}
+            assert set(first["pairwise"]) == {"2", "3"} and all(n > 0 for n in first["pairwise"].values())
+
+            [psi_started] = [e for e in logged if e["event"] == "psi_started"]
+            phase = _logged_at(first) - _logged_at(psi_started)
+            assert first["seconds"] >= phase - 0.05, (first, phase)  # rounded to 0.01 s; clocks may slew
+            assert first["psi_seconds"] <= first["seconds"], first
+        finally:
+            run.close()
+
+
+def _logged_at(event: dict[str, Any]) -> float:
+    """When a JSON log line was written, in seconds."""
+    return datetime.fromisoformat(event["timestamp"]).timestamp()
 
 
 #: The algorithms not covered above: one kill each, in the middle of epoch 2 of 3.
