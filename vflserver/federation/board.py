@@ -97,9 +97,14 @@ class JobBoard:
         period for a stream that will never come back would only delay the job's resumption.
         """
         parties = self._parties
-        if parties is None or party not in parties.job.passive_parties or parties.state not in IN_PROGRESS:
+        if parties is None or party not in parties.job.passive_parties or not parties.member(party).joined:
             return
-        if not parties.member(party).joined:
+        if _serves_model(parties):  # it comes back into the served model: offered the job again below
+            parties.forget_session(
+                party, "it reconnected; the model serves again once it has joined and loaded its part"
+            )
+            return
+        if parties.state not in IN_PROGRESS:
             return
         if parties.state == "waiting":  # nothing started yet: it simply joins again
             parties.unjoin(party)
@@ -108,10 +113,13 @@ class JobBoard:
 
     def _offer_for(self, party: int) -> Offer | None:
         parties = self._parties
-        if parties is None or parties.state != "waiting" or party not in parties.job.passive_parties:
+        if parties is None or party not in parties.job.passive_parties:
             return None
         member = parties.member(party)
-        if member.joined or member.failure is not None:
+        if _serves_model(parties):  # a party that reconnected joins the served model again
+            if member.joined or member.refused is not None:
+                return None
+        elif parties.state != "waiting" or member.joined or member.failure is not None:
             return None
         return Offer(parties.job, self._datasets.get(party, DEFAULT_DATASET), self._models.get(party, ""))
 
@@ -122,3 +130,8 @@ class JobBoard:
             return {}
         found = set(parties.online_parties())
         return {party: party in found for party in parties.job.passive_parties}
+
+
+def _serves_model(parties: PassiveParties) -> bool:
+    """Whether ``parties``' job has ended and its federated model is served, open to parties that reconnect."""
+    return parties.state == "serving" and parties.rejoin_terms is not None
