@@ -3,7 +3,9 @@
 Jobs run one at a time, so at any moment at most one ``PassiveParties`` is open. The gRPC
 handlers look it up here on every call; the runner opens a job's parties when the job starts and
 closes them when it ends. A passive party's daemon waits in ``next_offer`` (the NextJob call)
-until a job that names it is waiting for its parties.
+until a job that names it is waiting for its parties. A job whose federated model is served
+after training stays open, and a member that asks again (its daemon restarted) is offered it
+once more, to join and load its part again (``vflserver.federation.rejoin``).
 """
 
 from __future__ import annotations
@@ -94,7 +96,8 @@ class JobBoard:
         """A party that asks for a job while it takes part in one has lost its session: say so now.
 
         Its daemon restarted, or its connection broke and it reconnected. Waiting out the grace
-        period for a stream that will never come back would only delay the job's resumption.
+        period for a stream that will never come back would only delay the job's resumption. A
+        member of a served model is forgotten instead, so that it is offered the job to rejoin.
         """
         parties = self._parties
         if parties is None or party not in parties.job.passive_parties or not parties.member(party).joined:
