@@ -91,6 +91,9 @@ class Job:
     history: list[EpochMetrics]
     #: The trained model is on the server's inference endpoint, under the job's id.
     served: bool
+    #: While served, what the model can do now: "serving", "degraded: ..." (stand-ins for a missing
+    #: party) or "waiting for party N (why)"; empty when not served.
+    serving: str = ""
 
     @property
     def ended(self) -> bool:
@@ -226,6 +229,7 @@ def _job_from_proto(message: pb.JobInfo) -> Job:
         document=json.loads(message.job_document) if message.job_document else {},
         history=[_epoch_from_proto(e) for e in message.history],
         served=message.served,
+        serving=message.serving,
     )
 
 

@@ -112,7 +112,7 @@ def job_details(job: Job) -> str:
         ("started", _time(job.started_at)),
         ("ended", _time(job.ended_at)),
         ("epochs", f"{job.epochs_done}/{job.epochs}"),
-        ("served", "yes" if job.served else "no"),
+        ("served", f"yes, {job.serving}" if job.served and job.serving else "yes" if job.served else "no"),
         ("final metrics", " ".join(f"{k} {v:.4g}" for k, v in job.final_metrics.items()) or "-"),
         ("error", job.error or "-"),
     ]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -226,6 +227,14 @@ class TestRendering:
         text = jobs_cli.job_details(job)
         assert "error         boom" in text and "ended         -" in text
         assert "EPOCH  TRAIN_LOSS  TEST_LOSS  ACCURACY" in text
+        assert "served        no" in text
+
+    def test_job_details_say_what_a_served_model_can_do_now(self) -> None:
+        """`show` prints a served model's state: a federated model waiting for a party says which and why."""
+        waiting = "waiting for party 3 (party 3: its connection to the server closed)"
+        job = Job("job-x", "splitnn", "finished", "alice", 1.7e9, 1.7e9, 1.7e9, "", 3, 3, {}, {}, [], True, waiting)
+        assert f"served        yes, {waiting}" in jobs_cli.job_details(job)
+        assert "served        yes, serving" in jobs_cli.job_details(replace(job, serving="serving"))
 
 
 class TestCommandLine:

@@ -11,7 +11,9 @@ from vflcore.errors import JoinRejected, PartyLost, PartyUnavailable, TensorErro
 from vflcore.job import JobSpec, Position
 from vflcore.wire.tensors import TensorKey
 from vflcore.work_items import Finish
+from vflserver.federation.board import JobBoard
 from vflserver.federation.passive_parties import PassiveParties
+from vflserver.federation.rejoin import RejoinTerms
 
 JOB = JobSpec("j", passive_parties=(2, 3), num_rows=10)
 
@@ -114,3 +116,70 @@ class TestPause:
         for party in (2, 3):
             task = parties.member(party).tasks.get_nowait()
             assert isinstance(task, Finish) and task.rejoin and not task.success
+
+
+FINAL = Position(1)
+TERMS = RejoinTerms(b"alignment-key", FINAL)
+
+
+def _served() -> tuple[JobBoard, PassiveParties]:
+    """A job whose training ended with both parties online, its federated model served and open to rejoins."""
+    parties = PassiveParties(JOB, offline_grace_s=0.0)
+    for party in (2, 3):
+        parties.join(party, b"ids-" + bytes([party]), 10, frozenset({b"alignment-key"}), (FINAL,))
+        parties.subscribe(party)
+    parties.state = "serving"
+    parties.accept_rejoins(TERMS)
+    board = JobBoard()
+    board.open(parties, {})
+    return board, parties
+
+
+class TestRejoinAServedModel:
+    def test_a_restarted_party_is_offered_the_job_and_readmitted_after_loading(self) -> None:
+        """NextJob from a member: offered the job; Join and Subscribe; "loading" until readmitted, then it serves."""
+        board, parties = _served()
+        parties.leave(3, _session(parties, 3))  # its daemon was killed
+        assert "connection to the server closed" in (parties.absence(3) or "")
+        offer = board.next_offer(3, 0, lambda: True)  # the restarted daemon asks for a job
+        assert offer is not None and offer.job.job_id == "j"
+        assert "reconnected" in (parties.absence(3) or "")
+        parties.join(3, b"ids-\x03", 10, frozenset({b"alignment-key"}), (Position(0, 5), FINAL))
+        parties.subscribe(3)
+        assert parties.next_rejoined(0) == 3
+        with pytest.raises(PartyLost, match="loading its trained part"):
+            parties.check_online(3)
+        parties.readmitted(3)
+        assert parties.absence(3) is None and parties.absence(2) is None
+        parties.check_online(3)
+
+    @pytest.mark.parametrize(
+        ("digest", "cached", "held", "why"),
+        [
+            (b"other-ids", frozenset({b"alignment-key"}), (FINAL,), "IDs differ"),
+            (b"ids-\x03", frozenset(), (FINAL,), "saved alignment"),
+            (b"ids-\x03", frozenset({b"alignment-key"}), (Position(0, 5),), "no readable checkpoint"),
+        ],
+    )
+    def test_a_party_without_what_the_model_needs_is_refused_once(
+        self, digest: bytes, cached: frozenset[bytes], held: tuple[Position, ...], why: str
+    ) -> None:
+        """Other data, no saved alignment, no final checkpoint: refused naming why, and not offered the job again."""
+        board, parties = _served()
+        parties.leave(3, _session(parties, 3))
+        assert board.next_offer(3, 0, lambda: True) is not None
+        with pytest.raises(JoinRejected, match=why):
+            parties.join(3, digest, 10, cached, held)
+        assert board.next_offer(3, 0, lambda: True) is None
+        assert why in (parties.absence(3) or "")
+
+    def test_a_job_not_kept_served_takes_no_rejoin(self) -> None:
+        """Without accept_rejoins (the model is not served), a party that asks again is not offered the job."""
+        parties = _online()
+        parties.state = "serving"
+        board = JobBoard()
+        board.open(parties, {})
+        parties.leave(3, _session(parties, 3))
+        assert board.next_offer(3, 0, lambda: True) is None
+        with pytest.raises(JoinRejected, match="joined too late"):
+            parties.join(3, b"", 10, frozenset(), ())

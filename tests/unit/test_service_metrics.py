@@ -17,6 +17,7 @@ import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
+from vflserver.inference.model_state import ModelState
 from vflserver.jobs.metrics import ServiceMetrics, split_method
 
 PROBE = "test.Probe"
@@ -24,6 +25,8 @@ PROBE = "test.Probe"
 EVERY_METRIC = (
     "vfl_jobs",
     "vfl_party_online",
+    "vfl_served_models",
+    "vfl_served_models_missing_party",
     "vfl_epochs_total",
     "vfl_jobs_ended_total",
     "vfl_wire_bytes_total",
@@ -154,6 +157,32 @@ class TestScrapeTimeGauges:
         assert sample(metrics, "vfl_epochs_total", algorithm="splitnn") == 1
         assert [entry["log_level"] for entry in logs] == ["warning"]
         assert "vfl_jobs" in logs[0]["event"]
+
+
+class TestServedModels:
+    def test_models_are_counted_by_state_and_each_missing_party(self) -> None:
+        """A standalone model, a federated one waiting for party 3 and a degraded one without party 2."""
+        states = [
+            ModelState("serving"),
+            ModelState("waiting", {3: "its connection to the server closed"}, (2, 3)),
+            ModelState("degraded", {2: "it reconnected and is loading its trained part"}, (2, 3)),
+        ]
+        metrics = ServiceMetrics(jobs_by_state=dict, parties_online=dict, served_models=lambda: states)
+        assert sample(metrics, "vfl_served_models", state="serving") == 1
+        assert sample(metrics, "vfl_served_models", state="waiting") == 1
+        assert sample(metrics, "vfl_served_models", state="degraded") == 1
+        assert sample(metrics, "vfl_served_models_missing_party", party="2") == 1
+        assert sample(metrics, "vfl_served_models_missing_party", party="3") == 1
+        states[1:] = [ModelState("serving", parties=(2, 3))]
+        assert sample(metrics, "vfl_served_models", state="serving") == 2
+        assert sample(metrics, "vfl_served_models", state="waiting") == 0
+        assert sample(metrics, "vfl_served_models_missing_party", party="3") == 0
+
+    def test_no_source_means_no_model(self) -> None:
+        """A server without an inference endpoint reports 0 models in every state."""
+        metrics = ServiceMetrics(jobs_by_state=dict, parties_online=dict)
+        assert sample(metrics, "vfl_served_models", state="serving") == 0
+        assert "vfl_served_models_missing_party{" not in metrics.render()
 
 
 class TestCounters:

@@ -148,7 +148,7 @@ class TestInfer:
 
 class TestReadinessAndMetadata:
     def test_ready_needs_a_model_and_every_model_ready(self, model: DigitsClassifier) -> None:
-        """No model yet (training still running) is not ready; one unready model makes the server unready."""
+        """No model yet (training still running) is not ready; an unready standalone model makes the server unready."""
         registry = ModelRegistry()
         handler = InferenceHandler(registry)
         assert handler.live() and not handler.ready()
@@ -156,6 +156,21 @@ class TestReadinessAndMetadata:
         assert handler.ready()
         model.is_ready = False
         assert not handler.ready() and not handler.model_ready("digits")
+
+    def test_a_federated_model_waiting_for_a_party_leaves_the_server_ready(self, model: DigitsClassifier) -> None:
+        """ServerReady: some model ready and every standalone model ready; a waiting federated model is not counted."""
+        federated = DigitsClassifier("federated", compute_only=False)
+        federated.needs_parties = True  # type: ignore[attr-defined]  # what FederatedServable declares
+        handler = InferenceHandler(ModelRegistry(model, federated))
+        federated.is_ready = False  # waiting for a passive party
+        assert handler.ready() and not handler.model_ready("federated")
+        model.is_ready = False  # a standalone model that cannot answer: nothing outside can bring it back
+        assert not handler.ready()
+        model.is_ready, federated.is_ready = True, True
+        alone = InferenceHandler(ModelRegistry(federated))
+        assert alone.ready()
+        federated.is_ready = False  # the only model waits: no model can answer
+        assert not alone.ready()
 
     def test_model_metadata(self, handler: InferenceHandler) -> None:
         metadata = handler.model_metadata("digits")

@@ -3,7 +3,9 @@
 Jobs run one at a time, so at any moment at most one ``PassiveParties`` is open. The gRPC
 handlers look it up here on every call; the runner opens a job's parties when the job starts and
 closes them when it ends. A passive party's daemon waits in ``next_offer`` (the NextJob call)
-until a job that names it is waiting for its parties.
+until a job that names it is waiting for its parties. A job whose federated model is served
+after training stays open, and a member that asks again (its daemon restarted) is offered it
+once more, to join and load its part again (``vflserver.federation.rejoin``).
 """
 
 from __future__ import annotations
@@ -94,12 +96,18 @@ class JobBoard:
         """A party that asks for a job while it takes part in one has lost its session: say so now.
 
         Its daemon restarted, or its connection broke and it reconnected. Waiting out the grace
-        period for a stream that will never come back would only delay the job's resumption.
+        period for a stream that will never come back would only delay the job's resumption. A
+        member of a served model is forgotten instead, so that it is offered the job to rejoin.
         """
         parties = self._parties
-        if parties is None or party not in parties.job.passive_parties or parties.state not in IN_PROGRESS:
+        if parties is None or party not in parties.job.passive_parties or not parties.member(party).joined:
             return
-        if not parties.member(party).joined:
+        if _serves_model(parties):  # it comes back into the served model: offered the job again below
+            parties.forget_session(
+                party, "it reconnected; the model serves again once it has joined and loaded its part"
+            )
+            return
+        if parties.state not in IN_PROGRESS:
             return
         if parties.state == "waiting":  # nothing started yet: it simply joins again
             parties.unjoin(party)
@@ -108,10 +116,13 @@ class JobBoard:
 
     def _offer_for(self, party: int) -> Offer | None:
         parties = self._parties
-        if parties is None or parties.state != "waiting" or party not in parties.job.passive_parties:
+        if parties is None or party not in parties.job.passive_parties:
             return None
         member = parties.member(party)
-        if member.joined or member.failure is not None:
+        if _serves_model(parties):  # a party that reconnected joins the served model again
+            if member.joined or member.refused is not None:
+                return None
+        elif parties.state != "waiting" or member.joined or member.failure is not None:
             return None
         return Offer(parties.job, self._datasets.get(party, DEFAULT_DATASET), self._models.get(party, ""))
 
@@ -122,3 +133,8 @@ class JobBoard:
             return {}
         found = set(parties.online_parties())
         return {party: party in found for party in parties.job.passive_parties}
+
+
+def _serves_model(parties: PassiveParties) -> bool:
+    """Whether ``parties``' job has ended and its federated model is served, open to parties that reconnect."""
+    return parties.state == "serving" and parties.rejoin_terms is not None

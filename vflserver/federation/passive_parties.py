@@ -24,6 +24,7 @@ from vflcore.wire.tensors import TensorError, TensorKey
 from vflcore.wire.traffic import Traffic
 from vflcore.work_items import Finish, Task
 from vflserver.federation.mailbox import Mailbox
+from vflserver.federation.rejoin import RejoinTerms, rejoin_refusal
 
 log = structlog.get_logger(__name__)
 
@@ -50,6 +51,11 @@ class _Member:
     id_set_digest: bytes = b""
     cached_alignments: frozenset[bytes] = frozenset()
     tasks: queue.Queue[Task] = field(default_factory=queue.Queue)
+    #: While a served model readmits it after a reconnect: "joined" (Join done), then "loading"
+    #: (asked to load its trained part); None once it answers again, and during training.
+    rejoin: str | None = None
+    #: Why its rejoin was refused (other data, no checkpoint): it is not offered the model again.
+    refused: str | None = None
 
 
 @dataclass(frozen=True)
@@ -90,6 +96,8 @@ class PassiveParties:
         self._expected: dict[tuple[int, str, int, int], _Expectation] = {}
         self._task_ids = itertools.count(1)
         self._everyone_ready = threading.Condition(self._lock)
+        #: Set while the job's model is served (``accept_rejoins``): a party that reconnects may join again.
+        self.rejoin_terms: RejoinTerms | None = None
 
     # ---- membership -------------------------------------------------------------------------
 
@@ -110,8 +118,13 @@ class PassiveParties:
         cached_alignments: frozenset[bytes],
         checkpoints: tuple[Position, ...] = (),
     ) -> JobSpec:
-        """Admit a party before the job starts; what it holds is settled by PSI afterwards."""
+        """Admit a party before the job starts; what it holds is settled by PSI afterwards.
+
+        While the job's model is served, a party that reconnected joins again (``_rejoin``).
+        """
         member = self.member(party)
+        if self.state == "serving" and self.rejoin_terms is not None:
+            return self._rejoin(member, id_set_digest, cached_alignments, tuple(sorted(checkpoints)))
         if self.state != "waiting":
             raise JoinRejected(f"job {self.job.job_id!r} is already {self.state}; party {party} joined too late")
         if id_count < 1:
@@ -124,6 +137,95 @@ class PassiveParties:
             member.last_seen = time.monotonic()
         log.info("party_joined", peer=party, ids=id_count, checkpoints=[str(p) for p in member.checkpoints])
         return self.job
+
+    def _rejoin(
+        self, member: _Member, id_set_digest: bytes, cached_alignments: frozenset[bytes], held: tuple[Position, ...]
+    ) -> JobSpec:
+        """Take back a party into the served model, if it still holds what it trained with.
+
+        A refusal is kept (``refused``): offering the model again would only repeat it.
+        """
+        terms, party, job_id = self.rejoin_terms, member.party, self.job.job_id
+        assert terms is not None
+        with self._lock:
+            if member.joined and member.online:
+                raise JoinRejected(
+                    f"party {party} is still connected to the served model of job {job_id!r}; a party holds one "
+                    "connection (is a second vfl-client running with this certificate?)"
+                )
+            refused = rejoin_refusal(terms, job_id, party, member.id_set_digest, id_set_digest, cached_alignments, held)
+            if refused is None:
+                member.joined, member.online, member.rejoin = True, False, "joined"
+                member.lost = member.failure = member.refused = None
+                member.session += 1  # an old stream that closes late must not count
+                member.tasks = queue.Queue()  # nothing queued for the old session is meant for this one
+                member.checkpoints, member.last_seen = held, time.monotonic()
+        if refused is not None:
+            self.refuse_rejoin(party, refused)
+            raise JoinRejected(refused)
+        log.info("party_rejoined", peer=party)
+        return self.job
+
+    def accept_rejoins(self, terms: RejoinTerms) -> None:
+        """From now on the job's model is served: a party that reconnects may join again on ``terms``."""
+        self.rejoin_terms = terms
+
+    def forget_session(self, party: int, reason: str) -> None:
+        """``party`` lost its session with the served model (it asked NextJob): offer it the job to join again."""
+        member = self.member(party)
+        with self._lock:
+            if not member.joined:
+                return
+            member.joined = member.online = False
+            member.offline_since = member.offline_since or time.monotonic()
+            member.lost, member.rejoin, member.failure = reason, None, None
+            member.session += 1
+        log.warning("party_session_lost", peer=party, reason=reason)
+
+    def next_rejoined(self, timeout_s: float) -> int | None:
+        """A party that joined the served model again and subscribed, now marked "loading"; None after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            while True:
+                found = next((m for m in self._members.values() if m.rejoin == "joined" and m.online), None)
+                if found is not None:
+                    found.rejoin = "loading"
+                    return found.party
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                self._everyone_ready.wait(remaining)
+
+    def refuse_rejoin(self, party: int, reason: str) -> None:
+        """``party`` cannot come back into the served model (``reason``): it is not offered it again."""
+        member = self.member(party)
+        with self._lock:
+            member.refused, member.rejoin = reason, None
+        log.error("party_rejoin_refused", peer=party, reason=reason)
+
+    def readmitted(self, party: int) -> None:
+        """``party`` was told to load its trained part: requests may ask it again."""
+        member = self.member(party)
+        with self._lock:
+            member.rejoin = None
+        log.info("party_readmitted", peer=party)
+
+    def absence(self, party: int) -> str | None:
+        """Why ``party`` cannot answer for a served model now, in words; None if it can."""
+        member = self.member(party)
+        if member.refused is not None:
+            return f"it reconnected but cannot rejoin: {member.refused}"
+        if member.failure is not None:
+            return f"it reported a failure: {member.failure}"
+        if member.lost is not None:
+            return member.lost
+        if not member.online:
+            if member.rejoin == "joined":
+                return "it reconnected and joined again; its task stream is not open yet"
+            return "its connection to the server closed; the model serves again once its daemon reconnects"
+        if member.rejoin is not None:
+            return "it reconnected and is loading its trained part of the model"
+        return None
 
     def subscribe(self, party: int) -> tuple[queue.Queue[Task], int]:
         """Mark a joined party online; its task queue feeds its Subscribe stream, known by the number returned."""
@@ -209,6 +311,8 @@ class PassiveParties:
             raise PartyUnavailable(party, f"it reported a failure: {member.failure}")
         if member.lost is not None:
             raise PartyLost(party, member.lost)
+        if member.rejoin is not None or member.refused is not None:  # coming back into a served model
+            raise PartyLost(party, self.absence(party) or "it is rejoining")
         now = time.monotonic()
         if not member.online:
             since = member.offline_since or now

@@ -2,7 +2,8 @@
 
 Its inputs are sample IDs: the passive parties hold their features by ID, and each request asks
 every one of them for its representation of those rows (federated inference). A party that is
-offline makes the request fail with UNAVAILABLE and names the party, unless a degraded mode was
+offline makes the request fail with UNAVAILABLE and names the party (``state()``: waiting for it,
+until its daemon reconnects and loads its part again), unless a degraded mode was
 chosen explicitly: then its representation is replaced, as APFed's baselines do, by zeros
 (TVFL-0) or by its mean over the training rows (TVFL-A), and every such request logs a warning.
 Only APFed avoids this trade-off: its model belongs to the active party alone (``artifact``).
@@ -21,6 +22,7 @@ from vflcore.errors import InferenceInputError, PartyUnavailable
 from vflcore.job import JobSpec
 from vflserver.federation.passive_parties import PassiveParties
 from vflserver.inference.config import DEGRADED_MODES
+from vflserver.inference.model_state import DEGRADED, SERVING, WAITING, ModelState
 from vflserver.inference.servable import TensorSpec, prediction_outputs, prediction_specs
 
 log = structlog.get_logger(__name__)
@@ -57,6 +59,8 @@ class FederatedServable:
     """Sample IDs in, predictions out, with every passive party asked for its part."""
 
     platform = "vfl-federated"
+    #: It asks the passive parties for every request (``model_state.needs_parties``): not a standalone model.
+    needs_parties = True
 
     def __init__(self, active: TrainedParty, *, name: str | None = None, degraded: str = "none") -> None:
         if degraded not in DEGRADED_MODES:
@@ -78,15 +82,25 @@ class FederatedServable:
             return {p: np.zeros(width, dtype=np.float32) for p in self.active.job.passive_parties}
         return self.active.representation_means()
 
+    def missing(self) -> dict[int, str]:
+        """Each passive party that cannot answer now, with why (its daemon is gone, or still loading its part)."""
+        parties = self.active.parties
+        found = {p: parties.absence(p) for p in self.active.job.passive_parties}
+        return {p: why for p, why in found.items() if why is not None}
+
+    def state(self) -> ModelState:
+        """Serving with every party; else degraded (stand-ins configured) or waiting for the missing ones."""
+        missing, parties = self.missing(), tuple(self.active.job.passive_parties)
+        if not missing:
+            return ModelState(SERVING, parties=parties)
+        return ModelState(DEGRADED if self.degraded != "none" else WAITING, missing, parties)
+
     def ready(self) -> bool:
-        if self.degraded != "none":
-            return True
-        online = set(self.active.parties.online_parties())
-        return all(p in online for p in self.active.job.passive_parties)
+        return self.degraded != "none" or not self.missing()
 
     def predict(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         ids = [_as_text(value) for value in np.asarray(inputs[IDS]).reshape(-1)]
-        offline = [p for p in self.active.job.passive_parties if p not in self.active.parties.online_parties()]
+        offline = sorted(self.missing())
         if offline and self._substitutes:
             log.warning(
                 "degraded_inference",
@@ -100,7 +114,8 @@ class FederatedServable:
             raise InferenceInputError(f"input {IDS!r}: {exc.args[0]}") from None
         except PartyUnavailable as exc:
             raise PartyUnavailable(
-                f"{exc}; federated inference needs every passive party (or serving.degraded = zeros | mean)"
+                f"{exc}; federated inference needs every passive party (or serving.degraded = zeros | mean), and "
+                "the model answers again once the party has reconnected"
             ) from None
         return prediction_outputs(self.active.job.task, output)
 

@@ -32,6 +32,7 @@ from vflcore.wire.oip import (
     array_from_values,
     first_non_finite,
 )
+from vflserver.inference.model_state import needs_parties
 from vflserver.inference.registry import ModelRegistry, ServedModel
 from vflserver.inference.servable import TensorSpec, computes_inline
 
@@ -68,13 +69,17 @@ class InferenceHandler:
         return True
 
     def ready(self) -> bool:
-        """At least one model is served and every served model is ready.
+        """At least one served model is ready, and every standalone model is (docs/inference.md, ServerReady).
 
         An endpoint with no model yet (training still running) is not ready: a load balancer
-        should not send it inference traffic.
+        should not send it inference traffic. A federated model that waits for a passive party
+        does not make the whole server not ready while another model answers: its callers get
+        503 naming the party, and ModelReady reports it. A standalone model that is not ready
+        does, since nothing outside this server can bring it back.
         """
-        models = self.registry.models()
-        return bool(models) and all(entry.servable.ready() for entry in models)
+        models = [entry.servable for entry in self.registry.models()]
+        standalone = [servable for servable in models if not needs_parties(servable)]
+        return any(servable.ready() for servable in models) and all(servable.ready() for servable in standalone)
 
     def model_ready(self, name: str, version: str = "") -> bool:
         return self.registry.get(name, version).servable.ready()

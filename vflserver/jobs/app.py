@@ -56,13 +56,17 @@ class Service:
         for record in self.store.requeue_interrupted():
             log.info("job_resumes", job=record.job_id, epochs_done=record.epochs_done, epochs=record.epochs)
         self.board = JobBoard()
+        serving = serving or ServingConfig()
+        self.registry = ModelRegistry() if serving.enabled else None
         self.metrics = (
-            ServiceMetrics(jobs_by_state=self.store.counts_by_state, parties_online=self.board.online)
+            ServiceMetrics(
+                jobs_by_state=self.store.counts_by_state,
+                parties_online=self.board.online,
+                served_models=lambda: self.runner.model_states(),
+            )
             if settings.metrics_enabled
             else None
         )
-        serving = serving or ServingConfig()
-        self.registry = ModelRegistry() if serving.enabled else None
         self.endpoint = (
             InferenceEndpoint(self.registry, serving, tls, insecure=insecure) if self.registry is not None else None
         )

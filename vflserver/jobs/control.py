@@ -142,7 +142,7 @@ class ControlService(pb_grpc.ControlServicer):
             if unknown:
                 raise ValueError(f"unknown job state {unknown[0]!r}; the states are {list(JOB_STATES)}")
             records = self.store.list(states=list(request.states), limit=request.limit)
-            return pb.JobList(jobs=[job_info(r) for r in records])
+            return pb.JobList(jobs=[job_info(r, serving=self._serving(r)) for r in records])
         except Exception as exc:
             _refuse(exc, context, "List")
             raise
@@ -151,10 +151,15 @@ class ControlService(pb_grpc.ControlServicer):
         try:
             self._operator(context)
             record = self.store.get(request.job_id)
-            return job_info(record, history=self.store.epochs(request.job_id))
+            return job_info(record, history=self.store.epochs(request.job_id), serving=self._serving(record))
         except Exception as exc:
             _refuse(exc, context, "Get")
             raise
+
+    def _serving(self, record: JobRecord) -> str:
+        """The served model's state now, in words (``model_state``): what ``vfl-jobs show`` prints; "" if not served."""
+        state = self.runner.model_state(record.job_id) if record.served else None
+        return "" if state is None else str(state)
 
     def Cancel(self, request: pb.JobRef, context: grpc.ServicerContext) -> pb.JobInfo:
         try:
@@ -188,8 +193,8 @@ class ControlService(pb_grpc.ControlServicer):
                     return
 
 
-def job_info(record: JobRecord, history: list[EpochRecord] | None = None) -> pb.JobInfo:
-    """A store record as the Control API's JobInfo."""
+def job_info(record: JobRecord, history: list[EpochRecord] | None = None, *, serving: str = "") -> pb.JobInfo:
+    """A store record as the Control API's JobInfo; ``serving``: its served model's state now, in words."""
     return pb.JobInfo(
         job_id=record.job_id,
         algorithm=record.algorithm,
@@ -205,6 +210,7 @@ def job_info(record: JobRecord, history: list[EpochRecord] | None = None) -> pb.
         job_document=json.dumps(record.document, sort_keys=True),
         history=[epoch_metrics(e) for e in history or []],
         served=record.served,
+        serving=serving,
     )
 
 

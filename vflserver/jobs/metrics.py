@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from vflserver.inference.config import split_listen
+from vflserver.inference.model_state import MODEL_STATES, ModelState
 
 log = structlog.get_logger(__name__)
 
@@ -40,9 +41,11 @@ class ServiceMetrics:
         *,
         jobs_by_state: Callable[[], Mapping[str, int]],
         parties_online: Callable[[], Mapping[int, bool]],
+        served_models: Callable[[], Iterable[ModelState]] = list,
     ) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(_ScrapeTimeGauges(jobs_by_state, parties_online))
+        self.registry.register(_ServedModelGauges(served_models))
         self._epochs = Counter("vfl_epochs_total", "Training epochs completed.", ["algorithm"], registry=self.registry)
         self._jobs_ended = Counter(
             "vfl_jobs_ended_total", "Jobs that reached a final state.", ["state"], registry=self.registry
@@ -152,6 +155,53 @@ class _ScrapeTimeGauges:
     def _online() -> GaugeMetricFamily:
         return GaugeMetricFamily(
             "vfl_party_online", "1 if the passive party is connected, 0 if it is not.", labels=["party"]
+        )
+
+
+class _ServedModelGauges:
+    """``vfl_served_models`` and ``vfl_served_models_missing_party``, read from the served models at each scrape.
+
+    Counts, not one series per model: the standalone models of every finished job stay served,
+    and job ids stay out of the labels (docs/metrics.md).
+    """
+
+    def __init__(self, served_models: Callable[[], Iterable[ModelState]]) -> None:
+        self._served_models = served_models
+
+    def describe(self) -> Iterable[Metric]:
+        return [self._by_state(), self._missing()]
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            states = list(self._served_models())
+        except Exception:
+            log.warning("metrics source failed; vfl_served_models left out of this scrape", exc_info=True)
+            return
+        by_state = self._by_state()
+        for name in MODEL_STATES:
+            by_state.add_metric([name], sum(state.state == name for state in states))
+        yield by_state
+        missing = self._missing()
+        parties = sorted({party for state in states for party in state.parties})
+        for party in parties:
+            missing.add_metric([str(party)], sum(party in state.missing for state in states))
+        yield missing
+
+    @staticmethod
+    def _by_state() -> GaugeMetricFamily:
+        return GaugeMetricFamily(
+            "vfl_served_models",
+            "Models on the inference endpoint, by state: serving, degraded (stand-ins for a missing party), "
+            "or waiting (for a missing party).",
+            labels=["state"],
+        )
+
+    @staticmethod
+    def _missing() -> GaugeMetricFamily:
+        return GaugeMetricFamily(
+            "vfl_served_models_missing_party",
+            "Served federated models that lack this passive party now (waiting for it, or degraded).",
+            labels=["party"],
         )
 
 

@@ -31,6 +31,7 @@ from vflserver.federation.alignment import AlignmentResult
 from vflserver.federation.board import JobBoard
 from vflserver.inference.artifact import LEGACY_FILE
 from vflserver.inference.federated import FederatedServable
+from vflserver.inference.model_state import ModelState, model_state
 from vflserver.inference.onnx_model import is_standalone, load_servable
 from vflserver.inference.registry import ModelRegistry
 from vflserver.jobs.metrics import ServiceMetrics
@@ -327,7 +328,11 @@ class JobRunner:
                 self.store.set_served(job_id, True)
                 log.info("model_served", job=job_id, how="standalone artifact")
             elif serve_federated:
-                self.registry.add(FederatedServable(active, name=job_id, degraded=plan.degraded))
+                try:
+                    self.registry.add(FederatedServable(active, name=job_id, degraded=plan.degraded))
+                except ValueError:  # not served: its parties, kept for it, may leave
+                    active.shutdown("the model could not be served")
+                    raise
                 self.store.set_served(job_id, True)
                 self._serving = active
                 log.info("model_served", job=job_id, how="federated, until the next job starts")
@@ -356,6 +361,19 @@ class JobRunner:
         self.board.close(active.parties)
         self.store.set_served(job_id, False)
         log.info("model_unserved", job=job_id, why=why)
+
+    def model_state(self, job_id: str) -> ModelState | None:
+        """What ``job_id``'s served model can do now (serving, degraded, waiting for a party); None if not served."""
+        if self.registry is None:
+            return None
+        try:
+            return model_state(self.registry.get(job_id).servable)
+        except LookupError:  # ModelNotFound: not served
+            return None
+
+    def model_states(self) -> list[ModelState]:
+        """The state of every served model, for the metrics."""
+        return [model_state(entry.servable) for entry in self.registry.models()] if self.registry is not None else []
 
     def _serve_saved_artifacts(self) -> None:
         """After a restart: serve again every finished job's standalone model; federated ones are gone.

@@ -41,6 +41,7 @@ from vflserver.federation.passive_parties import PassiveParties
 from vflserver.training.export import MODEL_REPOSITORY, export_model
 from vflserver.training.importance import write_client_importance
 from vflserver.training.label_privacy import protect_labels
+from vflserver.training.readmission import Readmission
 from vflserver.training.reports import EpochReport, RunSummary, write_predictions, write_summary
 from vflserver.training.resume import roll_back, save_checkpoint
 from vflserver.training.scoring import Scorer
@@ -129,6 +130,7 @@ class ActiveParty:
         self.algorithm: ServerAlgorithm
         self.scorer: Scorer
         self._summary = RunSummary(job_id=self.job.job_id)  # the running job's, once run() starts
+        self._readmission: Readmission | None = None  # while the model is kept served after training
 
     def _prepare(self, aligned: PartyTable) -> None:
         """Build the schedule and the algorithm's models once the aligned rows are known."""
@@ -200,7 +202,8 @@ class ActiveParty:
         """Train, evaluate and score the held-out rows; always tell the parties how it ended.
 
         With ``keep_serving`` the passive parties stay connected after training, so that
-        ``predict_ids`` can go on scoring rows until ``shutdown`` is called. With ``resume`` the
+        ``predict_ids`` can go on scoring rows until ``shutdown`` is called; a party whose daemon
+        restarts meanwhile joins again and loads its trained part (``readmission``). With ``resume`` the
         job continues from the newest checkpoint that every party holds (``_roll_back``);
         without it, every party starts afresh and deletes what an earlier run left. A party lost
         on the way raises PartyLost after the others were told to rejoin (``Finish(rejoin)``).
@@ -253,7 +256,10 @@ class ActiveParty:
                 self.job, self.table, self.algorithm, self.schedule, self.run_dir, self.repository_root, summary
             )
             write_summary(self.run_dir, self.job, summary, self.algorithm.step_losses)
-            if not keep_serving:
+            if keep_serving:  # a party whose daemon restarts comes back into the served model
+                self._readmission = Readmission(fed, self.own_table.ids, self.table.ids)
+                self._readmission.start()
+            else:
                 self.shutdown("training finished")
             return summary
         except PartyLost as exc:
@@ -300,6 +306,8 @@ class ActiveParty:
 
     def shutdown(self, message: str) -> None:
         """End the job successfully: every passive party gets Finish and leaves."""
+        if self._readmission is not None:
+            self._readmission.stop()
         self.parties.finish(True, message)
         self.parties.state = "finished"
 

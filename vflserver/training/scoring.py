@@ -64,10 +64,9 @@ class Scorer:
         request_id = uuid.uuid4().hex[:12]
         name = infer_embedding_name(request_id)
         fed, width = self.parties, self.algorithm.upload_width
-        online = set(fed.online_parties())
         asked: list[int] = []
         for party in self.job.passive_parties:
-            if party in substitutes and party not in online:
+            if party in substitutes and fed.absence(party) is not None:
                 continue  # stood in for below (the caller warns: it knows the mode)
             fed.check_online(party)  # raises once the party has been gone longer than the grace period
             asked.append(party)

@@ -1,0 +1,103 @@
+"""A federated model comes back when its passive party does: kill -9 a daemon, start it again, it serves again.
+
+``vfl-server`` and two ``vfl-client`` daemons run as OS processes over mTLS (``vfltesting.service``).
+The server serves two finished jobs: an APFed-C model, which the active party answers alone, and
+a SplitNN model, which needs parties 2 and 3 for every request. Party 3's daemon is killed with
+SIGKILL and started again. Meanwhile the SplitNN model is not ready and says why (``vfl-jobs
+show``, the metrics), the server stays ready because the APFed model still serves
+(``docs/inference.md``, ServerReady), and once party 3 has reconnected the SplitNN model answers
+again, with the predictions it gave before the kill.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vflclient import InferenceClient, JobClient, ServerUnavailable
+from vflserver.inference.federated import IDS
+from vfltesting.pki import Pki
+from vfltesting.service import BIN, ServiceRun, finish_job, job_document, wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+
+FEDERATED, STANDALONE = "fed-splitnn", "alone-apfed"
+
+
+def _metrics_port(run: ServiceRun) -> int:
+    """The metrics port the server announced in its ``service_started`` log line."""
+    for line in run.logs["server"].read_text().splitlines():
+        if '"service_started"' in line:
+            return int(json.loads(line)["metrics"])
+    raise AssertionError(f"no service_started line in the server log\n{run.tail()}")
+
+
+def _scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as reply:
+        return str(reply.read().decode())
+
+
+def _show(run: ServiceRun, pki: Pki, job_id: str) -> str:
+    """``vfl-jobs show JOB`` as an operator runs it: the text it prints."""
+    files = pki.operator_files("alice")
+    command = [str(BIN / "vfl-jobs"), "--server", run.address, "--ca", str(files.ca), "--cert", str(files.cert)]
+    command += ["--key", str(files.key), "show", job_id]
+    shown = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    return shown.stdout
+
+
+def test_a_federated_model_serves_again_once_its_restarted_party_reconnects(
+    pki: Pki, digits_data: Path, tmp_path: Path
+) -> None:
+    """kill -9 party 3 after its SplitNN job: 503 naming it meanwhile, ServerReady true throughout, served again."""
+    run = ServiceRun(tmp_path, pki, digits_data, metrics=True)
+    with run.started(), JobClient(run.address, tls=pki.operator_files("alice")) as jobs:
+        for job_id, algorithm in ((STANDALONE, "apfed_c"), (FEDERATED, "splitnn")):
+            finish_job(jobs, run, jobs.submit(job_document(job_id, algorithm)).id)
+        grpc_port, _ = run.serving_ports()
+        metrics_port = _metrics_port(run)
+        aligned = (run.root / "runs" / FEDERATED / "party-1" / "aligned_ids.csv").read_text().splitlines()[1:5]
+        ids = {IDS: np.array([i.encode() for i in aligned], dtype=object)}
+        with InferenceClient(f"127.0.0.1:{grpc_port}", tls=pki.caller_files("test-caller")) as client:
+            before = client.infer(FEDERATED, ids)
+            assert client.ready() and client.model_ready(FEDERATED)
+            assert jobs.get(FEDERATED).serving == "serving"
+
+            server_ready: list[bool] = []
+
+            def model_ready(want: bool) -> bool:
+                server_ready.append(client.ready())  # sampled at every poll, throughout
+                return client.model_ready(FEDERATED) == want
+
+            run.kill("party-3")
+            wait_until(lambda: model_ready(False), "the SplitNN model to be not ready without party 3", run)
+            assert all(server_ready), "ServerReady went false although the APFed model serves"
+            assert client.model_ready(STANDALONE)
+            with pytest.raises(ServerUnavailable, match="party 3"):
+                client.infer(FEDERATED, ids)
+            waiting = jobs.get(FEDERATED)
+            assert waiting.served and waiting.serving.startswith("waiting for party 3"), waiting.serving
+            assert "waiting for party 3" in _show(run, pki, FEDERATED)
+            scraped = _scrape(metrics_port)
+            assert 'vfl_served_models{state="waiting"} 1.0' in scraped, scraped
+            assert 'vfl_served_models{state="serving"} 1.0' in scraped, scraped  # the APFed model
+            assert 'vfl_served_models_missing_party{party="3"} 1.0' in scraped, scraped
+
+            run.start_client(3)
+            wait_until(lambda: model_ready(True), "the SplitNN model to be ready again with party 3", run, 180)
+            assert all(server_ready), "ServerReady went false although the APFed model serves"
+            after = client.infer(FEDERATED, ids)
+            np.testing.assert_array_equal(after["label"], before["label"])
+            np.testing.assert_allclose(after["probabilities"], before["probabilities"], rtol=0, atol=1e-6)
+            assert jobs.get(FEDERATED).serving == "serving"
+            assert "waiting for party" not in _show(run, pki, FEDERATED)
+            scraped = _scrape(metrics_port)
+            assert 'vfl_served_models{state="serving"} 2.0' in scraped, scraped
+            assert 'vfl_served_models_missing_party{party="3"} 0.0' in scraped, scraped
+        assert all(run.alive().values()), run.tail()
