@@ -44,9 +44,24 @@ from vflserver.training.reports import EpochReport, RunSummary
 log = structlog.get_logger(__name__)
 
 
+#: What ``--help`` says first: the daemon an operator runs, not the one-shot job it also can be.
+_DESCRIPTION = (
+    "The active party's daemon (party 1, the label holder). It listens for the passive parties' "
+    "vfl-client daemons and for operators (vfl-jobs), keeps every job in a SQLite job store, and runs "
+    "the jobs they submit until SIGINT or SIGTERM; optionally it serves each finished "
+    "job's model (--serve). --once runs the config's [job] and exits instead."
+)
+_EPILOG = (
+    "A service config: examples/configs/service.toml (vfl-server --config examples/configs/service.toml). "
+    "Keys, systemd units and logs: docs/operations.md."
+)
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="vfl-server", description="Active party (label holder) of a VFL job.")
-    flags.add_config(p, "server TOML file (see examples/configs/server.toml)")
+    p = argparse.ArgumentParser(prog="vfl-server", description=_DESCRIPTION, epilog=_EPILOG)
+    flags.add_config(
+        p, "server TOML file (a service: examples/configs/service.toml; one job: examples/configs/server.toml)"
+    )
     flag = functools.partial(flags.add_config_flag, p)
     flag("--listen", ("server", "listen"), help="address to listen on, e.g. 0.0.0.0:50051 (port 0 picks a free port)")
     flag("--data", ("data", "path"), type=Path, help="the active party's CSV (ids, labels, own features)")
