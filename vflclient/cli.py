@@ -69,6 +69,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     flags.add_insecure(p)
     daemon.add_logging_flags(p)
+    daemon.add_log_file_flag(p)
     return p
 
 
@@ -101,7 +102,11 @@ _ATTEMPT_TIMEOUT_S = 10.0
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    daemon.setup_logging(args)
+    try:
+        daemon.setup_logging(args)
+    except (ConfigError, ValueError) as exc:  # --log-file cannot be opened, or an unknown --log-level
+        print(f"vfl-client: {exc}", file=sys.stderr)
+        return daemon.EXIT_CONFIG
     try:
         config = client_config_from(flags.document(args), args.config, party=args.party)
         structlog.contextvars.bind_contextvars(party=config.party)

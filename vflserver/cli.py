@@ -102,6 +102,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     flags.add_insecure(p)
     daemon.add_logging_flags(p)
+    daemon.add_log_file_flag(p)
     return p
 
 
@@ -179,7 +180,11 @@ def _check_data(config: ServerConfig, job: dict[str, Any] | None) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    daemon.setup_logging(args)
+    try:
+        daemon.setup_logging(args)
+    except (ConfigError, ValueError) as exc:  # --log-file cannot be opened, or an unknown --log-level
+        print(f"vfl-server: {exc}", file=sys.stderr)
+        return daemon.EXIT_CONFIG
     structlog.contextvars.bind_contextvars(party=1)
     once = args.once or args.psi_only
     try:
