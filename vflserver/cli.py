@@ -7,7 +7,7 @@
 The service (``vflserver.jobs.app``) keeps its jobs in a SQLite store in the run directory;
 jobs come from ``vfl-jobs`` / ``JobClient``, and a ``[job]`` table in the config is submitted at
 start. Flags override the config file. Results (per-epoch metrics, final inference) go to stdout;
-logs go to stderr. Exit codes are listed in ``vflcore.runtime.daemon``: as a service, a signal is
+logs go to stderr, or to ``--log-file``. Exit codes are listed in ``vflcore.runtime.daemon``: as a service, a signal is
 the normal way to stop and exits 0.
 """
 
