@@ -36,8 +36,8 @@ _LOCAL_CHECKS = frozenset({"ca-file", "cert-file", "key-file", "key-match", "iss
 #: What ``--help`` says first: the daemon an operator runs, not the one job it also can take part in.
 _DESCRIPTION = (
     "A passive party's daemon (party N >= 2, a feature holder). It dials out to vfl-server (it needs no "
-    "open port), takes part in every job that names its party, and retries a lost "
-    "server with backoff, until SIGINT or SIGTERM. --once takes part in one job and exits instead."
+    "open port), takes part in every job that names its party, and retries a lost server with backoff, "
+    "until SIGINT or SIGTERM. --once takes part in one job and exits instead."
 )
 _EPILOG = (
     "A daemon config: examples/configs/party2.toml (vfl-client --party 2 --config examples/configs/party2.toml), "

@@ -41,7 +41,7 @@ def add_logging_flags(parser: argparse.ArgumentParser) -> None:
         "--log-format",
         choices=("auto", "json", "console"),
         default="auto",
-        help="log rendering on stderr: JSON lines, console, or auto (console on a terminal)",
+        help="log rendering: JSON lines, console, or auto (console on a terminal)",
     )
     parser.add_argument("--log-level", default="info", help="debug, info, warning or error (default: info)")
 
