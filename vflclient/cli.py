@@ -33,8 +33,20 @@ log = structlog.get_logger(__name__)
 _LOCAL_CHECKS = frozenset({"ca-file", "cert-file", "key-file", "key-match", "issuer", "validity", "party"})
 
 
+#: What ``--help`` says first: the daemon an operator runs, not the one job it also can take part in.
+_DESCRIPTION = (
+    "A passive party's daemon (party N >= 2, a feature holder). It dials out to vfl-server (it needs no "
+    "open port), takes part in every job that names its party, and retries a lost server with backoff, "
+    "until SIGINT or SIGTERM. --once takes part in one job and exits instead."
+)
+_EPILOG = (
+    "A daemon config: examples/configs/party2.toml (vfl-client --party 2 --config examples/configs/party2.toml), "
+    "beside the server's examples/configs/service.toml. Keys, systemd units and logs: docs/operations.md."
+)
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="vfl-client", description="Passive party (feature holder) of a VFL job.")
+    p = argparse.ArgumentParser(prog="vfl-client", description=_DESCRIPTION, epilog=_EPILOG)
     p.add_argument("--party", type=int, help="this party's id (>= 2); must match its certificate")
     flags.add_config(p, "client TOML file (see examples/configs/party2.toml)")
     flag = functools.partial(flags.add_config_flag, p)
@@ -57,6 +69,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     flags.add_insecure(p)
     daemon.add_logging_flags(p)
+    daemon.add_log_file_flag(p)
     return p
 
 
@@ -89,7 +102,11 @@ _ATTEMPT_TIMEOUT_S = 10.0
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    daemon.setup_logging(args)
+    try:
+        daemon.setup_logging(args)
+    except (ConfigError, ValueError) as exc:  # --log-file cannot be opened, or an unknown --log-level
+        print(f"vfl-client: {exc}", file=sys.stderr)
+        return daemon.EXIT_CONFIG
     try:
         config = client_config_from(flags.document(args), args.config, party=args.party)
         structlog.contextvars.bind_contextvars(party=config.party)

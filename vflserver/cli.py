@@ -7,7 +7,7 @@
 The service (``vflserver.jobs.app``) keeps its jobs in a SQLite store in the run directory;
 jobs come from ``vfl-jobs`` / ``JobClient``, and a ``[job]`` table in the config is submitted at
 start. Flags override the config file. Results (per-epoch metrics, final inference) go to stdout;
-logs go to stderr. Exit codes are listed in ``vflcore.runtime.daemon``: as a service, a signal is
+logs go to stderr, or to ``--log-file``. Exit codes are listed in ``vflcore.runtime.daemon``: as a service, a signal is
 the normal way to stop and exits 0.
 """
 
@@ -44,9 +44,24 @@ from vflserver.training.reports import EpochReport, RunSummary
 log = structlog.get_logger(__name__)
 
 
+#: What ``--help`` says first: the daemon an operator runs, not the one-shot job it also can be.
+_DESCRIPTION = (
+    "The active party's daemon (party 1, the label holder). It listens for the passive parties' "
+    "vfl-client daemons and for operators (vfl-jobs), keeps every job in a SQLite job store, and runs "
+    "the jobs they submit until SIGINT or SIGTERM; optionally it serves each finished "
+    "job's model (--serve). --once runs the config's [job] and exits instead."
+)
+_EPILOG = (
+    "A service config: examples/configs/service.toml (vfl-server --config examples/configs/service.toml). "
+    "Keys, systemd units and logs: docs/operations.md."
+)
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="vfl-server", description="Active party (label holder) of a VFL job.")
-    flags.add_config(p, "server TOML file (see examples/configs/server.toml)")
+    p = argparse.ArgumentParser(prog="vfl-server", description=_DESCRIPTION, epilog=_EPILOG)
+    flags.add_config(
+        p, "server TOML file (a service: examples/configs/service.toml; one job: examples/configs/server.toml)"
+    )
     flag = functools.partial(flags.add_config_flag, p)
     flag("--listen", ("server", "listen"), help="address to listen on, e.g. 0.0.0.0:50051 (port 0 picks a free port)")
     flag("--data", ("data", "path"), type=Path, help="the active party's CSV (ids, labels, own features)")
@@ -87,6 +102,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     flags.add_insecure(p)
     daemon.add_logging_flags(p)
+    daemon.add_log_file_flag(p)
     return p
 
 
@@ -164,7 +180,11 @@ def _check_data(config: ServerConfig, job: dict[str, Any] | None) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    daemon.setup_logging(args)
+    try:
+        daemon.setup_logging(args)
+    except (ConfigError, ValueError) as exc:  # --log-file cannot be opened, or an unknown --log-level
+        print(f"vfl-server: {exc}", file=sys.stderr)
+        return daemon.EXIT_CONFIG
     structlog.contextvars.bind_contextvars(party=1)
     once = args.once or args.psi_only
     try:

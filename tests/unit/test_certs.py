@@ -49,6 +49,11 @@ def _usages(cert: x509.Certificate) -> list[x509.ObjectIdentifier]:
     return list(cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value)
 
 
+def _role_lines(printed: str) -> list[str]:
+    """The lines of `vfl-certs show` that say what a certificate is for."""
+    return [line for line in printed.splitlines() if line.startswith(("party:", "operator:", "caller:", "role:"))]
+
+
 class TestCreateCa:
     def test_writes_a_ca_certificate_and_key(self, tmp_path: Path) -> None:
         """create_ca writes ca.pem and ca.key, and the certificate is a CA named as asked."""
@@ -302,8 +307,30 @@ class TestCertsCli:
         assert "issuer:   CN=vfl-ca" in printed
         assert "SANs:     URI:vfl://party/2" in printed
         assert "(valid now)" in printed
-        assert "party:    2" in printed
-        assert "operator: none" in printed
+        assert _role_lines(printed) == ["party:    2 (joins the jobs that name party 2)"]  # none for roles it lacks
+
+    def test_show_names_a_caller(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """show says `caller: NAME` for an inference caller's certificate, not `party: none` and `operator: none`."""
+        out = tmp_path / "certs"
+        main(["init", "--out", str(out)])
+        assert main(["caller", "scoring-app", "--out", str(out)]) == 0
+        capsys.readouterr()
+        assert main(["show", str(out / "scoring-app.pem")]) == 0
+        assert _role_lines(capsys.readouterr().out) == [
+            "caller:   scoring-app (calls the inference endpoint; not a party, not an operator)"
+        ]
+
+    @pytest.mark.parametrize(("stem", "role"), [("server", "role:     server"), ("ca", "role:     the CA")])
+    def test_show_names_the_server_and_the_ca(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str], stem: str, role: str
+    ) -> None:
+        """show says which certificate is the server's and which is the CA, and neither reads as a caller."""
+        out = tmp_path / "certs"
+        main(["init", "--out", str(out)])
+        capsys.readouterr()
+        assert main(["show", str(out / f"{stem}.pem")]) == 0
+        printed = capsys.readouterr().out
+        assert [line[: len(role)] for line in _role_lines(printed)] == [role]
 
     def test_show_marks_an_expired_certificate(
         self, tmp_path: Path, ca: CertificateAuthority, capsys: pytest.CaptureFixture[str]
@@ -441,5 +468,4 @@ class TestIssueOperatorCert:
         capsys.readouterr()
         assert main(["show", str(tmp_path / "alice.pem")]) == 0
         printed = capsys.readouterr().out
-        assert "operator: alice" in printed
-        assert "party:    none" in printed
+        assert _role_lines(printed) == ["operator: alice (submits, lists, watches and cancels jobs; not a party)"]

@@ -27,6 +27,7 @@ from vflcore.security.certs import (
     load_certificate,
 )
 from vflcore.security.identity import (
+    caller_from_certificate,
     is_operator_name,
     operator_from_auth_context,
     operator_from_certificate,
@@ -182,6 +183,34 @@ class TestOperatorFromCertificate:
         cert = _hand_made_cert(common_names, uris)
         assert operator_from_certificate(cert) is None
         assert party_from_certificate(cert) is None
+
+
+class TestCallerFromCertificate:
+    def test_issued_caller_certificate(self, tmp_path: Path, ca: CertificateAuthority) -> None:
+        """A certificate from issue_caller_cert names its caller, and is neither a party nor an operator."""
+        cert = load_certificate(issue_caller_cert(tmp_path, ca, "scoring-app").cert_path)
+        assert caller_from_certificate(cert) == "scoring-app"
+        assert party_from_certificate(cert) is None and operator_from_certificate(cert) is None
+
+    def test_no_other_certificate_is_a_caller(self, tmp_path: Path, ca: CertificateAuthority) -> None:
+        """Party, operator, server and CA certificates of the project are no callers."""
+        issued = [
+            issue_party_cert(tmp_path, ca, 2),
+            issue_operator_cert(tmp_path, ca, "alice"),
+            issue_server_cert(tmp_path, ca),
+        ]
+        certs = [load_certificate(pair.cert_path) for pair in issued] + [ca.cert]
+        assert [caller_from_certificate(cert) for cert in certs] == [None] * 4
+
+    @pytest.mark.parametrize(
+        ("common_names", "uris"),
+        [(["scoring-app"], []), (["scoring-app"], ["vfl://caller/scoring-app"]), (["a", "b"], [])],
+    )
+    def test_a_certificate_without_client_usage_or_with_a_vfl_uri_is_no_caller(
+        self, common_names: list[str], uris: list[str]
+    ) -> None:
+        """A caller is a client certificate (clientAuth) with one CN and no vfl:// URI; hand-made ones are not."""
+        assert caller_from_certificate(_hand_made_cert(common_names, uris)) is None
 
 
 class TestPartyFromAuthContextData:

@@ -329,6 +329,37 @@ class TestDurability:
             assert other.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         other.close()
 
+    @pytest.mark.parametrize("end", ["finished", "failed", "cancelled", "interrupted"])
+    def test_a_job_end_truncates_the_wal(self, jobs: JobStore, path: Path, end: str) -> None:
+        """When a job ends, the WAL is copied into the main file and cut to 0 bytes, nothing lost."""
+        wal = path.with_name(path.name + "-wal")
+        submit(jobs, "long", epochs=40)
+        to_training(jobs, "long")
+        for n in range(40):
+            jobs.record_epoch("long", epoch(n))
+        assert wal.stat().st_size > 40 * 4096  # a page or more per epoch, never shrunk by SQLite itself
+        jobs.set_state("long", end, "the end")
+        assert wal.stat().st_size == 0
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as reader:
+            assert reader.execute("SELECT COUNT(*) FROM epochs WHERE job_id = 'long'").fetchone()[0] == 40
+        reader.close()
+
+    def test_a_reader_defers_the_truncation_without_waiting(self, jobs: JobStore, path: Path) -> None:
+        """Another process's read transaction keeps the WAL: checkpoint() says so at once, and works once it ends."""
+        wal = path.with_name(path.name + "-wal")
+        submit(jobs, "j")
+        reader = sqlite3.connect(path, isolation_level=None)
+        try:
+            reader.execute("BEGIN")
+            reader.execute("SELECT COUNT(*) FROM jobs").fetchone()
+            assert jobs.checkpoint() is False
+            assert wal.stat().st_size > 0
+            reader.execute("COMMIT")
+        finally:
+            reader.close()
+        assert jobs.checkpoint() is True
+        assert wal.stat().st_size == 0
+
     def test_reopen_keeps_everything(self, path: Path) -> None:
         """Closing and reopening the file gives back the same jobs, epochs and events."""
         first = JobStore(path)

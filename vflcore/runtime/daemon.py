@@ -1,4 +1,4 @@
-"""What both daemons share at their entry points: exit codes, log flags and signal handling.
+"""What both daemons share at their entry points: exit codes, log flags (and the log file) and signal handling.
 
 Exit codes (documented in the README):
 
@@ -18,9 +18,12 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from types import FrameType
+from typing import TextIO, cast
 
 from vflcore.errors import ConfigError
+from vflcore.runtime.log_file import LogFile, reopen_on_sighup
 from vflcore.runtime.logs import configure_logging
 from vflcore.runtime.memory import keep_freed_memory
 
@@ -38,15 +41,37 @@ def add_logging_flags(parser: argparse.ArgumentParser) -> None:
         "--log-format",
         choices=("auto", "json", "console"),
         default="auto",
-        help="log rendering on stderr: JSON lines, console, or auto (console on a terminal)",
+        help="log rendering: JSON lines, console, or auto (console on a terminal)",
     )
     parser.add_argument("--log-level", default="info", help="debug, info, warning or error (default: info)")
 
 
+def add_log_file_flag(parser: argparse.ArgumentParser) -> None:
+    """``--log-file PATH``, for the long-running daemons only (a one-off ``vfl-jobs`` has no use for it)."""
+    parser.add_argument(
+        "--log-file",
+        type=Path,
+        metavar="PATH",
+        help="append the log lines (JSON) to this file instead of stderr, created with mode 0640; "
+        "SIGHUP reopens it, for logrotate (see docs/operations.md)",
+    )
+
+
 def setup_logging(args: argparse.Namespace) -> None:
-    """Logs go to stderr, so stdout stays free for the results a person reads."""
+    """Logs go to stderr, or to ``--log-file``, so stdout stays free for the results a person reads.
+
+    Raises ConfigError, naming the file, if ``--log-file`` cannot be opened, and ValueError for an
+    unknown ``--log-level``; the daemons exit 2 on either.
+    """
     as_json = {"auto": None, "json": True, "console": False}[args.log_format]
-    configure_logging(json=as_json, level=args.log_level, stream=sys.stderr)
+    path: Path | None = getattr(args, "log_file", None)
+    if path is None:
+        configure_logging(json=as_json, level=args.log_level, stream=sys.stderr)
+        return
+    log_file = LogFile(path)
+    # LogFile has the part of TextIO that structlog's PrintLogger and logging's StreamHandler use.
+    configure_logging(json=as_json, level=args.log_level, stream=cast(TextIO, log_file))
+    reopen_on_sighup(log_file)
 
 
 class ShutdownSignals:

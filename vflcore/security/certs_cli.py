@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from cryptography import x509
+from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from vflcore.security.certs import (
     CA_CERT_FILE,
@@ -39,7 +40,12 @@ from vflcore.security.certs import (
     load_ca,
     load_certificate,
 )
-from vflcore.security.identity import operator_from_certificate, party_common_name, party_from_certificate
+from vflcore.security.identity import (
+    caller_from_certificate,
+    operator_from_certificate,
+    party_common_name,
+    party_from_certificate,
+)
 
 _DEFAULT_DNS = ("localhost",)
 _DEFAULT_IPS = ("127.0.0.1",)
@@ -224,16 +230,43 @@ def _caller_command(args: argparse.Namespace) -> None:
 
 def _show(args: argparse.Namespace) -> None:
     cert = load_certificate(args.file)
-    party = party_from_certificate(cert)
-    operator = operator_from_certificate(cert)
     print(f"file:     {args.file}")
     print(f"subject:  {cert.subject.rfc4514_string()}")
     print(f"issuer:   {cert.issuer.rfc4514_string()}")
     print(f"SANs:     {', '.join(_san_entries(cert)) or 'none'}")
     print(f"valid:    {_when(cert.not_valid_before_utc)} to {_when(cert.not_valid_after_utc)} ({_status(cert)})")
-    print(f"party:    {party if party is not None else 'none (not a party certificate)'}")
-    print(f"operator: {operator if operator is not None else 'none (not an operator certificate)'}")
+    print(_role_line(cert))
     print(f"CA:       {'yes' if is_ca(cert) else 'no'}")
+
+
+def _role_line(cert: x509.Certificate) -> str:
+    """One line naming the role ``cert`` has in the project, labelled by that role.
+
+    One line, not a "none" per role a certificate lacks: a caller's certificate read
+    ``party: none``, ``operator: none`` and never said what it was.
+    """
+    party = party_from_certificate(cert)
+    if party is not None:
+        return f"party:    {party} (joins the jobs that name party {party})"
+    operator = operator_from_certificate(cert)
+    if operator is not None:
+        return f"operator: {operator} (submits, lists, watches and cancels jobs; not a party)"
+    caller = caller_from_certificate(cert)
+    if caller is not None:
+        return f"caller:   {caller} (calls the inference endpoint; not a party, not an operator)"
+    if is_ca(cert):
+        return "role:     the CA (signs the project's certificates)"
+    if _is_server(cert):
+        return "role:     server (the certificate vfl-server presents to parties and callers)"
+    return "role:     none (not a party, operator, caller or server certificate of vfl-certs)"
+
+
+def _is_server(cert: x509.Certificate) -> bool:
+    try:
+        usages = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    except x509.ExtensionNotFound:
+        return False
+    return ExtendedKeyUsageOID.SERVER_AUTH in usages
 
 
 def _say_wrote(issued: IssuedCert, what: str) -> None:

@@ -1,4 +1,4 @@
-"""Say who a certificate, or a gRPC peer, is: a party, an operator, or neither.
+"""Say who a certificate, or a gRPC peer, is: a party, an operator, an inference caller, or none of them.
 
 Every certificate comes from the one project CA (``vfl-certs``) and has one of four roles:
 
@@ -7,8 +7,10 @@ Every certificate comes from the one project CA (``vfl-certs``) and has one of f
   passive parties are 2, 3, ...
 - **operator** NAME: CN ``NAME`` and URI SAN ``vfl://operator/NAME``. It submits, lists, watches
   and cancels jobs on the Control service; it is never a party.
-- **caller** (inference): CN ``NAME`` and no ``vfl://`` SAN; here it is neither a party nor an
-  operator. The inference endpoint accepts it, as it accepts any client certificate of the CA.
+- **caller** (inference) NAME: CN ``NAME``, no ``vfl://`` SAN, and a client certificate
+  (clientAuth, not a CA). It is neither a party nor an operator; the inference endpoint accepts
+  it, as it accepts any client certificate of the CA. ``caller_from_certificate`` names it for
+  people (``vfl-certs show``); no server decision rests on it, since "no role" is all a caller has.
 - **server**: serverAuth only, with DNS and IP SANs; here it is neither a party nor an operator.
 
 A role is read from two places that must agree: the CN and the single URI SAN of that role.
@@ -24,7 +26,7 @@ import re
 from collections.abc import Mapping, Sequence
 
 from cryptography import x509
-from cryptography.x509.oid import NameOID
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 _CN_PATTERN = re.compile(r"party-([1-9][0-9]{0,8})")
 _URI_PREFIX = "vfl://party/"
@@ -68,6 +70,24 @@ def operator_from_certificate(cert: x509.Certificate) -> str | None:
     """The operator name that ``cert`` names in both its CN and its URI SAN, or None if it is not an operator's."""
     common_names, uris = _names(cert)
     return _agreeing_operator(common_names, uris)
+
+
+def caller_from_certificate(cert: x509.Certificate) -> str | None:
+    """The caller name of an inference caller's certificate (``vfl-certs caller NAME``), or None for any other.
+
+    A caller's certificate is what is left of the client certificates once parties and operators
+    are taken out: one CN that does not read as ``party-N``, no ``vfl://`` URI SAN, clientAuth in
+    its extended key usage, and not a CA. The server's certificate (serverAuth only) and the CA are
+    not callers.
+    """
+    common_names, uris = _names(cert)
+    if len(common_names) != 1 or common_names[0].startswith("party-") or not common_names[0]:
+        return None
+    if any(uri.startswith("vfl://") for uri in uris):  # a role of this project's, or one it does not know
+        return None
+    if not _is_client_leaf(cert):
+        return None
+    return common_names[0]
 
 
 def party_from_auth_context(auth_context: Mapping[str, Sequence[bytes]]) -> int | None:
@@ -139,6 +159,19 @@ def _names(cert: x509.Certificate) -> tuple[list[str], list[str]]:
     except x509.ExtensionNotFound:
         return common_names, []
     return common_names, san.get_values_for_type(x509.UniformResourceIdentifier)
+
+
+def _is_client_leaf(cert: x509.Certificate) -> bool:
+    """Whether ``cert`` may authenticate a TLS client (extended key usage clientAuth) and is no CA."""
+    try:
+        usages = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    except x509.ExtensionNotFound:
+        return False
+    try:
+        is_ca = cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    except x509.ExtensionNotFound:
+        is_ca = False
+    return ExtendedKeyUsageOID.CLIENT_AUTH in usages and not is_ca
 
 
 def _agreeing_party(common_names: Sequence[str], uris: Sequence[str]) -> int | None:

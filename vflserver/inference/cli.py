@@ -66,12 +66,17 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--port-file", type=Path, help="write 'grpc_port rest_port' here once listening")
     flags.add_insecure(p)
     daemon.add_logging_flags(p)
+    daemon.add_log_file_flag(p)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    daemon.setup_logging(args)
+    try:
+        daemon.setup_logging(args)
+    except (ConfigError, ValueError) as exc:  # --log-file cannot be opened, or an unknown --log-level
+        print(f"vfl-serve: {exc}", file=sys.stderr)
+        return daemon.EXIT_CONFIG
     try:
         document = flags.document(args)
         serving = serving_config_from(document, args.config)
