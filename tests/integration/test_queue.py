@@ -57,4 +57,5 @@ def test_a_lost_party_holds_only_the_jobs_that_need_it(pki: Pki, digits_data: Pa
             resumed, started = jobs.get("trains").ended_at, jobs.get("needs-3").started_at
             assert resumed is not None and started is not None and started >= resumed
     finally:
+        run.stop()  # SIGTERM, then up to 60 s each: the server's exit may take longer than close() waits
         run.close()
