@@ -132,7 +132,8 @@ class JobQueue:
             return False  # the runner fails it as soon as it is free
         queued_at = self._plans[job_id][1]
         missing = tuple(p for p in plan.job.passive_parties if not self.board.connected(p))
-        for party in missing:
+        announced = job_id in self._held  # its history says whom it waits for before it fails for them
+        for party in missing if announced else ():
             if now - absent_since(queued_at, self.board.presence.last_seen(party)) >= plan.join_timeout_s:
                 exc = did_not_connect(party, plan.join_timeout_s)
                 log.error("job_failed", job=job_id, error=str(exc))
