@@ -138,3 +138,89 @@ class TestOneMessage:
         assert error.startswith("party 3 is unavailable: it did not come back within 120 s ([server] party_timeout_s")
         finish = active.parties.member(3).tasks.get_nowait()
         assert isinstance(finish, Finish) and finish.message == f"the active party stopped the job: {error}"
+
+
+def _store_with(tmp_path: Path, *jobs: tuple[str, list[int], float]) -> JobStore:
+    """A store holding queued jobs (id, passive parties, join_timeout_s) in that order."""
+    store = JobStore(tmp_path / "jobs.sqlite")
+    for job_id, parties, join_timeout_s in jobs:
+        document = {"job": {"job_id": job_id, "algorithm": "splitnn", "passive_parties": parties}}
+        document["job"]["join_timeout_s"] = join_timeout_s
+        store.submit(job_id, document, algorithm="splitnn", epochs=1, submitter="alice")
+    return store
+
+
+def _parked(tmp_path: Path, job_id: str, deadline: float) -> ParkedJob:
+    job = JobSpec(job_id, algorithm="splitnn", passive_parties=(3,))
+    lost = PartyLost(3, "its connection to the server closed", since=deadline - 120)
+    return ParkedJob(JobPlan(job, {}, join_timeout_s=60), _table(tmp_path), lost, deadline)
+
+
+class TestJobQueue:
+    def test_a_parked_job_past_its_deadline_fails_with_the_one_wording(self, tmp_path: Path) -> None:
+        """The time keeper fails it, naming the party, the limit as configured and the last checkpoint."""
+        settings = ServerSettings(run_dir=tmp_path / "runs", party_timeout_s=120)
+        store = _store_with(tmp_path, ("paused", [3], 60))
+        try:
+            runner = JobRunner(store, JobBoard(), ServerConfig(tls=None, datasets={}, settings=settings))
+            store.set_state("paused", "aligning")
+            store.set_state("paused", "waiting", "waiting for party 3")
+            runner.queue.park("paused", _parked(tmp_path, "paused", time.monotonic() - 1))
+            assert runner.queue.expire() == ["paused"]
+            record = store.get("paused")
+        finally:
+            store.close()
+        assert record.state == "failed"
+        assert record.error.startswith("party 3 is unavailable: it did not come back within 120 s")
+        assert "no checkpoint has been saved yet" in record.error
+
+    def test_a_parked_job_is_cancelled_at_once(self, tmp_path: Path) -> None:
+        """It holds no runner to stop: the cancel ends it there and then."""
+        settings = ServerSettings(run_dir=tmp_path / "runs")
+        store = _store_with(tmp_path, ("paused", [3], 60))
+        try:
+            runner = JobRunner(store, JobBoard(), ServerConfig(tls=None, datasets={}, settings=settings))
+            store.set_state("paused", "aligning")
+            store.set_state("paused", "waiting", "waiting for party 3")
+            runner.queue.park("paused", _parked(tmp_path, "paused", time.monotonic() + 600))
+            record = runner.cancel("paused", "alice")
+            assert runner.queue.expire() == []
+        finally:
+            store.close()
+        assert (record.state, record.error) == ("cancelled", "cancelled by alice")
+
+    def test_a_queued_job_says_whom_it_waits_for_then_fails_for_them(self, tmp_path: Path) -> None:
+        """First its message names party 4; after its join limit without party 4, it fails naming it."""
+        settings = ServerSettings(run_dir=tmp_path / "runs")
+        store = _store_with(tmp_path, ("needs-4", [4], 0.01))
+        try:
+            runner = JobRunner(store, JobBoard(), ServerConfig(tls=None, datasets={}, settings=settings))
+            assert runner.queue.expire() == []
+            assert store.get("needs-4").state == "queued"
+            time.sleep(0.05)  # past its 0.01 s limit (not a timing assertion: the order of events is)
+            assert runner.queue.expire() == ["needs-4"]
+            events = [(e.state, e.message) for e in store.events("needs-4")]
+        finally:
+            store.close()
+        assert [state for state, _ in events] == ["queued", "queued", "failed"]
+        assert events[1][1].startswith("waiting for party 4 to connect")
+        assert events[2][1].startswith("party 4 is unavailable: its daemon was not connected to the server for 0.01 s")
+
+    def test_the_runner_takes_the_job_whose_parties_are_connected(self, tmp_path: Path) -> None:
+        """Party 3 is away: the older job that needs it waits, the younger one for party 2 alone is taken."""
+        clock = _Clock()
+        board = JobBoard(PartyPresence(clock=clock))
+        settings = ServerSettings(run_dir=tmp_path / "runs")
+        store = _store_with(tmp_path, ("needs-3", [2, 3], 60), ("only-2", [2], 60))
+        try:
+            runner = JobRunner(store, board, ServerConfig(tls=None, datasets={}, settings=settings))
+            board.presence.seen(2)
+            with runner._lock:
+                picked = runner.queue.next_job()
+            assert picked is not None and picked[0].job_id == "only-2" and picked[1] is None
+            board.presence.seen(3)
+            with runner._lock:
+                picked = runner.queue.next_job()
+            assert picked is not None and picked[0].job_id == "needs-3"
+        finally:
+            store.close()

@@ -125,6 +125,7 @@ class JobRunner:
                 self._cancels[job_id] = by
             active = self._active
         if parked:
+            log.info("job_cancel_requested", job=job_id, by=by)
             self.listener.ended(self.store.get(job_id), None, None)
             return self.store.get(job_id)
         if active is not None and active.job.job_id == job_id:
