@@ -195,10 +195,17 @@ class TestReconnect:
                 assert history["before-restart"].state == "finished"
                 assert history["long"].state in ("queued", "aligning", "training"), history["long"]
                 # Cancel once the runner has taken the job up again: cancelled while still queued, it
-                # would end without resuming (a race the CI run of 2026-11-25 lost once).
-                _wait_for_event(jobs, "long", "then resume from the newest checkpoint")
+                # would end without resuming (a race the CI run of 2026-11-25 lost once). One watch,
+                # begun before the cancel, reads it all: a watch begun after the job ended stops at
+                # its first ended state, the "interrupted" before the restart.
+                watch = jobs.watch("long")
+                events = []
+                for event in watch:
+                    events.append(str(event))
+                    if "then resume from the newest checkpoint" in events[-1]:
+                        break
                 jobs.cancel("long")
-                events = [str(event) for event in jobs.watch("long")]
+                events += [str(event) for event in watch]
                 assert any("interrupted" in line and "during training" in line for line in events), events
                 assert any("resuming after" in line for line in events), events
                 assert jobs.get("long").state == "cancelled"
