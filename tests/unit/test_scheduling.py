@@ -189,6 +189,21 @@ class TestJobQueue:
             store.close()
         assert (record.state, record.error) == ("cancelled", "cancelled by alice")
 
+    def test_a_parked_job_is_interrupted_when_the_server_stops(self, tmp_path: Path) -> None:
+        """As a running job is: the next start queues it again, to resume from its checkpoints."""
+        settings = ServerSettings(run_dir=tmp_path / "runs")
+        store = _store_with(tmp_path, ("paused", [3], 60))
+        try:
+            runner = JobRunner(store, JobBoard(), ServerConfig(tls=None, datasets={}, settings=settings))
+            store.set_state("paused", "aligning")
+            store.set_state("paused", "waiting", "waiting for party 3")
+            runner.queue.park("paused", _parked(tmp_path, "paused", time.monotonic() + 600))
+            runner._interrupt_parked()
+            record = store.get("paused")
+        finally:
+            store.close()
+        assert (record.state, record.error) == ("interrupted", "the server stopped during waiting after 0 of 1 epochs")
+
     def test_a_queued_job_says_whom_it_waits_for_then_fails_for_them(self, tmp_path: Path) -> None:
         """First its message names party 4; after its join limit without party 4, it fails naming it."""
         settings = ServerSettings(run_dir=tmp_path / "runs")
