@@ -5,7 +5,7 @@ submit path and then written to its job store as finished after 2 epochs (a run 
 passive daemons; tests/integration/test_service.py does that with processes). Once it runs, two real
 jobs name party 4, which never connects: "broke" fails after its 0.5 s join timeout, and "blocker"
 waits ``queued`` for it for ten minutes. No party's daemon runs, so every job submitted after them
-stays ``queued`` too, waiting for its parties to connect. Tests
+stays ``queued`` too, until its parties connect. Tests
 that submit use their own job ids and never make a job finish or fail, so "done" stays the only
 finished job and "broke" the only failed one, whatever order the tests run in.
 
@@ -85,7 +85,7 @@ def service(pki: Pki, digits_data: Path, tmp_path_factory: pytest.TempPathFactor
             jobs.submit(job_document("blocker", "splitnn", passive_parties=[4], join_timeout_s=BLOCKER_WAIT_S))
             assert jobs.wait("broke").state == "failed"
             for event in jobs.watch("blocker"):
-                if event.message.startswith("waiting for party 4 to connect"):
+                if event.message.startswith("party 4 is not connected"):
                     break
             # After that event the runner logs once more (job_held), then nothing about it until the
             # service stops; wait for that line here, or it may land in a later test's captured stdout.
@@ -147,7 +147,7 @@ class TestJobClient:
         """The events of a job that failed end with the failure and its reason."""
         events = list(client.watch("broke"))
         assert [e.state for e in events] == ["queued", "queued", "failed"]
-        assert events[1].message.startswith("waiting for party 4 to connect")
+        assert events[1].message.startswith("party 4 is not connected")
         assert "party 4" in events[-1].message and not events[-1].final_metrics
 
     def test_wait_returns_the_ended_job(self, client: JobClient) -> None:

@@ -52,7 +52,7 @@ def test_a_lost_party_holds_only_the_jobs_that_need_it(pki: Pki, digits_data: Pa
             trains = finish_job(jobs, run, "trains")
             needs_3 = finish_job(jobs, run, "needs-3")
             assert any("waiting for party 3" in line for line in trains), trains
-            assert any("state queued: waiting for party 3 to connect" in line for line in needs_3), needs_3
+            assert any("state queued: party 3 is not connected" in line for line in needs_3), needs_3
             # Submission order among runnable jobs: the parked job resumed before "needs-3" started.
             resumed, started = jobs.get("trains").ended_at, jobs.get("needs-3").started_at
             assert resumed is not None and started is not None and started >= resumed

@@ -212,7 +212,7 @@ class TestReconnect:
                 for job_id in ("queued-1", "queued-2"):
                     assert jobs.wait(job_id).state == "finished", run.tail()
                 assert jobs.get("held").state == "queued"
-                _wait_for_event(jobs, "held", "waiting for party 4 to connect")
+                _wait_for_event(jobs, "held", "party 4 is not connected")
             assert all(run.alive().values())  # the same client daemons, reconnected by themselves
         finally:
             run.stop()

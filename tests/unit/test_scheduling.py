@@ -52,8 +52,8 @@ class TestNextTurn:
         assert turn.start is None and turn.held == {"a": (3, 4)}
 
     def test_the_message_names_the_parties(self) -> None:
-        assert waiting_message([3]).startswith("waiting for party 3 to connect")
-        assert waiting_message([3, 4]).startswith("waiting for parties [3, 4] to connect")
+        assert waiting_message([3]).startswith("party 3 is not connected; the job starts once it is")
+        assert waiting_message([3, 4]).startswith("parties [3, 4] are not connected")
 
 
 class TestLimits:
@@ -218,7 +218,7 @@ class TestJobQueue:
         finally:
             store.close()
         assert [state for state, _ in events] == ["queued", "queued", "failed"]
-        assert events[1][1].startswith("waiting for party 4 to connect")
+        assert events[1][1].startswith("party 4 is not connected")
         assert events[2][1].startswith("party 4 is unavailable: its daemon was not connected to the server for 0.01 s")
 
     def test_the_runner_takes_the_job_whose_parties_are_connected(self, tmp_path: Path) -> None:

@@ -73,10 +73,18 @@ def absent_since(queued_at: float, last_seen: float | None) -> float:
 
 
 def waiting_message(missing: Sequence[int]) -> str:
-    """A queued job's message while parties it names are not connected."""
+    """A queued job's message while parties it names are not connected.
+
+    Not "waiting for party N", the words of a job paused for a lost party: an operator (or a
+    script) that looks for a pause must not find a job that merely has not started.
+    """
     if len(missing) == 1:
-        return f"waiting for party {missing[0]} to connect; jobs that do not need it run meanwhile"
-    return f"waiting for parties {list(missing)} to connect; jobs that do not need them run meanwhile"
+        party = missing[0]
+        return f"party {party} is not connected; the job starts once it is, and jobs that do not need it run meanwhile"
+    return (
+        f"parties {list(missing)} are not connected; the job starts once they are, and jobs that do not need them "
+        "run meanwhile"
+    )
 
 
 #: A queued job's message once the parties it waited for are connected again.
