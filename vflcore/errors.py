@@ -153,7 +153,17 @@ class PartyLost(PartyUnavailable):
 
     Unlike a party that reported a failure, a lost party may come back: the service pauses the
     job and resumes it from the newest checkpoint every party holds once it has rejoined.
+
+    ``since`` is when the loss happened (``time.monotonic()``): the moment its connection closed
+    or it was last heard from, not the moment the server noticed. ``[server] party_timeout_s``
+    counts from it, so a grace period spent noticing is not added to the operator's limit.
     """
+
+    since: float | None
+
+    def __init__(self, party: int, reason: str, *, since: float | None = None) -> None:
+        super().__init__(party, reason)
+        self.since = since
 
 
 class Overloaded(VflError):

@@ -153,12 +153,12 @@ class TestMetrics:
                 stub.Submit(pb.SubmitRequest(job_document=json.dumps(job_document("behind", "splitnn"))), timeout=10)
                 assert _code(lambda: stub.Get(pb.JobRef(job_id="ghost"), timeout=10)) == grpc.StatusCode.NOT_FOUND
             deadline = time.monotonic() + 30
-            while service.store.get("waits").state != "aligning" and time.monotonic() < deadline:
-                service.store.wait_for_events("waits", len(service.store.events("waits")), timeout_s=0.5)
+            while len(service.store.events("behind")) < 2 and time.monotonic() < deadline:  # both held
+                service.store.wait_for_events("behind", len(service.store.events("behind")), timeout_s=0.5)
             assert service.metrics_port is not None
             with urllib.request.urlopen(f"http://127.0.0.1:{service.metrics_port}/metrics", timeout=10) as reply:
                 scrape = reply.read().decode()
-            assert 'vfl_jobs{state="queued"} 1.0' in scrape  # "behind" waits behind "waits"
+            assert 'vfl_jobs{state="queued"} 2.0' in scrape  # both wait for parties that never connected
             assert 'vfl_rpc_total{code="OK",method="Submit",service="vfl.v1.Control"} 2.0' in scrape
             assert 'vfl_rpc_total{code="NOT_FOUND",method="Get",service="vfl.v1.Control"} 1.0' in scrape
         finally:

@@ -4,7 +4,8 @@ One service serves the module. Before it starts, job "done" is submitted through
 submit path and then written to its job store as finished after 2 epochs (a run to the end needs
 passive daemons; tests/integration/test_service.py does that with processes). Once it runs, two real
 jobs name party 4, which never connects: "broke" fails after its 0.5 s join timeout, and "blocker"
-waits in ``aligning`` for ten minutes, which keeps every job submitted after it ``queued``. Tests
+waits ``queued`` for it for ten minutes. No party's daemon runs, so every job submitted after them
+stays ``queued`` too, until its parties connect. Tests
 that submit use their own job ids and never make a job finish or fail, so "done" stays the only
 finished job and "broke" the only failed one, whatever order the tests run in.
 
@@ -70,7 +71,11 @@ def _write_finished_job(service: Service) -> None:
 
 @pytest.fixture(scope="module")
 def service(pki: Pki, digits_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
-    """The module's service with "done" (finished), "broke" (failed) and "blocker" (aligning) in its store."""
+    """The module's service with "done" (finished), "broke" (failed) and "blocker" (queued) in its store.
+
+    No party's daemon runs: "broke" and "blocker" wait for party 4 to connect, and "broke" fails
+    after its join_timeout_s of 0.5 s.
+    """
     service = Service(server_config_from(_config(tmp_path_factory.mktemp("job-client"), digits_data, pki)))
     try:
         _write_finished_job(service)  # before start(): the runner cannot take it while it is queued
@@ -78,15 +83,14 @@ def service(pki: Pki, digits_data: Path, tmp_path_factory: pytest.TempPathFactor
         with structlog.testing.capture_logs() as logs, _client(service, pki.operator_files("alice")) as jobs:
             jobs.submit(BROKE)
             jobs.submit(job_document("blocker", "splitnn", passive_parties=[4], join_timeout_s=BLOCKER_WAIT_S))
-            # The runner takes jobs in order: once "blocker" is aligning, "broke" has ended.
+            assert jobs.wait("broke").state == "failed"
             for event in jobs.watch("blocker"):
-                if event.state == "aligning":
+                if event.message.startswith("party 4 is not connected"):
                     break
-            assert jobs.get("broke").state == "failed"
-            # After that event the runner logs once more, as the blocker starts to wait, then nothing until
-            # the service stops; wait for that line here, or it may land in a later test's captured stdout.
+            # After that event the runner logs once more (job_held), then nothing about it until the
+            # service stops; wait for that line here, or it may land in a later test's captured stdout.
             deadline = time.monotonic() + 10
-            while not any(e["event"] == "waiting_for_parties" and e["timeout_s"] == BLOCKER_WAIT_S for e in logs):
+            while not any(e["event"] == "job_held" and e["job"] == "blocker" for e in logs):
                 assert time.monotonic() < deadline, logs
                 time.sleep(0.01)
         yield service
@@ -110,7 +114,7 @@ class TestJobClient:
         broke = client.get("broke")
         assert (broke.state, broke.ended, broke.epochs_done, broke.submitter) == ("failed", True, 0, "alice")
         assert "party 4" in broke.error
-        assert broke.started_at is not None and broke.ended_at is not None
+        assert broke.started_at is None and broke.ended_at is not None  # it failed while queued
         assert broke.document == BROKE
         done = client.get("done")
         assert (done.state, done.epochs_done, done.epochs, done.final_metrics) == ("finished", 2, 2, {"accuracy": 0.9})
@@ -142,7 +146,8 @@ class TestJobClient:
     def test_watch_a_failed_job(self, client: JobClient) -> None:
         """The events of a job that failed end with the failure and its reason."""
         events = list(client.watch("broke"))
-        assert [e.state for e in events] == ["queued", "aligning", "failed"]
+        assert [e.state for e in events] == ["queued", "queued", "failed"]
+        assert events[1].message.startswith("party 4 is not connected")
         assert "party 4" in events[-1].message and not events[-1].final_metrics
 
     def test_wait_returns_the_ended_job(self, client: JobClient) -> None:
@@ -164,7 +169,7 @@ class TestJobClient:
     def test_list_filters_by_state(self, client: JobClient) -> None:
         """list() passes the states on; jobs come back newest first, as Jobs without history."""
         assert [j.id for j in client.list(["failed"])] == ["broke"]
-        assert [j.id for j in client.list(["finished", "aligning"])] == ["blocker", "done"]
+        assert [j.id for j in client.list(["finished", "failed"])] == ["broke", "done"]
         everything = client.list()
         assert [j.id for j in everything][-3:] == ["blocker", "broke", "done"]  # the oldest three
         assert all(j.history == [] for j in everything)

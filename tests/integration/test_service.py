@@ -169,10 +169,11 @@ class TestReconnect:
     def test_a_server_restart_keeps_history_and_queue_and_the_clients_come_back(
         self, pki: Pki, digits_data: Path, tmp_path: Path
     ) -> None:
-        """1 finished, 1 running (blocked on a party that never comes), 2 queued; restart; the queue runs.
+        """1 finished, 1 training, 2 queued behind it, 1 held for a party that never comes; restart; the queue runs.
 
-        The running job resumes first after the restart (it was interrupted, then queued again);
-        cancelling it lets the two queued jobs run on the same, reconnected client daemons.
+        The training job resumes first after the restart (it was interrupted, then queued again);
+        cancelling it lets the two queued jobs run on the same, reconnected client daemons. The
+        held job waits for party 4 before and after the restart, and holds up none of them.
         """
         run = ServiceRun(tmp_path, pki, digits_data, serving=False)
         try:
@@ -181,30 +182,40 @@ class TestReconnect:
             with _jobs(run, pki) as jobs:
                 state, lines = _run_to_end(jobs, job_document("before-restart", "splitnn"))
                 assert state == "finished", lines
-                blocked = job_document("blocked", "splitnn", passive_parties=[2, 3, 4], join_timeout_s=600)
-                jobs.submit(blocked)
+                jobs.submit(job_document("held", "splitnn", passive_parties=[2, 3, 4], join_timeout_s=600))
+                jobs.submit(job_document("long", "splitnn", epochs=50, batch_size=8))
                 for job_id in ("queued-1", "queued-2"):
                     jobs.submit(job_document(job_id, "splitnn"))
-                _wait_for_state(jobs, "blocked", "aligning")
-                assert [j.state for j in jobs.list(states=["queued"])] == ["queued", "queued"]
+                _wait_for_state(jobs, "long", "training")
+                assert [j.id for j in jobs.list(states=["queued"])] == ["queued-2", "queued-1", "held"]
             assert run.stop(["server"]) == {"server": 0}
             run.start_server(run.address)
             with _jobs(run, pki) as jobs:
                 history = {job.id: job for job in jobs.list()}
                 assert history["before-restart"].state == "finished"
-                assert history["blocked"].state in ("queued", "aligning"), history["blocked"]
+                assert history["long"].state in ("queued", "aligning", "training"), history["long"]
                 # Cancel once the runner has taken the job up again: cancelled while still queued, it
-                # would end without the resume event (a race the CI run of 2026-11-25 lost once).
-                _wait_for_event(jobs, "blocked", "resuming after 0 of 1 epochs")
-                jobs.cancel("blocked")
-                events = [str(event) for event in jobs.watch("blocked")]
-                assert any("interrupted" in line and "during aligning" in line for line in events), events
-                assert any("resuming after 0 of 1 epochs" in line for line in events), events
-                assert jobs.get("blocked").state == "cancelled"
+                # would end without resuming (a race the CI run of 2026-11-25 lost once). One watch,
+                # begun before the cancel, reads it all: a watch begun after the job ended stops at
+                # its first ended state, the "interrupted" before the restart.
+                watch = jobs.watch("long")
+                events = []
+                for event in watch:
+                    events.append(str(event))
+                    if "then resume from the newest checkpoint" in events[-1]:
+                        break
+                jobs.cancel("long")
+                events += [str(event) for event in watch]
+                assert any("interrupted" in line and "during training" in line for line in events), events
+                assert any("resuming after" in line for line in events), events
+                assert jobs.get("long").state == "cancelled"
                 for job_id in ("queued-1", "queued-2"):
                     assert jobs.wait(job_id).state == "finished", run.tail()
+                assert jobs.get("held").state == "queued"
+                _wait_for_event(jobs, "held", "party 4 is not connected")
             assert all(run.alive().values())  # the same client daemons, reconnected by themselves
         finally:
+            run.stop()
             run.close()
 
 

@@ -138,6 +138,8 @@ class TestTransitions:
             ["aligning", "cancelled"],
             ["aligning", "training", "failed"],
             ["aligning", "training", "interrupted", "queued", "aligning"],
+            ["queued", "queued", "aligning"],
+            ["aligning", "waiting", "waiting", "training", "finished"],
         ],
         ids=lambda states: "-".join(states),
     )
@@ -154,7 +156,7 @@ class TestTransitions:
             ([], "training"),
             ([], "finished"),
             ([], "interrupted"),
-            ([], "queued"),
+            ([], "waiting"),
             (["aligning"], "queued"),
             (["aligning", "training"], "aligning"),
             (["aligning", "training", "finished"], "failed"),

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
 import pytest
 
+from vflcore.absence import did_not_come_back, did_not_join
 from vflcore.errors import JoinRejected, PartyLost, PartyUnavailable, TensorError
 from vflcore.job import JobSpec, Position
 from vflcore.wire.tensors import TensorKey
@@ -183,3 +185,53 @@ class TestRejoinAServedModel:
         assert board.next_offer(3, 0, lambda: True) is None
         with pytest.raises(JoinRejected, match="joined too late"):
             parties.join(3, b"", 10, frozenset(), ())
+
+
+class TestWhenTheLossHappened:
+    """``PartyLost.since`` is the loss itself, so ``party_timeout_s`` is not counted from its detection."""
+
+    def test_a_closed_stream_is_lost_since_it_closed(self) -> None:
+        """The grace period spent noticing is not part of it: ``since`` is the stream's close."""
+        parties = _online()
+        parties.leave(3, _session(parties, 3))
+        closed = parties.member(3).offline_since
+        with pytest.raises(PartyLost) as lost:
+            parties.check_online(3)
+        assert closed is not None and lost.value.since == closed
+
+    def test_a_silent_party_is_lost_since_it_was_last_heard_from(self) -> None:
+        """Not since heartbeat_timeout_s ran out: since its last Heartbeat."""
+        parties = _online(heartbeat_timeout_s=0.01)
+        heard = parties.member(2).last_seen
+        time.sleep(0.05)
+        with pytest.raises(PartyLost) as lost:
+            parties.check_online(2)
+        assert lost.value.since == heard
+
+    def test_a_restarted_party_is_lost_since_its_old_stream_closed(self) -> None:
+        """A daemon that restarts after its stream closed: the loss is the close, not its new NextJob."""
+        parties = _online()
+        parties.leave(3, _session(parties, 3))
+        closed = parties.member(3).offline_since
+        parties.lose(3, "it asked for a new job")
+        with pytest.raises(PartyLost) as lost:
+            parties.check_online(3)
+        assert lost.value.since == closed
+
+
+class TestLateParties:
+    def test_the_join_limit_is_worded_by_vflcore_absence(self) -> None:
+        """A party that never joined: the configured limit, the setting and the missing parties, in one sentence."""
+        parties = PassiveParties(JOB)
+        with pytest.raises(PartyUnavailable) as late:
+            parties.wait_until_ready(0.05, threading.Event())
+        assert str(late.value) == str(did_not_join([2, 3], 0.05))
+        assert "party 2 is unavailable: it did not join within 0.05 s" in str(late.value)
+
+    def test_a_caller_words_its_own_limit(self) -> None:
+        """``late`` replaces the default: the runner's words for a resumed job reach the parties unchanged."""
+        parties = PassiveParties(JOB)
+        words = did_not_come_back(3, 120, "its connection to the server closed", "no checkpoint has been saved yet")
+        with pytest.raises(PartyUnavailable) as late:
+            parties.wait_until_ready(0.01, threading.Event(), late=lambda missing: words)
+        assert late.value is words

@@ -3,9 +3,10 @@
 Jobs run one at a time, so at any moment at most one ``PassiveParties`` is open. The gRPC
 handlers look it up here on every call; the runner opens a job's parties when the job starts and
 closes them when it ends. A passive party's daemon waits in ``next_offer`` (the NextJob call)
-until a job that names it is waiting for its parties. A job whose federated model is served
-after training stays open, and a member that asks again (its daemon restarted) is offered it
-once more, to join and load its part again (``vflserver.federation.rejoin``).
+until a job that names it is waiting for its parties; while it waits it counts as connected
+(``presence``), which is what the runner asks before it starts a job (``connected``). A job whose
+federated model is served after training stays open, and a member that asks again (its daemon
+restarted) is offered it once more, to join and load its part again (``vflserver.federation.rejoin``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from vflcore.errors import JoinRejected, PermissionDenied
 from vflcore.job import Offer
 from vflcore.runtime.config import DEFAULT_DATASET
 from vflserver.federation.passive_parties import PassiveParties
+from vflserver.federation.presence import PartyPresence
 
 #: The states of a job's parties in which each party holds a session that a restart breaks.
 IN_PROGRESS = frozenset({"waiting", "aligning", "training"})
@@ -29,7 +31,9 @@ MAX_OFFER_WAIT_S = 60.0
 class JobBoard:
     """The open job (if any), for the handlers; the offers, for the waiting daemons."""
 
-    def __init__(self) -> None:
+    def __init__(self, presence: PartyPresence | None = None) -> None:
+        #: The daemons connected now, by their NextJob calls.
+        self.presence = presence or PartyPresence()
         self._changed = threading.Condition()
         self._parties: PassiveParties | None = None
         self._datasets: dict[int, str] = {}
@@ -55,7 +59,12 @@ class JobBoard:
             self._changed.notify_all()
 
     def close(self, parties: PassiveParties) -> None:
-        """Stop serving ``parties``' job (a no-op if another job is open by now)."""
+        """Stop serving ``parties``' job (a no-op if another job is open by now).
+
+        Its online parties were connected until now: they stay so while they come back to NextJob.
+        """
+        for party in parties.online_parties():
+            self.presence.seen(party)
         with self._changed:
             if self._parties is parties:
                 self._parties, self._datasets, self._models = None, {}, {}
@@ -84,13 +93,20 @@ class JobBoard:
         """The offer once a job that names ``party`` waits for it to join; None after ``wait_s``."""
         deadline = time.monotonic() + min(max(wait_s, 0.0), MAX_OFFER_WAIT_S)
         self._restarted(party)
-        with self._changed:
+        with self.presence.polling(party), self._changed:
             while True:
                 offer = self._offer_for(party)
                 remaining = deadline - time.monotonic()
                 if offer is not None or remaining <= 0 or not active():
                     return offer
                 self._changed.wait(min(remaining, 0.5))
+
+    def connected(self, party: int) -> bool:
+        """Whether ``party``'s daemon is connected: polling NextJob, or online in the open job."""
+        parties = self._parties
+        if parties is not None and party in parties.online_parties():
+            return True
+        return self.presence.connected(party)
 
     def _restarted(self, party: int) -> None:
         """A party that asks for a job while it takes part in one has lost its session: say so now.

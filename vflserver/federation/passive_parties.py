@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import structlog
 
+from vflcore.absence import did_not_join
 from vflcore.errors import JobAborted, JoinRejected, PartyLost, PartyUnavailable
 from vflcore.job import JobSpec, Position
 from vflcore.wire.codecs import FP32, WireCodec, job_codecs
@@ -41,6 +42,8 @@ class _Member:
     failure: str | None = None
     #: Why the party counts as gone although its stream may look open (it restarted, say).
     lost: str | None = None
+    #: When that loss happened (``time.monotonic()``): its stream's close if that came first.
+    lost_at: float | None = None
     #: When the server last heard from it: Join, Subscribe or a Heartbeat.
     last_seen: float = 0.0
     #: Which Subscribe stream is its current one: a stream that closes late must not count.
@@ -274,7 +277,9 @@ class PassiveParties:
         member = self.member(party)
         with self._lock:
             if member.lost is None:
+                now = time.monotonic()
                 member.lost = reason
+                member.lost_at = now if member.online or member.offline_since is None else member.offline_since
         log.warning("party_lost", peer=party, reason=reason)
 
     def report_failure(self, party: int, message: str) -> None:
@@ -283,8 +288,14 @@ class PassiveParties:
         member.failure = message
         log.error("party_failed", peer=party, reason=message)
 
-    def wait_until_ready(self, timeout_s: float, stop: threading.Event) -> None:
-        """Block until every passive party has joined and subscribed."""
+    def wait_until_ready(
+        self, timeout_s: float, stop: threading.Event, *, late: Callable[[list[int]], Exception] | None = None
+    ) -> None:
+        """Block until every passive party has joined and subscribed.
+
+        After ``timeout_s``, raise ``late(missing)``: by default ``vflcore.absence.did_not_join``,
+        the wording the job's error and every party's ``Finish`` share.
+        """
         deadline = time.monotonic() + timeout_s
         with self._lock:
             while not all(m.joined and m.online for m in self._members.values()):
@@ -296,7 +307,7 @@ class PassiveParties:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     missing = [p for p, m in self._members.items() if not (m.joined and m.online)]
-                    raise PartyUnavailable(missing[0], f"did not join within {timeout_s:g} s (missing: {missing})")
+                    raise (late or (lambda absent: did_not_join(absent, timeout_s)))(missing)
                 self._everyone_ready.wait(min(0.5, remaining))
 
     def check_online(self, party: int) -> None:
@@ -304,22 +315,26 @@ class PassiveParties:
 
         A party that reported a failure is PartyUnavailable: it will fail the same way again. A
         party whose stream closed, that went silent or that restarted is PartyLost: it may come
-        back, and the service resumes the job from a checkpoint when it does.
+        back, and the service resumes the job from a checkpoint when it does. The PartyLost says
+        when the loss happened (``since``): the stream's close, or the last sign of life, not now.
         """
         member = self.member(party)
         if member.failure is not None:
             raise PartyUnavailable(party, f"it reported a failure: {member.failure}")
         if member.lost is not None:
-            raise PartyLost(party, member.lost)
+            raise PartyLost(party, member.lost, since=member.lost_at)
         if member.rejoin is not None or member.refused is not None:  # coming back into a served model
-            raise PartyLost(party, self.absence(party) or "it is rejoining")
+            raise PartyLost(party, self.absence(party) or "it is rejoining", since=member.lost_at)
         now = time.monotonic()
         if not member.online:
             since = member.offline_since or now
             if now - since >= self.offline_grace_s:
-                raise PartyLost(party, "its connection to the server closed")
+                raise PartyLost(party, "its connection to the server closed", since=since)
         elif self.heartbeat_timeout_s is not None and now - member.last_seen > self.heartbeat_timeout_s:
-            raise PartyLost(party, f"no heartbeat for {now - member.last_seen:.0f} s ([server] heartbeat_timeout_s)")
+            silent = now - member.last_seen
+            raise PartyLost(
+                party, f"no heartbeat for {silent:.0f} s ([server] heartbeat_timeout_s)", since=member.last_seen
+            )
 
     def online_parties(self) -> list[int]:
         return [p for p, m in self._members.items() if m.online]

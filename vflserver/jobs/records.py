@@ -20,11 +20,13 @@ ENDED = frozenset({"finished", "failed", "cancelled", "interrupted"})  # a Watch
 # The only state changes allowed. A PSI-only job finishes straight after aligning; a job whose
 # party was lost is waiting for it, then aligns again and resumes from a checkpoint; an
 # interrupted job goes back to the queue when the server starts again, to resume the same way.
+# A queued or waiting job may "change" to its own state: a new message, such as the party it
+# now waits for (``vflserver.jobs.scheduling``).
 NEXT_STATES: dict[str, frozenset[str]] = {
-    "queued": frozenset({"aligning", "failed", "cancelled"}),
+    "queued": frozenset({"queued", "aligning", "failed", "cancelled"}),
     "aligning": frozenset({"training", "waiting", "finished", "failed", "cancelled", "interrupted"}),
     "training": frozenset({"waiting", "finished", "failed", "cancelled", "interrupted"}),
-    "waiting": frozenset({"training", "finished", "failed", "cancelled", "interrupted"}),
+    "waiting": frozenset({"waiting", "training", "finished", "failed", "cancelled", "interrupted"}),
     "finished": frozenset(),
     "failed": frozenset(),
     "cancelled": frozenset(),

@@ -1,9 +1,14 @@
-"""Run queued jobs one at a time, in submission order, and record every step in the job store.
+"""Run queued jobs one at a time, by the queue's rule, and record every step in the job store.
 
 The runner is the only writer of a job's progress. For each job it reads the active party's
 dataset, opens the job on the ``JobBoard`` (so that the passive daemons it names get its offer),
 runs ``ActiveParty.run`` and writes each state change and each epoch to the store as it happens.
 Whatever happens to a job, the runner goes on to the next one: a bad job fails alone.
+
+Which job runs next is ``vflserver.jobs.scheduling``'s rule: the oldest whose passive parties
+are all connected. A job paused for a lost party is parked in the ``JobQueue`` rather than waited
+on, so it holds up no other job; a second thread (``_keep_time``) fails parked and queued jobs
+whose time is up, and says in each held job's message which party it waits for.
 
 A cancelled job stops within one training step: ``PassiveParties.abort`` wakes the step waiting
 for a party's tensor, the job ends with ``JobAborted`` and every party is told to drop it.
@@ -14,15 +19,16 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 import structlog
 
 from vflalgorithms.base import algorithm_spec
-from vflcore.data.checkpoints import checkpoint_positions, party_dir
+from vflcore.absence import did_not_come_back
+from vflcore.data.checkpoints import party_dir
 from vflcore.data.tables import DataError, PartyTable
-from vflcore.errors import ConfigError, JobAborted, JobStateError, PartyLost, PartyUnavailable, VflError
+from vflcore.errors import ConfigError, JobAborted, JobStateError, PartyLost, VflError
 from vflcore.job import ACTIVE_PARTY
 from vflcore.ml.onnx_export import MODEL_FILE
 from vflcore.runtime.config import ServerConfig
@@ -34,8 +40,10 @@ from vflserver.inference.federated import FederatedServable
 from vflserver.inference.model_state import ModelState, model_state
 from vflserver.inference.onnx_model import is_standalone, load_servable
 from vflserver.inference.registry import ModelRegistry
+from vflserver.jobs.job_queue import JobQueue, ParkedJob, saved_in_words
 from vflserver.jobs.metrics import ServiceMetrics
 from vflserver.jobs.plan import JobPlan, plan_from_document, read_active_table
+from vflserver.jobs.scheduling import loss_deadline
 from vflserver.jobs.store import ENDED, EpochRecord, JobRecord, JobStore
 from vflserver.training.active_party import ActiveParty
 from vflserver.training.reports import EpochReport, RunSummary
@@ -54,6 +62,10 @@ class JobListener:
 
     def ended(self, record: JobRecord, summary: RunSummary | None, active: ActiveParty | None) -> None:
         """``job_id`` ended (``record.state`` says how); ``summary`` is set if it finished."""
+
+
+#: How often the time keeper looks at the parked and queued jobs.
+KEEPER_INTERVAL_S = 0.5
 
 
 class JobRunner:
@@ -80,13 +92,18 @@ class JobRunner:
         self._active: ActiveParty | None = None  # the running job's active party
         self._cancels: dict[str, str] = {}  # job id -> who cancelled it, until its runner sees it
         self._serving: ActiveParty | None = None  # a federated model kept served after its job
+        #: The queued and the parked jobs, and the rule for which starts next.
+        self.queue = JobQueue(store, board, self.settings, self._lock, self._end)
         self._thread = threading.Thread(target=self._loop, name="job-runner", daemon=True)
+        self._keeper = threading.Thread(target=self._keep_time, name="job-deadlines", daemon=True)
+        board.presence.on_arrival(self.wake)  # a daemon that connects may let a held job start
 
     # ---- control ------------------------------------------------------------------------------
 
     def start(self) -> None:
         self._serve_saved_artifacts()
         self._thread.start()
+        self._keeper.start()
 
     def wake(self) -> None:
         """A job was queued: look at the queue now rather than at the next poll."""
@@ -102,8 +119,16 @@ class JobRunner:
                 self.store.set_state(job_id, "cancelled", f"cancelled by {by} before it started")
                 self._count_end("cancelled")
                 return self.store.get(job_id)
-            self._cancels[job_id] = by
+            parked = self.queue.unpark(job_id)  # waiting for a party, off the runner
+            if parked:
+                self._end(job_id, "cancelled", f"cancelled by {by}")
+            else:
+                self._cancels[job_id] = by
             active = self._active
+        if parked:
+            log.info("job_cancel_requested", job=job_id, by=by)
+            self.listener.ended(self.store.get(job_id), None, None)
+            return self.store.get(job_id)
         if active is not None and active.job.job_id == job_id:
             _abort(active, JobAborted(f"cancelled by {by}"))
         log.info("job_cancel_requested", job=job_id, by=by)
@@ -125,55 +150,90 @@ class JobRunner:
 
     def _loop(self) -> None:
         while not self._stopping.is_set():
-            record = self.store.next_queued()
-            if record is None:
+            picked = self._next_job()
+            if picked is None:
                 self._wake.wait(0.5)
                 self._wake.clear()
                 continue
+            record, parked = picked
             self._retire_served(f"job {record.job_id} starts")
             try:
-                self._run(record)
+                self._run(record, parked)
             except Exception:  # never lose the runner: the next job must still run
                 log.exception("runner_failed", job=record.job_id)
                 try:
                     self._end(record.job_id, "failed", "internal error in the job runner; see the server log")
                 except JobStateError:  # it had ended already (cancelled meanwhile): nothing to record
                     log.warning("runner_end_skipped", job=record.job_id, state=self.store.get(record.job_id).state)
+        self._interrupt_parked()
 
-    def _run(self, record: JobRecord) -> None:
-        """Run one job to its end: a lost party pauses it, and it resumes once every party is back.
+    def _next_job(self) -> tuple[JobRecord, ParkedJob | None] | None:
+        with self._lock:
+            return self.queue.next_job()
+
+    def _keep_time(self) -> None:
+        """Fail the held jobs whose time is up, and keep each held job's message true, until stopped."""
+        while not self._stopping.wait(KEEPER_INTERVAL_S):
+            try:
+                ended = self.queue.expire()
+            except Exception:  # a store that closed under it at shutdown, say: try again next time
+                if not self._stopping.is_set():
+                    log.exception("deadline_check_failed")
+                continue
+            for job_id in ended:
+                self.listener.ended(self.store.get(job_id), None, None)
+
+    def _interrupt_parked(self) -> None:
+        """At shutdown: the parked jobs are interrupted, as a running one is, to resume at the next start."""
+        with self._lock:
+            parked = self.queue.take_parked()
+        for job_id in parked:
+            record = self.store.get(job_id)
+            self._end(
+                job_id,
+                "interrupted",
+                f"the server stopped during {record.state} after {record.epochs_done} of {record.epochs} epochs",
+            )
+
+    # ---- one job ------------------------------------------------------------------------------
+
+    def _run(self, record: JobRecord, parked: ParkedJob | None = None) -> None:
+        """Run one attempt of a job: to its end, or until a lost party parks it (``ParkedJob``).
 
         Each attempt is a fresh ``ActiveParty`` on the board. A job that ran before (this server
-        restarted) and every attempt after a lost party resume from the newest checkpoint that
-        every party holds; a job that never ran starts afresh.
+        restarted) and a parked job resume from the newest checkpoint that every party holds; a
+        job that never ran starts afresh.
         """
         job_id = record.job_id
         structlog.contextvars.bind_contextvars(job=job_id)
         try:
-            plan = plan_from_document(record.document, default_join_timeout_s=self.settings.join_timeout_s)
-            plan = replace(plan, job=replace(plan.job, job_id=job_id))
-            table = read_active_table(plan, self.datasets)
-        except (ConfigError, DataError, ValueError) as exc:
-            self._end(job_id, "failed", str(exc))
-            structlog.contextvars.unbind_contextvars("job")
-            return
-        resume = record.started_at is not None
-        lost: tuple[PartyLost, float] | None = None
-        try:
-            while True:
-                lost = self._attempt(plan, table, resume=resume, lost=lost)
-                if lost is None:
+            if parked is None:
+                try:
+                    plan = plan_from_document(record.document, default_join_timeout_s=self.settings.join_timeout_s)
+                    plan = replace(plan, job=replace(plan.job, job_id=job_id))
+                    table = read_active_table(plan, self.datasets)
+                except (ConfigError, DataError, ValueError) as exc:
+                    self._end(job_id, "failed", str(exc))
                     return
-                resume = True
+                paused = self._attempt(plan, table, resume=record.started_at is not None, lost=None)
+            else:
+                paused = self._attempt(parked.plan, parked.table, resume=True, lost=parked)
+            if paused is not None:
+                with self._lock:
+                    cancelled_by = self._cancels.pop(job_id, None)
+                    if cancelled_by is None:
+                        self.queue.park(job_id, paused)
+                if cancelled_by is not None:  # cancelled while it was being parked
+                    self._end(job_id, "cancelled", f"cancelled by {cancelled_by}")
+                    self.listener.ended(self.store.get(job_id), None, None)
         finally:
             structlog.contextvars.unbind_contextvars("job")
 
-    def _attempt(
-        self, plan: JobPlan, table: PartyTable, *, resume: bool, lost: tuple[PartyLost, float] | None
-    ) -> tuple[PartyLost, float] | None:
-        """One run of the job's ``ActiveParty``; returns the lost party (and when) if the job must wait for it."""
+    def _attempt(self, plan: JobPlan, table: PartyTable, *, resume: bool, lost: ParkedJob | None) -> ParkedJob | None:
+        """One run of the job's ``ActiveParty``; returns the job parked if a party was lost."""
         job_id = plan.job.job_id
         parties = list(plan.job.passive_parties)
+        late: Callable[[list[int]], Exception] | None = None
         if lost is None:
             then = "resume from the newest checkpoint" if resume else "PSI"
             with self._lock:  # as ``cancel`` does: a job cancelled while it was still queued never starts
@@ -184,7 +244,9 @@ class JobRunner:
                 self.store.set_state(job_id, "aligning", f"waiting for parties {parties}, then {then}")
             join_timeout_s = plan.join_timeout_s
         else:
-            join_timeout_s = max(0.0, lost[1] + self.settings.party_timeout_s - time.monotonic())
+            # Its parties were connected when it was picked, so they join at once, as for a new job.
+            join_timeout_s = plan.join_timeout_s
+            late = self._late_rejoin(job_id, lost, join_timeout_s)
         try:
             active = ActiveParty(
                 plan.job,
@@ -211,10 +273,11 @@ class JobRunner:
         )
         self.board.open(active.parties, plan.datasets, plan.models)
         summary: RunSummary | None = None
-        paused: tuple[PartyLost, float] | None = None
+        paused: ParkedJob | None = None
         try:
             summary = active.run(
                 join_timeout_s=join_timeout_s,
+                late=late,
                 on_aligned=lambda result: self._aligned(active, result),
                 on_epoch=lambda report: self._epoch(active, report),
                 keep_serving=serve_federated,
@@ -224,18 +287,9 @@ class JobRunner:
             if self._stopping.is_set() or job_id in self._cancels:
                 self._failed(active, exc)
             else:
-                paused = (exc, time.monotonic())
+                deadline = loss_deadline(exc, self.settings.party_timeout_s, time.monotonic())
+                paused = ParkedJob(plan, table, exc, deadline)
                 self._wait_for(active, exc)
-        except PartyUnavailable as exc:
-            missing = exc.party
-            if lost is not None and missing is not None and _never_came_back(active, missing):
-                exc = PartyUnavailable(
-                    missing,
-                    f"it did not come back within {self.settings.party_timeout_s:g} s ([server] party_timeout_s) "
-                    f"after {lost[0].reason}; {_last_saved(active)}. Start its daemon, then submit the job "
-                    "again under a new id",
-                )
-            self._failed(active, exc)
         except BaseException as exc:
             self._failed(active, exc)
         else:
@@ -251,13 +305,30 @@ class JobRunner:
                 self.listener.ended(self.store.get(job_id), summary, active)
         return paused
 
+    def _late_rejoin(self, job_id: str, lost: ParkedJob, wait_s: float) -> Callable[[list[int]], Exception]:
+        """What a resumed job raises when a connected party did not join it within ``wait_s``.
+
+        Before the loss's deadline the party is lost again (the job is parked once more, with the
+        same deadline); after it, the job fails with the words the time keeper would use.
+        """
+
+        def late(missing: list[int]) -> Exception:
+            if time.monotonic() < lost.deadline:
+                reason = f"it was connected, but did not join the resumed job within {wait_s:g} s"
+                return PartyLost(missing[0], reason, since=lost.deadline - self.settings.party_timeout_s)
+            saved = saved_in_words(self.settings.run_dir, job_id)
+            return did_not_come_back(missing[0], self.settings.party_timeout_s, lost.lost.reason, saved)
+
+        return late
+
     def _wait_for(self, active: ActiveParty, exc: PartyLost) -> None:
         """Record that the job waits for the lost party, naming it, the reason and the time limit."""
         job_id = active.job.job_id
         message = (
             f"waiting for party {exc.party}: {exc.reason}; the job resumes from the newest checkpoint every party "
-            f"holds once it is back ({_last_saved(active)}), or fails after "
-            f"{self.settings.party_timeout_s:g} s ([server] party_timeout_s)"
+            f"holds once it is back ({_last_saved(active)}), or fails if it is not back within "
+            f"{self.settings.party_timeout_s:g} s of the loss ([server] party_timeout_s). Jobs that do not need "
+            "it run meanwhile"
         )
         self.store.set_state(job_id, "waiting", message)
         algorithm = getattr(active, "algorithm", None)  # none before PSI has aligned the rows
@@ -399,15 +470,9 @@ class JobRunner:
             self.store.set_served(record.job_id, False)
 
 
-def _never_came_back(active: ActiveParty, party: int) -> bool:
-    """Whether a paused job's new attempt failed because ``party`` did not join in time (not a reported failure)."""
-    return not active.everyone_joined and active.parties.member(party).failure is None
-
-
 def _last_saved(active: ActiveParty) -> str:
     """The newest epoch the active party saved, in words, for messages about a paused job."""
-    saved = checkpoint_positions(active.run_dir)
-    return f"the last checkpoint saved is at {saved[-1]}" if saved else "no checkpoint has been saved yet"
+    return saved_in_words(active.settings.run_dir, active.job.job_id)
 
 
 def _abort(active: ActiveParty, reason: JobAborted) -> None:

@@ -18,11 +18,7 @@ never stored without its "queued" event, nor an epoch without its "epoch" event.
 ``wait_for_events``, which is how a Watch stream follows a job without polling. The wake-up is
 in-process only: one vfl-server opens a store at a time.
 
-Schema changes are versioned: ``MIGRATIONS`` is an ordered list of SQL scripts and ``PRAGMA
-user_version`` counts how many have run. Opening a store runs the missing ones in order, each in its
-own transaction, so a newer server opens an older store. A store whose version is above
-``len(MIGRATIONS)`` was made by a newer vfl-server with tables this code does not know, and is refused
-rather than guessed at. Never edit a shipped migration; append a new one.
+Schema changes are versioned (``vflserver.jobs.schema``).
 
 The states and the records this store hands out live in ``vflserver.jobs.records``; they are
 imported from here too, as before.
@@ -58,55 +54,9 @@ from vflserver.jobs.records import (
     nan_as_null,
     plain_floats,
 )
+from vflserver.jobs.schema import MIGRATIONS, migrate
 
 __all__ = ["ENDED", "JOB_STATES", "MIGRATIONS", "EpochRecord", "JobEvent", "JobRecord", "JobStore"]
-
-MIGRATIONS: list[str] = [
-    # 1: jobs in submission order (``seq``), one row per finished epoch, and each job's history.
-    # Losses are NULL for NaN, which SQLite cannot store. An event keeps its own copy of the epoch
-    # (JSON): what was reported when the epoch first ended. (Stores written before issue 27 may
-    # hold a second "epoch" event for an epoch a resumed job trained again; newer ones do not.)
-    """
-    CREATE TABLE jobs (
-        seq           INTEGER PRIMARY KEY AUTOINCREMENT,
-        job_id        TEXT    NOT NULL UNIQUE,
-        document      TEXT    NOT NULL,
-        algorithm     TEXT    NOT NULL,
-        epochs        INTEGER NOT NULL,
-        state         TEXT    NOT NULL,
-        submitter     TEXT    NOT NULL,
-        submitted_at  REAL    NOT NULL,
-        started_at    REAL,
-        ended_at      REAL,
-        error         TEXT    NOT NULL DEFAULT '',
-        epochs_done   INTEGER NOT NULL DEFAULT 0,
-        final_metrics TEXT    NOT NULL DEFAULT '{}',
-        served        INTEGER NOT NULL DEFAULT 0
-    );
-    CREATE INDEX jobs_by_state ON jobs (state, seq);
-    CREATE TABLE epochs (
-        job_id      TEXT    NOT NULL REFERENCES jobs (job_id),
-        epoch       INTEGER NOT NULL,
-        train_loss  REAL,
-        test_loss   REAL,
-        metrics     TEXT    NOT NULL,
-        seconds     REAL    NOT NULL,
-        wire_bytes  INTEGER NOT NULL,
-        PRIMARY KEY (job_id, epoch)
-    ) WITHOUT ROWID;
-    CREATE TABLE events (
-        job_id        TEXT    NOT NULL REFERENCES jobs (job_id),
-        seq           INTEGER NOT NULL,
-        at            REAL    NOT NULL,
-        kind          TEXT    NOT NULL,
-        state         TEXT    NOT NULL,
-        message       TEXT    NOT NULL,
-        epoch         TEXT,
-        final_metrics TEXT    NOT NULL,
-        PRIMARY KEY (job_id, seq)
-    ) WITHOUT ROWID;
-    """,
-]
 
 
 class JobStore:
@@ -137,7 +87,7 @@ class JobStore:
                 )
             self._conn.execute("PRAGMA synchronous=FULL")
             self._conn.execute("PRAGMA foreign_keys=ON")
-            _migrate(self._conn, self.path)
+            migrate(self._conn, self.path, MIGRATIONS)  # looked up now: a test may extend it
         except sqlite3.DatabaseError as exc:
             self._conn.close()
             self._lock_file.close()
@@ -428,30 +378,6 @@ def _hold_lock(path: Path) -> IO[str]:
     handle.write(f"{os.getpid()}\n")
     handle.flush()
     return handle
-
-
-def _migrate(conn: sqlite3.Connection, path: Path) -> None:
-    """Bring the schema up to ``len(MIGRATIONS)``, one transaction per migration."""
-    found = conn.execute("PRAGMA user_version").fetchone()[0]
-    known = len(MIGRATIONS)
-    if found > known:
-        raise JobStoreError(
-            f"the job store {path} was made by a newer vfl-server (schema version {found}; this "
-            f"vfl-server knows up to {known}): upgrade vfl-server to open it"
-        )
-    for version in range(found + 1, known + 1):
-        try:
-            script = MIGRATIONS[version - 1]
-            conn.executescript(f"BEGIN IMMEDIATE;\n{script}\nPRAGMA user_version = {version};\nCOMMIT;")
-        except BaseException as exc:
-            if conn.in_transaction:
-                conn.rollback()
-            if isinstance(exc, sqlite3.DatabaseError):
-                raise JobStoreError(
-                    f"could not bring the job store {path} from schema version {version - 1} to {version} "
-                    f"({exc}); it was left at version {version - 1}: keep the file and report this"
-                ) from exc
-            raise
 
 
 def _change_state(

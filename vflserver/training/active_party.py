@@ -194,6 +194,7 @@ class ActiveParty:
         self,
         *,
         join_timeout_s: float = 300.0,
+        late: Callable[[list[int]], Exception] | None = None,
         on_epoch: Callable[[EpochReport], None] | None = None,
         on_aligned: Callable[[AlignmentResult], None] | None = None,
         keep_serving: bool = False,
@@ -207,13 +208,15 @@ class ActiveParty:
         job continues from the newest checkpoint that every party holds (``_roll_back``);
         without it, every party starts afresh and deletes what an earlier run left. A party lost
         on the way raises PartyLost after the others were told to rejoin (``Finish(rejoin)``).
+        Parties that have not joined within ``join_timeout_s`` raise ``late(missing)`` (default:
+        ``vflcore.absence.did_not_join``); every party's ``Finish`` quotes it as the job's error does.
         """
         adopt_torch_threads()  # this may be any thread (the daemon's job thread, a test's)
         summary = self._summary = RunSummary(job_id=self.job.job_id, run_dir=self.run_dir)
         fed = self.parties
         try:
             log.info("waiting_for_parties", parties=list(self.job.passive_parties), timeout_s=join_timeout_s)
-            fed.wait_until_ready(join_timeout_s, self.stop_event)
+            fed.wait_until_ready(join_timeout_s, self.stop_event, late=late)
             self.everyone_joined = True
             fed.state = "aligning"
             summary.alignment = self.align()
