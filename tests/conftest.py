@@ -23,12 +23,14 @@ from vfltesting.pki import Pki, issue_pki
 #: only loses its head start; order never changes what a test checks.
 SLOWEST_FIRST = (
     "test_recovery.py",
-    "test_psi_alignment.py",
-    "test_job_client.py",
+    "test_recovery_others.py",
+    "test_recovery_adptvfedconv.py",
     "test_embedding_privacy.py",
     "test_label_protection.py",
-    "test_log_secrets.py",
-    "test_inference_endpoint.py",
+    "test_service.py",
+    "test_fuzz.py",
+    "test_bench_privacy_smoke.py",
+    "test_own_models.py",
 )
 
 
