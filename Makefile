@@ -57,8 +57,9 @@ demo: venv certs data
 test: venv lint typecheck proto-check
 	$(PY) -m pytest -q
 
+# One process: the unit tests take ~20-30 s, and starting xdist's workers costs more than they save.
 test-unit: venv
-	$(PY) -m pytest -q tests/unit
+	$(PY) -m pytest -q -n 0 tests/unit
 
 test-integration: venv
 	$(PY) -m pytest -q tests/integration

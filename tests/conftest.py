@@ -17,17 +17,42 @@ import structlog
 from vfltesting.datasets import write_cancer_split, write_diabetes_split, write_digits_quadrants, write_digits_split
 from vfltesting.pki import Pki, issue_pki
 
+#: The test files that take longest (``--durations``, 2 cores), slowest first. xdist hands out
+#: whole files (``--dist loadfile``) in collection order, so these go first: a long file started
+#: last would keep one worker busy long after the other ran out of work. A file missing here
+#: only loses its head start; order never changes what a test checks.
+SLOWEST_FIRST = (
+    "test_recovery.py",
+    "test_recovery_others.py",
+    "test_recovery_adptvfedconv.py",
+    "test_embedding_privacy.py",
+    "test_label_protection.py",
+    "test_service.py",
+    "test_fuzz.py",
+    "test_bench_privacy_smoke.py",
+    "test_own_models.py",
+)
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip every ``cuda`` test on a host where torch sees no GPU (the CPU-only CI machines)."""
+    """The slowest files first, then the other integration tests, then the unit tests; skip
+    every ``cuda`` test on a host where torch sees no GPU (the CPU-only CI machines)."""
     import torch
 
+    items.sort(key=_start_order)  # stable: each file's tests keep their order, and stay together
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU; torch sees none on this host")
     for item in items:
         if item.get_closest_marker("cuda") is not None:
             item.add_marker(skip)
+
+
+def _start_order(item: pytest.Item) -> int:
+    name = item.path.name
+    if name in SLOWEST_FIRST:
+        return SLOWEST_FIRST.index(name)
+    return len(SLOWEST_FIRST) + (0 if "integration" in item.path.parts else 1)
 
 
 @pytest.fixture(scope="session")

@@ -50,9 +50,23 @@ def wait_all(procs: dict[str, subprocess.Popen[bytes]], timeout_s: float) -> dic
         stop_all(procs)
 
 
-def stop_all(procs: dict[str, subprocess.Popen[bytes]]) -> None:
-    """Terminate every process still running, and reap it."""
-    for proc in procs.values():
-        if proc.poll() is None:
-            proc.terminate()
-            proc.wait(timeout=10)
+#: How long the daemons may take to exit after SIGTERM before they are killed. Generous: a loaded
+#: 2-core machine took over 10 s to stop vfl-server, and a teardown that raised then left the
+#: daemons running into the next tests. How fast a daemon stops is ``test_signals``' question.
+STOP_GRACE_S = 60.0
+
+
+def stop_all(procs: dict[str, subprocess.Popen[bytes]], grace_s: float | None = None) -> None:
+    """SIGTERM every process still running, all at once, and reap them; kill -9 any still running after
+    ``grace_s`` (default ``STOP_GRACE_S``)."""
+    grace_s = STOP_GRACE_S if grace_s is None else grace_s
+    running = [proc for proc in procs.values() if proc.poll() is None]
+    for proc in running:
+        proc.terminate()
+    deadline = time.monotonic() + grace_s
+    for proc in running:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

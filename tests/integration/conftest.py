@@ -41,6 +41,9 @@ class RunningJob:
     outcome: dict[str, Any] = field(default_factory=dict)
     #: The passive parties ``run_party_in_thread`` started, by id (their algorithm once trained).
     passive: dict[int, PassiveParty] = field(default_factory=dict)
+    #: Their threads, joined at teardown: a party still logging after its test ended would write
+    #: to the terminal, between pytest's captures.
+    party_threads: list[threading.Thread] = field(default_factory=list)
 
     @property
     def address(self) -> str:
@@ -106,6 +109,7 @@ def run_party_in_thread(
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
+    job.party_threads.append(thread)
 
     def wait(timeout: float = 120) -> RunResult | BaseException:
         thread.join(timeout)
@@ -131,7 +135,9 @@ def job_factory(pki: Pki, digits_data: Path, tmp_path: Path) -> Iterator[Callabl
         running.active.stop_event.set()
         running.active.parties.abort(RuntimeError("test over"))
         running.server.stop(grace=None)
-        running.thread.join(10)
+        # Generous: each join returns as soon as the thread ends; the limit only guards against a hang.
+        for thread in [running.thread, *running.party_threads]:
+            thread.join(60)
 
 
 __all__ = ["SMALL_JOB", "RunningJob", "replace", "run_party_in_thread", "start_job"]

@@ -39,14 +39,22 @@ class _Party:
         self.conn.close()
 
 
+def _join(parties: dict[int, _Party]) -> None:
+    """Wait for every party's thread: one still logging after its test ended (party 3, whose connection
+    was cut) wrote to the terminal between pytest's captures. Each join returns once its thread ends."""
+    for party in parties.values():
+        party.thread.join(60)
+
+
 class TestPartyOffline:
     def test_inference_with_a_party_gone_names_it(self, pki: Pki, digits_data: Path, tmp_path: Path) -> None:
         """After training, scoring rows while party 3 is offline raises PartyUnavailable for party 3."""
         running = start_job(
             pki, digits_data, tmp_path, replace(SMALL_JOB, epochs=1), offline_grace_s=0.0, keep_serving=True
         )
+        parties: dict[int, _Party] = {}
         try:
-            parties = {p: _Party(running.address, pki, digits_data, tmp_path, p) for p in (2, 3)}
+            parties.update({p: _Party(running.address, pki, digits_data, tmp_path, p) for p in (2, 3)})
             running.thread.join(60)
             assert "summary" in running.outcome, running.outcome
             ids = [str(i) for i in running.active.table.ids[:5]]
@@ -64,6 +72,7 @@ class TestPartyOffline:
             assert isinstance(parties[2].result, RunResult) and parties[2].result.success
         finally:
             running.server.stop(grace=None)
+            _join(parties)
 
     def test_party_leaving_mid_training_fails_the_job_clearly(
         self, pki: Pki, digits_data: Path, tmp_path: Path
@@ -71,8 +80,9 @@ class TestPartyOffline:
         """If party 3 vanishes during training, the job fails naming party 3 and party 2 is told why."""
         job = replace(SMALL_JOB, epochs=200)
         running = start_job(pki, digits_data, tmp_path, job, offline_grace_s=0.0)
+        parties: dict[int, _Party] = {}
         try:
-            parties = {p: _Party(running.address, pki, digits_data, tmp_path, p) for p in (2, 3)}
+            parties.update({p: _Party(running.address, pki, digits_data, tmp_path, p) for p in (2, 3)})
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:
                 algorithm = getattr(running.active, "algorithm", None)  # built once PSI has aligned the rows
@@ -92,3 +102,4 @@ class TestPartyOffline:
                 assert isinstance(result, JobAborted) and "party 3" in str(result), repr(result)
         finally:
             running.server.stop(grace=None)
+            _join(parties)

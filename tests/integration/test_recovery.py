@@ -12,7 +12,7 @@ import json
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -20,8 +20,6 @@ from typing import Any
 import pytest
 
 from vflclient import JobClient
-from vflcore.data.checkpoints import checkpoint_positions
-from vflcore.job import Position
 from vfltesting.pki import Pki
 from vfltesting.proxy import CuttableProxy
 from vfltesting.recovery import JobOutcome, assert_same_model, job_outcome
@@ -279,150 +277,6 @@ def _logged_at(event: dict[str, Any]) -> float:
     return datetime.fromisoformat(event["timestamp"]).timestamp()
 
 
-#: The algorithms not covered above: one kill each, in the middle of epoch 2 of 3.
-OTHERS = ("fedbcd", "vimsgd", "vimadmm_j", "apfed_r", "async")
-OTHER_EPOCHS = 3
-#: Async is compared by accuracy, not step by step: enough epochs that the accuracy has settled
-#: (at 3 epochs two fault-free async runs differed by 1.7 points).
-ASYNC_EPOCHS = 10
-#: Its reference is the mean of this many fault-free runs: six of them here spanned 0.953-0.962
-#: (0.85 points, 2 of 234 test rows), so one run as the reference would fail a 1-point check
-#: now and then with no fault at all, while each run is within half a point of the mean.
-ASYNC_REFERENCE_RUNS = 3
-ASYNC_POINTS = 0.01
-
-
-def _epochs_for(algorithm: str) -> int:
-    return ASYNC_EPOCHS if algorithm == "async" else OTHER_EPOCHS
-
-
-@pytest.fixture(scope="module")
-def clean_others(pki: Pki, digits_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """The fault-free run of each of ``OTHERS``, with its outcome and final accuracy (async: the mean of several)."""
-    run = _service(tmp_path_factory.mktemp("clean-others"), pki, digits_data)
-    try:
-        outcomes = {}
-        with _jobs(run, pki) as jobs:
-            for algorithm in OTHERS:
-                accuracies = []
-                for attempt in range(ASYNC_REFERENCE_RUNS if algorithm == "async" else 1):
-                    job_id = _job_id(algorithm, f"other{attempt or ''}")  # the first one: the faulty run's id
-                    jobs.submit(job_document(job_id, algorithm, epochs=_epochs_for(algorithm), **JOB))
-                    finish_job(jobs, run, job_id)
-                    accuracies.append(jobs.get(job_id).final_metrics["accuracy"])
-                outcomes[algorithm] = (_outcome(run, job_id), sum(accuracies) / len(accuracies))
-        yield outcomes
-    finally:
-        run.close()
-
-
-class TestEveryOtherAlgorithm:
-    @pytest.mark.parametrize("algorithm", OTHERS)
-    def test_killed_mid_epoch(
-        self, algorithm: str, clean_others: dict[str, Any], pki: Pki, digits_data: Path, tmp_path: Path
-    ) -> None:
-        """kill -9 of party 3 in the middle of epoch 2: the same model; async (not deterministic) within 1 point."""
-        run = _service(tmp_path, pki, digits_data)
-        job_id = _job_id(algorithm, "other")
-        try:
-            with _jobs(run, pki) as jobs:
-                jobs.submit(job_document(job_id, algorithm, epochs=_epochs_for(algorithm), **JOB))
-                _kill_inside_epoch(run, jobs, job_id, 1)
-                _restart_after(run, "party-3")
-                lines = finish_job(jobs, run, job_id)
-                accuracy = jobs.get(job_id).final_metrics["accuracy"]
-            assert any("waiting for party 3" in line for line in lines), lines
-            reference, reference_accuracy = clean_others[algorithm]
-            if algorithm == "async":  # arrival order decides the steps: not reproducible, even without faults
-                assert abs(accuracy - reference_accuracy) <= ASYNC_POINTS, (accuracy, reference_accuracy)
-            else:
-                assert_same_model(_outcome(run, job_id), reference)
-        finally:
-            run.close()
-
-
-#: AdptVFedConv on digits quadrants, one per party (003): its passive parties work only in epoch 1.
-CONV_OPTIONS = {"pretrain_epochs": 3, "finetune_epochs": 2, "channels": 8}
-CONV_JOB = {"batch_size": 8, "join_timeout_s": 60, "passive_parties": [2, 3, 4], "seed": 3, "learning_rate": 0.003}
-
-
-def _adptvfedconv(
-    root: Path,
-    pki: Pki,
-    data: Path,
-    kill: Callable[[ServiceRun, JobClient, str], None] | None = None,
-    keep: int = 2,
-    **job: Any,
-) -> JobOutcome:
-    """One AdptVFedConv job on digits quadrants; ``kill`` interrupts it (and restarts what it killed)."""
-    keeping = {"keep_checkpoints": keep}
-    run = _service(root, pki, data, parties=(2, 3, 4), server=keeping, client=keeping)
-    job_id = "fault-adptvfedconv"
-    document = job_document(job_id, "adptvfedconv", epochs=3, algorithm_options=CONV_OPTIONS, **CONV_JOB, **job)
-    try:
-        with _jobs(run, pki) as jobs:
-            jobs.submit(document)
-            if kill is not None:
-                kill(run, jobs, job_id)
-            finish_job(jobs, run, job_id)
-        return job_outcome(run.root / "runs", job_id, parties=(1, 2, 3, 4))
-    finally:
-        run.close()
-
-
-@pytest.fixture(scope="module")
-def clean_adptvfedconv(pki: Pki, digits_quadrants: Path, tmp_path_factory: pytest.TempPathFactory) -> JobOutcome:
-    return _adptvfedconv(tmp_path_factory.mktemp("clean-adptvfedconv"), pki, digits_quadrants)
-
-
-class TestAdptVFedConv:
-    def test_killed_in_phase_2_and_phase_3(
-        self, clean_adptvfedconv: JobOutcome, pki: Pki, digits_quadrants: Path, tmp_path: Path
-    ) -> None:
-        """kill -9 of party 3 while it fine-tunes (phase 2) and while the server trains alone (phase 3): same model."""
-
-        def kill_twice(run: ServiceRun, jobs: JobClient, job_id: str) -> None:
-            # Phase 2: party 3 has the extractor and is fine-tuning; nothing is saved yet.
-            log3 = run.root / "party-3.log"
-            wait_until(lambda: '"extractor_received"' in log3.read_text(errors="replace"), "phase 2", run)
-            run.kill("party-3")
-            _restart_after(run, "party-3")
-            # Phase 3: the server trains its classifier alone (an epoch is a fraction of the
-            # first, which held phases 1 and 2), so kill at once; the loss shows at its evaluation.
-            wait_until(lambda: _epochs_done(jobs, job_id) >= 1, "epoch 1", run)
-            run.kill("party-3")
-            _restart_after(run, "party-3")
-            lines = finish_job(jobs, run, job_id)
-            assert sum("waiting for party 3" in line for line in lines) == 2, lines
-
-        faulty = _adptvfedconv(tmp_path, pki, digits_quadrants, kill_twice)
-        assert_same_model(faulty, clean_adptvfedconv)
-
-    def test_checkpoints_inside_phase_3_epochs(
-        self, clean_adptvfedconv: JobOutcome, pki: Pki, digits_quadrants: Path, tmp_path: Path
-    ) -> None:
-        """checkpoint_every_steps = 50: the server tells the idle parties when to save; a kill resumes in epoch 2."""
-
-        def kill_inside_epoch_2(run: ServiceRun, jobs: JobClient, job_id: str) -> None:
-            # Its epochs are quick (the server trains alone), so every checkpoint is kept, and
-            # party 3 dies as soon as it has saved one inside epoch 2: there it resumes.
-            folder = run.root / "runs" / job_id / "party-3"
-            wait_until(lambda: any(folder.glob("epoch-0001-batch-*.pt")), "a checkpoint inside epoch 2", run)
-            run.kill("party-3")
-            newest = checkpoint_positions(folder)[-1]
-            _restart_after(run, "party-3")
-            finish_job(jobs, run, job_id)
-            events = [json.loads(line) for line in run.logs["server"].read_text().splitlines()]
-            [resumed] = [e for e in events if e["event"] == "resumed"]
-            assert Position(resumed["epoch"], resumed["batch"]) == newest, (resumed, newest)
-            assert newest.batch > 0, newest
-
-        faulty = _adptvfedconv(
-            tmp_path, pki, digits_quadrants, kill_inside_epoch_2, keep=100, checkpoint_every_steps=EVERY_STEPS
-        )
-        assert_same_model(faulty, clean_adptvfedconv)
-
-
 #: Batches per epoch of these jobs: 936 training rows in batches of 8.
 BATCHES_PER_EPOCH = 117
 EVERY_STEPS = 50
@@ -491,30 +345,3 @@ class TestCheckpointsInsideEpochs:
         clean = _micro_batched_run(tmp_path / "clean", pki, digits_data, kill=False)
         faulty = _micro_batched_run(tmp_path / "fault", pki, digits_data, kill=True)
         assert_same_model(faulty, clean)
-
-    def test_async_waits_for_every_party_at_each_checkpoint(
-        self, clean_others: dict[str, Any], pki: Pki, digits_data: Path, tmp_path: Path
-    ) -> None:
-        """Async, checkpoint_every_steps = 50: each party has done 150 batches at that save; a kill resumes there."""
-        run = _service(tmp_path, pki, digits_data)
-        job_id = _job_id("async", "other")
-        job = {**JOB, "checkpoint_every_steps": EVERY_STEPS}
-        try:
-            with _jobs(run, pki) as jobs:
-                jobs.submit(job_document(job_id, "async", epochs=ASYNC_EPOCHS, **job))
-                folders = [run.root / "runs" / job_id / f"party-{p}" for p in (1, 2, 3)]
-                wait_until(lambda: all((f / "epoch-0001-batch-00033.pt").exists() for f in folders), "step 150", run)
-                run.kill("party-3")
-                _restart_after(run, "party-3")
-                finish_job(jobs, run, job_id)
-                accuracy = jobs.get(job_id).final_metrics["accuracy"]
-            events = [json.loads(line) for line in run.logs["server"].read_text().splitlines()]
-            [resumed] = [e for e in events if e["event"] == "resumed"]
-            assert (resumed["epoch"], resumed["batch"]) == (1, 33), resumed
-            for folder in folders:  # 1150 steps (23 x 50) is 97 batches into epoch 10
-                saved = sorted(p.name for p in folder.glob("epoch-*.pt"))
-                assert saved == ["epoch-0009-batch-00097.pt", "epoch-0009.pt"], (folder.name, saved)
-            _, reference_accuracy = clean_others["async"]
-            assert abs(accuracy - reference_accuracy) <= ASYNC_POINTS, (accuracy, reference_accuracy)
-        finally:
-            run.close()
