@@ -3,8 +3,8 @@
 ``vfl-client`` runs one ``PartyDaemon`` until SIGINT or SIGTERM. Its loop:
 
 1. Connect. An unreachable server (not started yet, restarting, network down) is retried with
-   exponential backoff and jitter, capped at ``retry_max_s`` (60 s by default); each retry is
-   logged with the attempt and the wait.
+   exponential backoff and jitter, from ``retry_initial_s`` (0.1 s by default) up to
+   ``retry_max_s`` (60 s); each retry is logged with the attempt and the wait.
 2. Ask for the next job (``Connection.next_job``, a long poll). The offer names the dataset this
    party is to use, by the name in this party's own config.
 3. Load that dataset and take part (``PassiveParty.run``). A dataset this party lacks is reported
@@ -35,7 +35,7 @@ from vflcore.errors import ConfigError, DataError, PermissionDenied, ServerUnava
 from vflcore.job import Offer
 from vflcore.ml.models import load_factory
 from vflcore.party_privacy import PartyPrivacy
-from vflcore.runtime.config import DataSource, dataset_named
+from vflcore.runtime.config import RETRY_INITIAL_S, RETRY_MAX_S, DataSource, dataset_named
 
 log = structlog.get_logger(__name__)
 
@@ -45,11 +45,12 @@ class Backoff:
     """Exponential backoff with jitter: each wait is drawn from [d/2, d], d doubling up to ``cap_s``.
 
     The jitter keeps many parties that lost the same server from reconnecting in lockstep; the
-    lower half keeps the doubling visible in the logs.
+    lower half keeps the doubling visible in the logs. The defaults are the config's
+    (``[client] retry_initial_s`` and ``retry_max_s``): fast at first, for a server that restarts.
     """
 
-    initial_s: float = 0.5
-    cap_s: float = 60.0
+    initial_s: float = RETRY_INITIAL_S
+    cap_s: float = RETRY_MAX_S
     attempt: int = 0
     rng: random.Random | None = None
 

@@ -9,6 +9,7 @@ JSON and are checked in full before anything is stored.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -94,6 +95,15 @@ class ControlService(pb_grpc.ControlServicer):
         self.store, self.runner = store, runner
         self.datasets, self.join_timeout_s = datasets, join_timeout_s
         self.insecure = insecure
+        self._shut = threading.Event()
+
+    def shut(self) -> None:
+        """The server is stopping: every Watch ends at its next poll (UNAVAILABLE), not at gRPC's grace.
+
+        A watched job that was running has been recorded ``interrupted`` by then, and the stream
+        delivers that event first and ends as for any ended job.
+        """
+        self._shut.set()
 
     def _operator(self, context: grpc.ServicerContext) -> str:
         """The caller's operator name, from its verified certificate."""
@@ -186,6 +196,12 @@ class ControlService(pb_grpc.ControlServicer):
                 yield job_event(event)
                 if event.kind == "state" and event.state in ENDED and self.store.get(job_id).state in ENDED:
                     return
+            if self._shut.is_set():
+                context.abort(
+                    grpc.StatusCode.UNAVAILABLE,
+                    f"the server is shutting down; job {job_id} stays in its store: "
+                    "watch it again once the server is back",
+                )
 
 
 def job_info(record: JobRecord, history: list[EpochRecord] | None = None) -> pb.JobInfo:
