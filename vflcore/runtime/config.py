@@ -23,12 +23,15 @@ from vflcore.wire.codecs import parse_codec
 
 DEFAULT_PORT = 50051
 
-#: A passive daemon's reconnect backoff: the first wait, doubled each try up to the cap (with jitter).
-#: It starts short because the usual loss is a server restart, which takes seconds: a wait that has
-#: grown to several seconds by the time the server is back is time the resumed job waits for
-#: nothing (issue 27: 10-11 s from a server restart to training, from a first wait of 0.5 s).
+#: A passive daemon's reconnect backoff (``vflclient._daemon.Backoff``): the first wait, doubled
+#: each try up to the cap (with jitter), but at most ``RESTART_RETRY_S`` during the first
+#: ``RESTART_WINDOW_S`` of waiting. The usual loss is a server restart, which takes seconds: a wait
+#: that has grown to several seconds by the time the server is back is time the resumed job waits
+#: for nothing (issue 27: 10-11 s from a server restart to training, with a first wait of 0.5 s).
 RETRY_INITIAL_S = 0.1
 RETRY_MAX_S = 60.0
+RESTART_RETRY_S = 1.0
+RESTART_WINDOW_S = 30.0
 
 
 @dataclass(frozen=True)
