@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -18,7 +16,7 @@ import pytest
 from vflclient import JobClient, ServerUnavailable, VflError
 from vflserver.jobs.store import JobStore
 from vfltesting.pki import Pki
-from vfltesting.service import ServiceRun, job_document, wait_until
+from vfltesting.service import ServiceRun, job_document, log_events, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -101,20 +99,9 @@ def _drain(stream: IO[bytes] | None) -> bytes:
         return b""
 
 
-def _events(log: Path) -> list[dict[str, object]]:
-    """A daemon's JSON log lines, in order (other lines skipped)."""
-    found = []
-    for line in log.read_text(errors="replace").splitlines():
-        with contextlib.suppress(ValueError):
-            event = json.loads(line)
-            if isinstance(event, dict):
-                found.append(event)
-    return found
-
-
 def _order(log: Path, *names: str) -> list[int]:
     """The index of each named event's first appearance in ``log`` (-1 if it never came)."""
-    events = [str(e.get("event")) for e in _events(log)]
+    events = [str(e.get("event")) for e in log_events(log)]
     return [events.index(name) if name in events else -1 for name in names]
 
 
