@@ -80,6 +80,12 @@ def submit_job(
     return record
 
 
+#: How often a Watch with no new event looks whether its caller left or the server is stopping:
+#: well inside the 1 s the server's stop gives open calls (``Service.stop``), so a Watch is told
+#: the server is shutting down rather than cut off.
+WATCH_POLL_S = 0.25
+
+
 class ControlService(pb_grpc.ControlServicer):
     """Submit, List, Get, Watch and Cancel, for operator certificates only."""
 
@@ -191,7 +197,7 @@ class ControlService(pb_grpc.ControlServicer):
         """
         seq = 0
         while context.is_active():
-            for event in self.store.wait_for_events(job_id, seq, timeout_s=1.0):
+            for event in self.store.wait_for_events(job_id, seq, timeout_s=WATCH_POLL_S):
                 seq = event.seq
                 yield job_event(event)
                 if event.kind == "state" and event.state in ENDED and self.store.get(job_id).state in ENDED:
