@@ -18,6 +18,15 @@ Why each figure matters:
   gets a fresh alignment, so the PSI runs on every job) and the first epoch itself ("training" ->
   first epoch event, which includes the epoch's evaluation). The aim is a p50 of at most 1 s.
 - Per-job wall time (submit until the watch stream ends), so the reader sees where time goes.
+- Submit to the first training step (the server's ``first_step`` log event), job 1 against the
+  median of the later jobs. The daemons are ready (every client has logged ``connected``) before
+  job 1 is submitted, so job 1 pays only what a first job pays: the daemons warm torch up at
+  start, and a first job that still costs much more than the next ones pays for something that
+  the start-up should have paid. Target: job 1 <= 1.5x the later jobs' median.
+- Stopping, after the jobs: an idle ``vfl-client`` (party 3, between jobs) from SIGTERM to its
+  exit, target <= 1 s; then, with party 3 started again, ``vfl-server`` from SIGTERM to its exit
+  while a job trains, target <= 3 s. That job must be ``interrupted`` in the job store with every
+  epoch it finished recorded, which the bench checks ("nothing lost").
 
 Event times are the server's ``time.time()``; the submit time is this process's ``time.time()``
 just before ``submit``. Both run on this machine, so they share one clock.
@@ -26,10 +35,11 @@ The machine is shared: the bench prints its CPU count, the load average before a
 CPU the hypervisor stole meanwhile. A job that does not finish is reported with the tail of every
 daemon's log, the remaining jobs are skipped, and the target is MISSED.
 
-The last line of output is machine-readable:
-``BENCH service_rss_growth <x> x target <= 1.10 MET|MISSED``, where ``x`` is the worst daemon's
-RSS after the last job divided by its RSS after job 1. The exit code is 0 whether the target is
-met or missed.
+Each target's verdict is a machine-readable ``BENCH <name> <value> <unit> target <op> <value>
+MET|MISSED`` line: ``service_first_step_ratio``, ``service_client_stop_s``,
+``service_server_stop_s``, and last, the headline, ``BENCH service_rss_growth <x> x target <= 1.10
+MET|MISSED``, where ``x`` is the worst daemon's RSS after the last job divided by its RSS after
+job 1. The exit code is 0 whether the targets are met or missed.
 """
 
 from __future__ import annotations
@@ -45,9 +55,10 @@ import numpy as np
 
 from bench.machine import Window, measured
 from vflclient import JobClient, VflError
+from vflserver.jobs.store import JobStore
 from vfltesting.datasets import write_digits_split
 from vfltesting.pki import issue_pki
-from vfltesting.service import ServiceRun, job_document
+from vfltesting.service import ServiceRun, event_time, job_document, log_events, wait_until
 
 JOBS = 30
 ALGORITHM = "splitnn"
@@ -55,6 +66,11 @@ ALGORITHM = "splitnn"
 SETTLE_S = 1.0
 TARGET_RSS_GROWTH = 1.10
 AIM_LATENCY_P50_S = 1.0
+TARGET_FIRST_STEP_RATIO = 1.5
+TARGET_CLIENT_STOP_S = 1.0
+TARGET_SERVER_STOP_S = 3.0
+#: The job that trains while the server is stopped: long enough never to end first.
+STOP_JOB = {"epochs": 50, "batch_size": 8}
 DAEMONS = ("server", "party-2", "party-3")
 
 
@@ -79,6 +95,7 @@ class JobTiming:
     alignment: str = ""
     aligning: float | None = None
     training: float | None = None
+    first_step: float | None = None  # the server's ``first_step`` log event
     first_epoch: float | None = None
     ended: float | None = None
     samples: dict[str, DaemonSample | None] = field(default_factory=dict)
@@ -135,13 +152,79 @@ def run_jobs(run: ServiceRun, jobs: JobClient, timings: list[JobTiming]) -> None
             return
 
 
+def add_first_steps(run: ServiceRun, timings: list[JobTiming]) -> None:
+    """Each job's first training step, from the server's ``first_step`` log events."""
+    firsts: dict[str, float] = {}
+    for event in log_events(run.logs["server"], "first_step"):
+        firsts.setdefault(str(event.get("job")), event_time(event))
+    for timing in timings:
+        timing.first_step = firsts.get(timing.job_id)
+
+
+def wait_for_daemons(run: ServiceRun) -> None:
+    """Until every client daemon has connected (it warmed up first): what "ready" means for job 1."""
+    clients = [name for name in DAEMONS if name != "server"]
+    wait_until(lambda: all(log_events(run.logs[c], "connected") for c in clients), "the daemons to connect", run)
+
+
+@dataclass
+class Stops:
+    """SIGTERM to exit: an idle client, then the server with a job running, and what the store kept."""
+
+    client_s: float | None = None
+    server_s: float | None = None
+    #: The job that trained when the server was stopped, as the store has it afterwards.
+    state: str = ""
+    epochs_done: int = 0
+    epochs_recorded: int = 0
+
+    @property
+    def nothing_lost(self) -> bool:
+        return self.state == "interrupted" and self.epochs_done >= 1 and self.epochs_recorded == self.epochs_done
+
+
+def sigterm(run: ServiceRun, name: str) -> float:
+    """Seconds from SIGTERM to the exit of daemon ``name`` (which must exit 0)."""
+    proc = run.procs[name]
+    started = time.perf_counter()
+    proc.terminate()
+    code = proc.wait(timeout=120)
+    seconds = time.perf_counter() - started
+    if code != 0:
+        raise RuntimeError(f"{name} exited {code} on SIGTERM\n{run.tail()}")
+    return seconds
+
+
+def measure_stops(run: ServiceRun, jobs: JobClient, stops: Stops) -> None:
+    """Stop an idle client, start it again, then stop the server while a job trains; read the store after."""
+    stops.client_s = sigterm(run, "party-3")
+    connected = len(log_events(run.logs["party-3"], "connected"))
+    run.start_client(3)
+    wait_until(lambda: len(log_events(run.logs["party-3"], "connected")) > connected, "party 3 to reconnect", run)
+    job_id = "bench-stop"
+    jobs.submit(job_document(job_id, ALGORITHM, **STOP_JOB))
+    wait_until(lambda: jobs.get(job_id).epochs_done >= 1, "the stop job's first epoch", run)
+    stops.server_s = sigterm(run, "server")
+    store = JobStore(run.root / "runs" / "jobs.sqlite")
+    try:
+        record = store.get(job_id)
+        stops.state, stops.epochs_done, stops.epochs_recorded = (
+            record.state,
+            record.epochs_done,
+            len(store.epochs(job_id)),
+        )
+    finally:
+        store.close()
+
+
 @dataclass
 class Outcome:
-    """What one bench run saw: the jobs that ran, the daemons' pids, and what went wrong, if anything."""
+    """What one bench run saw: the jobs that ran, the daemons' pids, the stops, and what went wrong, if anything."""
 
     timings: list[JobTiming] = field(default_factory=list)
     pids: dict[str, int] = field(default_factory=dict)
     window: Window | None = None
+    stops: Stops = field(default_factory=Stops)
     error: str = ""
 
 
@@ -156,11 +239,15 @@ def run_service(root: Path) -> Outcome:
         run.start_server()
         run.start_clients()
         outcome.pids = {name: run.procs[name].pid for name in DAEMONS}
+        wait_for_daemons(run)
         print(f"daemon logs in {root}; each daemon is sampled {SETTLE_S:.0f} s after a job ends, to let it settle")
         print(job_header(), flush=True)
         with JobClient(run.address, tls=pki.operator_files("alice")) as jobs:
             _, outcome.window = measured(lambda: run_jobs(run, jobs, outcome.timings), own_children=True)
-    except (VflError, RuntimeError, OSError) as exc:
+            add_first_steps(run, outcome.timings)
+            if len(outcome.timings) == JOBS and all(t.finished for t in outcome.timings):
+                measure_stops(run, jobs, outcome.stops)
+    except (VflError, RuntimeError, OSError, AssertionError) as exc:
         outcome.error = f"{type(exc).__name__}: {exc}"
     finally:
         codes = run.stop()
@@ -225,11 +312,12 @@ def print_latencies(timings: list[JobTiming]) -> list[float]:
     print(_stats_row("queue (submit -> aligning)", spans("submitted", "aligning")))
     print(_stats_row("join + PSI (aligning -> training)", spans("aligning", "training")))
     print(_stats_row("first epoch, with evaluation (-> epoch 1)", spans("training", "first_epoch")))
+    print(_stats_row("submit -> first training step", spans("submitted", "first_step")))
     print(_stats_row("submit -> first epoch", latency))
     print(_stats_row("job wall time (submit -> watch ends)", spans("submitted", "ended")))
     psi = sum(t.alignment.endswith("(PSI)") for t in done)
     print(f"PSI ran on {psi} of {len(done)} finished jobs (each job id gets a fresh alignment)")
-    print("job 1's join includes the daemons' start-up: they join as soon as they have loaded and connected")
+    print("job 1 was submitted once every daemon had started, warmed up and connected")
     return latency
 
 
@@ -268,8 +356,27 @@ def machine_line(label: str) -> str:
 # ---- the bench ----------------------------------------------------------------------------------
 
 
+def bench_line(name: str, value: float, unit: str, op: str, target: float, met: bool) -> str:
+    """One target's machine-readable verdict: ``BENCH <name> <value> <unit> target <op> <target> MET|MISSED``."""
+    return f"BENCH {name} {value:.3f} {unit} target {op} {target:g} {'MET' if met else 'MISSED'}"
+
+
+def first_step_ratio(timings: list[JobTiming]) -> tuple[float, float, float]:
+    """(job 1's submit -> first step, the later jobs' median, their ratio); nan where unknown."""
+    spans = [t.span(t.submitted, t.first_step) for t in timings if t.finished]
+    if len(spans) < 2 or spans[0] is None:
+        return float("nan"), float("nan"), float("nan")
+    later = [s for s in spans[1:] if s is not None]
+    median = float(np.median(later)) if later else float("nan")
+    return spans[0], median, spans[0] / median
+
+
+def _seconds(value: float | None) -> float:
+    return float("nan") if value is None else value
+
+
 def print_verdict(outcome: Outcome, latency: list[float], growth: float) -> None:
-    """The figures the issue asks for, then the machine-readable last line."""
+    """The figures the issues ask for, a BENCH line per target, and the headline last."""
     jobs_run = len(outcome.timings)
     if outcome.window is not None:
         steal = f"{outcome.window.steal:.2f}" if outcome.window.steal is not None else "unknown"
@@ -279,12 +386,30 @@ def print_verdict(outcome: Outcome, latency: list[float], growth: float) -> None
         f"submit -> first epoch p50 {p50:.3f} s (aim <= {AIM_LATENCY_P50_S:.0f} s: "
         f"{'met' if p50 <= AIM_LATENCY_P50_S else 'missed'}); threads and open fds must not grow (GREW above if so)"
     )
+    first, later, ratio = first_step_ratio(outcome.timings)
+    print(f"submit -> first training step: job 1 {first:.3f} s, later jobs' median {later:.3f} s: {ratio:.2f}x")
+    stops = outcome.stops
+    client_s, server_s = _seconds(stops.client_s), _seconds(stops.server_s)
+    print(f"SIGTERM -> exit: idle vfl-client {client_s:.2f} s; vfl-server with a job training {server_s:.2f} s")
+    print(
+        f"the job training at the server's stop: {stops.state or 'not run'}, {stops.epochs_done} epochs done, "
+        f"{stops.epochs_recorded} in the store ({'nothing lost' if stops.nothing_lost else 'NOT as expected'})"
+    )
     print(
         f"worst daemon RSS growth, after job {jobs_run} / after job 1: {growth:.3f} x "
         f"(target <= {TARGET_RSS_GROWTH:.2f}" + (f"; only {jobs_run} of {JOBS} jobs ran)" if jobs_run < JOBS else ")")
     )
-    met = jobs_run == JOBS and not outcome.error and growth <= TARGET_RSS_GROWTH
-    print(f"BENCH service_rss_growth {growth:.3f} x target <= {TARGET_RSS_GROWTH:.2f} {'MET' if met else 'MISSED'}")
+    ran = jobs_run == JOBS and not outcome.error
+    ratio_met = ran and ratio <= TARGET_FIRST_STEP_RATIO
+    print(bench_line("service_first_step_ratio", ratio, "x", "<=", TARGET_FIRST_STEP_RATIO, ratio_met))
+    client_met = client_s <= TARGET_CLIENT_STOP_S
+    print(bench_line("service_client_stop_s", client_s, "s", "<=", TARGET_CLIENT_STOP_S, client_met))
+    server_met = server_s <= TARGET_SERVER_STOP_S and stops.nothing_lost
+    print(bench_line("service_server_stop_s", server_s, "s", "<=", TARGET_SERVER_STOP_S, server_met))
+    growth_met = ran and growth <= TARGET_RSS_GROWTH
+    print(
+        f"BENCH service_rss_growth {growth:.3f} x target <= {TARGET_RSS_GROWTH:.2f} {'MET' if growth_met else 'MISSED'}"
+    )
 
 
 def main() -> int:

@@ -239,25 +239,37 @@ class Connection(TrainingLink):
             log.warning("report_failure_lost", reason=str(exc))
 
 
+#: How often a connection attempt looks at its ``stop`` event while it waits for the channel.
+_STOP_POLL_S = 0.1
+
+
 def _wait_until_ready(channel: grpc.Channel, timeout_s: float, stop: threading.Event | None, fail_fast: bool) -> bool:
     """True once ``channel`` is ready; False after ``timeout_s``, once ``stop`` is set, or (with
-    ``fail_fast``) once an attempt has failed."""
+    ``fail_fast``) once an attempt has failed.
+
+    A failed attempt cancels the wait from gRPC's callback, so a refused connection (a server
+    that is restarting) returns at once and the daemon's backoff alone sets the pace of retries;
+    polling for the failure added up to a poll interval to every retry.
+    """
     failed = threading.Event()
+    ready = grpc.channel_ready_future(channel)
 
     def watch(state: grpc.ChannelConnectivity) -> None:
         if state == grpc.ChannelConnectivity.TRANSIENT_FAILURE:
             failed.set()
+            ready.cancel()
 
     if fail_fast:
         channel.subscribe(watch, try_to_connect=True)
-    ready = grpc.channel_ready_future(channel)
     deadline = time.monotonic() + timeout_s
     try:
         while True:
             remaining = deadline - time.monotonic()
             try:
-                ready.result(timeout=max(0.0, min(0.25, remaining)))
+                ready.result(timeout=max(0.0, min(_STOP_POLL_S, remaining)))
                 return True
+            except grpc.FutureCancelledError:
+                return False
             except grpc.FutureTimeoutError:
                 if remaining <= 0 or failed.is_set() or (stop is not None and stop.is_set()):
                     ready.cancel()

@@ -25,6 +25,7 @@ from vflcore.ml.models import load_factory
 from vflcore.runtime import cli_flags as flags
 from vflcore.runtime import daemon
 from vflcore.runtime.config import ClientConfig, client_config_from
+from vflcore.runtime.warmup import warm_up
 from vflcore.security.preflight import diagnose
 
 log = structlog.get_logger(__name__)
@@ -161,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         return daemon.EXIT_CONFIG
 
     signals = daemon.ShutdownSignals(party.stop).install()
+    warm_up(config.device)  # before it dials out: the first job must not pay for torch's first use
     if not args.once:
         try:
             party.run_forever()

@@ -29,6 +29,7 @@ from vflcore.errors import ConfigError, JobStoreError, VflError
 from vflcore.runtime import cli_flags as flags
 from vflcore.runtime import daemon
 from vflcore.runtime.config import ServerConfig, server_config_from
+from vflcore.runtime.warmup import warm_up
 from vflcore.security.tls import TlsConfigError
 from vflcore.wire.traffic import summary_lines
 from vflserver.federation.alignment import AlignmentResult
@@ -208,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
         return daemon.EXIT_UNREACHABLE
 
     daemon.prepare_compute(config.settings.torch_threads)
+    if not args.psi_only:  # before anything listens: the first job must not pay for torch's first use
+        warm_up(config.settings.device)
     stopped = threading.Event()
     # Before anything announces the port: a signal that follows the announcement must find it.
     signals = daemon.ShutdownSignals(stopped.set).install()

@@ -8,12 +8,14 @@ restart on the same address) and announces its ports in files.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -256,6 +258,24 @@ def job_document(job_id: str, algorithm: str, *, epochs: int = 1, **job: Any) ->
     if options:
         document["algorithm"] = dict(options)
     return document
+
+
+def log_events(log: Path, name: str | None = None) -> list[dict[str, Any]]:
+    """A daemon's JSON log events (``--log-format json``), in order; only those called ``name`` if given."""
+    found = []
+    for line in log.read_text(errors="replace").splitlines() if log.exists() else []:
+        if not line.startswith("{") or (name is not None and f'"{name}"' not in line):
+            continue
+        with contextlib.suppress(ValueError):
+            event = json.loads(line)
+            if isinstance(event, dict) and (name is None or event.get("event") == name):
+                found.append(event)
+    return found
+
+
+def event_time(event: Mapping[str, Any]) -> float:
+    """A log event's timestamp as Unix seconds (the daemons log UTC ISO 8601)."""
+    return datetime.fromisoformat(str(event["timestamp"]).replace("Z", "+00:00")).timestamp()
 
 
 def wait_until(condition: Callable[[], bool], what: str, run: ServiceRun, timeout_s: float = 120) -> None:

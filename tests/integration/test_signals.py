@@ -6,13 +6,17 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import IO
 
 import pytest
 
+from vflclient import JobClient, ServerUnavailable, VflError
+from vflserver.jobs.store import JobStore
 from vfltesting.pki import Pki
+from vfltesting.service import ServiceRun, job_document, log_events, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -93,3 +97,61 @@ def _drain(stream: IO[bytes] | None) -> bytes:
         return os.read(fd, 1 << 16) or b""
     except BlockingIOError:
         return b""
+
+
+def _order(log: Path, *names: str) -> list[int]:
+    """The index of each named event's first appearance in ``log`` (-1 if it never came)."""
+    events = [str(e.get("event")) for e in log_events(log)]
+    return [events.index(name) if name in events else -1 for name in names]
+
+
+class TestServiceStop:
+    def test_server_sigterm_with_a_job_running(self, pki: Pki, digits_data: Path, tmp_path: Path) -> None:
+        """SIGTERM while a job trains: it is interrupted with its epochs kept, a queued one stays queued, exit 0.
+
+        Every call that would hold the stop ends when the stop starts, not at gRPC's grace: the
+        Watch of the queued job is told the server is shutting down, and party 3, which the
+        running job does not need, waits in a NextJob long poll all along. Every daemon warmed
+        up before it said it was ready (``warmed_up`` before listening, before dialling out).
+        """
+        run = ServiceRun(tmp_path, pki, digits_data)
+        seen: dict[str, list[str]] = {"stop-running": [], "stop-queued": []}
+        refused: dict[str, VflError] = {}
+
+        def watch(jobs: JobClient, job_id: str) -> None:
+            try:
+                for event in jobs.watch(job_id):
+                    seen[job_id].append(event.state)
+            except VflError as exc:
+                refused[job_id] = exc
+
+        with run.started(), JobClient(run.address, tls=pki.operator_files("alice")) as jobs:
+            # party 2 only: party 3 stays in its NextJob long poll; the second job queues behind the first
+            jobs.submit(job_document("stop-running", "splitnn", epochs=50, batch_size=8, passive_parties=[2]))
+            jobs.submit(job_document("stop-queued", "splitnn", epochs=1, passive_parties=[2]))
+            wait_until(lambda: jobs.get("stop-running").epochs_done >= 1, "the first epoch", run)
+            watchers = [threading.Thread(target=watch, args=(jobs, job_id)) for job_id in seen]
+            for thread in watchers:
+                thread.start()
+            wait_until(lambda: all(seen.values()), "both Watch calls to be open", run)
+            server = run.procs["server"]
+            server.send_signal(signal.SIGTERM)
+            assert server.wait(timeout=60) == 0, run.tail()
+            for thread in watchers:
+                thread.join(timeout=60)
+            assert all(run.alive()[f"party-{p}"] for p in (2, 3)), (
+                f"a passive daemon left with the server\n{run.tail()}"
+            )
+        assert seen["stop-running"][-1] == "interrupted" and "stop-running" not in refused, (seen, refused)
+        assert "watch it again once the server is back" in str(refused.get("stop-queued")), (seen, refused)
+        assert isinstance(refused["stop-queued"], ServerUnavailable), refused
+        records = JobStore(tmp_path / "runs" / "jobs.sqlite")
+        try:
+            running, queued = records.get("stop-running"), records.get("stop-queued")
+        finally:
+            records.close()
+        assert running.state == "interrupted" and running.epochs_done >= 1, running
+        assert queued.state == "queued", queued
+        for name, ready in (("server", "service_started"), ("party-2", "connected"), ("party-3", "connected")):
+            warmed, said = _order(run.logs[name], "warmed_up", ready)
+            assert 0 <= warmed < said, f"{name}: warmed_up must come before {ready}\n{run.tail()}"

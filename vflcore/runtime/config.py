@@ -23,6 +23,16 @@ from vflcore.wire.codecs import parse_codec
 
 DEFAULT_PORT = 50051
 
+#: A passive daemon's reconnect backoff (``vflclient._daemon.Backoff``): the first wait, doubled
+#: each try up to the cap (with jitter), but at most ``RESTART_RETRY_S`` during the first
+#: ``RESTART_WINDOW_S`` of waiting. The usual loss is a server restart, which takes seconds: a wait
+#: that has grown to several seconds by the time the server is back is time the resumed job waits
+#: for nothing (issue 27: 10-11 s from a server restart to training, with a first wait of 0.5 s).
+RETRY_INITIAL_S = 0.1
+RETRY_MAX_S = 60.0
+RESTART_RETRY_S = 1.0
+RESTART_WINDOW_S = 30.0
+
 
 @dataclass(frozen=True)
 class DataSource:
@@ -255,8 +265,8 @@ class ClientConfig:
     torch_threads: int = 1
     psi_workers: int | None = None
     #: Reconnecting to an unreachable server: the first wait, doubled each try up to the cap.
-    retry_initial_s: float = 0.5
-    retry_max_s: float = 60.0
+    retry_initial_s: float = RETRY_INITIAL_S
+    retry_max_s: float = RETRY_MAX_S
     #: How many epochs' checkpoints this party keeps per job (the newest).
     keep_checkpoints: int = 2
     #: ``[models]``: the model factories a job may ask this party for, by name (``module:function``).
@@ -377,7 +387,8 @@ def client_config_from(doc: Mapping[str, Any], source: Path | None = None, party
             f"{cli.where}: no data: [data] path is required (this party's CSV; or pass --data), or name "
             "datasets under [datasets]"
         )
-    retry_initial, retry_max = cli.number("retry_initial_s", 0.5), cli.number("retry_max_s", 60.0)
+    retry_initial = cli.number("retry_initial_s", RETRY_INITIAL_S)
+    retry_max = cli.number("retry_max_s", RETRY_MAX_S)
     if not 0 < retry_initial <= retry_max:
         raise ConfigError(f"{cli.where}: [client] retry_initial_s and retry_max_s must satisfy 0 < initial <= max")
     return ClientConfig(

@@ -38,6 +38,7 @@ class JobBoard:
         self._parties: PassiveParties | None = None
         self._datasets: dict[int, str] = {}
         self._models: dict[int, str] = {}
+        self._shut = False
 
     @classmethod
     def single(cls, parties: PassiveParties, datasets: Mapping[int, str] | None = None) -> JobBoard:
@@ -70,6 +71,16 @@ class JobBoard:
                 self._parties, self._datasets, self._models = None, {}, {}
             self._changed.notify_all()
 
+    def shut(self) -> None:
+        """The server is stopping: every NextJob held now, or asked from now on, ends at once with no offer.
+
+        Without this, ``grpc.Server.stop`` waited out its whole grace period for the long polls,
+        which gRPC keeps active until it cancels them: most of the server's exit time after SIGTERM.
+        """
+        with self._changed:
+            self._shut = True
+            self._changed.notify_all()
+
     def current(self) -> PassiveParties | None:
         return self._parties
 
@@ -97,6 +108,8 @@ class JobBoard:
             while True:
                 offer = self._offer_for(party)
                 remaining = deadline - time.monotonic()
+                if self._shut:
+                    return None
                 if offer is not None or remaining <= 0 or not active():
                     return offer
                 self._changed.wait(min(remaining, 0.5))

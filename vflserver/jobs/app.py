@@ -73,7 +73,7 @@ class Service:
         self.runner = JobRunner(
             self.store, self.board, config, registry=self.registry, metrics=self.metrics, listener=listener
         )
-        control = ControlService(
+        self.control = ControlService(
             self.store,
             self.runner,
             datasets=config.datasets,
@@ -87,7 +87,7 @@ class Service:
                 settings.listen,
                 tls,
                 insecure=insecure,
-                control=control,
+                control=self.control,
                 interceptors=[self.metrics.interceptor()] if self.metrics is not None else [],
                 workers=settings.max_rpcs,
                 max_party_rpcs=settings.max_party_rpcs,
@@ -126,10 +126,20 @@ class Service:
             join_timeout_s=self.config.settings.join_timeout_s,
         )
 
-    def stop(self, grace_s: float = 5.0) -> None:
-        """Interrupt the running job (it is recorded as interrupted), stop every listener, close the store."""
+    def stop(self, grace_s: float = 1.0) -> None:
+        """Interrupt the running job (it is recorded as interrupted), stop every listener, close the store.
+
+        The long-lived calls end at once rather than at the end of gRPC's grace: the job's own
+        streams with the job, every Watch once it has delivered the job's last event, and every
+        NextJob long poll as soon as gRPC refuses new calls (its caller's next one is refused, so
+        the daemon goes to its reconnect backoff instead of asking again). ``grace_s`` is then
+        only for unary calls in flight; what still runs after it is cancelled.
+        """
         self.runner.stop()
-        self.server.stop(grace=grace_s).wait()
+        self.control.shut()
+        stopped = self.server.stop(grace=grace_s)  # refuses new calls from here on
+        self.board.shut()
+        stopped.wait()
         if self.endpoint is not None:
             self.endpoint.stop()
         if self.metrics is not None:

@@ -9,6 +9,7 @@ JSON and are checked in full before anything is stored.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -79,6 +80,12 @@ def submit_job(
     return record
 
 
+#: How often a Watch with no new event looks whether its caller left or the server is stopping:
+#: well inside the 1 s the server's stop gives open calls (``Service.stop``), so a Watch is told
+#: the server is shutting down rather than cut off.
+WATCH_POLL_S = 0.25
+
+
 class ControlService(pb_grpc.ControlServicer):
     """Submit, List, Get, Watch and Cancel, for operator certificates only."""
 
@@ -94,6 +101,15 @@ class ControlService(pb_grpc.ControlServicer):
         self.store, self.runner = store, runner
         self.datasets, self.join_timeout_s = datasets, join_timeout_s
         self.insecure = insecure
+        self._shut = threading.Event()
+
+    def shut(self) -> None:
+        """The server is stopping: every Watch ends at its next poll (UNAVAILABLE), not at gRPC's grace.
+
+        A watched job that was running has been recorded ``interrupted`` by then, and the stream
+        delivers that event first and ends as for any ended job.
+        """
+        self._shut.set()
 
     def _operator(self, context: grpc.ServicerContext) -> str:
         """The caller's operator name, from its verified certificate."""
@@ -186,11 +202,17 @@ class ControlService(pb_grpc.ControlServicer):
         """
         seq = 0
         while context.is_active():
-            for event in self.store.wait_for_events(job_id, seq, timeout_s=1.0):
+            for event in self.store.wait_for_events(job_id, seq, timeout_s=WATCH_POLL_S):
                 seq = event.seq
                 yield job_event(event)
                 if event.kind == "state" and event.state in ENDED and self.store.get(job_id).state in ENDED:
                     return
+            if self._shut.is_set():
+                context.abort(
+                    grpc.StatusCode.UNAVAILABLE,
+                    f"the server is shutting down; job {job_id} stays in its store: "
+                    "watch it again once the server is back",
+                )
 
 
 def job_info(record: JobRecord, history: list[EpochRecord] | None = None, *, serving: str = "") -> pb.JobInfo:
