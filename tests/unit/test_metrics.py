@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from vflcore.ml.metrics import classification_metrics, predict_classes, regression_metrics, task_metrics
+from vflcore.ml.metrics import classification_metrics, predict_classes, regression_metrics, roc_auc, task_metrics
 
 
 class TestClassificationMetrics:
@@ -105,3 +105,53 @@ class TestTaskMetrics:
         """An unknown task is rejected with the choices."""
         with pytest.raises(ValueError, match="unknown task 'ranking'; choose one of classification, regression"):
             task_metrics("ranking", np.zeros(1), np.zeros(1))
+
+
+class TestAgreesWithScikitLearn:
+    """The numpy metrics give scikit-learn's figures (the daemons no longer import it)."""
+
+    @pytest.mark.parametrize("seed", range(6))
+    def test_classification(self, seed: int) -> None:
+        """Random labels and logits, 2 to 5 classes, some never predicted or never true."""
+        from sklearn import metrics as skm
+
+        rng = np.random.default_rng(seed)
+        classes = 2 + seed % 4
+        truth = rng.integers(0, classes, size=60)
+        logits = rng.normal(size=(60, classes)).round(1)  # rounded: ties among the scores
+        logits[:, -1] -= 3 * (seed % 2)  # odd seeds: the last class is rarely or never predicted
+        predicted = logits.argmax(axis=1)
+        result = classification_metrics(truth, logits)
+        expected = {
+            "accuracy": skm.accuracy_score(truth, predicted),
+            "macro_f1": skm.f1_score(truth, predicted, average="macro", zero_division=0),
+            "precision": skm.precision_score(truth, predicted, average="macro", zero_division=0),
+            "recall": skm.recall_score(truth, predicted, average="macro", zero_division=0),
+        }
+        if classes == 2:
+            expected["roc_auc"] = skm.roc_auc_score(truth, logits[:, 1] - logits[:, 0])
+        assert result == pytest.approx(expected, abs=1e-12)
+
+    def test_roc_auc_with_many_ties(self) -> None:
+        """Scores on a coarse grid (most rows tied) rank as sklearn ranks them."""
+        from sklearn.metrics import roc_auc_score
+
+        rng = np.random.default_rng(3)
+        truth = rng.integers(0, 2, size=200)
+        score = rng.integers(0, 4, size=200).astype(np.float64) + truth
+        assert roc_auc(truth, score) == pytest.approx(roc_auc_score(truth, score), abs=1e-12)
+
+    @pytest.mark.parametrize(
+        ("truth", "predicted"),
+        [
+            (np.arange(8.0), np.arange(8.0)[::-1]),
+            (np.full(5, 2.0), np.full(5, 2.0)),  # constant target, perfect: 1
+            (np.full(5, 2.0), np.arange(5.0)),  # constant target, not perfect: 0
+        ],
+    )
+    def test_regression(self, truth: np.ndarray, predicted: np.ndarray) -> None:
+        from sklearn import metrics as skm
+
+        result = regression_metrics(truth, predicted)
+        assert result["mse"] == pytest.approx(skm.mean_squared_error(truth, predicted), abs=1e-12)
+        assert result["r2"] == pytest.approx(skm.r2_score(truth, predicted), abs=1e-12)

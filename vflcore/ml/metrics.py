@@ -5,16 +5,20 @@ count as much as common ones), and for a binary task ROC AUC: a threshold-free s
 imbalanced test set cannot inflate, and the utility figure the privacy bench holds defences to.
 Regression reports MSE and R². Values are plain floats so they
 can go straight into logs and JSON.
+
+Written with numpy, not scikit-learn, although the definitions are scikit-learn's (macro averages
+over the labels seen in either array, zero for an empty denominator, R² of a constant target 1.0
+or 0.0): importing sklearn cost every daemon about a second of start-up, which a server restart
+pays before the job resumes. ``tests/unit/test_metrics.py`` checks every figure against sklearn.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from sklearn import metrics as skm
 
 from vflcore.job import TASKS
 
-__all__ = ["classification_metrics", "predict_classes", "regression_metrics", "task_metrics"]
+__all__ = ["classification_metrics", "predict_classes", "regression_metrics", "roc_auc", "task_metrics"]
 
 
 def classification_metrics(y_true: np.ndarray, logits: np.ndarray) -> dict[str, float]:
@@ -31,16 +35,62 @@ def classification_metrics(y_true: np.ndarray, logits: np.ndarray) -> dict[str, 
         raise ValueError(f"{truth.shape[0]} labels but {predicted.shape[0]} predictions")
     if truth.size == 0:
         raise ValueError("no rows to score")
+    precision, recall, f1 = _macro_scores(truth, predicted)
     metrics = {
-        "accuracy": float(skm.accuracy_score(truth, predicted)),
-        "macro_f1": float(skm.f1_score(truth, predicted, average="macro", zero_division=0)),
-        "precision": float(skm.precision_score(truth, predicted, average="macro", zero_division=0)),
-        "recall": float(skm.recall_score(truth, predicted, average="macro", zero_division=0)),
+        "accuracy": float(np.mean(truth == predicted)),
+        "macro_f1": f1,
+        "precision": precision,
+        "recall": recall,
     }
     score = _positive_score(logits)
     if score is not None and np.unique(truth).size == 2 and set(np.unique(truth).tolist()) == {0, 1}:
-        metrics["roc_auc"] = float(skm.roc_auc_score(truth, score))
+        metrics["roc_auc"] = roc_auc(truth, score)
     return metrics
+
+
+def _macro_scores(truth: np.ndarray, predicted: np.ndarray) -> tuple[float, float, float]:
+    """Macro precision, recall and F1 over every label in either array; 0 where a denominator is 0."""
+    labels = np.union1d(truth, predicted)
+    hits = truth[truth == predicted]
+    true_positives = np.array([np.count_nonzero(hits == label) for label in labels], dtype=np.float64)
+    predicted_counts = np.array([np.count_nonzero(predicted == label) for label in labels], dtype=np.float64)
+    true_counts = np.array([np.count_nonzero(truth == label) for label in labels], dtype=np.float64)
+    precision = _ratio(true_positives, predicted_counts)
+    recall = _ratio(true_positives, true_counts)
+    f1 = _ratio(2 * true_positives, predicted_counts + true_counts)
+    return float(precision.mean()), float(recall.mean()), float(f1.mean())
+
+
+def _ratio(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
+    """numerator / denominator, 0 where the denominator is 0."""
+    out = np.zeros_like(numerator)
+    np.divide(numerator, denominator, out=out, where=denominator > 0)
+    return out
+
+
+def roc_auc(truth: np.ndarray, score: np.ndarray) -> float:
+    """ROC AUC of ``score`` for 0/1 labels: the Mann-Whitney U of the positives, ties counted half.
+
+    Ranks are averaged over tied scores, so the figure is the probability that a random positive
+    scores above a random negative, a tie counting one half (what ``sklearn.metrics.roc_auc_score``
+    gives). Both classes must be present.
+    """
+    labels = np.asarray(truth).ravel()
+    values = np.asarray(score, dtype=np.float64).ravel()
+    positives = int(np.count_nonzero(labels == 1))
+    negatives = labels.size - positives
+    if positives == 0 or negatives == 0:
+        raise ValueError("ROC AUC needs both classes among the labels")
+    order = np.argsort(values, kind="mergesort")
+    ordered = values[order]
+    # each run of tied scores gets the mean of the ranks it spans (1-based)
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    ends = np.r_[starts[1:], ordered.size]
+    mean_ranks = (starts + ends + 1) / 2.0
+    ranks = np.empty(values.size, dtype=np.float64)
+    ranks[order] = np.repeat(mean_ranks, ends - starts)
+    u = ranks[labels == 1].sum() - positives * (positives + 1) / 2.0
+    return float(u / (positives * negatives))
 
 
 def _positive_score(logits: np.ndarray) -> np.ndarray | None:
@@ -79,8 +129,14 @@ def regression_metrics(y_true: np.ndarray, y_pred: np.ndarray) -> dict[str, floa
         raise ValueError(f"{truth.shape[0]} targets but {predicted.shape[0]} predictions")
     if truth.size == 0:
         raise ValueError("no rows to score")
-    r2 = float(skm.r2_score(truth, predicted)) if truth.size >= 2 else float("nan")
-    return {"mse": float(skm.mean_squared_error(truth, predicted)), "r2": r2}
+    squared_error = float(np.sum((truth - predicted) ** 2))
+    if truth.size < 2:
+        r2 = float("nan")
+    else:
+        total = float(np.sum((truth - truth.mean()) ** 2))
+        # a constant target: perfect predictions score 1, any others 0 (sklearn's finite convention)
+        r2 = 1.0 - squared_error / total if total > 0 else (1.0 if squared_error == 0 else 0.0)
+    return {"mse": squared_error / truth.size, "r2": r2}
 
 
 def task_metrics(task: str, y_true: np.ndarray, output: np.ndarray) -> dict[str, float]:
