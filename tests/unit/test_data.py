@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import stat
 from pathlib import Path
 
 import numpy as np
 import pytest
 import structlog
 
-from vflcore.data.tables import DataError, PartyTable, align_rows, ids_digest, read_party_csv, select_rows
+from vflcore.data.tables import (
+    DataError,
+    PartyTable,
+    align_rows,
+    ids_digest,
+    read_party_csv,
+    select_rows,
+    write_aligned_ids,
+)
 
 
 def write(tmp_path: Path, text: str, name: str = "party.csv") -> Path:
@@ -295,3 +305,18 @@ class TestParquet:
         path.write_bytes(b"not parquet")
         with pytest.raises(DataError, match=r"bad\.parquet: not a readable Parquet file"):
             read_party_csv(path)
+
+
+class TestAlignedIdsFile:
+    def test_owner_alone_may_read_it_whatever_the_umask(self, tmp_path: Path) -> None:
+        """aligned_ids.csv names every party's common customers: 0600, also over an older 0644 file."""
+        old = os.umask(0o022)
+        try:
+            stale = tmp_path / "aligned_ids.csv"
+            stale.write_text("id\nold\n")
+            stale.chmod(0o644)
+            path = write_aligned_ids(tmp_path, np.array(["b", "a"]))
+        finally:
+            os.umask(old)
+        assert path == stale and stat.S_IMODE(path.stat().st_mode) == 0o600
+        assert path.read_text().splitlines() == ["id", "b", "a"]

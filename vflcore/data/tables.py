@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import os
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -144,11 +145,21 @@ def aligned_digest(ids: np.ndarray) -> np.ndarray:
     return np.frombuffer(digest.digest(), dtype=np.uint8).copy()
 
 
+#: Who may read ``aligned_ids.csv``: the party's own user.
+ALIGNED_IDS_MODE = 0o600
+
+
 def write_aligned_ids(directory: Path, ids: np.ndarray) -> Path:
-    """Write the aligned IDs, one per line in the agreed order, for a person to inspect."""
+    """Write the aligned IDs, one per line in the agreed order, for a person to inspect.
+
+    Mode 0600, the owner alone, whatever the umask: the list says who is a customer of every
+    party, which is what PSI exists to keep from everyone else on the host.
+    """
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "aligned_ids.csv"
-    with path.open("w", encoding="utf-8", newline="") as fh:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, ALIGNED_IDS_MODE)
+    os.fchmod(fd, ALIGNED_IDS_MODE)  # also a file an older version wrote with the umask's mode
+    with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
         writer = csv.writer(fh)
         writer.writerow(["id"])
         writer.writerows([value] for value in ids.tolist())
