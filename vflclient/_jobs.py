@@ -94,6 +94,9 @@ class Job:
     #: While served, what the model can do now: "serving", "degraded: ..." (stand-ins for a missing
     #: party) or "waiting for party N (why)"; empty when not served.
     serving: str = ""
+    #: What its latest state change said: why it is queued or waiting, how it ended. Only
+    #: ``JobClient.get`` fills it in.
+    state_message: str = ""
 
     @property
     def ended(self) -> bool:
@@ -230,6 +233,7 @@ def _job_from_proto(message: pb.JobInfo) -> Job:
         history=[_epoch_from_proto(e) for e in message.history],
         served=message.served,
         serving=message.serving,
+        state_message=message.state_message,
     )
 
 

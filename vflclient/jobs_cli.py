@@ -107,6 +107,7 @@ def job_details(job: Job) -> str:
         ("id", job.id),
         ("algorithm", job.algorithm),
         ("state", job.state),
+        ("message", job.state_message or "-"),
         ("submitter", job.submitter),
         ("submitted", _time(job.submitted_at)),
         ("started", _time(job.started_at)),

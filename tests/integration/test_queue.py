@@ -46,7 +46,8 @@ def test_a_lost_party_holds_only_the_jobs_that_need_it(pki: Pki, digits_data: Pa
             wait_until(lambda: jobs.get("only-2").state in ENDED, "the job without party 3 to end", run, 180)
             assert jobs.get("only-2").state == "finished", run.tail()
             assert jobs.get("trains").state == "waiting"
-            assert jobs.get("needs-3").state == "queued"
+            held = jobs.get("needs-3")
+            assert held.state == "queued" and "party 3 is not connected" in held.state_message, held
 
             run.start_client(3)
             trains = finish_job(jobs, run, "trains")

@@ -264,6 +264,18 @@ class TestEpochs:
 
 
 class TestEvents:
+    def test_state_message_is_the_latest_state_change(self, jobs: JobStore) -> None:
+        """Get's ``state_message``: the words of the newest state event, an epoch event after it aside."""
+        submit(jobs, "j1")
+        jobs.set_state("j1", "queued", "party 3 is not connected; the job starts once it is")
+        assert jobs.state_message("j1") == "party 3 is not connected; the job starts once it is"
+        jobs.set_state("j1", "aligning", "waiting for parties [2, 3], then PSI")
+        jobs.set_state("j1", "training", "100 common IDs (PSI)")
+        jobs.record_epoch("j1", epoch(0))
+        assert jobs.state_message("j1") == "100 common IDs (PSI)"
+        with pytest.raises(JobNotFound):
+            jobs.state_message("nope")
+
     def test_seq_per_job(self, jobs: JobStore) -> None:
         """Sequence numbers count from 1 for each job separately."""
         submit(jobs, "a")

@@ -236,6 +236,13 @@ class TestRendering:
         assert f"served        yes, {waiting}" in jobs_cli.job_details(job)
         assert "served        yes, serving" in jobs_cli.job_details(replace(job, serving="serving"))
 
+    def test_job_details_say_why_a_job_is_queued(self) -> None:
+        """`show` prints the latest state change's words: a held job names the party it waits for."""
+        why = "party 3 is not connected; the job starts once it is, and jobs that do not need it run meanwhile"
+        job = Job("job-x", "splitnn", "queued", "alice", 1.7e9, None, None, "", 0, 3, {}, {}, [], False, "", why)
+        assert f"message       {why}" in jobs_cli.job_details(job)
+        assert "message       -" in jobs_cli.job_details(replace(job, state_message=""))
+
 
 class TestCommandLine:
     @pytest.mark.parametrize("command", [[], ["submit"], ["list"], ["show"], ["watch"], ["cancel"]])

@@ -167,7 +167,12 @@ class ControlService(pb_grpc.ControlServicer):
         try:
             self._operator(context)
             record = self.store.get(request.job_id)
-            return job_info(record, history=self.store.epochs(request.job_id), serving=self._serving(record))
+            return job_info(
+                record,
+                history=self.store.epochs(request.job_id),
+                serving=self._serving(record),
+                state_message=self.store.state_message(request.job_id),
+            )
         except Exception as exc:
             _refuse(exc, context, "Get")
             raise
@@ -215,7 +220,9 @@ class ControlService(pb_grpc.ControlServicer):
                 )
 
 
-def job_info(record: JobRecord, history: list[EpochRecord] | None = None, *, serving: str = "") -> pb.JobInfo:
+def job_info(
+    record: JobRecord, history: list[EpochRecord] | None = None, *, serving: str = "", state_message: str = ""
+) -> pb.JobInfo:
     """A store record as the Control API's JobInfo; ``serving``: its served model's state now, in words."""
     return pb.JobInfo(
         job_id=record.job_id,
@@ -233,6 +240,7 @@ def job_info(record: JobRecord, history: list[EpochRecord] | None = None, *, ser
         history=[epoch_metrics(e) for e in history or []],
         served=record.served,
         serving=serving,
+        state_message=state_message,
     )
 
 

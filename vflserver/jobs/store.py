@@ -315,6 +315,15 @@ class JobStore:
         with self._changed:
             return self._events(job_id, after_seq)
 
+    def state_message(self, job_id: str) -> str:
+        """What the job's latest state change said: why it is queued or waiting, how it ended."""
+        with self._changed:
+            _fetch(self._conn, job_id)
+            row = self._conn.execute(
+                "SELECT message FROM events WHERE job_id = ? AND kind = 'state' ORDER BY seq DESC LIMIT 1", (job_id,)
+            ).fetchone()
+        return str(row[0]) if row is not None else ""
+
     def wait_for_events(self, job_id: str, after_seq: int, timeout_s: float) -> builtins.list[JobEvent]:
         """The events after ``after_seq``, waiting up to ``timeout_s`` for one; [] if none came."""
         deadline = time.monotonic() + timeout_s
