@@ -92,11 +92,14 @@ class Connection(TrainingLink):
         #: The joined job's wire codecs (``[job] wire_codec``): up for a step's uploads, down for its answers.
         self._wire: tuple[WireCodec, WireCodec] = (FP32, FP32)
         self._subscription: grpc.Call | None = None
+        #: ``close`` was called: a call that fails from now on failed because of it.
+        self.closed = False
 
     # ---- lifecycle --------------------------------------------------------------------------
 
     def close(self) -> None:
         """Cancel the task stream and close the channel; safe to call twice."""
+        self.closed = True
         if self._subscription is not None:
             self._subscription.cancel()
         self._channel.close()

@@ -149,6 +149,8 @@ class PassiveParty:
             except (JobAborted, PartyUnavailable, ServerUnavailable):
                 raise  # the server ended the task, or cannot be reached: nothing to report
             except Exception as exc:
+                if connection.closed:  # the daemon is stopping (a signal) and closed it under the task
+                    raise ServerUnavailable("the connection was closed: this party is stopping") from exc
                 connection.report_failure(job.job_id, task.task_id, f"{type(exc).__name__}: {exc}")
                 raise
         return RunResult(job.job_id, False, "stopped before the job finished", epochs_trained, self._dir(job))

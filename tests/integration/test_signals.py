@@ -59,34 +59,47 @@ class TestSignals:
         assert b"stopped by signal" in err
 
     def test_client_stops_cleanly_and_server_notices(self, pki: Pki, digits_data: Path, tmp_path: Path) -> None:
-        """A joined client exits 143 on SIGTERM; the server then logs it offline and still stops on its own signal."""
+        """A joined client exits 143 on SIGTERM; the server then logs it offline and still stops on its own signal.
+
+        Both passive parties run: a job starts only once every party it names is connected
+        (docs/operations.md, the queue), so party 2 alone would never join.
+        """
         server, port = _server(pki, digits_data, tmp_path)
-        files = pki.party_files(2)
-        client = subprocess.Popen(
-            [str(BIN / "vfl-client"), "--once", "--party", "2", "--server", f"127.0.0.1:{port}"]
-            + ["--data", str(digits_data / "party2.csv"), "--ca", str(files.ca), "--cert", str(files.cert)]
-            + ["--key", str(files.key), "--run-dir", str(tmp_path / "runs"), "--log-format", "json"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
+        clients = {party: _client(pki, digits_data, tmp_path, port, party) for party in (2, 3)}
         try:
             deadline = time.monotonic() + 60
             joined = b""
             while b"party_online" not in joined and time.monotonic() < deadline:
                 time.sleep(0.1)
-                if client.poll() is not None:
+                if any(client.poll() is not None for client in clients.values()):
                     break
                 # the server logs party_online on stderr; read what is there without blocking
                 joined += _drain(server.stderr)
             assert b"party_online" in joined, joined.decode()
-            client.send_signal(signal.SIGTERM)
-            client.communicate(timeout=30)
-            assert client.returncode == 143
+            clients[2].send_signal(signal.SIGTERM)
+            _, stopped = clients[2].communicate(timeout=30)
+            assert clients[2].returncode == 143, stopped.decode()
         finally:
             server.send_signal(signal.SIGTERM)
             _, err = server.communicate(timeout=30)
+            for client in clients.values():
+                if client.poll() is None:
+                    client.terminate()
+                client.communicate(timeout=30)
         assert server.returncode == 143
         assert b"party_offline" in joined + err
+
+
+def _client(pki: Pki, data: Path, tmp_path: Path, port: int, party: int) -> subprocess.Popen[bytes]:
+    """``vfl-client --once`` for ``party``, its output piped."""
+    files = pki.party_files(party)
+    return subprocess.Popen(
+        [str(BIN / "vfl-client"), "--once", "--party", str(party), "--server", f"127.0.0.1:{port}"]
+        + ["--data", str(data / f"party{party}.csv"), "--ca", str(files.ca), "--cert", str(files.cert)]
+        + ["--key", str(files.key), "--run-dir", str(tmp_path / f"runs-{party}"), "--log-format", "json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 def _drain(stream: IO[bytes] | None) -> bytes:
