@@ -36,11 +36,18 @@ OTHER_EPOCHS = 3
 #: Async is compared by accuracy, not step by step: enough epochs that the accuracy has settled
 #: (at 3 epochs two fault-free async runs differed by 1.7 points).
 ASYNC_EPOCHS = 10
-#: Its reference is the mean of this many fault-free runs: six of them here spanned 0.953-0.962
-#: (0.85 points, 2 of 234 test rows), so one run as the reference would fail a 1-point check
-#: now and then with no fault at all, while each run is within half a point of the mean.
+#: Its reference is the range of this many fault-free runs, widened by ``ASYNC_POINTS`` each way.
+#: Six of them on a quiet machine spanned 0.953-0.962 (2 of 234 test rows); under xdist, with
+#: another worker's daemons beside them, arrival orders spread further, and a resumed run 1.1
+#: points (2.7 rows) under the mean of three was seen twice: a mean-based 1-point check failed
+#: with no fault in the resume, as a single-run reference would.
 ASYNC_REFERENCE_RUNS = 3
 ASYNC_POINTS = 0.01
+
+
+def _within_reference(accuracy: float, references: list[float]) -> bool:
+    """Whether an async run's accuracy lies in the fault-free runs' range, widened by ASYNC_POINTS."""
+    return min(references) - ASYNC_POINTS <= accuracy <= max(references) + ASYNC_POINTS
 
 
 def _epochs_for(algorithm: str) -> int:
@@ -49,7 +56,7 @@ def _epochs_for(algorithm: str) -> int:
 
 @pytest.fixture(scope="module")
 def clean_others(pki: Pki, digits_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """The fault-free run of each of ``OTHERS``, with its outcome and final accuracy (async: the mean of several)."""
+    """The fault-free run of each of ``OTHERS``, with its outcome and final accuracies (async: several runs)."""
     run = _service(tmp_path_factory.mktemp("clean-others"), pki, digits_data)
     try:
         outcomes = {}
@@ -61,7 +68,7 @@ def clean_others(pki: Pki, digits_data: Path, tmp_path_factory: pytest.TempPathF
                     jobs.submit(job_document(job_id, algorithm, epochs=_epochs_for(algorithm), **JOB))
                     finish_job(jobs, run, job_id)
                     accuracies.append(jobs.get(job_id).final_metrics["accuracy"])
-                outcomes[algorithm] = (_outcome(run, job_id), sum(accuracies) / len(accuracies))
+                outcomes[algorithm] = (_outcome(run, job_id), accuracies)
         yield outcomes
     finally:
         run.close()
@@ -72,7 +79,7 @@ class TestEveryOtherAlgorithm:
     def test_killed_mid_epoch(
         self, algorithm: str, clean_others: dict[str, Any], pki: Pki, digits_data: Path, tmp_path: Path
     ) -> None:
-        """kill -9 of party 3 in the middle of epoch 2: the same model; async (not deterministic) within 1 point."""
+        """kill -9 of party 3 mid epoch 2: the same model; async (not deterministic) near the clean runs."""
         run = _service(tmp_path, pki, digits_data)
         job_id = _job_id(algorithm, "other")
         try:
@@ -83,9 +90,9 @@ class TestEveryOtherAlgorithm:
                 lines = finish_job(jobs, run, job_id)
                 accuracy = jobs.get(job_id).final_metrics["accuracy"]
             assert any("waiting for party 3" in line for line in lines), lines
-            reference, reference_accuracy = clean_others[algorithm]
+            reference, references = clean_others[algorithm]
             if algorithm == "async":  # arrival order decides the steps: not reproducible, even without faults
-                assert abs(accuracy - reference_accuracy) <= ASYNC_POINTS, (accuracy, reference_accuracy)
+                assert _within_reference(accuracy, references), (accuracy, references)
             else:
                 assert_same_model(_outcome(run, job_id), reference)
         finally:
@@ -115,7 +122,7 @@ class TestCheckpointsInsideEpochs:
             for folder in folders:  # 1150 steps (23 x 50) is 97 batches into epoch 10
                 saved = sorted(p.name for p in folder.glob("epoch-*.pt"))
                 assert saved == ["epoch-0009-batch-00097.pt", "epoch-0009.pt"], (folder.name, saved)
-            _, reference_accuracy = clean_others["async"]
-            assert abs(accuracy - reference_accuracy) <= ASYNC_POINTS, (accuracy, reference_accuracy)
+            _, references = clean_others["async"]
+            assert _within_reference(accuracy, references), (accuracy, references)
         finally:
             run.close()
