@@ -138,6 +138,18 @@ def _served() -> tuple[JobBoard, PassiveParties]:
 
 
 class TestRejoinAServedModel:
+    def test_a_stopped_readmission_wait_ends_when_woken(self) -> None:
+        """``next_rejoined`` told to stop returns None once woken, not at its timeout: the next job starts at once."""
+        _, parties = _served()
+        stop = threading.Event()
+        got: list[int | None] = []
+        waiter = threading.Thread(target=lambda: got.append(parties.next_rejoined(300, stop.is_set)))
+        waiter.start()
+        stop.set()
+        parties.wake_waiters()
+        waiter.join(30)  # a "did not hang" guard: before, it waited out its whole timeout
+        assert not waiter.is_alive() and got == [None]
+
     def test_a_restarted_party_is_offered_the_job_and_readmitted_after_loading(self) -> None:
         """NextJob from a member: offered the job; Join and Subscribe; "loading" until readmitted, then it serves."""
         board, parties = _served()

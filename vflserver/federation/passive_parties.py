@@ -185,11 +185,14 @@ class PassiveParties:
             member.session += 1
         log.warning("party_session_lost", peer=party, reason=reason)
 
-    def next_rejoined(self, timeout_s: float) -> int | None:
-        """A party that joined the served model again and subscribed, now marked "loading"; None after ``timeout_s``."""
+    def next_rejoined(self, timeout_s: float, stopped: Callable[[], bool] = lambda: False) -> int | None:
+        """A party that joined the served model again and subscribed, now marked "loading".
+
+        None after ``timeout_s``, or at once when ``stopped()`` turns true and ``wake_waiters`` is called.
+        """
         deadline = time.monotonic() + timeout_s
         with self._lock:
-            while True:
+            while not stopped():
                 found = next((m for m in self._members.values() if m.rejoin == "joined" and m.online), None)
                 if found is not None:
                     found.rejoin = "loading"
@@ -198,6 +201,12 @@ class PassiveParties:
                 if remaining <= 0:
                     return None
                 self._everyone_ready.wait(remaining)
+            return None
+
+    def wake_waiters(self) -> None:
+        """Wake every thread waiting on the parties' state, to look again (a waiter told to stop)."""
+        with self._lock:
+            self._everyone_ready.notify_all()
 
     def refuse_rejoin(self, party: int, reason: str) -> None:
         """``party`` cannot come back into the served model (``reason``): it is not offered it again."""

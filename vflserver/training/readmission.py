@@ -51,13 +51,15 @@ class Readmission:
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop readmitting, at once: the next job must not wait out the loop's poll."""
         self._stop.set()
+        self.parties.wake_waiters()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(10)
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            party = self.parties.next_rejoined(0.5)
+            party = self.parties.next_rejoined(0.5, self._stop.is_set)
             if party is None:
                 continue
             try:
