@@ -11,7 +11,6 @@ import json
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +20,7 @@ import pytest
 from vflclient import InferenceClient, JobClient
 from vflserver.inference.federated import IDS
 from vfltesting.pki import Pki
-from vfltesting.service import ServiceRun, job_document, toml_text
+from vfltesting.service import ServiceRun, job_document, toml_text, wait_until
 
 BIN = Path(sys.executable).parent
 pytestmark = pytest.mark.timeout(600)
@@ -142,6 +141,15 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def _unreachable_lines(run: ServiceRun, name: str) -> list[str]:
+    """The ``server_unreachable`` lines a daemon has logged so far."""
+    return [line for line in run.logs[name].read_text().splitlines() if '"server_unreachable"' in line]
+
+
+def _retries(run: ServiceRun, name: str) -> int:
+    return len(_unreachable_lines(run, name))
+
+
 class TestReconnect:
     def test_a_client_started_before_the_server_joins_once_it_appears(
         self, pki: Pki, digits_data: Path, tmp_path: Path
@@ -151,17 +159,16 @@ class TestReconnect:
         try:
             port = _free_port()
             run.start_clients(server=f"127.0.0.1:{port}")
-            time.sleep(2.0)  # long enough for several failed attempts; no assertion depends on the timing
+            # Until each has failed twice: the daemons warm up before they dial out, so a fixed sleep
+            # could end before their first attempt (then nothing to retry, and nothing logged).
+            for name in ("party-2", "party-3"):
+                wait_until(lambda name=name: _retries(run, name) >= 2, f"{name}'s second failed attempt", run)
             assert all(run.alive().values())
             run.start_server(f"127.0.0.1:{port}")
             with _jobs(run, pki) as jobs:
                 state, lines = _run_to_end(jobs, job_document("late-server", "splitnn"))
             assert state == "finished", "\n".join(lines) + run.tail()
-            retries = [
-                json.loads(line)
-                for line in run.logs["party-2"].read_text().splitlines()
-                if '"server_unreachable"' in line
-            ]
+            retries = [json.loads(line) for line in _unreachable_lines(run, "party-2")]
             assert retries and all(r["retry_in_s"] <= 2.0 for r in retries)  # the configured cap
         finally:
             run.close()
