@@ -11,6 +11,7 @@ import queue
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from types import TracebackType
 
 import grpc
@@ -103,6 +104,21 @@ class Connection(TrainingLink):
         if self._subscription is not None:
             self._subscription.cancel()
         self._channel.close()
+
+    @contextmanager
+    def closing_is_stopping(self) -> Iterator[None]:
+        """Whatever fails once this connection was closed (``close``: the daemon is stopping) is ServerUnavailable.
+
+        A signal handler closes the channel under a working thread; the call that thread makes
+        next fails with grpc's ``ValueError`` (a closed channel), wherever it is: joining,
+        subscribing, sending. That is a stop, not a fault of this party or the server.
+        """
+        try:
+            yield
+        except Exception as exc:
+            if self.closed and not isinstance(exc, VflError):
+                raise ServerUnavailable("the connection was closed: this party is stopping") from exc
+            raise
 
     def __enter__(self) -> Connection:
         return self

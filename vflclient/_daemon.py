@@ -142,7 +142,7 @@ class PartyDaemon:
         """Take part in every job that names this party until ``stop``; reconnect whenever needed."""
         while not self.stop_event.is_set():
             try:
-                with self._open() as connection:
+                with self._open() as connection, connection.closing_is_stopping():
                     self.backoff.reset()
                     log.info("connected", server=connection.address)
                     while not self.stop_event.is_set():
@@ -162,7 +162,7 @@ class PartyDaemon:
 
     def run_once(self) -> RunResult:
         """Take part in the next job that names this party; errors are raised, nothing is retried."""
-        with self._open() as connection:
+        with self._open() as connection, connection.closing_is_stopping():
             while True:
                 offer = connection.next_job(self.offer_wait_s)
                 if self.stop_event.is_set():

@@ -108,6 +108,10 @@ class PassiveParty:
         through its tasks; returns when the server says Finish."""
         adopt_torch_threads()  # the SDK may run a party on any thread
         _own_folder_name(job_id)
+        with connection.closing_is_stopping():
+            return self._join_and_work(connection, job_id)
+
+    def _join_and_work(self, connection: Connection, job_id: str) -> RunResult:
         held = readable_checkpoints(party_dir(self.run_dir, job_id, self.party)) if job_id else []
         job = connection.join(self.own_table, self._saved_alignments(), job_id=job_id, checkpoints=held)
         _own_folder_name(job.job_id)

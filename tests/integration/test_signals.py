@@ -13,7 +13,10 @@ from typing import IO
 
 import pytest
 
-from vflclient import JobClient, ServerUnavailable, VflError
+from vflclient import Connection, JobClient, PassiveParty, ServerUnavailable, VflError
+from vflcore.data.tables import read_party_csv
+from vflserver.federation.board import JobBoard
+from vflserver.federation.server import build_server
 from vflserver.jobs.store import JobStore
 from vfltesting.pki import Pki
 from vfltesting.service import ServiceRun, job_document, log_events, wait_until
@@ -168,3 +171,26 @@ class TestServiceStop:
         for name, ready in (("server", "service_started"), ("party-2", "connected"), ("party-3", "connected")):
             warmed, said = _order(run.logs[name], "warmed_up", ready)
             assert 0 <= warmed < said, f"{name}: warmed_up must come before {ready}\n{run.tail()}"
+
+
+class TestClosedUnderIt:
+    def test_a_party_whose_connection_its_daemon_closed_stops_as_unavailable(
+        self, pki: Pki, digits_data: Path, tmp_path: Path
+    ) -> None:
+        """A signal closes the channel under the working thread: its next call is a stop, wherever it was.
+
+        Before, grpc's ValueError ("Channel closed!") escaped from Join, Subscribe or a send, and
+        ``vfl-client --once`` exited 1 with a traceback instead of 143.
+        """
+        server, port = build_server(JobBoard(), "127.0.0.1:0", pki.server_files())
+        server.start()
+        try:
+            connection = Connection(f"127.0.0.1:{port}", 2, tls=pki.party_files(2))
+            connection.close()  # what ShutdownSignals does, through PartyDaemon.stop
+            party = PassiveParty(2, read_party_csv(digits_data / "party2.csv"), run_dir=tmp_path / "runs")
+            with pytest.raises(ServerUnavailable, match="this party is stopping"):
+                party.run(connection, job_id="job-a")
+            with pytest.raises(ServerUnavailable, match="this party is stopping"), connection.closing_is_stopping():
+                connection.next_job(0.1)
+        finally:
+            server.stop(grace=None)
