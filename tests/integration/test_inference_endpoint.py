@@ -49,7 +49,11 @@ def offline() -> DigitsClassifier:
 
 
 @pytest.fixture(scope="module")
-def endpoint(pki: Pki, model: DigitsClassifier, offline: DigitsClassifier) -> Iterator[InferenceEndpoint]:
+def endpoint(
+    pki: Pki, model: DigitsClassifier, offline: DigitsClassifier, one_torch_thread: None
+) -> Iterator[InferenceEndpoint]:
+    """The process runs one torch thread, as after any unit test in the same xdist worker: the
+    endpoint's threads must compute with it too, or predictions drift 1 ulp from ``model.reference``."""
     with InferenceEndpoint(ModelRegistry(model, offline), LOOPBACK, pki.server_files()) as running:
         yield running
 

@@ -28,7 +28,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from vflcore.proto import open_inference_pb2 as pb
-from vflcore.runtime.daemon import adopt_torch_threads
+from vflcore.runtime.daemon import adopt_torch_threads, run_compute_loop
 from vflcore.security.identity import party_from_auth_context
 from vflcore.wire import oip_serde as oip_wire
 from vflcore.wire.oip import SERVICE, InferRequest
@@ -110,7 +110,7 @@ class GrpcInferenceServer:
             max_workers=BLOCKING_WORKERS, thread_name_prefix="oip-predict", initializer=adopt_torch_threads
         )
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="oip-grpc", daemon=True)
+        self._thread = threading.Thread(target=run_compute_loop, args=(self._loop,), name="oip-grpc", daemon=True)
         self._server: grpc.aio.Server | None = None
 
     def start(self, listen: str, credentials: grpc.ServerCredentials | None) -> int:

@@ -40,7 +40,7 @@ from urllib.parse import unquote, urlsplit
 import structlog
 from aiohttp import web
 
-from vflcore.runtime.daemon import adopt_torch_threads
+from vflcore.runtime.daemon import adopt_torch_threads, run_compute_loop
 from vflcore.security.identity import party_from_der
 from vflcore.status import http_status
 from vflcore.wire.oip import InferRequest, ProtocolError
@@ -89,7 +89,7 @@ class RestServer:
         #: The connections, once started: the cap and the handshake deadline.
         self.gate: ConnectionGate | None = None
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="oip-rest", daemon=True)
+        self._thread = threading.Thread(target=run_compute_loop, args=(self._loop,), name="oip-rest", daemon=True)
         self._runner: web.AppRunner | None = None
         self._server: asyncio.Server | None = None
 
