@@ -8,13 +8,34 @@ from __future__ import annotations
 
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Protocol
+
+
+class Daemon(Protocol):
+    """What is used here of a daemon's process: ``subprocess.Popen``, or ``vfltesting.forked.ForkedDaemon``."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+    def send_signal(self, signum: int) -> None: ...
+
+    def terminate(self) -> None: ...
+
+    def kill(self) -> None: ...
 
 
 def wait_for_port(
     port_file: Path,
-    server: subprocess.Popen[bytes],
+    server: Daemon,
     timeout_s: float,
     *,
     poll_s: float = 0.05,
@@ -37,7 +58,7 @@ def wait_for_port(
     raise RuntimeError(f"vfl-server did not listen within {timeout_s:.0f} s")
 
 
-def wait_all(procs: dict[str, subprocess.Popen[bytes]], timeout_s: float) -> dict[str, int]:
+def wait_all(procs: Mapping[str, Daemon], timeout_s: float) -> dict[str, int]:
     """Every process's exit code, waiting at most ``timeout_s`` in all.
 
     Whatever happens (a timeout, Ctrl-C), no process is left running: stragglers are terminated
@@ -56,7 +77,7 @@ def wait_all(procs: dict[str, subprocess.Popen[bytes]], timeout_s: float) -> dic
 STOP_GRACE_S = 60.0
 
 
-def stop_all(procs: dict[str, subprocess.Popen[bytes]], grace_s: float | None = None) -> None:
+def stop_all(procs: Mapping[str, Daemon], grace_s: float | None = None) -> None:
     """SIGTERM every process still running, all at once, and reap them; kill -9 any still running after
     ``grace_s`` (default ``STOP_GRACE_S``)."""
     grace_s = STOP_GRACE_S if grace_s is None else grace_s

@@ -20,10 +20,34 @@ from pathlib import Path
 from typing import Any
 
 from vflclient import JobClient
-from vfltesting.localrun import stop_all, wait_for_port
+from vfltesting.forked import Launcher
+from vfltesting.localrun import Daemon, stop_all, wait_for_port
 from vfltesting.pki import Pki
 
 BIN = Path(sys.executable).parent
+
+#: Who starts ``ServiceRun``'s daemons: None execs the console scripts (the demo, the benches);
+#: the integration suite forks them from a ``vfltesting.forked.Launcher`` (``daemons_forked_by``).
+_launcher: Launcher | None = None
+
+
+@contextlib.contextmanager
+def daemons_forked_by(launcher: Launcher | None) -> Iterator[None]:
+    """Inside the block, every ``ServiceRun`` forks its daemons from ``launcher`` (None: execs them)."""
+    global _launcher
+    before, _launcher = _launcher, launcher
+    try:
+        yield
+    finally:
+        _launcher = before
+
+
+def start_daemon(command: list[str], log: Path, *, append: bool, cwd: Path) -> Daemon:
+    """Start ``command`` (vfl-server or vfl-client) with stdout discarded and stderr to ``log``."""
+    if _launcher is not None:
+        return _launcher.start(command, stderr=log, append=append, env=service_env(), cwd=cwd)
+    with log.open("ab" if append else "wb") as sink:  # the child keeps its own descriptor
+        return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=sink, env=service_env(), cwd=cwd)
 
 
 def _toml_value(value: Any) -> str:
@@ -69,7 +93,7 @@ class ServiceRun:
     via: dict[int, str] = field(default_factory=dict)
     #: Every daemon's ``--log-level`` (``debug`` to see every event a daemon can write).
     log_level: str = "info"
-    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    procs: dict[str, Daemon] = field(default_factory=dict)
     port: int = 0
     logs: dict[str, Path] = field(default_factory=dict)
     _restarts: int = 0
@@ -141,10 +165,7 @@ class ServiceRun:
         cmd += ["--log-level", self.log_level]
         if self.serving:
             cmd += ["--serving-port-file", str(ports)]
-        with log.open("wb") as sink:  # the child keeps its own descriptor
-            self.procs["server"] = subprocess.Popen(
-                cmd, stdout=subprocess.DEVNULL, stderr=sink, env=service_env(), cwd=self.root
-            )
+        self.procs["server"] = start_daemon(cmd, log, append=False, cwd=self.root)
         if wait:
             self.port = wait_for_port(self.root / "port", self.procs["server"], timeout_s=120)
         return self.port
@@ -161,14 +182,7 @@ class ServiceRun:
         config = self.client_config(party, server or self.via.get(party) or self.address)
         cmd = [str(BIN / "vfl-client"), "--party", str(party), "--config", str(config), "--log-format", "json"]
         cmd += ["--log-level", self.log_level]
-        with log.open("ab") as sink:
-            self.procs[f"party-{party}"] = subprocess.Popen(
-                cmd,
-                stdout=subprocess.DEVNULL,
-                stderr=sink,
-                env=service_env(),
-                cwd=self.root,
-            )
+        self.procs[f"party-{party}"] = start_daemon(cmd, log, append=True, cwd=self.root)
 
     def kill(self, name: str) -> None:
         """``kill -9`` one daemon ("server" or "party-N"), as a crash or a power cut would stop it."""

@@ -121,6 +121,7 @@ def _order(log: Path, *names: str) -> list[int]:
     return [events.index(name) if name in events else -1 for name in names]
 
 
+@pytest.mark.usefixtures("exec_daemons")  # the console scripts' own start and exit, not forked ones
 class TestServiceStop:
     def test_server_sigterm_with_a_job_running(self, pki: Pki, digits_data: Path, tmp_path: Path) -> None:
         """SIGTERM while a job trains: it is interrupted with its epochs kept, a queued one stays queued, exit 0.

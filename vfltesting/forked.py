@@ -1,0 +1,270 @@
+"""Daemons forked from a launcher that has already imported torch: the suite pays start-up once.
+
+Why: a ``vfl-server`` or ``vfl-client`` started with exec spends about 2.3 s of CPU before it does
+any work: 1.1 s importing torch, 1.1 s importing ``torch._dynamo`` (every optimizer step needs it,
+so the daemon's warm-up pays it), the rest in grpc, onnx and the project. The integration suite
+started 153 daemons in one run, restarts included, on 2 cores: about 350 s of CPU, over a third of
+the suite, spent importing the same modules again and again.
+
+How: ``Launcher`` starts one process (``python -m vfltesting.forked``) that imports those modules
+and waits. Each daemon is an ``os.fork()`` of it that sets its own stdio, directory and environment
+and then runs the console script's ``main`` with the daemon's arguments, as ``vfl-server`` would.
+It is a real process with its own PID: kill -9, SIGSTOP, SIGTERM and its exit code work as for an
+exec'd one. ``ForkedDaemon`` gives the test the part of ``subprocess.Popen`` it uses; the launcher
+reaps its children and writes each exit code to a file, because only a parent can wait for a child.
+
+What it skips is the interpreter's start and the imports, nothing else: configuration, warm-up,
+TLS, the servers and the job all run in the child. The exec path stays covered by the tests that
+start the commands themselves (``test_signals``, ``test_demo_processes``, ``test_serving_alone``,
+``test_log_file``, ``test_own_models``) and by ``make demo`` and the benches.
+
+Fork safety: the launcher has no Python thread and runs no torch operation before it forks (torch
+starts its OpenMP and MKL threads at the first parallel operation, in the child). onnxruntime is
+left out of the preload: it starts a native thread at import that a child would not have.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
+
+#: Third-party modules a daemon imports, heaviest first. Not onnxruntime (see the module's docstring).
+PRELOAD = (
+    "torch",
+    "torch._dynamo",
+    "torch.export",
+    "numpy",
+    "grpc",
+    "grpc.aio",
+    "google.protobuf",
+    "cryptography.x509",
+    "onnx",
+    "aiohttp",
+    "structlog",
+    "prometheus_client",
+    "sqlite3",
+)
+
+#: The console scripts a launcher can start, as ``pyproject.toml`` names them.
+ENTRY_POINTS = {"vfl-server": "vflserver.cli", "vfl-client": "vflclient.cli"}
+
+#: How often the launcher reaps its children when no request comes.
+REAP_EVERY_S = 0.01
+
+
+class ForkedDaemon:
+    """A daemon forked by a ``Launcher``: the ``subprocess.Popen`` methods the tests and ``localrun`` use."""
+
+    def __init__(self, pid: int, args: Sequence[str], status: Path, launcher: Launcher) -> None:
+        self.pid = pid
+        self.args = list(args)
+        self.returncode: int | None = None
+        self._status = status
+        self._launcher = launcher
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            with contextlib.suppress(FileNotFoundError):
+                self.returncode = int(self._status.read_text())
+            if self.returncode is None and not self._launcher.running():
+                raise RuntimeError(f"the daemon launcher exited; {self.args[0]} (pid {self.pid}) cannot be waited for")
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (code := self.poll()) is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+            time.sleep(REAP_EVERY_S)
+        return code
+
+    def send_signal(self, signum: int) -> None:
+        if self.poll() is None:  # not reaped yet, so the PID is still this daemon's
+            os.kill(self.pid, signum)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+class Launcher:
+    """One pre-imported process per test process, started at the first ``start``; ``close`` ends it and its children."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self._env = dict(env)
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._lock = threading.Lock()
+        self._statuses = Path(tempfile.mkdtemp(prefix="vfl-forked-"))
+
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def start(
+        self, command: Sequence[str], *, stderr: Path, append: bool, env: Mapping[str, str], cwd: Path
+    ) -> ForkedDaemon:
+        """Fork ``command`` (vfl-server or vfl-client and its arguments); stdout to /dev/null, stderr to a file."""
+        name = Path(command[0]).name
+        if name not in ENTRY_POINTS:
+            raise ValueError(f"the launcher starts {sorted(ENTRY_POINTS)}, not {command[0]!r}")
+        request = {
+            "entry": name,
+            "argv": [str(a) for a in command],
+            "stderr": str(stderr),
+            "append": append,
+            "env": dict(env),
+            "cwd": str(cwd),
+        }
+        with self._lock:
+            proc = self._ensure_started()
+            assert proc.stdin is not None and proc.stdout is not None
+            proc.stdin.write(json.dumps(request).encode() + b"\n")
+            proc.stdin.flush()
+            reply = proc.stdout.readline()
+        if not reply:
+            raise RuntimeError(f"the daemon launcher exited (code {proc.wait()}) instead of starting {name}")
+        pid = int(json.loads(reply)["pid"])
+        return ForkedDaemon(pid, command, self._statuses / str(pid), self)
+
+    def _ensure_started(self) -> subprocess.Popen[bytes]:
+        if self._proc is None:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "vfltesting.forked", str(self._statuses)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                env=self._env,
+            )
+        return self._proc
+
+    def close(self) -> None:
+        """End the launcher: it kills any daemon still running (a test's own teardown stops them first)."""
+        if self._proc is not None:
+            assert self._proc.stdin is not None and self._proc.stdout is not None
+            with contextlib.suppress(BrokenPipeError):
+                self._proc.stdin.close()
+            try:
+                self._proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+            self._proc.stdout.close()
+            self._proc = None
+        for status in self._statuses.glob("*"):
+            status.unlink()
+        with contextlib.suppress(OSError):
+            self._statuses.rmdir()
+
+    def __enter__(self) -> Launcher:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+# --- the launcher process -------------------------------------------------------------------------
+
+
+def serve(statuses: Path, requests: int = 0, replies: IO[bytes] | None = None) -> None:
+    """Read one JSON request a line from fd ``requests``, fork it, reply with the PID; reap children.
+
+    Ends at end of input (the test process closed the pipe or died), killing children still running.
+    """
+    replies = replies or sys.stdout.buffer
+    children: set[int] = set()
+    pending = b""
+    while True:
+        readable, _, _ = select.select([requests], [], [], REAP_EVERY_S)
+        _reap(children, statuses)
+        if not readable:
+            continue
+        chunk = os.read(requests, 65536)
+        if not chunk:
+            break
+        pending += chunk
+        while b"\n" in pending:
+            line, pending = pending.split(b"\n", 1)
+            pid = os.fork()
+            if pid == 0:
+                _become(json.loads(line))  # never returns
+            children.add(pid)
+            replies.write(json.dumps({"pid": pid}).encode() + b"\n")
+            replies.flush()
+    for pid in children:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    while children:
+        _reap(children, statuses)
+        time.sleep(REAP_EVERY_S)
+
+
+def _reap(children: set[int], statuses: Path) -> None:
+    """Write the exit code (``Popen.returncode``'s convention) of every child that has ended."""
+    for pid in list(children):
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            children.discard(pid)
+            partial = statuses / f".{pid}"
+            partial.write_text(str(os.waitstatus_to_exitcode(status)))
+            partial.rename(statuses / str(pid))
+
+
+def _become(request: dict[str, Any]) -> None:
+    """In the forked child: take the daemon's stdio, folder, environment and arguments, run it, exit."""
+    code: Any = 1
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        null = os.open(os.devnull, os.O_RDWR)
+        os.dup2(null, 0)
+        os.dup2(null, 1)
+        flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if request["append"] else os.O_TRUNC)
+        log = os.open(request["stderr"], flags, 0o644)
+        os.dup2(log, 2)
+        os.close(log)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        sys.argv = list(request["argv"])
+        main: Callable[[list[str]], int] = __import__(ENTRY_POINTS[request["entry"]], fromlist=["main"]).main
+        code = main(sys.argv[1:])
+    except SystemExit as exc:
+        code = exc.code
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        if code is not None and not isinstance(code, int):
+            print(code, file=sys.stderr)
+            code = 1
+        atexit._run_exitfuncs()
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code or 0)
+
+
+def _preload() -> None:
+    for module in PRELOAD:
+        __import__(module)
+    if threading.active_count() != 1:
+        raise RuntimeError(f"preloading started Python threads {threading.enumerate()}: forking would be unsafe")
+
+
+if __name__ == "__main__":
+    _preload()
+    serve(Path(sys.argv[1]))
