@@ -18,9 +18,10 @@ import structlog
 from vflcore.data.tables import PartyTable, aligned_digest, ids_digest, select_rows
 from vflcore.errors import JobAborted
 from vflcore.psi import BlindingKey, make_dst
-from vflcore.psi.blinding import blinder_for
 from vflcore.psi.cache import load_alignment, save_alignment
 from vflcore.psi.matching import truncate
+from vflcore.psi.ray_blinding import blinder_on
+from vflcore.runtime.compute import LOCAL, ComputeEngine
 from vflcore.runtime.logs import progress_callback
 from vflcore.wire.links import ServerLink
 from vflcore.wire.names import (
@@ -37,15 +38,25 @@ log = structlog.get_logger(__name__)
 
 
 def align_passive(
-    table: PartyTable, job_id: str, task: Align, link: ServerLink, *, cache_dir: Path, workers: int | None = None
+    table: PartyTable,
+    job_id: str,
+    task: Align,
+    link: ServerLink,
+    *,
+    cache_dir: Path,
+    workers: int | None = None,
+    engine: ComputeEngine = LOCAL,
 ) -> PartyTable:
-    """This party's rows, restricted to the common IDs and put in the agreed order."""
+    """This party's rows, restricted to the common IDs and put in the agreed order.
+
+    ``engine`` says where the curve arithmetic runs: this host, or the party's Ray cluster.
+    """
     digest = ids_digest(table.ids)
     aligned_ids = load_alignment(cache_dir, task.alignment_key, digest) if not task.run_psi else None
     if aligned_ids is None:
         if not task.run_psi:
             raise JobAborted("the server expected a saved alignment this party no longer has; restart the server")
-        aligned_ids = _run_psi(table.ids, job_id, link, workers)
+        aligned_ids = _run_psi(table.ids, job_id, link, workers, engine)
         save_alignment(cache_dir, task.alignment_key, aligned_ids, digest)
     else:
         log.info("alignment_reused", rows=len(aligned_ids))
@@ -53,14 +64,14 @@ def align_passive(
     return select_rows(table, aligned_ids)
 
 
-def _run_psi(ids: np.ndarray, job_id: str, link: ServerLink, workers: int | None) -> np.ndarray:
+def _run_psi(ids: np.ndarray, job_id: str, link: ServerLink, workers: int | None, engine: ComputeEngine) -> np.ndarray:
     key = BlindingKey.generate()
     # A random upload order: the server later learns which positions are in the intersection,
     # and positions in a sorted list would tell it where this party's other IDs fall.
     order = np.random.default_rng(secrets.randbits(128)).permutation(len(ids))
     shuffled = ids[order]
     dst = make_dst(job_id)
-    with blinder_for(len(ids), key, workers) as pool:
+    with blinder_on(engine, len(ids), key, workers) as pool:
         mine = pool.hash_and_blind_packed(
             [str(v).encode("utf-8") for v in shuffled], dst, progress=progress_callback("PSI: blind own IDs")
         )

@@ -36,6 +36,7 @@ from vflcore.errors import ConfigError, DataError, PermissionDenied, ServerUnava
 from vflcore.job import Offer
 from vflcore.ml.models import load_factory
 from vflcore.party_privacy import PartyPrivacy
+from vflcore.runtime.compute import LOCAL, ComputeEngine
 from vflcore.runtime.config import (
     RESTART_RETRY_S,
     RESTART_WINDOW_S,
@@ -106,6 +107,7 @@ class PartyDaemon:
         models: Mapping[str, str] | None = None,
         device: str = "cpu",
         privacy: PartyPrivacy | None = None,
+        compute_engine: ComputeEngine = LOCAL,
     ) -> None:
         self.party = party
         self.datasets = dict(datasets)
@@ -114,6 +116,7 @@ class PartyDaemon:
         #: ``[models]``: the factories a job may name for this party (imported when a job names one).
         self.models = dict(models or {})
         self.device = device
+        self.compute_engine = compute_engine
         #: ``[privacy]`` of this party's config: what it requires of every job (a job below it is refused at Join).
         self.privacy = privacy or PartyPrivacy()
         self.run_dir = run_dir
@@ -220,6 +223,7 @@ class PartyDaemon:
             psi_workers=self.psi_workers,
             keep_checkpoints=self.keep_checkpoints,
             privacy=self.privacy,
+            compute_engine=self.compute_engine,
         )
 
     def _factory(self, name: str) -> ModelFactory | None:

@@ -39,6 +39,7 @@ from vflcore.ml.onnx_export import MODEL_FILE, PROBE_ROWS, export_onnx, part_met
 from vflcore.ml.state import restore_rng, rng_state
 from vflcore.party_privacy import PartyPrivacy, refusal
 from vflcore.psi.cache import cached_keys
+from vflcore.runtime.compute import LOCAL, ComputeEngine
 from vflcore.runtime.daemon import adopt_torch_threads
 from vflcore.wire.links import TrainingLink
 from vflcore.wire.names import EVAL_EMBEDDING, infer_embedding_name
@@ -80,6 +81,7 @@ class PassiveParty:
         device: torch.device | str = "cpu",
         recorder: LinkRecorder | None = None,
         privacy: PartyPrivacy | None = None,
+        compute_engine: ComputeEngine = LOCAL,
     ) -> None:
         if keep_checkpoints < 1:
             raise ConfigError(f"keep_checkpoints = {keep_checkpoints}; keep at least the newest checkpoint (1)")
@@ -91,6 +93,8 @@ class PassiveParty:
         self.run_dir = run_dir
         self.heartbeat_s = heartbeat_s
         self.psi_workers = psi_workers
+        #: Where PSI's curve arithmetic runs: this host, or the party's Ray cluster (``[compute] engine``).
+        self.compute_engine = compute_engine
         self.keep_checkpoints = keep_checkpoints  # per job, the newest epochs' checkpoints
         self.stop_event = threading.Event()
         self.job: JobSpec | None = None
@@ -183,6 +187,7 @@ class PassiveParty:
             connection,  # PSI names travel on the PSI calls (vflcore.wire.names)
             cache_dir=self._dir(self.job) / "psi",
             workers=self.psi_workers,
+            engine=self.compute_engine,
         )
         self.table = aligned
         self.job = replace(self.job, num_rows=aligned.num_rows)

@@ -126,6 +126,11 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, DataError, TlsConfigError, ValueError) as exc:
         print(f"vfl-client: {exc}", file=sys.stderr)
         return daemon.EXIT_CONFIG
+    try:
+        daemon.check_engine(config.compute_engine)
+    except ConnectionError as exc:
+        print(f"vfl-client: {exc}", file=sys.stderr)
+        return daemon.EXIT_UNREACHABLE
 
     daemon.prepare_compute(config.torch_threads)
     timeout = config.connect_timeout_s if args.once else min(config.connect_timeout_s, _ATTEMPT_TIMEOUT_S)
@@ -154,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         models=config.models,
         device=config.device,
         privacy=config.privacy,
+        compute_engine=config.compute_engine,
     )
     try:
         party.check_datasets()  # every table readable now, not at the first job that names it

@@ -192,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         document = _document(args)
         config = server_config_from(document, args.config)
         daemon.check_device(config.settings.device)
+        daemon.check_engine(config.settings.compute_engine)  # ConnectionError: an OSError, exit 3
         serving = serving_config_from(document, args.config)
         # A [job] table is submitted at start; --once runs it (all defaults if there is none), as
         # the one-shot server did. It is read once, as any job is: by plan_from_document.

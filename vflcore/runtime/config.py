@@ -18,6 +18,7 @@ from vflcore.errors import ConfigError
 from vflcore.job import OPTIMIZERS, TASKS, JobSpec, check_job_id, settable_fields
 from vflcore.party_privacy import PartyPrivacy, party_privacy_from_table
 from vflcore.privacy import check_privacy, privacy_from_table
+from vflcore.runtime.compute import COMPUTE_KEYS, LOCAL, RAY_UNSET, ComputeEngine, engine_setting, ray_address_setting
 from vflcore.security.tls import TlsFiles
 from vflcore.wire.codecs import parse_codec
 
@@ -137,9 +138,10 @@ def _psi_workers(sec: _Section, key: str = "workers", default: int | None = None
 
 def _device(sec: _Section, key: str = "device", default: str = "cpu") -> str:
     """``[compute] device``: "cpu", "cuda" or "cuda:N"; whether the host has it is checked at start."""
-    unknown = sorted(set(sec.raw) - {key})
+    unknown = sorted(set(sec.raw) - set(COMPUTE_KEYS))
     if unknown:
-        raise ConfigError(f"{sec.where}: [compute] has no key {unknown[0]!r}; it has 'device'")
+        have = ", ".join(repr(k) for k in COMPUTE_KEYS)
+        raise ConfigError(f"{sec.where}: [compute] has no key {unknown[0]!r}; it has {have}")
     device: str = sec.text(key, default)
     kind, colon, index = device.partition(":")
     if kind not in ("cpu", "cuda") or (colon and (kind != "cuda" or not index.isdigit())):
@@ -209,6 +211,11 @@ class ServerSettings:
     )
     #: Where the active party trains every job ("cpu", "cuda", "cuda:N"); checked at start.
     device: str = field(default="cpu", metadata=_setting("compute", read=_device))
+    #: Where PSI's curve arithmetic runs: this host, or the party's Ray cluster (``vflcore.runtime.compute``).
+    engine: str = field(default="local", metadata=_setting("compute", read=engine_setting))
+    ray_address: str | None = field(
+        default=None, metadata=_setting("compute", read=ray_address_setting, unset=RAY_UNSET)
+    )
     #: Serve Prometheus metrics on ``metrics_listen``.
     metrics_enabled: bool = field(default=False, metadata=_setting("metrics", key="enabled"))
     metrics_listen: str = field(default="127.0.0.1:9464", metadata=_setting("metrics", key="listen"))
@@ -216,6 +223,10 @@ class ServerSettings:
     @property
     def store_path(self) -> Path:
         return self.store or self.run_dir / "jobs.sqlite"
+
+    @property
+    def compute_engine(self) -> ComputeEngine:
+        return ComputeEngine(self.engine, self.ray_address)
 
 
 def setting_key(spec: Field[Any]) -> tuple[str, str]:
@@ -273,6 +284,8 @@ class ClientConfig:
     models: dict[str, str] = field(default_factory=dict)
     #: ``[compute] device``: where this party trains ("cpu", "cuda", "cuda:N"); checked at start.
     device: str = "cpu"
+    #: ``[compute] engine`` and ``ray_address``: where this party's PSI arithmetic runs.
+    compute_engine: ComputeEngine = LOCAL
     #: ``[privacy]``: what this party requires of every job (``vflcore.party_privacy``); nothing by default.
     privacy: PartyPrivacy = field(default_factory=PartyPrivacy)
 
@@ -407,6 +420,7 @@ def client_config_from(doc: Mapping[str, Any], source: Path | None = None, party
         keep_checkpoints=_keep_checkpoints(cli),
         models=_models(doc, source),
         device=compute_device(doc, source),
+        compute_engine=compute_engine(doc, source),
         privacy=party_privacy_from_table(doc.get("privacy", {}), str(source) if source else "this party's config"),
     )
 
@@ -417,6 +431,13 @@ def compute_device(doc: Mapping[str, Any], source: Path | None) -> str:
     Each organisation's own hardware choice, so it lives in the daemon's config, never in a job.
     """
     return _device(_Section(doc, "compute", source))
+
+
+def compute_engine(doc: Mapping[str, Any], source: Path | str | None) -> ComputeEngine:
+    """``[compute] engine`` and ``ray_address`` (``vflcore.runtime.compute``); ``_device`` refuses unknown keys."""
+    sec = _Section(doc, "compute", source)
+    _device(sec)
+    return ComputeEngine(engine_setting(sec), ray_address_setting(sec))
 
 
 def _models(doc: Mapping[str, Any], source: Path | None) -> dict[str, str]:

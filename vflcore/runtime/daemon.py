@@ -24,6 +24,7 @@ from types import FrameType
 from typing import TextIO, cast
 
 from vflcore.errors import ConfigError
+from vflcore.runtime.compute import ComputeEngine, connect
 from vflcore.runtime.log_file import LogFile, reopen_on_sighup
 from vflcore.runtime.logs import configure_logging
 from vflcore.runtime.memory import keep_freed_memory
@@ -135,6 +136,16 @@ def check_device(device: str) -> None:
         raise ConfigError(
             f"[compute] device = {device!r}, but this host has {count} CUDA device(s): cuda:0 to cuda:{count - 1}"
         )
+
+
+def check_engine(engine: ComputeEngine) -> None:
+    """Join the party's Ray cluster at start when ``[compute] engine = "ray"``, not at the first PSI.
+
+    A cluster that is not there stops the daemon now with ConnectionError naming the address (an
+    OSError: the daemons exit 3, as for a server they cannot reach), rather than failing a job later.
+    """
+    if engine.on_ray:
+        connect(engine)
 
 
 def adopt_torch_threads() -> None:

@@ -22,9 +22,10 @@ from vflcore.data.tables import PartyTable, aligned_digest, ids_digest, select_r
 from vflcore.errors import EmptyIntersection as EmptyIntersection  # re-exported: defined in vflcore.errors
 from vflcore.errors import JobAborted
 from vflcore.psi import BlindingKey, make_dst
-from vflcore.psi.blinding import blinder_for
 from vflcore.psi.cache import alignment_key, load_alignment, load_pairwise, save_alignment
 from vflcore.psi.matching import MATCH_BYTES, match, truncate
+from vflcore.psi.ray_blinding import blinder_on
+from vflcore.runtime.compute import LOCAL, ComputeEngine
 from vflcore.runtime.logs import progress_callback
 from vflcore.wire.names import (
     PSI_ALIGNED_DIGEST,
@@ -57,9 +58,17 @@ class AlignmentResult:
 
 
 def align_active(
-    table: PartyTable, passive: PassiveParties, *, cache_dir: Path, workers: int | None = None
+    table: PartyTable,
+    passive: PassiveParties,
+    *,
+    cache_dir: Path,
+    workers: int | None = None,
+    engine: ComputeEngine = LOCAL,
 ) -> AlignmentResult:
-    """Run (or reuse) the alignment with every joined passive party; returns the aligned table."""
+    """Run (or reuse) the alignment with every joined passive party; returns the aligned table.
+
+    ``engine`` says where the curve arithmetic runs: this host, or the party's Ray cluster.
+    """
     started = time.perf_counter()
     job_id = passive.job.job_id
     digest = ids_digest(table.ids)
@@ -75,7 +84,7 @@ def align_active(
         pairwise = load_pairwise(cache_dir, key, digest)
         log.info("alignment_reused", rows=len(aligned_ids))
     else:
-        aligned_ids, pairwise = _run_psi(table.ids, passive, workers)
+        aligned_ids, pairwise = _run_psi(table.ids, passive, workers, engine)
         save_alignment(cache_dir, key, aligned_ids, digest, pairwise)
     want = aligned_digest(aligned_ids)
     for party, got in passive.gather(PSI_ALIGNED_DIGEST, 0, 0, timeout_s=passive.psi_timeout_s).items():
@@ -86,7 +95,9 @@ def align_active(
     return AlignmentResult(aligned, reuse, pairwise, seconds, psi_seconds=seconds)
 
 
-def _run_psi(ids: np.ndarray, passive: PassiveParties, workers: int | None) -> tuple[np.ndarray, dict[int, int]]:
+def _run_psi(
+    ids: np.ndarray, passive: PassiveParties, workers: int | None, engine: ComputeEngine
+) -> tuple[np.ndarray, dict[int, int]]:
     job_id = passive.job.job_id
     parties = list(passive.job.passive_parties)
     log.info("psi_started", own_ids=len(ids), parties=parties)
@@ -99,7 +110,7 @@ def _run_psi(ids: np.ndarray, passive: PassiveParties, workers: int | None) -> t
     key = BlindingKey.generate()
     twice_theirs: dict[int, np.ndarray] = {}
     largest = max([len(ids), *(passive.member(p).id_count for p in parties)])
-    with blinder_for(largest, key, workers) as pool:
+    with blinder_on(engine, largest, key, workers) as pool:
         mine = pool.hash_and_blind_packed(
             [str(v).encode("utf-8") for v in shuffled],
             make_dst(job_id),

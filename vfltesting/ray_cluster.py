@@ -1,0 +1,70 @@
+"""A two-node Ray cluster on this machine, and a task that kills its own worker once: for the Ray engine's tests.
+
+``ray.cluster_utils.Cluster`` starts a head node and a second node as separate raylets on this
+host, each with its own object store, so tasks are scheduled across nodes and results travel
+between them as they would between machines. The resources are kept small (one CPU, a small
+object store each): the tests' data is tiny, and the suite shares two cores with everything else.
+
+``dies_once`` wraps a chunk function so that the first call to reach it (across every worker of
+the cluster, told apart by a marker file) kills its own process with SIGKILL mid-task: Ray sees a
+worker die, not an exception, and must retry the task (``max_retries``) for the result to come
+back at all.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+#: Per node: one CPU and a small object store (Ray's minimum is 75 MiB).
+NODE_CPUS = 1
+NODE_OBJECT_STORE_BYTES = 80 * 1024 * 1024
+
+
+@contextmanager
+def two_node_cluster() -> Iterator[str]:
+    """Start a head node and one more node, connect this process as the driver; yields the address.
+
+    The driver is disconnected and both nodes are stopped on exit.
+    """
+    import ray
+    from ray.cluster_utils import Cluster
+
+    head = {"num_cpus": NODE_CPUS, "object_store_memory": NODE_OBJECT_STORE_BYTES}
+    cluster = Cluster(initialize_head=True, head_node_args=head)
+    try:
+        cluster.add_node(num_cpus=NODE_CPUS, object_store_memory=NODE_OBJECT_STORE_BYTES)
+        cluster.wait_for_nodes()
+        ray.init(address=cluster.address, log_to_driver=False, logging_level=logging.ERROR)
+        try:
+            yield cluster.address
+        finally:
+            ray.shutdown()
+    finally:
+        cluster.shutdown()  # type: ignore[no-untyped-call]  # ray leaves it unannotated
+
+
+def dies_once(marker: Path, function: Callable[..., T]) -> Callable[..., T]:
+    """``function``, except that the first call anywhere creates ``marker`` and kills its own process.
+
+    The marker is created with O_EXCL, so exactly one call dies however many run at once; every
+    later call (the retry included) finds it and runs ``function``.
+    """
+    path = str(marker)
+
+    def first_call_dies(*args: Any) -> T:
+        try:
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        except FileExistsError:
+            return function(*args)
+        os.kill(os.getpid(), signal.SIGKILL)
+        raise AssertionError("unreachable: the process was killed")
+
+    return first_call_dies
