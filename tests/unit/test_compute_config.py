@@ -6,17 +6,20 @@ here only the config: the defaults, the values, and the errors that name the fil
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from vflclient.cli import main as client_main
 from vflcore.errors import ConfigError
 from vflcore.psi.blinding import BlindingKey, SerialBlinder
 from vflcore.psi.ray_blinding import RayBlinder, blinder_on
 from vflcore.runtime import compute
 from vflcore.runtime.compute import LOCAL, ComputeEngine
 from vflcore.runtime.config import client_config_from, compute_engine, server_config_from
+from vflserver.scoring.cli import main as score_main
 
 DATA = {"data": {"path": "p.csv"}}
 
@@ -100,3 +103,41 @@ def test_the_engine_is_a_known_one() -> None:
 def test_compute_engine_reads_a_document_without_a_file() -> None:
     """vfl-score reads [compute] from flags alone when no --config is given."""
     assert compute_engine({"compute": {"engine": "ray", "ray_address": "auto"}}, None) == ComputeEngine("ray", "auto")
+
+
+def closed_port() -> int:
+    """A local port nothing listens on (bound, then released)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+class TestNoClusterThere:
+    """An explicit ray_address where nothing listens fails in a second, naming it, not after minutes of retries."""
+
+    @pytest.fixture(autouse=True)
+    def _needs_ray(self) -> None:
+        pytest.importorskip("ray", reason="needs the extra: pip install 'vfl-service[ray]'")
+
+    def test_connect_names_the_address(self) -> None:
+        """connect raises ConnectionError naming the address, for host:port and ray:// forms."""
+        for address in (f"127.0.0.1:{closed_port()}", f"ray://127.0.0.1:{closed_port()}"):
+            with pytest.raises(ConnectionError, match=f"nothing answers at ray_address {address}"):
+                compute.connect(ComputeEngine("ray", address))
+
+    def test_the_client_daemon_exits_3(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """vfl-client with engine = "ray" and no cluster stops at start with exit code 3."""
+        config = tmp_path / "party2.toml"
+        config.write_text(
+            f'[data]\npath = "p.csv"\n[compute]\nengine = "ray"\nray_address = "127.0.0.1:{closed_port()}"\n'
+        )
+        assert client_main(["--config", str(config), "--party", "2", "--insecure"]) == 3
+        assert "nothing answers at ray_address" in capsys.readouterr().err
+
+    def test_vfl_score_exits_3(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """vfl-score --engine ray with no cluster exits 3 before it reads any model or row."""
+        address = f"127.0.0.1:{closed_port()}"
+        args = ["--model", str(tmp_path / "m.onnx"), "--input", str(tmp_path), "--output", str(tmp_path / "o")]
+        assert score_main([*args, "--engine", "ray", "--ray-address", address]) == 3
+        assert f"nothing answers at ray_address {address}" in capsys.readouterr().err

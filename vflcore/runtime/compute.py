@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import ModuleType
@@ -152,6 +153,7 @@ def connect(engine: ComputeEngine) -> ModuleType:
     if ray.is_initialized():
         return ray
     address = engine.ray_address or "auto"
+    _probe(address)
     try:
         ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
     except ConnectionError as exc:
@@ -161,3 +163,26 @@ def connect(engine: ComputeEngine) -> ModuleType:
         ) from None
     log.info("ray_connected", address=address, cpus=int(ray.cluster_resources().get("CPU", 0)))
     return ray
+
+
+#: How long a daemon waits for a TCP answer from an explicit ``ray_address`` before it gives up.
+PROBE_TIMEOUT_S: Final = 5.0
+
+
+def _probe(address: str) -> None:
+    """ConnectionError at once if nothing listens at an explicit ``host:port`` address.
+
+    ``ray.init`` itself retries an unreachable GCS for minutes before it fails; a daemon at start
+    should say in seconds that the address is wrong. "auto", "local" and Ray's other address
+    forms are left to Ray, which fails fast for them.
+    """
+    host, colon, port = address.removeprefix("ray://").rpartition(":")
+    if not colon or not host or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_TIMEOUT_S).close()
+    except OSError as exc:
+        raise ConnectionError(
+            f'[compute] engine = "ray": nothing answers at ray_address {address} ({exc.strerror or exc}); '
+            "check the address and that the cluster runs (ray status on its head node)"
+        ) from None

@@ -27,7 +27,7 @@ import structlog
 from vflcore.errors import ConfigError, VflError
 from vflcore.runtime import cli_flags as flags
 from vflcore.runtime import daemon
-from vflcore.runtime.compute import ENGINES
+from vflcore.runtime.compute import ENGINES, connect
 from vflcore.runtime.config import compute_engine
 from vflserver.scoring.engines import score_table_folder
 from vflserver.scoring.model import ScoringModel
@@ -66,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
         return daemon.EXIT_CONFIG
     try:
         engine = compute_engine(flags.document(args), args.config)
+        if engine.on_ray:
+            connect(engine)  # first: an unreachable cluster is exit 3 at once, before any file is read
         model = ScoringModel.load(args.model)
         report = score_table_folder(model, args.input, args.output, id_column=args.id_column, engine=engine)
     except ConnectionError as exc:

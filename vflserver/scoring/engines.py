@@ -6,7 +6,8 @@ are identical, not merely close (``tests/integration/test_ray_engine.py`` compar
 
 On Ray the units become a Ray Dataset of one row each, and ``map_batches`` runs ``score_unit``
 on one unit per Ray task, each task with one CPU, as many at once as the cluster has CPUs; Ray
-Data's own streaming executor paces them. A task whose worker dies is retried (``max_retries``):
+Data's own streaming executor paces them. A task whose worker dies is retried, as Ray Data retries
+every task that fails for a system reason (a lost worker or node, not an error the unit raised):
 it reads its row group again and writes the same file again. The model's bytes travel to the
 workers with the tasks; the rows are read by the workers themselves from ``--input``, and their
 scores written to ``--output``, so on a cluster of several machines both must be storage that
@@ -31,12 +32,9 @@ from vflcore.runtime.compute import ComputeEngine, connect
 from vflserver.scoring.model import ScoringModel
 from vflserver.scoring.units import ScoreUnit, plan_units, read_unit, write_scores
 
-__all__ = ["DEFAULT_RETRIES", "ScoringReport", "score_table_folder", "score_unit"]
+__all__ = ["ScoringReport", "score_table_folder", "score_unit"]
 
 log = structlog.get_logger(__name__)
-
-#: Retries of a unit whose worker died (Ray's ``max_retries``).
-DEFAULT_RETRIES = 3
 
 
 @dataclass(frozen=True)
@@ -65,7 +63,6 @@ def score_table_folder(
     *,
     id_column: str = "id",
     engine: ComputeEngine,
-    max_retries: int = DEFAULT_RETRIES,
 ) -> ScoringReport:
     """Score every row under ``input_path`` into ``output`` on ``engine``; DataError names a bad file or column."""
     if id_column in model.columns():
@@ -78,7 +75,7 @@ def score_table_folder(
     output.mkdir(parents=True, exist_ok=True)
     log.info("scoring_started", units=len(units), rows=sum(u.rows for u in units), engine=engine.describe())
     on_ray = engine.on_ray
-    rows = _on_ray(model, units, id_column, engine, max_retries) if on_ray else _locally(model, units, id_column)
+    rows = _on_ray(model, units, id_column, engine) if on_ray else _locally(model, units, id_column)
     seconds = time.perf_counter() - started
     log.info("scoring_done", units=len(units), rows=rows, seconds=round(seconds, 2))
     return ScoringReport(len(units), rows, output, engine.describe(), seconds)
@@ -95,42 +92,44 @@ def _locally(model: ScoringModel, units: Sequence[ScoreUnit], id_column: str) ->
 
 
 def _score_batch(batch: dict[str, np.ndarray], *, model: ScoringModel, id_column: str) -> dict[str, np.ndarray]:
-    """Ray Data's ``map_batches`` function: each row of ``batch`` is a unit; scores it and counts its rows."""
-    counts = [
-        score_unit(model, ScoreUnit(Path(source), int(group), int(first), int(rows), Path(target)), id_column)
-        for source, group, first, rows, target in zip(
-            batch["source"], batch["row_group"], batch["first_row"], batch["rows"], batch["output"], strict=True
-        )
-    ]
-    return {"output": batch["output"], "scored": np.asarray(counts, np.int64)}
+    """Ray Data's ``map_batches`` function: each row of ``batch`` is a unit; scores it and counts its rows.
+
+    A unit's DataError (or OSError) comes back as its message in the ``error`` column instead of
+    being raised: Ray Data hands the caller a ``UserCodeException`` that keeps only the text of
+    the exception it wraps, and the caller should meet the DataError the local loop raises.
+    """
+    counts, errors = [], []
+    for source, group, first, rows, target in zip(
+        batch["source"], batch["row_group"], batch["first_row"], batch["rows"], batch["output"], strict=True
+    ):
+        unit = ScoreUnit(Path(source), int(group), int(first), int(rows), Path(target))
+        try:
+            counts.append(score_unit(model, unit, id_column))
+            errors.append("")
+        except (DataError, OSError) as exc:
+            counts.append(0)
+            errors.append(str(exc))
+    return {"output": batch["output"], "scored": np.asarray(counts, np.int64), "error": np.asarray(errors, str)}
 
 
-def _on_ray(
-    model: ScoringModel, units: Sequence[ScoreUnit], id_column: str, engine: ComputeEngine, max_retries: int
-) -> int:
+def _on_ray(model: ScoringModel, units: Sequence[ScoreUnit], id_column: str, engine: ComputeEngine) -> int:
     connect(engine)
     import ray.data
 
     items = [_item(unit) for unit in units]
     dataset = ray.data.from_items(items, override_num_blocks=len(items))
-    scored = dataset.map_batches(
+    done = dataset.map_batches(
         functools.partial(_score_batch, model=model, id_column=id_column),
         batch_size=1,
         batch_format="numpy",
         num_cpus=1,
-        max_retries=max_retries,
-    )
-    try:
-        done = scored.take_all()
-    except Exception as exc:
-        ours = _our_error(exc)
-        if ours is None:
-            raise
-        raise ours from None
-    rows = sum(int(row["scored"]) for row in done)
+    ).take_all()
+    failed = sorted((str(row["output"]), str(row["error"])) for row in done if row["error"])
+    if failed:
+        raise DataError(failed[0][1])  # the first unit in output order, as the local loop would meet it
     if len(done) != len(units):
         raise VflError(f"Ray Data scored {len(done)} of {len(units)} units; see the cluster's logs")
-    return rows
+    return sum(int(row["scored"]) for row in done)
 
 
 def _item(unit: ScoreUnit) -> dict[str, str | int]:
@@ -142,17 +141,3 @@ def _item(unit: ScoreUnit) -> dict[str, str | int]:
         "rows": unit.rows,
         "output": str(unit.output),
     }
-
-
-def _our_error(exc: BaseException) -> VflError | None:
-    """The DataError (or other VflError) a unit raised, out of the layers Ray wraps it in: the innermost."""
-    found: VflError | None = None
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, VflError):
-            found = current
-        cause = getattr(current, "cause", None)
-        current = cause if isinstance(cause, BaseException) else (current.__cause__ or current.__context__)
-    return found
