@@ -1,4 +1,4 @@
-"""A two-node Ray cluster on this machine, and a task that kills its own worker once: for the Ray engine's tests.
+"""A two-node Ray cluster on this machine, and tasks that kill their own worker once: for the Ray engine's tests.
 
 ``ray.cluster_utils.Cluster`` starts a head node and a second node as separate raylets on this
 host, each with its own object store, so tasks are scheduled across nodes and results travel
@@ -8,18 +8,23 @@ object store each): the tests' data is tiny, and the suite shares two cores with
 ``dies_once`` wraps a chunk function so that the first call to reach it (across every worker of
 the cluster, told apart by a marker file) kills its own process with SIGKILL mid-task: Ray sees a
 worker die, not an exception, and must retry the task (``max_retries``) for the result to come
-back at all.
+back at all. ``FirstSessionDies`` does the same inside ``vfl-score``'s tasks: a scoring model
+whose first session, built after the task has read its row group, kills the worker.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
+
+import onnxruntime
+
+from vflserver.scoring.model import ScoringModel
 
 T = TypeVar("T")
 
@@ -30,9 +35,10 @@ NODE_OBJECT_STORE_BYTES = 80 * 1024 * 1024
 
 @contextmanager
 def two_node_cluster() -> Iterator[str]:
-    """Start a head node and one more node, connect this process as the driver; yields the address.
+    """Start a head node and one more node on this machine; yields the address a driver connects to.
 
-    The driver is disconnected and both nodes are stopped on exit.
+    Connecting is the caller's (``vflcore.runtime.compute.connect``, as a daemon joins its party's
+    cluster); a driver still connected is disconnected on exit, then both nodes are stopped.
     """
     import ray
     from ray.cluster_utils import Cluster
@@ -42,12 +48,9 @@ def two_node_cluster() -> Iterator[str]:
     try:
         cluster.add_node(num_cpus=NODE_CPUS, object_store_memory=NODE_OBJECT_STORE_BYTES)
         cluster.wait_for_nodes()
-        ray.init(address=cluster.address, log_to_driver=False, logging_level=logging.ERROR)
-        try:
-            yield cluster.address
-        finally:
-            ray.shutdown()
+        yield cluster.address
     finally:
+        ray.shutdown()
         cluster.shutdown()  # type: ignore[no-untyped-call]  # ray leaves it unannotated
 
 
@@ -68,3 +71,19 @@ def dies_once(marker: Path, function: Callable[..., T]) -> Callable[..., T]:
         raise AssertionError("unreachable: the process was killed")
 
     return first_call_dies
+
+
+@dataclass(frozen=True)
+class FirstSessionDies(ScoringModel):
+    """A scoring model whose first ``session()`` anywhere (``marker`` absent) kills its process.
+
+    Ray workers import this class by name (the test's working directory is on their path), so it
+    must live in an importable module, not in a test file. Never score with it in the test's own
+    process: the first session would kill pytest.
+    """
+
+    marker: str = ""
+
+    def session(self) -> onnxruntime.InferenceSession:
+        dies_once(Path(self.marker), lambda: None)()
+        return super().session()

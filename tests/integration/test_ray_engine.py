@@ -9,12 +9,13 @@ and a small object store each) serves the whole file. On it:
   local engine aligns;
 - ``vfl-score`` on Ray Data writes exactly the files, IDs and scores the local loop writes;
 - a worker killed mid-task (SIGKILL, by the task itself, once) is retried by Ray and the result is
-  still identical; with no retries left the job fails with a message naming the items.
+  still identical, in PSI and in scoring; with no retries left PSI fails naming the lost items.
 """
 
 from __future__ import annotations
 
 import random
+import signal
 import threading
 from collections.abc import Iterator
 from dataclasses import replace
@@ -34,7 +35,7 @@ from vflcore.ml.onnx_export import MODEL_FILE
 from vflcore.psi.blinding import BlindingKey, SerialBlinder
 from vflcore.psi.hash_to_curve import make_dst
 from vflcore.psi.ray_blinding import RayBlinder, hash_and_blind_chunk
-from vflcore.runtime.compute import LOCAL, ComputeEngine
+from vflcore.runtime.compute import LOCAL, ComputeEngine, connect
 from vflserver.scoring.engines import score_table_folder
 from vflserver.scoring.model import ScoringModel
 from vfltesting.pki import Pki
@@ -43,18 +44,31 @@ pytestmark = pytest.mark.integration
 
 ray = pytest.importorskip("ray", reason="the Ray engine's tests need the extra: pip install 'vfl-service[ray]'")
 
-from vfltesting.ray_cluster import dies_once, two_node_cluster  # noqa: E402  # after the skip: it needs ray
+from vfltesting.ray_cluster import FirstSessionDies, dies_once, two_node_cluster  # noqa: E402  # needs ray
 
 IDS = [f"customer-{n:05d}".encode() for n in range(1000)]
 CHUNK = 97  # 1000 = 10 × 97 + 30: the last chunk is short
+
+
+#: The SIGTERM handler this process had before it joined the cluster, and after.
+SIGTERM_HANDLERS: dict[str, object] = {}
 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[ComputeEngine]:
     """Two Ray nodes on this machine, this process their driver; the engine that points at them."""
     with two_node_cluster() as address:
+        engine = ComputeEngine("ray", address)
+        SIGTERM_HANDLERS["before"] = signal.getsignal(signal.SIGTERM)
+        connect(engine)  # as a daemon joins its party's cluster at start
+        SIGTERM_HANDLERS["after"] = signal.getsignal(signal.SIGTERM)
         assert len([node for node in ray.nodes() if node["Alive"]]) == 2
-        yield ComputeEngine("ray", address)
+        yield engine
+
+
+def test_joining_the_cluster_keeps_the_sigterm_handler(cluster: ComputeEngine) -> None:
+    """ray.init installs its own SIGTERM handler (sys.exit); connect puts the process's own back."""
+    assert SIGTERM_HANDLERS["after"] is SIGTERM_HANDLERS["before"]
 
 
 class TestRayBlinder:
@@ -176,6 +190,18 @@ class TestScoringOnRay:
         files = sorted(p.relative_to(tmp_path / "local") for p in (tmp_path / "local").rglob("*.parquet"))
         assert files == sorted(p.relative_to(tmp_path / "ray") for p in (tmp_path / "ray").rglob("*.parquet"))
         for name in files:
+            assert pq.read_table(tmp_path / "ray" / name).equals(pq.read_table(tmp_path / "local" / name)), name
+
+    def test_a_killed_worker_is_retried_and_the_scores_are_identical(
+        self, cluster: ComputeEngine, model: ScoringModel, tmp_path: Path
+    ) -> None:
+        """A scoring task whose worker dies after reading its row group is run again; the file is the same."""
+        source = write_input(tmp_path / "in", {"a.parquet": customers(1200, 5)}, row_group_size=500)
+        dying = FirstSessionDies(**vars(model), marker=str(tmp_path / "died"))
+        score_table_folder(dying, source, tmp_path / "ray", engine=cluster)
+        score_table_folder(model, source, tmp_path / "local", engine=LOCAL)
+        assert (tmp_path / "died").exists()  # a worker did die
+        for name in ("a.00000.parquet", "a.00001.parquet", "a.00002.parquet"):
             assert pq.read_table(tmp_path / "ray" / name).equals(pq.read_table(tmp_path / "local" / name)), name
 
     def test_a_bad_row_read_on_a_worker_is_the_same_data_error(

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import signal
 import socket
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import ModuleType
@@ -154,6 +156,9 @@ def connect(engine: ComputeEngine) -> ModuleType:
         return ray
     address = engine.ray_address or "auto"
     _probe(address)
+    # ray.init puts in a SIGTERM handler of its own (sys.exit), which would cut short the daemon's
+    # clean shutdown (``daemon.ShutdownSignals``) or an SDK user's handler: the previous one is put back.
+    on_sigterm = signal.getsignal(signal.SIGTERM)
     try:
         ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
     except ConnectionError as exc:
@@ -161,6 +166,9 @@ def connect(engine: ComputeEngine) -> ModuleType:
             f'[compute] engine = "ray": no Ray cluster at {address} ({exc}); start one (ray start --head) or '
             "set [compute] ray_address to its address"
         ) from None
+    finally:
+        if threading.current_thread() is threading.main_thread() and on_sigterm is not None:
+            signal.signal(signal.SIGTERM, on_sigterm)
     log.info("ray_connected", address=address, cpus=int(ray.cluster_resources().get("CPU", 0)))
     return ray
 
