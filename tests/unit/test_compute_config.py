@@ -21,6 +21,9 @@ from vflcore.runtime.compute import LOCAL, ComputeEngine
 from vflcore.runtime.config import client_config_from, compute_engine, server_config_from
 from vflserver.scoring.cli import main as score_main
 
+# The command-line tests set up logging on pytest's captured stderr; put it back (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("restore_logging")
+
 DATA = {"data": {"path": "p.csv"}}
 
 

@@ -24,6 +24,9 @@ from vflserver.scoring.cli import main
 from vflserver.scoring.engines import score_table_folder
 from vflserver.scoring.model import ROWS_PER_RUN, ScoringModel
 
+# The command-line tests set up logging on pytest's captured stderr; put it back (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("restore_logging")
+
 NAMES = [f"f{i}" for i in range(FEATURES)]
 
 
