@@ -173,7 +173,11 @@ class ActiveParty:
         """
         started = time.perf_counter()
         result = align_active(
-            self.own_table, self.parties, cache_dir=self.run_dir / "psi", workers=self.settings.psi_workers
+            self.own_table,
+            self.parties,
+            cache_dir=self.run_dir / "psi",
+            workers=self.settings.psi_workers,
+            chunk_ids=self.settings.psi_chunk_ids,
         )
         self._prepare(result.table)
         write_aligned_ids(self.run_dir, result.table.ids)
