@@ -176,6 +176,7 @@ class ChunkLog:
 
     def open(self, *, fresh: bool = False) -> int:
         """Open for appending; returns how many chunks are complete (0 with ``fresh``: start over)."""
+        self.close()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         size = 0 if fresh or not self.path.exists() else self.path.stat().st_size
         items = size // self.width
