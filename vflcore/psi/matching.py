@@ -94,25 +94,34 @@ class SortedPoints:
         """Pairs (i, j): ``values[i]`` equals the table's value at position j, i ascending; int64.
 
         Each side's values are distinct (IDs are deduplicated before blinding, and blinding is a
-        bijection), so a value matches at most once.
+        bijection), so a value matches at most once. The queries are sorted first: numpy's binary
+        search then starts each one where the previous ended, which is several times faster on a
+        table far larger than the cache.
         """
         head, tail = _split(_check(values, "the looked-up side"))
+        size = len(self._head)
+        order = np.argsort(head, kind="stable")
+        head, tail = head[order], tail[order]
         left = np.searchsorted(self._head, head, side="left")
-        right = np.searchsorted(self._head, head, side="right")
-        span = right - left
-        single = np.flatnonzero(span == 1)
+        at = np.minimum(left, size - 1) if size else left
+        same_head = (left < size) & (self._head[at] == head) if size else np.zeros(len(head), dtype=bool)
+        after = np.minimum(left + 1, size - 1) if size else left
+        tied = same_head & (left + 1 < size) & (self._head[after] == head) if size else same_head
+        single = np.flatnonzero(same_head & ~tied)
         hit = single[self._tail[left[single]] == tail[single]]
         found_i, found_j = [hit], [left[hit]]
-        for i in np.flatnonzero(span > 1).tolist():  # first 8 bytes shared within the table: rare
-            candidates = np.arange(left[i], right[i])
+        for i in np.flatnonzero(tied).tolist():  # first 8 bytes shared within the table: rare
+            right = int(np.searchsorted(self._head, head[i], side="right"))
+            candidates = np.arange(left[i], right)
             same = candidates[self._tail[candidates] == tail[i]]
             if len(same):
                 found_i.append(np.asarray([i]))
                 found_j.append(same[:1])
-        i_all = np.concatenate(found_i).astype(np.int64)
+        i_sorted = np.concatenate(found_i).astype(np.int64)
         j_all = np.concatenate(found_j).astype(np.int64)
-        order = np.argsort(i_all, kind="stable")
-        return i_all[order], self._position[j_all[order]].astype(np.int64)
+        i_all = order[i_sorted].astype(np.int64)
+        back = np.argsort(i_all, kind="stable")
+        return i_all[back], self._position[j_all[back]].astype(np.int64)
 
 
 def match(left: np.ndarray, right: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
