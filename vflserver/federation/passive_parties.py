@@ -426,8 +426,7 @@ class PassiveParties:
     ) -> np.ndarray:
         """Wait for one party's upload (checking it, or every party in ``watch``, is still there).
 
-        Its expectation is retired once it is taken. ``stop`` set ends the wait with JobAborted
-        (PSI's streams: another stream of the exchange failed).
+        Its expectation is retired once it is taken. ``stop``, once set, ends the wait (JobAborted).
         """
         key = TensorKey(self.job.job_id, round_, batch, name)
         watched = watch or [party]

@@ -59,7 +59,8 @@ log = structlog.get_logger(__name__)
 #: Chunks a stream computes ahead of the one it sends or stores: enough to keep the blinder's
 #: workers fed while the stream waits on the network or on the peer.
 AHEAD: Final = 2
-#: The active party's chunks a passive party may have unanswered: bounds the mailbox.
+#: Chunk c of the active party goes out once every party returned chunk c - WINDOW - 1: at most
+#: WINDOW + 1 of its chunks wait for a party's answer, which bounds the mailbox.
 WINDOW: Final = 2
 _TAKEN = np.zeros(0, dtype=np.uint8)
 
@@ -71,7 +72,7 @@ class _Blinder(Protocol):
 
 
 class _Counter:
-    """Chunks done in one stream: an ``psi_progress`` line at every tenth of the stream, and a TTY bar."""
+    """Chunks done in one stream: a ``psi_progress`` line at every tenth of the stream, and a TTY bar."""
 
     def __init__(self, stream: str, party: int, chunking: Chunking, first: int) -> None:
         self.stream, self.party, self.chunking = stream, party, chunking
