@@ -2,11 +2,10 @@
 
 ``vfl-server`` and two ``vfl-client`` daemons run as OS processes over mTLS (``vfltesting.service``),
 with ``[psi] chunk_ids = 8`` so that the digits job (1,500 to 1,600 IDs a party) has about 200
-chunks a stream.
-Party 3 is killed (-9) once the server has stored some of its chunks, and started again: the
-server's and the party's logs show the exchange resumed at the stored chunks, fewer chunks were
-computed than a whole exchange has, every party ends with the same aligned IDs as the data
-holds, and no PSI secret is left on disk.
+chunks a stream. Passive party 3, or the server itself, is killed (-9) once the server has
+stored some of party 3's chunks, and started again: the server's and the party's logs show the
+exchange resumed at the stored chunks, fewer chunks were computed than a whole exchange has,
+every party ends with the aligned IDs the data holds, and no PSI secret is left on disk.
 """
 
 from __future__ import annotations
@@ -41,9 +40,10 @@ def _ids(path: Path) -> list[str]:
         return [row[0] for row in list(csv.reader(fh))[1:]]
 
 
-class TestPartyRestartedMidPsi:
-    def test_psi_resumes_at_the_stored_chunks(self, pki: Pki, digits_data: Path, tmp_path: Path) -> None:
-        """kill -9 of party 3 mid-PSI, then a restart: the exchange goes on from the stored chunks, same result."""
+class TestRestartMidPsi:
+    @pytest.mark.parametrize("killed", ["party-3", "server"])
+    def test_psi_resumes_at_the_stored_chunks(self, killed: str, pki: Pki, digits_data: Path, tmp_path: Path) -> None:
+        """kill -9 mid-PSI, then a restart: the exchange goes on from the stored chunks, to the same result."""
         run = ServiceRun(
             tmp_path,
             pki,
@@ -62,14 +62,19 @@ class TestPartyRestartedMidPsi:
             with JobClient(run.address, tls=run.pki.operator_files("alice")) as jobs:
                 jobs.submit(job_document(job_id, "splitnn", psi_only=True))
                 wait_until(lambda: _stored(psi1, 3) >= KILL_AFTER, f"{KILL_AFTER} stored chunks of party 3", run)
-                run.kill("party-3")
-                stored = _stored(psi1, 3)
-                assert not any(psi3.glob("alignment-*")), "PSI had already finished: the kill came too late"
-                (secret,) = psi3.glob(f"progress-*/{SECRET_FILE}")  # kept for the restart, the owner's alone
+                run.kill(killed)
+            stored = _stored(psi1, 3)
+            assert not any(psi3.glob("alignment-*")), "PSI had already finished: the kill came too late"
+            for psi in (psi1, psi3):  # kept for the restart, each party's own
+                (secret,) = psi.glob(f"progress-*/{SECRET_FILE}")
                 assert stat.S_IMODE(secret.stat().st_mode) == 0o600
                 assert stat.S_IMODE(secret.parent.stat().st_mode) == 0o700
-                time.sleep(0.5)
+            time.sleep(0.5)
+            if killed == "server":
+                run.start_server(f"127.0.0.1:{run.port}")
+            else:
                 run.start_client(3)
+            with JobClient(run.address, tls=run.pki.operator_files("alice")) as jobs:
                 finish_job(jobs, run, job_id)
         finally:
             run.close()
