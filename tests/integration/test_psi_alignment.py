@@ -287,8 +287,8 @@ class TestChunks:
         assert chunked.summary.alignment.table.ids.tolist() == whole.summary.alignment.table.ids.tolist()
         assert chunked.summary.alignment.pairwise == whole.summary.alignment.pairwise == pairwise_sizes(parties)
 
-    def test_more_chunks_than_the_window_from_one_party(self, pki: Pki, tmp_path: Path) -> None:
-        """Parties of very different sizes, one chunk of one ID for the smallest: flow control never stalls."""
+    def test_one_short_chunk_next_to_many(self, pki: Pki, tmp_path: Path) -> None:
+        """A party whose whole set is one short chunk, next to parties of many chunks: every stream ends, and aligns."""
         parties = {1: customer_ids(range(0, 90)), 2: customer_ids(range(40, 41)), 3: customer_ids(range(30, 130))}
         outcome = run_alignment(pki, tmp_path, parties, psi_chunk_ids=3)
         assert_aligned(outcome, ["customer-000040"])
