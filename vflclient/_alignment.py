@@ -1,40 +1,63 @@
-"""A passive party's half of ID alignment: ECDH-PSI with the active party, or a saved result.
+"""A passive party's half of ID alignment: ECDH-PSI with the active party, in chunks, or a saved result.
 
 What this party sends: its IDs hashed to the curve and blinded with a fresh secret key, in a
-random order; the active party's blinded IDs blinded a second time, truncated. What it learns:
-which of its own IDs are in the intersection of every party's IDs, and their agreed order (the
-IDs sorted). It learns nothing about the other parties' IDs outside that intersection except
-how many the active party holds. See docs/psi.md.
+secret order (``vflcore.psi.order``), chunk by chunk; each chunk of the active party's blinded
+IDs blinded a second time, truncated. What it learns: which of its own IDs are in the
+intersection of every party's IDs, and their agreed order (the IDs sorted). It learns nothing
+about the other parties' IDs outside that intersection except how many the active party holds.
+See docs/psi.md.
+
+Two streams run at once (``side_by_side``), each computing chunks ahead of what it sends
+(``ahead``): **up** sends this party's chunks, waiting before chunk c for the active party's word
+that it took chunk c - WINDOW (so a slow active party is never flooded); **down** fetches each of
+the active party's chunks, blinds it and sends it back. The memory this takes is a few chunks,
+whatever the number of IDs.
+
+While PSI runs, this party keeps its secrets in a 0600 file under its ``psi`` folder
+(``vflcore.psi.progress``): if it restarts, it tells the server at Join, and the server resumes
+the exchange at the chunks it already has (``PsiPlan``). The file is deleted once this party
+has its aligned IDs.
 """
 
 from __future__ import annotations
 
-import secrets
+import threading
 from pathlib import Path
+from typing import Final
 
 import numpy as np
 import structlog
 
 from vflcore.data.tables import PartyTable, aligned_digest, ids_digest, select_rows
 from vflcore.errors import JobAborted
-from vflcore.psi import BlindingKey, make_dst
+from vflcore.psi import make_dst
 from vflcore.psi.cache import load_alignment, save_alignment
+from vflcore.psi.chunks import Chunking, id_bytes, packed_points, point_list
+from vflcore.psi.hash_to_curve import U_BYTES
+from vflcore.psi.intersection import is_strictly_increasing
 from vflcore.psi.matching import truncate
+from vflcore.psi.pipeline import each_ahead, side_by_side
+from vflcore.psi.progress import PsiSecrets, discard, load_secrets, progress_dir, save_secrets
 from vflcore.psi.ray_blinding import blinder_on
 from vflcore.runtime.compute import LOCAL, ComputeEngine
-from vflcore.runtime.logs import progress_callback
 from vflcore.wire.links import ServerLink
 from vflcore.wire.names import (
     PSI_ALIGNED_DIGEST,
     PSI_CLIENT_BLINDED,
+    PSI_CLIENT_TAKEN,
     PSI_MEMBERS,
     PSI_SERVER_BLINDED,
     PSI_SERVER_DOUBLE_BLINDED,
 )
 from vflcore.wire.tensors import TensorKey
-from vflcore.work_items import Align
+from vflcore.work_items import Align, PsiPlan
 
 log = structlog.get_logger(__name__)
+
+#: Chunks each stream computes ahead of the one it sends (keeps the blinder's workers fed).
+AHEAD: Final = 2
+#: This party's chunks the active party may hold untaken: chunk c waits for its word on c - WINDOW.
+WINDOW: Final = 2
 
 
 def align_passive(
@@ -47,50 +70,108 @@ def align_passive(
     workers: int | None = None,
     engine: ComputeEngine = LOCAL,
 ) -> PartyTable:
-    """This party's rows, restricted to the common IDs and put in the agreed order.
-
-    ``engine`` says where the curve arithmetic runs: this host, or the party's Ray cluster.
-    """
+    """This party's rows, restricted to the common IDs and put in the agreed order."""
     digest = ids_digest(table.ids)
     aligned_ids = load_alignment(cache_dir, task.alignment_key, digest) if not task.run_psi else None
     if aligned_ids is None:
         if not task.run_psi:
             raise JobAborted("the server expected a saved alignment this party no longer has; restart the server")
-        aligned_ids = _run_psi(table.ids, job_id, link, workers, engine)
+        if task.psi is None:
+            raise JobAborted("the server asked for PSI without its chunking; it runs an older version: upgrade it")
+        folder = progress_dir(cache_dir, task.alignment_key)
+        aligned_ids = _run_psi(table.ids, job_id, task.psi, link, workers, folder, engine)
         save_alignment(cache_dir, task.alignment_key, aligned_ids, digest)
+        discard(folder)
     else:
         log.info("alignment_reused", rows=len(aligned_ids))
     link.send(TensorKey(job_id, 0, 0, PSI_ALIGNED_DIGEST), aligned_digest(aligned_ids))
     return select_rows(table, aligned_ids)
 
 
-def _run_psi(ids: np.ndarray, job_id: str, link: ServerLink, workers: int | None, engine: ComputeEngine) -> np.ndarray:
-    key = BlindingKey.generate()
-    # A random upload order: the server later learns which positions are in the intersection,
-    # and positions in a sorted list would tell it where this party's other IDs fall.
-    order = np.random.default_rng(secrets.randbits(128)).permutation(len(ids))
-    shuffled = ids[order]
-    dst = make_dst(job_id)
-    with blinder_on(engine, len(ids), key, workers) as pool:
-        mine = pool.hash_and_blind_packed(
-            [str(v).encode("utf-8") for v in shuffled], dst, progress=progress_callback("PSI: blind own IDs")
+def _secrets_for(plan: PsiPlan, folder: Path) -> PsiSecrets:
+    """The secrets kept for this exchange when the server resumes it; fresh ones (saved first) otherwise."""
+    if plan.resume:
+        kept = load_secrets(folder)
+        if kept is None:
+            raise JobAborted(
+                f"the server resumes PSI with the secrets this party kept in {folder}, which are gone; "
+                "restart the server's job so that PSI starts afresh"
+            )
+        return kept
+    discard(folder)
+    fresh = PsiSecrets.generate()
+    save_secrets(folder, fresh)  # before any value blinded with it leaves this party
+    return fresh
+
+
+def _run_psi(
+    ids: np.ndarray,
+    job_id: str,
+    plan: PsiPlan,
+    link: ServerLink,
+    workers: int | None,
+    folder: Path,
+    engine: ComputeEngine = LOCAL,
+) -> np.ndarray:
+    secrets = _secrets_for(plan, folder)
+    order = secrets.order(len(ids))
+    mine, theirs = Chunking(len(ids), plan.chunk_ids), Chunking(plan.server_ids, plan.chunk_ids)
+    if plan.upload_from or plan.download_from:
+        log.info(
+            "psi_resumed",
+            uploads=plan.upload_from,
+            of_uploads=mine.count,
+            downloads=plan.download_from,
+            of_downloads=theirs.count,
         )
-        link.send(TensorKey(job_id, 0, 0, PSI_CLIENT_BLINDED), np.frombuffer(mine, np.uint8).reshape(-1, 32))
-        theirs = link.receive(TensorKey(job_id, 0, 0, PSI_SERVER_BLINDED))
-        points = [row.tobytes() for row in theirs]
-        twice = pool.blind_packed(points, progress=progress_callback("PSI: blind server IDs"))
-    link.send(
-        TensorKey(job_id, 0, 0, PSI_SERVER_DOUBLE_BLINDED), truncate(np.frombuffer(twice, np.uint8).reshape(-1, 32))
-    )
-    members = link.receive(TensorKey(job_id, 0, 0, PSI_MEMBERS))
+    dst = make_dst(job_id)
+    stop = threading.Event()
+
+    def key(name: str, chunk: int) -> TensorKey:
+        return TensorKey(job_id, 0, chunk, name)
+
+    with blinder_on(engine, max(len(ids), plan.server_ids), secrets.blinding, workers) as pool:
+
+        def blind_mine(chunk: int) -> np.ndarray:
+            rows = order.span(*mine.bounds(chunk))
+            return packed_points(pool.hash_and_blind_packed(id_bytes(ids, rows), dst))
+
+        def blind_theirs(chunk: int) -> np.ndarray:
+            points = link.receive(key(PSI_SERVER_BLINDED, chunk))
+            expected = (theirs.length(chunk), U_BYTES)
+            if points.dtype != np.uint8 or points.shape != expected:
+                raise JobAborted(
+                    f"the server sent chunk {chunk} of its blinded IDs as {points.dtype} {list(points.shape)}; "
+                    f"expected uint8 {list(expected)}"
+                )
+            return truncate(packed_points(pool.blind_packed(point_list(points))))
+
+        def up() -> None:
+            chunks = range(plan.upload_from, mine.count)
+            for chunk, points in each_ahead(blind_mine, chunks, AHEAD):
+                if stop.is_set():
+                    return
+                if chunk - WINDOW >= plan.upload_from:
+                    link.receive(key(PSI_CLIENT_TAKEN, chunk - WINDOW))
+                link.send(key(PSI_CLIENT_BLINDED, chunk), points)
+
+        def down() -> None:
+            chunks = range(plan.download_from, theirs.count)
+            for chunk, twice in each_ahead(blind_theirs, chunks, AHEAD):
+                if stop.is_set():
+                    return
+                link.send(key(PSI_SERVER_DOUBLE_BLINDED, chunk), twice)
+
+        side_by_side({"up": up, "down": down}, stop)
+    members = link.receive(key(PSI_MEMBERS, 0))
     if members.dtype != np.int64 or members.ndim != 1:
         raise JobAborted(
             f"the server sent member positions of {members.dtype} {list(members.shape)}; expected int64 [n]"
         )
-    if len(members) and (members.min() < 0 or members.max() >= len(shuffled)):
-        raise JobAborted(f"the server sent member positions outside this party's {len(shuffled)} IDs")
-    aligned: np.ndarray = shuffled[members]
-    if any(a >= b for a, b in zip(aligned[:-1].tolist(), aligned[1:].tolist(), strict=True)):
+    if len(members) and (members.min() < 0 or members.max() >= len(ids)):
+        raise JobAborted(f"the server sent member positions outside this party's {len(ids)} IDs")
+    aligned: np.ndarray = ids[order.rows(members)]
+    if not is_strictly_increasing(aligned):
         raise JobAborted("the server's intersection is not in the agreed order (sorted, distinct IDs)")
-    log.info("psi_done", own_ids=len(ids), server_ids=len(theirs), intersection=len(aligned))
+    log.info("psi_done", own_ids=len(ids), server_ids=plan.server_ids, intersection=len(aligned))
     return aligned

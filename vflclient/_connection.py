@@ -150,13 +150,16 @@ class Connection(TrainingLink):
         cached_alignments: Sequence[bytes] = (),
         job_id: str = "",
         checkpoints: Sequence[Position] = (),
+        resumable_psi: Sequence[bytes] = (),
     ) -> JobSpec:
         """Join the server's job (``job_id``, as ``next_job`` offered it; "": the waiting one); returns its settings.
 
         ``cached_alignments`` are the keys of PSI results this party saved earlier; if every
         party still has the one for the current data, the server skips PSI. ``checkpoints`` are
         the positions of this job whose checkpoints this party can read: a resumed job continues
-        from the newest one every party holds.
+        from the newest one every party holds. ``resumable_psi`` are the keys of the PSI
+        exchanges this party was in when it stopped and kept the secrets of: the server resumes
+        such an exchange at its last chunk rather than starting it again.
         """
         request = pb.JoinRequest(
             party=self.party,
@@ -167,6 +170,7 @@ class Connection(TrainingLink):
             cached_alignments=list(cached_alignments),
             job_id=job_id,
             checkpoints=[wire.position_to_proto(p) for p in checkpoints],
+            resumable_psi=list(resumable_psi),
         )
         with translated("Join"):
             reply = self._stub.Join(request, metadata=self._metadata)

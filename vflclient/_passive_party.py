@@ -39,6 +39,7 @@ from vflcore.ml.onnx_export import MODEL_FILE, PROBE_ROWS, export_onnx, part_met
 from vflcore.ml.state import restore_rng, rng_state
 from vflcore.party_privacy import PartyPrivacy, refusal
 from vflcore.psi.cache import cached_keys
+from vflcore.psi.progress import discard_all, resumable_keys
 from vflcore.runtime.compute import LOCAL, ComputeEngine
 from vflcore.runtime.daemon import adopt_torch_threads
 from vflcore.wire.links import TrainingLink
@@ -117,7 +118,13 @@ class PassiveParty:
 
     def _join_and_work(self, connection: Connection, job_id: str) -> RunResult:
         held = readable_checkpoints(party_dir(self.run_dir, job_id, self.party)) if job_id else []
-        job = connection.join(self.own_table, self._saved_alignments(), job_id=job_id, checkpoints=held)
+        job = connection.join(
+            self.own_table,
+            self._saved_alignments(),
+            job_id=job_id,
+            checkpoints=held,
+            resumable_psi=resumable_keys(self.run_dir.glob(f"*/party-{self.party}/psi")),
+        )
         _own_folder_name(job.job_id)
         _passive_half(job.algorithm)  # refuse an algorithm this client lacks before any work
         self._refuse_weaker_privacy(connection, job)
@@ -151,6 +158,8 @@ class PassiveParty:
                 if isinstance(self.link, NoisyLink):
                     self.link.report(job.privacy.dp_delta)  # ε of what left this party, logged and in privacy.json
                 self._write_traffic(connection, job)
+                if not task.rejoin:  # over for good: an interrupted PSI will not resume, its secrets go
+                    discard_all(self._dir(job) / "psi")
                 return RunResult(job.job_id, task.success, task.message, epochs_trained, self._dir(job), task.rejoin)
             try:
                 epochs_trained += self._perform(task, connection)

@@ -14,12 +14,34 @@ from vflcore.job import Position
 
 
 @dataclass(frozen=True)
+class PsiPlan:
+    """How a party takes part in one PSI exchange: the chunking, and where a resumed exchange goes on.
+
+    The active party decides it from what it kept of an interrupted run and what the party said
+    at Join it can resume (docs/psi.md, "Resuming").
+    """
+
+    #: IDs per chunk of the exchange, in both directions.
+    chunk_ids: int
+    #: How many IDs the active party holds (its chunks are cut from that many).
+    server_ids: int
+    #: Go on with the PSI secret this party kept for this alignment key; False: draw a fresh one.
+    resume: bool = False
+    #: The first chunk of this party's blinded IDs the active party does not have yet.
+    upload_from: int = 0
+    #: The first chunk of the active party's blinded IDs this party is still to blind.
+    download_from: int = 0
+
+
+@dataclass(frozen=True)
 class Align:
-    """Align sample IDs: run PSI, or reuse the alignment saved under ``alignment_key``."""
+    """Align sample IDs: run PSI (as ``psi`` says), or reuse the alignment saved under ``alignment_key``."""
 
     task_id: int
     alignment_key: bytes
     run_psi: bool
+    #: Set when ``run_psi``: the chunking and the resume point of this party's exchange.
+    psi: PsiPlan | None = None
 
 
 @dataclass(frozen=True)

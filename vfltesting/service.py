@@ -87,6 +87,8 @@ class ServiceRun:
     client_settings: dict[str, Any] = field(default_factory=dict)
     #: Extra tables for every client config (e.g. ``{"models": {...}}``, a party's own model factories).
     client_tables: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Extra tables for the server's config (e.g. ``{"psi": {"chunk_ids": 8}}``).
+    server_tables: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: More datasets than "digits" (``data``), by name: each a folder of ``party1.csv``, ``party2.csv``, ...
     datasets: dict[str, Path] = field(default_factory=dict)
     #: The address a party dials instead of the server's (a proxy in front of it), by party.
@@ -120,6 +122,7 @@ class ServiceRun:
                 for name, folder in self._datasets().items()
             },
         }
+        document.update(self.server_tables)
         if self.serving:
             document["serving"] = {"enabled": True, "grpc_listen": "127.0.0.1:0", "rest_listen": "127.0.0.1:0"}
         if self.metrics:

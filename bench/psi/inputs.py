@@ -7,6 +7,7 @@ of it is timed as PSI: the report states what reading one CSV costs each daemon 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +26,54 @@ def write_id_csv(path: Path, ids: list[str], seed: int) -> None:
     """Rows shuffled with a per-party seed, so the parties' files are not in the same order."""
     order = np.random.default_rng(seed).permutation(len(ids))
     path.write_text("id\n" + "\n".join(ids[i] for i in order) + "\n", encoding="utf-8")
+
+
+@dataclass(frozen=True)
+class IdSets:
+    """Server IDs 0 .. n - 1, client IDs ``first_client`` .. ``first_client + n - 1``; ``user-`` and ``width`` digits.
+
+    The shared IDs are ``first_client`` .. n - 1; the intersection check streams them.
+    """
+
+    n: int
+    first_client: int
+    width: int = 7
+
+    @classmethod
+    def with_overlap(cls, n: int, shared: int) -> IdSets:
+        return cls(n, n - shared, width=max(7, len(str(2 * n - shared - 1))))
+
+    @property
+    def shared(self) -> range:
+        return range(self.first_client, self.n)
+
+    def name(self, number: int) -> str:
+        return f"user-{number:0{self.width}d}"
+
+
+def write_numbered_csv(path: Path, ids: IdSets, first: int, seed: int, block: int = 1_000_000) -> None:
+    """``ids.n`` IDs from ``first``, shuffled with ``seed``, written a block at a time (10M rows in bounded memory)."""
+    order = np.random.default_rng(seed).permutation(ids.n) + first
+    with path.open("w", encoding="utf-8") as fh:
+        fh.write("id\n")
+        for start in range(0, ids.n, block):
+            fh.write("".join(f"user-{number:0{ids.width}d}\n" for number in order[start : start + block].tolist()))
+
+
+def prepare_numbered_inputs(root: Path, ids: IdSets) -> tuple[Path, Path]:
+    """(certificates folder, data folder) for ``ids``; nothing read back (a 10M-row read is what is measured)."""
+    certs, data = root / "certs", root / "data"
+    data.mkdir()
+    issue_pki(certs, (PARTY,))
+    started = time.perf_counter()
+    write_numbered_csv(data / "party1.csv", ids, 0, seed=1)
+    write_numbered_csv(data / f"party{PARTY}.csv", ids, ids.first_client, seed=2)
+    print(
+        f"data: 2 CSVs of {ids.n:,} IDs (id column only, {len(ids.shared):,} shared) written in "
+        f"{time.perf_counter() - started:.1f} s (untimed)",
+        flush=True,
+    )
+    return certs, data
 
 
 def prepare_inputs(root: Path, n: int) -> tuple[Path, Path]:

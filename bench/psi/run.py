@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.psi.inputs import PARTY
+from bench.psi.inputs import PARTY, IdSets
 from bench.psi.monitor import SAMPLE_S, Monitor, PartyStats, Sample, lo_tx_bytes
 from vfltesting.localrun import wait_for_port
 
@@ -45,9 +45,13 @@ class PsiRun:
     t0_mono: float
 
 
-def write_configs(root: Path, workers: int) -> None:
-    """Both parties get the same ``[psi] workers``: the setting being measured."""
-    (root / "server.toml").write_text(f"[job]\npassive_parties = [{PARTY}]\n\n[psi]\nworkers = {workers}\n")
+def write_configs(root: Path, workers: int, *, chunk_ids: int | None = None, join_timeout_s: float = 300.0) -> None:
+    """Both parties get the same ``[psi] workers``: the setting being measured; the server the chunk size."""
+    chunking = "" if chunk_ids is None else f"chunk_ids = {chunk_ids}\n"
+    (root / "server.toml").write_text(
+        f"[server]\njoin_timeout_s = {join_timeout_s}\n\n[job]\npassive_parties = [{PARTY}]\n\n"
+        f"[psi]\nworkers = {workers}\n{chunking}"
+    )
     (root / f"party{PARTY}.toml").write_text(f"[psi]\nworkers = {workers}\n")
 
 
@@ -92,26 +96,51 @@ def _events(path: Path, party: str, t0_wall: float) -> list[tuple[float, str, st
     return out
 
 
-def _aligned_ids(run_dir: Path, party: int) -> list[str]:
-    """The IDs a party wrote to its ``aligned_ids.csv``: what the intersection check compares."""
+def _aligned_file(run_dir: Path, party: int) -> Path:
     files = sorted(run_dir.glob(f"*/party-{party}/aligned_ids.csv"))
     if not files:
         raise RuntimeError(f"no aligned_ids.csv for party {party} under {run_dir}")
-    return files[0].read_text(encoding="utf-8").splitlines()[1:]
+    return files[0]
 
 
-def run_psi(root: Path, workers: int, n: int, certs: Path, data: Path) -> PsiRun:
+def _matches_expected(run_dir: Path, party: int, ids: IdSets) -> tuple[bool, int]:
+    """(whether the party's file holds exactly the shared IDs in order, its line count), line by line."""
+    expected = (ids.name(number) for number in ids.shared)  # zero-padded: numeric order is byte order
+    lines = 0
+    same = True
+    with _aligned_file(run_dir, party).open(encoding="utf-8") as fh:
+        next(fh, None)
+        for line in fh:
+            lines += 1
+            if same and line.rstrip("\n") != next(expected, None):
+                same = False
+    return same and next(expected, None) is None, lines
+
+
+def run_psi(
+    root: Path,
+    workers: int,
+    n: int,
+    certs: Path,
+    data: Path,
+    *,
+    ids: IdSets | None = None,
+    chunk_ids: int | None = None,
+    timeout_s: float = PSI_TIMEOUT_S,
+) -> PsiRun:
     """One PSI between ``vfl-server --psi-only`` and ``vfl-client``, sampled throughout.
 
     The job id and run directory are fresh, so no saved alignment is reused. Raises RuntimeError,
     with both daemons' log tails on stderr, if either fails, the time runs out, or the intersection
-    is not exactly the shared IDs in the agreed order on both sides.
+    is not exactly the shared IDs in the agreed order on both sides. ``ids``: the ID sets of
+    ``prepare_numbered_inputs`` (None: ``prepare_inputs``' half overlap); ``chunk_ids``: the
+    server's ``[psi] chunk_ids`` (None: its default).
     """
     job_id = f"bench-psi-{int(time.time())}-{secrets.token_hex(3)}"
     run_dir = root / "runs" / job_id  # fresh: nothing saved to reuse
     logs = root / "logs" / job_id
     logs.mkdir(parents=True)
-    write_configs(root, workers)
+    write_configs(root, workers, chunk_ids=chunk_ids, join_timeout_s=max(300.0, timeout_s / 4))
     port_file = run_dir / "port"
     common = ["--run-dir", str(run_dir), "--ca", str(certs / "ca.pem"), "--log-format", "json"]
     monitor = Monitor()
@@ -144,7 +173,9 @@ def run_psi(root: Path, workers: int, n: int, certs: Path, data: Path) -> PsiRun
         )
         monitor.add("server", procs["server"].pid)
         # The client is started only once the server listens; the monitor samples while it waits.
-        port = wait_for_port(port_file, procs["server"], timeout_s=300, poll_s=SAMPLE_S, while_waiting=monitor.sample)
+        start_s = max(300.0, timeout_s / 4)  # the server reads its CSV before it listens: 10M rows take a while
+        server = procs["server"]
+        port = wait_for_port(port_file, server, timeout_s=start_s, poll_s=SAMPLE_S, while_waiting=monitor.sample)
         monitor.port = port
         procs["client"] = subprocess.Popen(
             [
@@ -168,13 +199,13 @@ def run_psi(root: Path, workers: int, n: int, certs: Path, data: Path) -> PsiRun
             stderr=(logs / "client.log").open("wb"),
         )
         monitor.add("client", procs["client"].pid)
-        deadline = t0 + PSI_TIMEOUT_S
+        deadline = t0 + timeout_s
         while True:
             done = [_reap(procs[name], monitor.parties[name]) for name in procs]
             if all(done):
                 break
             if time.monotonic() > deadline:
-                raise RuntimeError(f"the PSI did not finish within {PSI_TIMEOUT_S:.0f} s")
+                raise RuntimeError(f"the PSI did not finish within {timeout_s:.0f} s")
             monitor.sample()
             time.sleep(SAMPLE_S)
     except BaseException:
@@ -207,13 +238,15 @@ def run_psi(root: Path, workers: int, n: int, certs: Path, data: Path) -> PsiRun
         if party == "server" and text.startswith("aligned  "):
             aligned_s = float(json.loads(text.split("  ", 1)[1]).get("seconds", aligned_s))
     # The intersection must be exactly the shared IDs, in the agreed (sorted) order, on both sides.
-    expected = [f"user-{i:07d}" for i in range(n // 2, n)]
-    server_ids, client_ids = _aligned_ids(run_dir, 1), _aligned_ids(run_dir, PARTY)
-    if int(match.group(1)) != len(expected) or server_ids != expected or client_ids != expected:
+    ids = ids or IdSets(n, n // 2)
+    server_same, server_lines = _matches_expected(run_dir, 1, ids)
+    client_same, client_lines = _matches_expected(run_dir, PARTY, ids)
+    shared = ids.shared
+    if int(match.group(1)) != len(shared) or not (server_same and client_same):
         raise RuntimeError(
-            f"WRONG INTERSECTION: expected {len(expected)} IDs user-{n // 2:07d}..user-{n - 1:07d}; server "
-            f"printed {match.group(1)}, server file has {len(server_ids)}, client file has {len(client_ids)} "
-            f"(equal to expected: server {server_ids == expected}, client {client_ids == expected})"
+            f"WRONG INTERSECTION: expected {len(shared)} IDs {ids.name(shared.start)}..{ids.name(shared.stop - 1)}; "
+            f"server printed {match.group(1)}, server file has {server_lines}, client file has {client_lines} "
+            f"(equal to expected: server {server_same}, client {client_same})"
         )
     client = monitor.parties["client"]
     return PsiRun(
@@ -222,7 +255,7 @@ def run_psi(root: Path, workers: int, n: int, certs: Path, data: Path) -> PsiRun
         aligned_s=aligned_s,
         wall_s=wall,
         client_wall_s=(client.exited or 0.0) - client.started,
-        intersection=len(server_ids),
+        intersection=server_lines,
         parties=monitor.parties,
         samples=monitor.samples,
         socket_bytes=monitor.socket_bytes,

@@ -85,8 +85,12 @@ def run_alignment(
     job_id: str = JOB_ID,
     psi_only: bool = True,
     label: bool = True,
+    psi_chunk_ids: int | None = None,
 ) -> Outcome:
-    """Write ``parties`` (1 = active) as CSVs and run one job with real parties to its end."""
+    """Write ``parties`` (1 = active) as CSVs and run one job with real parties to its end.
+
+    ``psi_chunk_ids``: the server's ``[psi] chunk_ids`` (None: its default, more than any set here).
+    """
     assert max(map(len, parties.values())) < SERIAL_BELOW  # blinding stays in this process
     data = tmp_path / f"data-{sum(1 for _ in tmp_path.glob('data-*'))}"
     for party, ids in parties.items():
@@ -94,8 +98,16 @@ def run_alignment(
     passive_ids = sorted(p for p in parties if p != 1)
     tables = {p: read_party_csv(data / f"party{p}.csv") for p in passive_ids}  # here, so tests see its logs
     job = replace(SMALL_JOB, job_id=job_id, passive_parties=tuple(passive_ids))
+    chunking = {} if psi_chunk_ids is None else {"psi_chunk_ids": psi_chunk_ids}
     running = start_job(
-        pki, data, tmp_path, job, join_timeout_s=30, label_column="label" if label else None, psi_only=psi_only
+        pki,
+        data,
+        tmp_path,
+        job,
+        join_timeout_s=30,
+        label_column="label" if label else None,
+        psi_only=psi_only,
+        **chunking,
     )
     runs = tmp_path / "runs"
     passive = {p: PassiveParty(p, tables[p], run_dir=runs) for p in passive_ids}
@@ -256,6 +268,30 @@ class TestIntersection:
         assert_aligned(outcome, customer_ids([2, 3]))
         assert outcome.summary is not None and outcome.summary.alignment is not None
         assert outcome.summary.alignment.table.labels is None
+
+
+class TestChunks:
+    @pytest.mark.parametrize("chunk_ids", [7, 64])
+    def test_chunked_equals_one_chunk(self, chunk_ids: int, pki: Pki, tmp_path: Path) -> None:
+        """Chunks that divide no party's ID count: the same aligned IDs, same order, same overlaps as one chunk."""
+        rng = random.Random(chunk_ids)
+        parties = {p: customer_ids(rng.sample(range(900), k)) for p, k in ((1, 601), (2, 449), (3, 523))}
+        assert all(len(ids) % chunk_ids for ids in parties.values())
+        expected = sorted(intersection(parties))
+        whole = run_alignment(pki, tmp_path / "whole", parties, psi_chunk_ids=1_000)
+        chunked = run_alignment(pki, tmp_path / "chunked", parties, psi_chunk_ids=chunk_ids)
+        for outcome in (whole, chunked):
+            assert_aligned(outcome, expected)
+        assert whole.summary is not None and whole.summary.alignment is not None
+        assert chunked.summary is not None and chunked.summary.alignment is not None
+        assert chunked.summary.alignment.table.ids.tolist() == whole.summary.alignment.table.ids.tolist()
+        assert chunked.summary.alignment.pairwise == whole.summary.alignment.pairwise == pairwise_sizes(parties)
+
+    def test_one_short_chunk_next_to_many(self, pki: Pki, tmp_path: Path) -> None:
+        """A party whose whole set is one short chunk, next to parties of many chunks: every stream ends, and aligns."""
+        parties = {1: customer_ids(range(0, 90)), 2: customer_ids(range(40, 41)), 3: customer_ids(range(30, 130))}
+        outcome = run_alignment(pki, tmp_path, parties, psi_chunk_ids=3)
+        assert_aligned(outcome, ["customer-000040"])
 
 
 class TestEmptyIntersection:

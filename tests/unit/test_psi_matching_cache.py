@@ -161,6 +161,22 @@ class TestSavedAlignment:
         assert all(type(v) is str for v in loaded.tolist())
         assert [p.name for p in (tmp_path / "psi").iterdir()] == [path.name]  # no temporary left behind
 
+    def test_stored_as_utf8_and_older_unicode_files_still_load(self, tmp_path: Path) -> None:
+        """IDs are kept as UTF-8 bytes; a file an older version wrote (unicode ``ids``) loads the same."""
+        key, digest = alignment_key("job", DIGESTS), ids_digest(self.IDS)
+        path = save_alignment(tmp_path, key, self.IDS, digest)
+        with np.load(path, allow_pickle=False) as saved:
+            assert saved["ids_utf8"].dtype.kind == "S"
+            assert saved["ids_utf8"].tolist() == [v.encode("utf-8") for v in self.IDS.tolist()]
+        np.savez(
+            path,
+            ids=np.asarray(self.IDS, dtype=str),
+            key=np.frombuffer(key, np.uint8),
+            id_digest=np.frombuffer(digest, np.uint8),
+        )
+        loaded = load_alignment(tmp_path, key, digest)
+        assert loaded is not None and loaded.tolist() == self.IDS.tolist()
+
     def test_empty_alignment_round_trips(self, tmp_path: Path) -> None:
         """An empty aligned list is saved and loaded as empty, not as missing."""
         key, digest = alignment_key("job", DIGESTS), ids_digest(self.IDS)

@@ -140,6 +140,8 @@ class TestSerde:
             work_items.TrainEpoch(10, 3, first_batch=17),
             work_items.Share(3, 12, "head"),
             work_items.Align(4, b"key", True),
+            work_items.Align(4, b"key", True, work_items.PsiPlan(7, 1797, resume=True, upload_from=3, download_from=2)),
+            work_items.Align(4, b"key", False),
         ],
     )
     def test_simple_task_round_trip(self, task: work_items.Task) -> None:

@@ -55,7 +55,7 @@ class SendAck(_message.Message):
     def __init__(self, key: _Optional[_Union[TensorKey, _Mapping]] = ..., bytes_received: _Optional[int] = ..., tensors: _Optional[int] = ...) -> None: ...
 
 class JoinRequest(_message.Message):
-    __slots__ = ("party", "num_rows", "num_features", "id_set_digest", "client_version", "cached_alignments", "job_id", "checkpoints")
+    __slots__ = ("party", "num_rows", "num_features", "id_set_digest", "client_version", "cached_alignments", "job_id", "checkpoints", "resumable_psi")
     PARTY_FIELD_NUMBER: _ClassVar[int]
     NUM_ROWS_FIELD_NUMBER: _ClassVar[int]
     NUM_FEATURES_FIELD_NUMBER: _ClassVar[int]
@@ -64,6 +64,7 @@ class JoinRequest(_message.Message):
     CACHED_ALIGNMENTS_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
+    RESUMABLE_PSI_FIELD_NUMBER: _ClassVar[int]
     party: int
     num_rows: int
     num_features: int
@@ -72,7 +73,8 @@ class JoinRequest(_message.Message):
     cached_alignments: _containers.RepeatedScalarFieldContainer[bytes]
     job_id: str
     checkpoints: _containers.RepeatedCompositeFieldContainer[Position]
-    def __init__(self, party: _Optional[int] = ..., num_rows: _Optional[int] = ..., num_features: _Optional[int] = ..., id_set_digest: _Optional[bytes] = ..., client_version: _Optional[str] = ..., cached_alignments: _Optional[_Iterable[bytes]] = ..., job_id: _Optional[str] = ..., checkpoints: _Optional[_Iterable[_Union[Position, _Mapping]]] = ...) -> None: ...
+    resumable_psi: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, party: _Optional[int] = ..., num_rows: _Optional[int] = ..., num_features: _Optional[int] = ..., id_set_digest: _Optional[bytes] = ..., client_version: _Optional[str] = ..., cached_alignments: _Optional[_Iterable[bytes]] = ..., job_id: _Optional[str] = ..., checkpoints: _Optional[_Iterable[_Union[Position, _Mapping]]] = ..., resumable_psi: _Optional[_Iterable[bytes]] = ...) -> None: ...
 
 class Position(_message.Message):
     __slots__ = ("epoch", "batch")
@@ -175,12 +177,22 @@ class SubscribeRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class Align(_message.Message):
-    __slots__ = ("alignment_key", "run_psi")
+    __slots__ = ("alignment_key", "run_psi", "chunk_ids", "server_ids", "resume", "upload_from", "download_from")
     ALIGNMENT_KEY_FIELD_NUMBER: _ClassVar[int]
     RUN_PSI_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_IDS_FIELD_NUMBER: _ClassVar[int]
+    SERVER_IDS_FIELD_NUMBER: _ClassVar[int]
+    RESUME_FIELD_NUMBER: _ClassVar[int]
+    UPLOAD_FROM_FIELD_NUMBER: _ClassVar[int]
+    DOWNLOAD_FROM_FIELD_NUMBER: _ClassVar[int]
     alignment_key: bytes
     run_psi: bool
-    def __init__(self, alignment_key: _Optional[bytes] = ..., run_psi: _Optional[bool] = ...) -> None: ...
+    chunk_ids: int
+    server_ids: int
+    resume: bool
+    upload_from: int
+    download_from: int
+    def __init__(self, alignment_key: _Optional[bytes] = ..., run_psi: _Optional[bool] = ..., chunk_ids: _Optional[int] = ..., server_ids: _Optional[int] = ..., resume: _Optional[bool] = ..., upload_from: _Optional[int] = ..., download_from: _Optional[int] = ...) -> None: ...
 
 class TrainEpoch(_message.Message):
     __slots__ = ("epoch", "first_batch")

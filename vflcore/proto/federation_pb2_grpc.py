@@ -163,15 +163,17 @@ class FederationServicer:
         raise NotImplementedError('Method not implemented!')
 
     def PsiUpload(self, request_iterator, context):
-        """PSI (docs/psi.md): a party uploads its blinded IDs, or its double-blinded copy of the
-        server's, keyed like any tensor ("psi/..." names, uint8 or int64 payloads).
+        """PSI (docs/psi.md): a party uploads a chunk of its blinded IDs, or its double-blinded copy of
+        a chunk of the server's, keyed like any tensor ("psi/..." names, batch = the chunk's number,
+        uint8 or int64 payloads).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def PsiDownload(self, request, context):
-        """PSI: the server's blinded IDs, or the positions of the caller's IDs in the intersection.
+        """PSI: a chunk of the server's blinded IDs, the server's word that it took a chunk of the
+        caller's (flow control), or the positions of the caller's IDs in the intersection.
         Blocks until the server has them.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

@@ -1,9 +1,12 @@
-"""Cryptographic core of ECDH private set intersection (PSI) over Curve25519.
+"""Cryptographic core of ECDH private set intersection (PSI) over Curve25519, and its chunked bookkeeping.
 
 Each party hashes its sample IDs to curve points (``hash_to_curve``: RFC 9380 Elligator 2, never a
 raw hash) and blinds them with a per-job secret X25519 scalar (``blinding``). Blinding the peer's
-blinded points a second time gives values that match exactly for the shared IDs. The protocol
-around these primitives (messages, parties, caching) lives in the service, not here.
+blinded points a second time gives values that match exactly for the shared IDs (``matching``).
+The exchange moves in chunks (``chunks``), in each party's secret order (``order``), computed
+ahead of the network (``pipeline``); what a restart keeps is in ``progress``, and the aligned
+order follows from the matches (``intersection``). The messages and parties around these live
+in the service (``vflclient._alignment``, ``vflserver.federation.psi_exchange``), not here.
 
     dst = make_dst(job_id)
     key = BlindingKey.generate()

@@ -2,8 +2,10 @@
 
 ECDH-PSI in one paragraph: party A sends ``a·H(x)`` for its IDs, party B sends ``b·H(y)`` for its
 own; each multiplies what it received by its own key, and ``a·b·H(x) == b·a·H(y)`` exactly when
-``x == y``, because X25519 scalar multiplication commutes. Keys are fresh per job and are never
-written anywhere, so blinded values from different jobs cannot be linked.
+``x == y``, because X25519 scalar multiplication commutes. Keys are fresh per job, so blinded
+values from different jobs cannot be linked. A key is written to disk only while its PSI runs,
+in the party's own 0600 progress file (``vflcore.psi.progress``), so that a party that restarts
+mid-exchange can resume it; the file is deleted when PSI ends.
 
 Scalar multiplication is OpenSSL's X25519 through ``cryptography``: ``exchange()`` of a private
 key with a "public key" that is really the point to blind. X25519 clamps the scalar to a multiple
@@ -60,11 +62,13 @@ Progress = Callable[[int, int], None]  # progress(done, total), called in the ca
 
 
 class BlindingKey:
-    """A per-job X25519 secret scalar. Create it with :meth:`generate`; it cannot be saved.
+    """A per-job X25519 secret scalar. Create it with :meth:`generate`.
 
     ``repr``/``str`` are redacted, and pickling (hence ``copy``, ``multiprocessing`` arguments,
     accidental caching to disk) raises TypeError. The secret lives in OpenSSL-owned memory and
-    is freed with the object; drop the key when the job ends.
+    is freed with the object; drop the key when the job ends. The one place it is written is
+    the party's PSI progress file, on purpose (``vflcore.psi.progress``), read back with
+    :meth:`from_raw`.
     """
 
     __slots__ = ("_private",)
@@ -76,6 +80,13 @@ class BlindingKey:
     def generate(cls) -> BlindingKey:
         """A fresh uniformly random key from the OS CSPRNG (through OpenSSL)."""
         return cls(X25519PrivateKey.generate())
+
+    @classmethod
+    def from_raw(cls, secret: bytes) -> BlindingKey:
+        """The key whose 32 secret bytes ``_raw`` gave: a PSI resumed after a restart (``vflcore.psi.progress``)."""
+        if len(secret) != 32:
+            raise ValueError(f"an X25519 secret is 32 bytes, got {len(secret)}")
+        return cls(X25519PrivateKey.from_private_bytes(secret))
 
     def __repr__(self) -> str:
         return "BlindingKey(<redacted>)"
@@ -89,7 +100,7 @@ class BlindingKey:
         )
 
     def _raw(self) -> bytes:
-        """The 32 secret bytes, only for starting ParallelBlinder workers. Never log them."""
+        """The 32 secret bytes, only for starting ParallelBlinder workers and the progress file. Never log them."""
         return self._private.private_bytes_raw()
 
 

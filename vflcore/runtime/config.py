@@ -18,6 +18,7 @@ from vflcore.errors import ConfigError
 from vflcore.job import OPTIMIZERS, TASKS, JobSpec, check_job_id, settable_fields
 from vflcore.party_privacy import PartyPrivacy, party_privacy_from_table
 from vflcore.privacy import check_privacy, privacy_from_table
+from vflcore.psi.chunks import DEFAULT_CHUNK_IDS
 from vflcore.runtime.compute import COMPUTE_KEYS, LOCAL, RAY_UNSET, ComputeEngine, engine_setting, ray_address_setting
 from vflcore.security.tls import TlsFiles
 from vflcore.wire.codecs import parse_codec
@@ -209,6 +210,8 @@ class ServerSettings:
     psi_workers: int | None = field(
         default=None, metadata=_setting("psi", key="workers", read=_psi_workers, unset="one per CPU core")
     )
+    #: IDs per chunk of PSI's exchange (``vflcore.psi.chunks``); every passive party is told it.
+    psi_chunk_ids: int = field(default=DEFAULT_CHUNK_IDS, metadata=_setting("psi", key="chunk_ids", read=_at_least_one))
     #: Where the active party trains every job ("cpu", "cuda", "cuda:N"); checked at start.
     device: str = field(default="cpu", metadata=_setting("compute", read=_device))
     #: Where PSI's curve arithmetic runs: this host, or the party's Ray cluster (``vflcore.runtime.compute``).

@@ -21,10 +21,12 @@ ADMM_STATE_PREFIX = "admm/"
 #: A party's own linear head W_k, (outputs, embedding_dim) float32, uploaded on FetchHead.
 HEAD = "head"
 
-# PSI exchanges (docs/psi.md), all with round 0 and batch 0.
-PSI_CLIENT_BLINDED = "psi/client-blinded"  # passive -> active: p·H(x), (n, 32) uint8
-PSI_SERVER_BLINDED = "psi/server-blinded"  # active -> passive: a·H(y), (m, 32) uint8
-PSI_SERVER_DOUBLE_BLINDED = "psi/server-double-blinded"  # passive -> active: p·a·H(y), (m, 12) uint8
+# PSI exchanges (docs/psi.md), all in round 0. The chunked ones use the chunk's number as batch;
+# the others batch 0.
+PSI_CLIENT_BLINDED = "psi/client-blinded"  # passive -> active: p·H(x) of one chunk, (c, 32) uint8
+PSI_CLIENT_TAKEN = "psi/client-taken"  # active -> passive: it took that chunk (flow control), (0,) uint8
+PSI_SERVER_BLINDED = "psi/server-blinded"  # active -> passive: a·H(y) of one chunk, (c, 32) uint8
+PSI_SERVER_DOUBLE_BLINDED = "psi/server-double-blinded"  # passive -> active: p·a·H(y) of one chunk, (c, 12) uint8
 PSI_MEMBERS = "psi/members"  # active -> passive: upload positions in the intersection, int64
 PSI_ALIGNED_DIGEST = "psi/aligned-digest"  # passive -> active: SHA-256 of the aligned IDs, (32,) uint8
 

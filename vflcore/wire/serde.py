@@ -223,8 +223,12 @@ def position_from_proto(msg: pb.Position) -> Position:
 
 def task_to_proto(task: work_items.Task) -> pb.Task:
     match task:
-        case work_items.Align(task_id, key, run_psi):
-            return pb.Task(task_id=task_id, align=pb.Align(alignment_key=key, run_psi=run_psi))
+        case work_items.Align(task_id, key, run_psi, plan):
+            align = pb.Align(alignment_key=key, run_psi=run_psi)
+            if plan is not None:
+                align.chunk_ids, align.server_ids, align.resume = plan.chunk_ids, plan.server_ids, plan.resume
+                align.upload_from, align.download_from = plan.upload_from, plan.download_from
+            return pb.Task(task_id=task_id, align=align)
         case work_items.TrainEpoch(task_id, epoch, first_batch):
             return pb.Task(task_id=task_id, train_epoch=pb.TrainEpoch(epoch=epoch, first_batch=first_batch))
         case work_items.Evaluate(task_id, epoch, rows):
@@ -245,7 +249,13 @@ def task_to_proto(task: work_items.Task) -> pb.Task:
 def task_from_proto(msg: pb.Task) -> work_items.Task:
     kind = msg.WhichOneof("kind")
     if kind == "align":
-        return work_items.Align(msg.task_id, bytes(msg.align.alignment_key), msg.align.run_psi)
+        a = msg.align
+        plan = (  # a plan always has chunks of at least one ID: 0 means the server sent none
+            work_items.PsiPlan(a.chunk_ids, a.server_ids, a.resume, a.upload_from, a.download_from)
+            if a.chunk_ids
+            else None
+        )
+        return work_items.Align(msg.task_id, bytes(a.alignment_key), a.run_psi, plan)
     if kind == "train_epoch":
         return work_items.TrainEpoch(msg.task_id, msg.train_epoch.epoch, msg.train_epoch.first_batch)
     if kind == "evaluate":

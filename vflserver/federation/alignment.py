@@ -1,16 +1,17 @@
-"""The active party's half of ID alignment: ECDH-PSI in a star with every passive party.
+"""The active party's half of ID alignment: ECDH-PSI in a star with every passive party, or a saved result.
 
 Per passive party k the active party receives k's blinded IDs p_k·H(x), blinds them again, and
-gets back its own blinded IDs a·H(y) blinded by k. Matching the two double-blinded lists tells
-the active party which of its IDs k holds: the active party learns every pairwise intersection
-(its own IDs ∩ each party's IDs), and that is all. It then intersects those, orders the common
-IDs by their bytes (an order every party can recompute from IDs it already holds), and tells
-each passive party which of its uploaded positions are in, in that order. See docs/psi.md.
+gets back its own blinded IDs a·H(y) blinded by k, all in chunks (``psi_exchange``). Matching the
+two double-blinded lists tells the active party which of its IDs k holds: the active party learns
+every pairwise intersection (its own IDs ∩ each party's IDs), and that is all. It then intersects
+those, orders the common IDs by their bytes (an order every party can recompute from IDs it
+already holds), and tells each passive party which of its uploaded positions are in, in that
+order. See docs/psi.md.
 """
 
 from __future__ import annotations
 
-import secrets
+import functools
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,22 +22,14 @@ import structlog
 from vflcore.data.tables import PartyTable, aligned_digest, ids_digest, select_rows
 from vflcore.errors import EmptyIntersection as EmptyIntersection  # re-exported: defined in vflcore.errors
 from vflcore.errors import JobAborted
-from vflcore.psi import BlindingKey, make_dst
 from vflcore.psi.cache import alignment_key, load_alignment, load_pairwise, save_alignment
-from vflcore.psi.matching import MATCH_BYTES, match, truncate
-from vflcore.psi.ray_blinding import blinder_on
+from vflcore.psi.chunks import DEFAULT_CHUNK_IDS
 from vflcore.runtime.compute import LOCAL, ComputeEngine
-from vflcore.runtime.logs import progress_callback
-from vflcore.wire.names import (
-    PSI_ALIGNED_DIGEST,
-    PSI_CLIENT_BLINDED,
-    PSI_MEMBERS,
-    PSI_SERVER_BLINDED,
-    PSI_SERVER_DOUBLE_BLINDED,
-)
+from vflcore.wire.names import PSI_ALIGNED_DIGEST, PSI_MEMBERS
 from vflcore.wire.tensors import TensorKey
-from vflcore.work_items import Align
+from vflcore.work_items import Align, PsiPlan
 from vflserver.federation.passive_parties import PassiveParties
+from vflserver.federation.psi_exchange import ActiveExchange
 
 log = structlog.get_logger(__name__)
 
@@ -63,11 +56,15 @@ def align_active(
     *,
     cache_dir: Path,
     workers: int | None = None,
+    chunk_ids: int = DEFAULT_CHUNK_IDS,
     engine: ComputeEngine = LOCAL,
 ) -> AlignmentResult:
     """Run (or reuse) the alignment with every joined passive party; returns the aligned table.
 
     ``engine`` says where the curve arithmetic runs: this host, or the party's Ray cluster.
+    An exchange that a restart interrupted resumes at its last chunk (``ActiveExchange.prepare``).
+    ``psi_seconds`` times the protocol (the exchange, or the reuse, and the digest cross-check);
+    ``seconds`` adds the digest of this party's ID set and selecting its aligned rows.
     """
     started = time.perf_counter()
     job_id = passive.job.job_id
@@ -76,72 +73,53 @@ def align_active(
     key = alignment_key(job_id, {1: digest, **{p: m.id_set_digest for p, m in members.items()}})
     saved = load_alignment(cache_dir, key, digest)
     reuse = saved is not None and all(key in m.cached_alignments for m in members.values())
-    passive.dispatch(lambda tid: Align(tid, key, run_psi=not reuse))
     passive.expect(PSI_ALIGNED_DIGEST, 0, 0, (32,), "uint8")
+    psi_started = time.perf_counter()
     if reuse:
         assert saved is not None
+        passive.dispatch(lambda tid: Align(tid, key, run_psi=False))
         aligned_ids = saved
         pairwise = load_pairwise(cache_dir, key, digest)
         log.info("alignment_reused", rows=len(aligned_ids))
     else:
-        aligned_ids, pairwise = _run_psi(table.ids, passive, workers, engine)
+        exchange = ActiveExchange(
+            table.ids, passive, cache_dir=cache_dir, key=key, chunk_ids=chunk_ids, workers=workers, engine=engine
+        )
+        aligned_ids, pairwise = _run_psi(exchange)
         save_alignment(cache_dir, key, aligned_ids, digest, pairwise)
+        exchange.finish()  # only now: a restart before this point resumes the exchange
     want = aligned_digest(aligned_ids)
     for party, got in passive.gather(PSI_ALIGNED_DIGEST, 0, 0, timeout_s=passive.psi_timeout_s).items():
         if not np.array_equal(got, want):
             raise JobAborted(f"party {party} aligned its rows differently from the active party; PSI must run again")
+    psi_seconds = time.perf_counter() - psi_started
     aligned = select_rows(table, aligned_ids)
     seconds = time.perf_counter() - started
-    return AlignmentResult(aligned, reuse, pairwise, seconds, psi_seconds=seconds)
+    return AlignmentResult(aligned, reuse, pairwise, seconds, psi_seconds=psi_seconds)
 
 
-def _run_psi(
-    ids: np.ndarray, passive: PassiveParties, workers: int | None, engine: ComputeEngine
-) -> tuple[np.ndarray, dict[int, int]]:
+def _run_psi(exchange: ActiveExchange) -> tuple[np.ndarray, dict[int, int]]:
+    """The exchange with every party (resumed where one was interrupted): the aligned IDs and pairwise overlaps."""
+    passive, ids, key = exchange.passive, exchange.ids, exchange.key
     job_id = passive.job.job_id
     parties = list(passive.job.passive_parties)
-    log.info("psi_started", own_ids=len(ids), parties=parties)
+    plans = exchange.prepare()
+    log.info("psi_started", own_ids=len(ids), parties=parties, chunk_ids=exchange.chunk_ids, chunks=exchange.own.count)
     for party in parties:
-        count = passive.member(party).id_count
-        passive.expect(PSI_CLIENT_BLINDED, 0, 0, (count, 32), "uint8", party=party)
-    passive.expect(PSI_SERVER_DOUBLE_BLINDED, 0, 0, (len(ids), MATCH_BYTES), "uint8")
-    order = np.random.default_rng(secrets.randbits(128)).permutation(len(ids))
-    shuffled = ids[order]
-    key = BlindingKey.generate()
-    twice_theirs: dict[int, np.ndarray] = {}
-    largest = max([len(ids), *(passive.member(p).id_count for p in parties)])
-    with blinder_on(engine, largest, key, workers) as pool:
-        mine = pool.hash_and_blind_packed(
-            [str(v).encode("utf-8") for v in shuffled],
-            make_dst(job_id),
-            progress=progress_callback("PSI: blind own IDs"),
-        )
-        published = np.frombuffer(mine, np.uint8).reshape(-1, 32)
-        for party in parties:
-            passive.publish(party, TensorKey(job_id, 0, 0, PSI_SERVER_BLINDED), published)
-        for party in parties:
-            theirs = passive.gather_from(party, PSI_CLIENT_BLINDED, 0, 0, timeout_s=passive.psi_timeout_s)
-            twice = pool.blind_packed(
-                [row.tobytes() for row in theirs], progress=progress_callback(f"PSI: party {party}")
-            )
-            twice_theirs[party] = truncate(np.frombuffer(twice, np.uint8).reshape(-1, 32))
-    returned = passive.gather(PSI_SERVER_DOUBLE_BLINDED, 0, 0, timeout_s=passive.psi_timeout_s)
-    positions: dict[int, dict[int, int]] = {}  # party -> {server shuffled index: party's upload index}
-    pairwise: dict[int, int] = {}
-    common: set[int] | None = None
-    for party in parties:
-        theirs_idx, ours_idx = match(twice_theirs[party], returned[party])
-        positions[party] = dict(zip(ours_idx.tolist(), theirs_idx.tolist(), strict=True))
-        pairwise[party] = len(ours_idx)
-        common = set(ours_idx.tolist()) if common is None else common & set(ours_idx.tolist())
-    common_idx = sorted(common or (), key=lambda j: str(shuffled[j]).encode("utf-8"))
-    log.info("psi_matched", own_ids=len(ids), pairwise=pairwise, intersection=len(common_idx))
-    if not common_idx:
+        passive.dispatch(functools.partial(_align_task, key=key, plan=plans[party]), parties=[party])
+    order = exchange.run()
+    log.info("psi_matched", own_ids=len(ids), pairwise=order.pairwise, intersection=len(order.rows))
+    if not len(order.rows):
+        exchange.finish()
         raise EmptyIntersection(
-            f"the parties share no sample ID (pairwise overlaps with the active party: {pairwise}); "
+            f"the parties share no sample ID (pairwise overlaps with the active party: {order.pairwise}); "
             "check that every party uses the same ID column and format"
         )
     for party in parties:
-        chosen = np.asarray([positions[party][j] for j in common_idx], dtype=np.int64)
-        passive.publish(party, TensorKey(job_id, 0, 0, PSI_MEMBERS), chosen)
-    return shuffled[np.asarray(common_idx, dtype=np.int64)], pairwise
+        passive.publish(party, TensorKey(job_id, 0, 0, PSI_MEMBERS), order.members[party])
+    aligned_ids: np.ndarray = ids[order.rows]
+    return aligned_ids, order.pairwise
+
+
+def _align_task(task_id: int, *, key: bytes, plan: PsiPlan) -> Align:
+    return Align(task_id, key, run_psi=True, psi=plan)

@@ -53,6 +53,8 @@ class _Member:
     id_count: int = 0
     id_set_digest: bytes = b""
     cached_alignments: frozenset[bytes] = frozenset()
+    #: Alignment keys of the PSI exchanges it can resume (it kept their secrets), as it said at Join.
+    resumable_psi: frozenset[bytes] = frozenset()
     tasks: queue.Queue[Task] = field(default_factory=queue.Queue)
     #: While a served model readmits it after a reconnect: "joined" (Join done), then "loading"
     #: (asked to load its trained part); None once it answers again, and during training.
@@ -120,6 +122,7 @@ class PassiveParties:
         id_count: int,
         cached_alignments: frozenset[bytes],
         checkpoints: tuple[Position, ...] = (),
+        resumable_psi: frozenset[bytes] = frozenset(),
     ) -> JobSpec:
         """Admit a party before the job starts; what it holds is settled by PSI afterwards.
 
@@ -136,6 +139,7 @@ class PassiveParties:
             member.joined = True
             member.id_count, member.id_set_digest = id_count, id_set_digest
             member.cached_alignments = cached_alignments
+            member.resumable_psi = resumable_psi
             member.checkpoints = tuple(sorted(checkpoints))
             member.last_seen = time.monotonic()
         log.info("party_joined", peer=party, ids=id_count, checkpoints=[str(p) for p in member.checkpoints])
@@ -418,15 +422,18 @@ class PassiveParties:
         *,
         timeout_s: float | None = None,
         watch: list[int] | None = None,
+        stop: threading.Event | None = None,
     ) -> np.ndarray:
         """Wait for one party's upload (checking it, or every party in ``watch``, is still there).
 
-        Its expectation is retired once it is taken.
+        Its expectation is retired once it is taken. ``stop``, once set, ends the wait (JobAborted).
         """
         key = TensorKey(self.job.job_id, round_, batch, name)
         watched = watch or [party]
 
         def check() -> None:
+            if stop is not None and stop.is_set():
+                raise JobAborted(f"stopped waiting for {key} from party {party}: another part of the exchange failed")
             for each in watched:
                 self.check_online(each)
 

@@ -217,6 +217,7 @@ class FederationService(pb_grpc.FederationServicer):
             request.num_rows,
             frozenset(bytes(k) for k in request.cached_alignments),
             tuple(wire.position_from_proto(p) for p in request.checkpoints),
+            frozenset(bytes(k) for k in request.resumable_psi),
         )
         return pb.JoinReply(job=wire.job_to_proto(job))
 

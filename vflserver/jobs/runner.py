@@ -31,6 +31,7 @@ from vflcore.data.tables import DataError, PartyTable
 from vflcore.errors import ConfigError, JobAborted, JobStateError, PartyLost, VflError
 from vflcore.job import ACTIVE_PARTY
 from vflcore.ml.onnx_export import MODEL_FILE
+from vflcore.psi.progress import discard_all
 from vflcore.runtime.config import ServerConfig
 from vflcore.wire.traffic import MB
 from vflserver.federation.alignment import AlignmentResult
@@ -181,6 +182,7 @@ class JobRunner:
                     log.exception("deadline_check_failed")
                 continue
             for job_id in ended:
+                self._discard_psi(job_id)
                 self.listener.ended(self.store.get(job_id), None, None)
 
     def _interrupt_parked(self) -> None:
@@ -411,7 +413,13 @@ class JobRunner:
     def _end(self, job_id: str, state: str, message: str, *, final_metrics: Mapping[str, float] | None = None) -> None:
         self.store.set_state(job_id, state, message, final_metrics=final_metrics)
         self._count_end(state)
+        if state != "interrupted":  # an interrupted job resumes at the next start, its PSI too
+            self._discard_psi(job_id)
         log.info("job_ended", job=job_id, state=state, message=message)
+
+    def _discard_psi(self, job_id: str) -> None:
+        """The job is over for good: a PSI exchange it left unfinished will not resume, so its secrets go."""
+        discard_all(party_dir(self.settings.run_dir, job_id, ACTIVE_PARTY) / "psi")
 
     def _count_end(self, state: str) -> None:
         if self.metrics is not None:

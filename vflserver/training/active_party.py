@@ -178,6 +178,7 @@ class ActiveParty:
             cache_dir=self.run_dir / "psi",
             workers=self.settings.psi_workers,
             engine=self.settings.compute_engine,
+            chunk_ids=self.settings.psi_chunk_ids,
         )
         self._prepare(result.table)
         write_aligned_ids(self.run_dir, result.table.ids)
