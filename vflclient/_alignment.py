@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import structlog
 
+from vflcore.data.id_arrays import fixed_width
 from vflcore.data.tables import PartyTable, aligned_digest, ids_digest, select_rows
 from vflcore.errors import JobAborted
 from vflcore.psi import BlindingKey, make_dst
@@ -46,7 +47,7 @@ def align_passive(
         if not task.run_psi:
             raise JobAborted("the server expected a saved alignment this party no longer has; restart the server")
         aligned_ids = _run_psi(table.ids, job_id, link, workers)
-        save_alignment(cache_dir, task.alignment_key, aligned_ids, digest)
+        save_alignment(cache_dir, task.alignment_key, fixed_width(aligned_ids), digest)  # the cache asks for dtype=str
     else:
         log.info("alignment_reused", rows=len(aligned_ids))
     link.send(TensorKey(job_id, 0, 0, PSI_ALIGNED_DIGEST), aligned_digest(aligned_ids))

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import structlog
 
+from vflcore.data.id_arrays import fixed_width
 from vflcore.data.tables import PartyTable, aligned_digest, ids_digest, select_rows
 from vflcore.errors import EmptyIntersection as EmptyIntersection  # re-exported: defined in vflcore.errors
 from vflcore.errors import JobAborted
@@ -76,7 +77,7 @@ def align_active(
         log.info("alignment_reused", rows=len(aligned_ids))
     else:
         aligned_ids, pairwise = _run_psi(table.ids, passive, workers)
-        save_alignment(cache_dir, key, aligned_ids, digest, pairwise)
+        save_alignment(cache_dir, key, fixed_width(aligned_ids), digest, pairwise)  # the cache asks for dtype=str
     want = aligned_digest(aligned_ids)
     for party, got in passive.gather(PSI_ALIGNED_DIGEST, 0, 0, timeout_s=passive.psi_timeout_s).items():
         if not np.array_equal(got, want):
