@@ -31,9 +31,8 @@ def data_row_lines(path: Path, rows: np.ndarray) -> list[int]:
     non_blank_before = 0
     open_line_has_content = False  # the line a chunk boundary cut has bytes already
     with path.open("rb") as handle:
-        chunk = handle.read(_CHUNK_BYTES)
-        if chunk.startswith(_BOM):
-            chunk = chunk[len(_BOM) :]
+        head = handle.read(len(_BOM))
+        chunk = (b"" if head == _BOM else head) + handle.read(_CHUNK_BYTES)
         while chunk and len(found) < len(wanted):
             if chunk.endswith(b"\r"):
                 chunk += handle.read(1)  # so a \r\n split by the boundary stays one line end
