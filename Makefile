@@ -10,7 +10,7 @@ GRPC_TOOLS_VERSION := 1.81.1
 CERTS := certs
 DATA := examples/data
 
-.PHONY: help venv certs data demo test test-unit test-integration lint typecheck proto proto-check bench-overhead bench-psi bench-comm bench-fedbcd bench-async bench-apfed bench-adptvfedconv bench-inference bench-wan bench-service bench-recovery bench-privacy bench-fuzz fuzz clean
+.PHONY: help venv certs data demo test test-unit test-integration lint typecheck proto proto-check bench-overhead bench-psi bench-data bench-comm bench-fedbcd bench-async bench-apfed bench-adptvfedconv bench-inference bench-wan bench-service bench-recovery bench-privacy bench-fuzz fuzz clean
 
 help:
 	@echo "make demo            set up, then run server + 2 clients over mTLS: training and inference"
@@ -30,6 +30,7 @@ help:
 	@echo "make fuzz            the fuzz campaign as a test, FUZZ_CASES=$(FUZZ_CASES) cases at every RPC while a job trains"
 	@echo "make bench-fuzz      10,000 fuzz cases against a live service: cases and statuses per RPC, failures"
 	@echo "make bench-psi       PSI 1M x 1M: vfl-server --psi-only + vfl-client over mTLS (several minutes)"
+	@echo "make bench-data      reading 1M and 10M x 30 tables (CSV, Parquet): the project's reader vs pyarrow, time and peak RSS"
 
 venv: $(STAMP)
 
@@ -91,6 +92,9 @@ bench-overhead: venv certs
 
 bench-psi: venv
 	$(PY) -m bench.psi
+
+bench-data: venv
+	$(PY) -m bench.data
 
 bench-comm: venv
 	$(PY) -m bench.comm
