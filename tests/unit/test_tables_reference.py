@@ -299,6 +299,7 @@ PARQUET: list[tuple[str, dict[str, pa.Array], Options]] = [
     ("negative and big ids", {"id": pa.array([-5, 2**62, 0], pa.int64()), "a": pa.array([1.0, 2.0, 3.0])}, {}),
     ("unsigned ids", {"id": pa.array([2**64 - 1, 1], pa.uint64()), "a": pa.array([1.0, 2.0])}, {}),
     ("large_string ids", {"id": pa.array(["b", "a"], pa.large_string()), "a": pa.array([1.0, 2.0])}, {}),
+    ("categorical ids", {"id": pa.array(["b", "a", "b"]).dictionary_encode(), "a": pa.array([1.0, 2.0, 3.0])}, {}),
     (
         "float32 columns",
         {"id": pa.array(["a", "b"]), "a": pa.array([0.1, 1e38], pa.float32()), "y": pa.array([0.3, 1.0], pa.float32())},

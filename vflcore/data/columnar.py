@@ -44,10 +44,6 @@ _PARQUET_READ_BUFFER = 1 << 18
 _BLOCK_ROWS = 1 << 18
 
 
-class _Refused(Exception):
-    """This reader cannot vouch for the file: the exact scan decides, and says why."""
-
-
 @dataclass(frozen=True)
 class _Columns:
     """Every row as read: the table's columns before the ID checks and repeated IDs are dealt with."""
@@ -62,24 +58,22 @@ class _Columns:
 def read_columnar(
     path: Path, *, id_column: str, label_column: str | None, feature_columns: Sequence[str] | None
 ) -> TableArrays | None:
-    """The table's arrays, or None when the exact scan must decide (it raises the message).
+    """The table's arrays, or None when this reader cannot vouch for the file (the exact scan decides).
 
-    Raises `DataError` itself only for a missing file and, once every row has parsed, for a
-    column the header lacks: the most common mistake gets its answer without a second read.
+    Raises `DataError` itself only for a missing file and, once every row of a CSV has parsed, for
+    a column the header lacks: the most common mistake gets its answer without a second read.
     """
     if not path.is_file():
         raise missing_file(path)
     read = _read_parquet if is_parquet(path) else _read_csv
-    try:
-        columns = read(path, id_column=id_column, label_column=label_column, feature_columns=feature_columns)
-        return _finish(path, id_column, columns)
-    except _Refused:
-        return None
+    columns = read(path, id_column=id_column, label_column=label_column, feature_columns=feature_columns)
+    return None if columns is None else _finish(path, id_column, columns)
 
 
-def _finish(path: Path, id_column: str, columns: _Columns) -> TableArrays:
+def _finish(path: Path, id_column: str, columns: _Columns) -> TableArrays | None:
     """Check the IDs, drop repeated IDs' later rows, check every number; then the StringDType IDs."""
-    _check_ids(columns.ids)
+    if not _ids_are_clean(columns.ids):
+        return None
     padded = padded_utf8(columns.ids)
     features, labels = columns.features, columns.labels
     repeats = find_repeats(columns.ids, padded)
@@ -88,21 +82,19 @@ def _finish(path: Path, id_column: str, columns: _Columns) -> TableArrays:
         features = _keep_rows(features, repeats.keep)
         labels = None if labels is None else _keep_rows(labels, repeats.keep)
     if not _all_finite(features) or (labels is not None and not _all_finite(labels)):
-        raise _Refused
-    if repeats is not None:  # only now: a refused file gets its warning from the exact scan
+        return None
+    if repeats is not None:  # only now: for a refused file, the exact scan warns
         warn_repeats(path, id_column, repeats, columns.lines_of)
     return TableArrays(padded.astype(STRING_IDS), features, columns.feature_names, labels)
 
 
-def _check_ids(ids: pa.ChunkedArray) -> None:
-    """Refuse an empty or whitespace-only ID, or one with a control character (line breaks included)."""
+def _ids_are_clean(ids: pa.ChunkedArray) -> bool:
+    """No empty or whitespace-only ID, and none with a control character (line breaks included)."""
     for chunk in ids.chunks:
         if pc.any(pc.equal(pc.binary_length(chunk), 0)).as_py() or pc.any(pc.utf8_is_space(chunk)).as_py():
-            raise _Refused
-    for data in id_bytes(ids):
-        # UTF-8 never uses bytes below 0x80 inside a multi-byte character: a byte check is a character check
-        if len(data) and (int(data.min()) < 32 or np.count_nonzero(data == 127)):
-            raise _Refused
+            return False
+    # UTF-8 never uses bytes below 0x80 inside a multi-byte character: a byte check is a character check
+    return not any(len(data) and (int(data.min()) < 32 or np.count_nonzero(data == 127)) for data in id_bytes(ids))
 
 
 def _keep_rows(values: np.ndarray, keep: np.ndarray) -> np.ndarray:
@@ -122,7 +114,7 @@ def _all_finite(values: np.ndarray) -> bool:
 
 def _read_parquet(
     path: Path, *, id_column: str, label_column: str | None, feature_columns: Sequence[str] | None
-) -> _Columns:
+) -> _Columns | None:
     """Fill the arrays batch by batch; the row count is in the file's footer, so they are sized once."""
     import pyarrow.parquet as pq
 
@@ -131,32 +123,32 @@ def _read_parquet(
         schema = parquet.schema_arrow
         rows = parquet.metadata.num_rows
     except Exception:  # pyarrow raises its own error types for corrupt files; the exact scan words them
-        raise _Refused from None
+        return None
     header = [str(name) for name in schema.names]
     if len(set(header)) != len(header) or rows == 0:
-        raise _Refused
+        return None
     try:
         columns = resolve_columns(
             path, header, id_column=id_column, label_column=label_column, feature_columns=feature_columns
         )
     except DataError:
-        raise _Refused from None  # the exact scan reads the whole file first, as before, then names the column
+        return None  # the exact scan reads the whole file first, as the old reader did, then names the column
     id_type = schema.field(columns.id_index).type
-    numeric = [columns.label_index] if columns.label_index is not None else []
-    numeric += list(columns.feature_indices)
+    if pa.types.is_dictionary(id_type):  # e.g. a pandas categorical: decoded as text below
+        id_type = id_type.value_type
+    numeric = [*([] if columns.label_index is None else [columns.label_index]), *columns.feature_indices]
     if not (_is_string(id_type) or pa.types.is_integer(id_type)) or not all(
         _is_number(schema.field(i).type) for i in numeric
     ):
-        raise _Refused  # e.g. booleans, decimals, dates: the exact scan reads them as text, as before
+        return None  # e.g. booleans, decimals, dates: the exact scan reads them as text, as before
     target = _Targets(columns, rows)
     wanted = [header[i] for i in (columns.id_index, *numeric)]
     try:
         for batch in parquet.iter_batches(batch_size=_PARQUET_BATCH_ROWS, columns=wanted, use_threads=True):
-            target.add(_by_name(batch, header), batch.num_rows)
-    except _Refused:
-        raise
+            if not target.add(_by_name(batch, header), batch.num_rows):
+                return None
     except Exception:  # a corrupt page: the exact scan reads the file again and words the error
-        raise _Refused from None
+        return None
     return target.columns(lambda positions: (positions + 1).tolist())
 
 
@@ -167,16 +159,18 @@ def _by_name(batch: pa.RecordBatch, header: list[str]) -> Callable[[int], pa.Arr
 
 def _read_csv(
     path: Path, *, id_column: str, label_column: str | None, feature_columns: Sequence[str] | None
-) -> _Columns:
+) -> _Columns | None:
     """Parse the CSV a piece at a time (whole lines), each piece on every core, into the arrays."""
     import pyarrow.csv as pcsv
 
     raw_header = _csv_header(path)
+    if raw_header is None:
+        return None
     header = [name.strip() for name in raw_header]
     try:
         check_header(path, header)
     except DataError:
-        raise _Refused from None
+        return None
     columns: TableColumns | None = None
     unresolved: DataError | None = None
     try:
@@ -200,34 +194,31 @@ def _read_csv(
         for number, piece in enumerate(_csv_pieces(path)):
             read = pcsv.ReadOptions(column_names=None if number == 0 else raw_header, use_threads=True)
             table = pcsv.read_csv(pa.BufferReader(pa.py_buffer(piece)), read_options=read, convert_options=convert)
-            if table.column_names != raw_header:
-                raise _Refused
-            _check_text_columns(table, numeric, columns, field_limit)
+            if table.column_names != raw_header or not _text_columns_fit(table, numeric, columns, field_limit):
+                return None
             if target is not None:
                 if number == 0:  # rows per byte of the first piece, with 5 % to spare
                     target.reserve(int(table.num_rows * file_bytes / max(len(piece), 1) * 1.05) + 1024)
-                target.add(table.column, table.num_rows)
+                if not target.add(table.column, table.num_rows):
+                    return None
             rows += table.num_rows
-    except (pa.ArrowException, UnicodeError):
-        raise _Refused from None
+    except (pa.ArrowException, UnicodeError):  # a field count, a bad number, bytes that are not UTF-8
+        return None
     if rows == 0:
-        raise _Refused
+        return None
     if unresolved is not None:
         raise unresolved
     assert target is not None
     return target.columns(lambda positions: data_row_lines(path, positions))
 
 
-def _csv_header(path: Path) -> list[str]:
-    """The header's raw names, read as the exact scan reads them; refused if that fails."""
+def _csv_header(path: Path) -> list[str] | None:
+    """The header's raw names, read as the exact scan reads them; None if that fails."""
     try:
         with path.open(newline="", encoding="utf-8-sig") as handle:
-            header = next((row for row in csv.reader(handle) if row), None)
+            return next((row for row in csv.reader(handle) if row), None)
     except (UnicodeDecodeError, csv.Error):
-        raise _Refused from None
-    if header is None:
-        raise _Refused
-    return header
+        return None
 
 
 def _csv_pieces(path: Path) -> Iterator[memoryview]:
@@ -251,21 +242,22 @@ def _csv_pieces(path: Path) -> Iterator[memoryview]:
             yield memoryview(rest)
 
 
-def _check_text_columns(table: pa.Table, numeric: set[int], columns: TableColumns | None, field_limit: int) -> None:
-    """Refuse a field longer than the csv module's limit, and a line break in a column read as text.
+def _text_columns_fit(table: pa.Table, numeric: set[int], columns: TableColumns | None, field_limit: int) -> bool:
+    """No field longer than the csv module's limit, and no line break in a column read as text.
 
     The first was the old reader's "malformed CSV"; the second would shift the line numbers
-    ``data_row_lines`` finds (in an ID it is an error, found by ``_check_ids`` too).
+    ``data_row_lines`` finds (in an ID it is an error, which ``_ids_are_clean`` finds too).
     """
     for index, column in enumerate(table.columns):
         if index in numeric or len(column) == 0:
             continue
         longest = pc.max(pc.binary_length(column)).as_py()
         if longest is not None and longest > field_limit:
-            raise _Refused
+            return False
         is_id = columns is not None and index == columns.id_index
         if not is_id and pc.any(pc.match_substring_regex(column, "[\r\n]")).as_py():
-            raise _Refused
+            return False
+    return True
 
 
 class _Targets:
@@ -284,26 +276,28 @@ class _Targets:
         self._labels = None if columns.label_index is None else np.empty(rows or 0, dtype=np.float64)
         self._filled = 0
 
-    def add(self, column: Callable[[int], pa.Array | pa.ChunkedArray], count: int) -> None:
-        """Append ``count`` rows; ``column`` gives a piece's column by its position in the header."""
+    def add(self, column: Callable[[int], pa.Array | pa.ChunkedArray], count: int) -> bool:
+        """Append ``count`` rows (``column`` gives a piece's column by header position); False to refuse."""
         columns = self._columns
         ids = column(columns.id_index)
-        if ids.null_count:
-            raise _Refused
+        numbers = [column(index) for index in (*columns.feature_indices, *_listed(columns.label_index))]
+        if ids.null_count or any(values.null_count for values in numbers):
+            return False
+        if self._filled + count > len(self._features):
+            if self._rows is not None:
+                return False  # more rows than the footer said: a damaged file
+            self.reserve(max(self._filled + count, 2 * len(self._features)))
         # One string type for every chunk; a Parquet integer ID becomes its decimal string, as before.
         ids = ids.cast(pa.large_string())
         self._id_chunks.extend(ids.chunks if isinstance(ids, pa.ChunkedArray) else [ids])
-        if self._filled + count > len(self._features):
-            if self._rows is not None:
-                raise _Refused  # more rows than the footer said: a damaged file
-            self.reserve(max(self._filled + count, 2 * len(self._features)))
         rows = slice(self._filled, self._filled + count)
         with np.errstate(over="ignore"):  # a value beyond float32 becomes inf, which _finish refuses
-            for j, index in enumerate(columns.feature_indices):
-                self._features[rows, j] = _float64(column(index))
-        if self._labels is not None and columns.label_index is not None:
-            self._labels[rows] = _float64(column(columns.label_index))
+            for j, values in enumerate(numbers[: len(columns.feature_indices)]):
+                self._features[rows, j] = _float64(values)
+        if self._labels is not None:
+            self._labels[rows] = _float64(numbers[-1])
         self._filled += count
+        return True
 
     def reserve(self, capacity: int) -> None:
         """Room for ``capacity`` rows, keeping those filled."""
@@ -313,14 +307,18 @@ class _Targets:
         if self._labels is not None:
             self._labels = _grown(self._labels, capacity, self._filled)
 
-    def columns(self, lines_of: Callable[[np.ndarray], list[int]]) -> _Columns:
-        """The filled rows; a view, so the spare capacity is never copied."""
+    def columns(self, lines_of: Callable[[np.ndarray], list[int]]) -> _Columns | None:
+        """The filled rows (views: the spare capacity is never copied); None if a footer's count was wrong."""
         if self._rows is not None and self._filled != self._rows:
-            raise _Refused  # the footer's row count and the pages disagree: a damaged file
+            return None  # the footer's row count and the pages disagree: a damaged file
         features = self._features[: self._filled]
         labels = None if self._labels is None else self._labels[: self._filled]
         ids = pa.chunked_array(self._id_chunks, type=pa.large_string())
         return _Columns(ids, features, labels, self._columns.feature_names, lines_of)
+
+
+def _listed(index: int | None) -> tuple[int, ...]:
+    return () if index is None else (index,)
 
 
 def _grown(values: np.ndarray, capacity: int, filled: int) -> np.ndarray:
@@ -332,8 +330,6 @@ def _grown(values: np.ndarray, capacity: int, filled: int) -> np.ndarray:
 def _float64(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """A numeric column's values, ready to assign: integers through float64, so each rounds once to
     float64 and then to float32, as ``float(str(v))`` then ``astype(float32)`` did."""
-    if column.null_count:
-        raise _Refused
     values: np.ndarray = column.to_numpy()
     return values if values.dtype.kind == "f" else values.astype(np.float64)
 
