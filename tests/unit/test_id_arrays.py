@@ -13,9 +13,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+import structlog
 
 from vflcore.data.id_arrays import STRING_IDS, find_repeats, fixed_width, padded_utf8, string_column
-from vflcore.data.tables import DataError, PartyTable, aligned_digest, ids_digest, select_rows, write_aligned_ids
+from vflcore.data.tables import (
+    DataError,
+    PartyTable,
+    aligned_digest,
+    first_occurrences,
+    ids_digest,
+    select_rows,
+    write_aligned_ids,
+)
 from vfltesting.reference_tables import (
     ReferenceTable,
     reference_aligned_digest,
@@ -165,6 +174,19 @@ class TestRepeats:
         assert repeats.keep.tolist() == [0, 2, 5, 7, 9]
         assert repeats.dropped.tolist() == [1, 3, 4, 6, 8]
         assert repeats.repeated_ids == 4
+
+    def test_first_occurrences_warns_as_before(self) -> None:
+        """The public helper keeps the old signature (a line per row) and logs the old warning."""
+        from vfltesting.reference_tables import _first_occurrences
+
+        ids = np.array(list("abacbb"), dtype=object)
+        lines = [2, 3, 5, 6, 9, 10]
+        with structlog.testing.capture_logs() as old_logs:
+            old = _first_occurrences(Path("p.csv"), "id", ids, lines)
+        with structlog.testing.capture_logs() as new_logs:
+            new = first_occurrences(Path("p.csv"), "id", ids.astype(STRING_IDS), lines)
+        assert old is not None and new is not None and new.tolist() == old.tolist()
+        assert new_logs == old_logs
 
     def test_distinct_ids_and_a_hash_collision(self, monkeypatch: pytest.MonkeyPatch) -> None:
         """Distinct IDs give None, even when every hash collides: Arrow's exact hash table decides then."""

@@ -7,7 +7,7 @@ warning points at the first dropped lines, never at an ID: no log line may hold 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -41,15 +41,17 @@ def first_occurrences(
     path: Path,
     id_column: str,
     ids: np.ndarray | pa.Array | pa.ChunkedArray,
-    lines_of: Callable[[np.ndarray], list[int]],
+    line_numbers: Sequence[int] | Callable[[np.ndarray], list[int]],
 ) -> np.ndarray | None:
     """Row positions to keep when IDs repeat (each ID's first row, ascending), or None if all are distinct.
 
-    Logs the warning of ``warn_repeats`` when some are dropped.
+    Logs the warning of ``warn_repeats`` when some are dropped. ``line_numbers`` is each row's
+    line, or a function from row positions to lines (a reader that finds them only when asked).
     """
     values = ids if isinstance(ids, pa.Array | pa.ChunkedArray) else arrow_ids(ids)
     repeats = find_repeats(values)
     if repeats is None:
         return None
+    lines_of = line_numbers if callable(line_numbers) else lambda rows: [line_numbers[i] for i in rows.tolist()]
     warn_repeats(path, id_column, repeats, lines_of)
     return repeats.keep
