@@ -10,7 +10,7 @@ GRPC_TOOLS_VERSION := 1.81.1
 CERTS := certs
 DATA := examples/data
 
-.PHONY: help venv certs data demo test test-unit test-integration lint typecheck proto proto-check bench-overhead bench-psi bench-psi-10m bench-score bench-comm bench-fedbcd bench-async bench-apfed bench-adptvfedconv bench-inference bench-wan bench-service bench-recovery bench-privacy bench-fuzz fuzz clean
+.PHONY: help venv certs data demo test test-unit test-integration lint typecheck proto proto-check bench-overhead bench-psi bench-psi-10m bench-data bench-score bench-comm bench-fedbcd bench-async bench-apfed bench-adptvfedconv bench-inference bench-wan bench-service bench-recovery bench-privacy bench-fuzz fuzz clean
 
 help:
 	@echo "make demo            set up, then run server + 2 clients over mTLS: training and inference"
@@ -32,6 +32,7 @@ help:
 	@echo "make bench-psi       PSI 1M x 1M: vfl-server --psi-only + vfl-client over mTLS (several minutes)"
 	@echo "make bench-score     vfl-score on 10M rows: the local loop against Ray Data on this machine, same files (needs .[ray])"
 	@echo "make bench-psi-10m   PSI 10M x 10M, 80 % shared: time against the floor, peak RSS per party, 1M next to openmined.psi (tens of minutes)"
+	@echo "make bench-data      reading 1M and 10M x 30 tables (CSV, Parquet): the project's reader vs pyarrow, time and peak RSS"
 
 venv: $(STAMP)
 
@@ -96,6 +97,8 @@ bench-psi: venv
 
 bench-psi-10m: venv
 	$(PY) -m bench.psi_10m
+bench-data: venv
+	$(PY) -m bench.data
 
 bench-comm: venv
 	$(PY) -m bench.comm

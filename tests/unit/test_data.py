@@ -30,10 +30,10 @@ def write(tmp_path: Path, text: str, name: str = "party.csv") -> Path:
 
 class TestReadPartyCsv:
     def test_reads_ids_features_and_labels(self, tmp_path: Path) -> None:
-        """IDs stay strings as written, features are float32, labels float64, in file order."""
+        """IDs stay strings as written (StringDType: no object per row), features float32, labels float64."""
         path = write(tmp_path, "id,label,a,b\n007,1,0.5,2\nx9,0,1.5,-3e2\n")
         table = read_party_csv(path, label_column="label")
-        assert table.ids.dtype == object
+        assert table.ids.dtype == np.dtypes.StringDType()
         assert table.ids.tolist() == ["007", "x9"]
         assert table.features.dtype == np.float32
         np.testing.assert_array_equal(table.features, [[0.5, 2.0], [1.5, -300.0]])

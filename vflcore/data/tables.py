@@ -1,29 +1,34 @@
-"""Read one party's CSV table into arrays, and put its rows into the order every party shares.
+"""Read one party's table into arrays, and put its rows into the order every party shares.
 
-Each party keeps its own CSV with an ID column. This module turns that file into a `PartyTable`
-(IDs, float32 features, optional raw labels) and refuses, with a message that names the file,
-column and line, anything training would silently get wrong: missing columns, non-numeric or
-non-finite values, empty IDs. Repeated IDs keep their first row, with a warning and a count.
+Each party keeps its own CSV or Parquet file with an ID column. This module turns that file into
+a `PartyTable` (IDs, float32 features, optional raw labels) and refuses, with a message that
+names the file, column and line, anything training would silently get wrong: missing columns,
+non-numeric or non-finite values, empty IDs. Repeated IDs keep their first row, with a warning
+and a count.
+
+Reading is columnar (``vflcore.data.columnar``: pyarrow into one float32 array, no Python object
+per cell or per row); a file it cannot vouch for is read again row by row
+(``vflcore.data.exact_scan``), which gives the message with its line.
 
 PSI (``vflcore.psi``) finds the IDs all parties share and their order; ``select_rows`` then
 puts a table into that order. ``ids_digest`` fingerprints a party's ID set (to decide whether a
 saved alignment still fits); ``aligned_digest`` fingerprints an aligned ID list, so parties can
-confirm they agree on it.
+confirm they agree on it. These work on whole arrays (``vflcore.data.id_arrays``).
 """
 
 from __future__ import annotations
 
-import csv
-import hashlib
 import os
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import structlog
 
+from vflcore.data import id_arrays
+from vflcore.data.columnar import read_columnar
+from vflcore.data.exact_scan import read_exactly
+from vflcore.data.repeats import first_occurrences
 from vflcore.errors import DataError
 
 __all__ = [
@@ -38,17 +43,15 @@ __all__ = [
     "write_aligned_ids",
 ]
 
-_DROPPED_LINES_SHOWN = 3
-
-log = structlog.get_logger(__name__)
-
 
 @dataclass(frozen=True, eq=False)  # eq=False: comparing numpy arrays field by field is ambiguous
 class PartyTable:
     """One party's rows: string IDs, float32 features and, for the active party, raw labels.
 
-    `labels` stay float64 exactly as read; the caller casts them (int64 class ids or float32
-    targets) because only the caller knows the task.
+    `ids` is a numpy ``StringDType`` array when read from a file: each element is a ``str``, with
+    no Python object per row behind it. (``np.asarray(ids, dtype=str)`` cannot size it; use
+    ``vflcore.data.id_arrays.fixed_width``.) `labels` stay float64 exactly as read; the caller
+    casts them (int64 class ids or float32 targets) because only the caller knows the task.
     """
 
     ids: np.ndarray
@@ -87,47 +90,27 @@ def read_party_csv(
     silently wrong, so a party finds out at startup rather than after the federation has begun.
     """
     path = Path(path)
-    if path.suffix.lower() in PARQUET_SUFFIXES:
-        header, rows, line_numbers = _read_parquet_rows(path)
-    else:
-        header, rows, line_numbers = _read_rows(path)
-    id_index = _column_index(path, header, id_column, role="ID")
-    label_index = None if label_column is None else _column_index(path, header, label_column, role="label")
-    feature_names = _feature_names(path, header, id_column, label_column, feature_columns)
-    feature_indices = [header.index(name) for name in feature_names]
-
-    ids = _parse_ids(path, id_column, [row[id_index] for row in rows], line_numbers)
-    keep = first_occurrences(path, id_column, ids, line_numbers)
-    if keep is not None:
-        rows = [rows[i] for i in keep]
-        line_numbers = [line_numbers[i] for i in keep]
-        ids = ids[keep]
-    features = _parse_numbers(path, feature_names, [[row[i] for i in feature_indices] for row in rows], line_numbers)
-    labels = None
-    if label_column is not None and label_index is not None:
-        label_cells = [[row[label_index]] for row in rows]
-        labels = _parse_numbers(path, [label_column], label_cells, line_numbers, dtype=np.float64)[:, 0]
+    arrays = read_columnar(
+        path, id_column=id_column, label_column=label_column, feature_columns=feature_columns
+    ) or read_exactly(path, id_column=id_column, label_column=label_column, feature_columns=feature_columns)
     return PartyTable(
-        ids=ids,
-        features=features,
-        feature_names=tuple(feature_names),
-        labels=labels,
+        ids=arrays.ids,
+        features=arrays.features,
+        feature_names=arrays.feature_names,
+        labels=arrays.labels,
         source=path,
     )
 
 
 def select_rows(table: PartyTable, ids: np.ndarray) -> PartyTable:
     """The table's rows for ``ids``, in that order (the aligned order PSI agreed on)."""
-    position = {value: n for n, value in enumerate(table.ids.tolist())}
-    try:
-        order = np.fromiter((position[value] for value in ids.tolist()), dtype=np.int64, count=len(ids))
-    except KeyError:
+    order, missing = id_arrays.positions(table.ids, np.asarray(ids))
+    if missing:
         # no ID in the message: it reaches this party's log, and the server's with a failure report
-        missing = sum(value not in position for value in ids.tolist())
         raise DataError(
             f"{table.source}: {missing} of the {len(ids)} aligned IDs are not in this table; "
             "the alignment was made for other data: remove the saved alignment (psi folder) and run the job again"
-        ) from None
+        )
     return PartyTable(
         ids=table.ids[order],
         features=table.features[order],
@@ -138,11 +121,11 @@ def select_rows(table: PartyTable, ids: np.ndarray) -> PartyTable:
 
 
 def aligned_digest(ids: np.ndarray) -> np.ndarray:
-    """SHA-256 of an ID list in its order, as 32 uint8: every party's aligned list must match."""
-    digest = hashlib.sha256()
-    for value in ids.tolist():
-        digest.update(str(value).encode("utf-8") + b"\n")
-    return np.frombuffer(digest.digest(), dtype=np.uint8).copy()
+    """SHA-256 of an ID list in its order, as 32 uint8: every party's aligned list must match.
+
+    Each ID is UTF-8 encoded and followed by a newline (``str(value)`` for a non-string).
+    """
+    return id_arrays.aligned_digest(ids)
 
 
 #: Who may read ``aligned_ids.csv``: the party's own user.
@@ -159,10 +142,10 @@ def write_aligned_ids(directory: Path, ids: np.ndarray) -> Path:
     path = directory / "aligned_ids.csv"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, ALIGNED_IDS_MODE)
     os.fchmod(fd, ALIGNED_IDS_MODE)  # also a file an older version wrote with the umask's mode
-    with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(["id"])
-        writer.writerows([value] for value in ids.tolist())
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(b"id\r\n")  # the rows csv.writer wrote: QUOTE_MINIMAL, \r\n line ends
+        for part in id_arrays.csv_lines(np.asarray(ids)):
+            fh.write(part)
     return path
 
 
@@ -189,200 +172,4 @@ def ids_digest(ids: np.ndarray) -> bytes:
     fingerprint is unchanged (``vflcore.psi.cache``).
     `read_party_csv` rejects IDs containing line breaks, so the newline framing is unambiguous.
     """
-    digest = hashlib.sha256()
-    for value in sorted(str(v) for v in ids):
-        digest.update(value.encode("utf-8"))
-        digest.update(b"\n")
-    return digest.digest()
-
-
-PARQUET_SUFFIXES = (".parquet", ".pq")
-
-
-def _read_parquet_rows(path: Path) -> tuple[list[str], list[list[str]], list[int]]:
-    """A Parquet file as header and string rows, so it passes the same checks as a CSV.
-
-    Row numbers in messages are 1-based data rows (there is no header line in Parquet).
-    """
-    if not path.is_file():
-        raise DataError(f"{path}: file not found; check the path in the party's data setting")
-    try:
-        import pyarrow.parquet as pq
-
-        table = pq.read_table(path)
-    except ImportError:
-        raise DataError(f"{path}: reading Parquet needs pyarrow; pip install pyarrow") from None
-    except Exception as exc:  # pyarrow raises its own error types for corrupt files
-        raise DataError(f"{path}: not a readable Parquet file: {exc}") from exc
-    header = [str(name) for name in table.column_names]
-    columns = [["" if v is None else str(v) for v in table.column(name).to_pylist()] for name in header]
-    rows = [list(values) for values in zip(*columns, strict=True)] if columns else []
-    return header, rows, list(range(1, len(rows) + 1))
-
-
-def _read_rows(path: Path) -> tuple[list[str], list[list[str]], list[int]]:
-    """Read header and data rows, skipping blank lines; keep each row's line number for errors."""
-    if not path.is_file():
-        raise DataError(f"{path}: file not found; check the path in the party's data setting")
-    try:
-        # utf-8-sig: spreadsheets often write a byte-order mark that would otherwise stick to
-        # the first column name and make the ID column "missing".
-        with path.open(newline="", encoding="utf-8-sig") as handle:
-            reader = csv.reader(handle)
-            header = next((row for row in reader if row), None)
-            if header is None:
-                raise DataError(f"{path}: file is empty; it needs a header line naming the columns")
-            header = [name.strip() for name in header]
-            _check_header(path, header)
-            rows: list[list[str]] = []
-            line_numbers: list[int] = []
-            for row in reader:
-                if not row:
-                    continue
-                if len(row) != len(header):
-                    raise DataError(
-                        f"{path}: line {reader.line_num} has {len(row)} fields but the header has "
-                        f"{len(header)}; fix the row (a stray comma or an unquoted comma in a value)"
-                    )
-                rows.append(row)
-                line_numbers.append(reader.line_num)
-    except UnicodeDecodeError as exc:
-        raise DataError(f"{path}: not UTF-8 text ({exc.reason}); re-save the file as UTF-8 CSV") from exc
-    except csv.Error as exc:
-        raise DataError(f"{path}: malformed CSV ({exc}); fix the quoting in the file") from exc
-    if not rows:
-        raise DataError(f"{path}: header found but no data rows; the party needs at least one row")
-    return header, rows, line_numbers
-
-
-def _check_header(path: Path, header: list[str]) -> None:
-    """Reject blank or repeated column names, which would make column lookup ambiguous."""
-    if any(name == "" for name in header):
-        raise DataError(f"{path}: the header has an empty column name; give every column a name")
-    repeated = sorted(name for name, count in Counter(header).items() if count > 1)
-    if repeated:
-        raise DataError(f"{path}: column names appear more than once: {repeated}; rename them")
-
-
-def _column_index(path: Path, header: list[str], column: str, *, role: str) -> int:
-    if column not in header:
-        raise DataError(
-            f"{path}: {role} column {column!r} not found; columns found: {header}. "
-            f"Rename the column in the file or set the {role} column name in the config"
-        )
-    return header.index(column)
-
-
-def _feature_names(
-    path: Path,
-    header: list[str],
-    id_column: str,
-    label_column: str | None,
-    feature_columns: Sequence[str] | None,
-) -> list[str]:
-    reserved = {id_column} if label_column is None else {id_column, label_column}
-    if feature_columns is None:
-        return [name for name in header if name not in reserved]
-    missing = [name for name in feature_columns if name not in header]
-    if missing:
-        raise DataError(
-            f"{path}: feature columns {missing} not found; columns found: {header}. "
-            "Fix the feature column list in the config"
-        )
-    clashing = [name for name in feature_columns if name in reserved]
-    if clashing:
-        raise DataError(
-            f"{path}: columns {clashing} are listed as features but are the ID or label column; "
-            "remove them from the feature column list"
-        )
-    repeated = sorted(name for name, count in Counter(feature_columns).items() if count > 1)
-    if repeated:
-        raise DataError(f"{path}: feature columns {repeated} are listed more than once; list each once")
-    return list(feature_columns)
-
-
-def _parse_ids(path: Path, id_column: str, values: list[str], line_numbers: list[int]) -> np.ndarray:
-    """Keep IDs exactly as written, but refuse empty IDs and IDs with line breaks or control characters."""
-    for value, line in zip(values, line_numbers, strict=True):
-        if not value.strip():
-            raise DataError(f"{path}: line {line}, column {id_column!r}: empty ID; give the row an ID or remove it")
-        if "\n" in value or "\r" in value:
-            raise DataError(
-                f"{path}: line {line}, column {id_column!r}: the ID contains a line break; "
-                "IDs must be single-line strings"
-            )
-        if any(ord(c) < 32 or ord(c) == 127 for c in value):
-            # numpy's fixed-width strings drop trailing NULs, so such IDs would silently merge
-            raise DataError(
-                f"{path}: line {line}, column {id_column!r}: the ID contains a control character; "
-                "IDs must be printable text"
-            )
-    ids = np.empty(len(values), dtype=object)
-    ids[:] = values
-    return ids
-
-
-def first_occurrences(path: Path, id_column: str, ids: np.ndarray, line_numbers: Sequence[int]) -> np.ndarray | None:
-    """Row positions to keep when IDs repeat (the first row of each ID), or None if all are distinct.
-
-    A repeated ID would be one sample with two feature rows, which no alignment can resolve;
-    keeping the first and saying how many were dropped is what a user can check and act on. The
-    warning points at the first dropped lines, never at an ID: no log line may hold one.
-    """
-    _, first = np.unique(ids.astype(str), return_index=True)
-    if len(first) == len(ids):
-        return None
-    counts = Counter(ids.tolist())
-    duplicated = sum(count > 1 for count in counts.values())
-    dropped = np.setdiff1d(np.arange(len(ids)), first)
-    log.warning(
-        "duplicate_ids_dropped",
-        file=str(path),
-        column=id_column,
-        duplicated_ids=duplicated,
-        rows_dropped=len(dropped),
-        first_dropped_lines=[line_numbers[i] for i in dropped[:_DROPPED_LINES_SHOWN].tolist()],
-    )
-    return np.sort(first)
-
-
-def _parse_numbers(
-    path: Path,
-    columns: Sequence[str],
-    cells: list[list[str]],
-    line_numbers: list[int],
-    dtype: type[np.floating] = np.float32,
-) -> np.ndarray:
-    """Convert string cells to a finite float array, naming the first bad cell's line and column."""
-    if not columns:
-        return np.zeros((len(cells), 0), dtype=dtype)
-    try:
-        values = np.array([[float(cell) for cell in row] for row in cells], dtype=np.float64)
-    except ValueError:
-        raise _non_number_error(path, columns, cells, line_numbers) from None
-    with np.errstate(over="ignore"):  # overflow to inf is reported below, with its location
-        converted = values.astype(dtype)
-    finite = np.isfinite(converted)
-    if not finite.all():
-        row, col = (int(i) for i in np.argwhere(~finite)[0])
-        raise DataError(
-            f"{path}: line {line_numbers[row]}, column {columns[col]!r}: value {cells[row][col]!r} is not "
-            f"a finite number (NaN, inf, or too large for {np.dtype(dtype).name}); "
-            "impute or drop the row before training"
-        )
-    return converted
-
-
-def _non_number_error(path: Path, columns: Sequence[str], cells: list[list[str]], line_numbers: list[int]) -> DataError:
-    """Build the error for the first cell `float()` rejects; only called once conversion failed."""
-    for row, line in zip(cells, line_numbers, strict=True):
-        for column, cell in zip(columns, row, strict=True):
-            try:
-                float(cell)
-            except ValueError:
-                what = "empty value" if not cell.strip() else f"value {cell!r} is not a number"
-                return DataError(
-                    f"{path}: line {line}, column {column!r}: {what}; "
-                    "every feature and label value must be numeric, so fill it in or drop the row"
-                )
-    return DataError(f"{path}: a value could not be read as a number; check the numeric columns")
+    return id_arrays.ids_digest(ids)

@@ -1,0 +1,220 @@
+"""Whole-column operations on sample IDs, with no Python object per ID.
+
+A party's IDs live in ``PartyTable.ids`` as numpy's variable-width UTF-8 strings
+(``StringDType``): 16 bytes a row for IDs of up to 15 bytes, and no Python object per row, where
+an object array of ``str`` costs about 60 bytes and an allocation per row. What numpy cannot do
+on such an array without a Python object per row (UTF-8 encoding, hashing, hash joins) is done
+on an Arrow string array, which holds the same UTF-8 bytes in one buffer.
+
+Every ID reaching these functions has passed the reader's checks: valid UTF-8 with no control
+character, so a NUL can pad an ID to a fixed width without changing it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+if TYPE_CHECKING:
+    from hashlib import _Hash
+
+#: The dtype of ``PartyTable.ids``.
+STRING_IDS = np.dtypes.StringDType()
+
+#: Rows per slice where a whole-column operation would otherwise hold a second copy of every ID.
+_SLICE_ROWS = 1 << 20
+
+_LARGE = pa.large_string()
+_NEWLINE = pa.scalar("\n", _LARGE)
+_CRLF = pa.scalar("\r\n", _LARGE)
+_QUOTE = pa.scalar('"', _LARGE)
+_NOTHING = pa.scalar("", _LARGE)
+
+
+def arrow_ids(ids: np.ndarray) -> pa.Array:
+    """The IDs as one Arrow ``large_string`` array; any other element becomes its ``str``, as before."""
+    ids = np.asarray(ids)
+    if ids.dtype.kind != "T":
+        ids = ids.astype(STRING_IDS)
+    try:
+        return pa.array(ids, type=_LARGE)
+    except (pa.ArrowNotImplementedError, pa.ArrowTypeError, TypeError):  # a pyarrow older than StringDType
+        return pa.array(fixed_width(ids), type=_LARGE)
+
+
+def fixed_width(ids: np.ndarray) -> np.ndarray:
+    """The IDs as numpy's fixed-width ``str`` (``<U{longest}``), for code that asks for ``dtype=str``.
+
+    ``np.asarray(ids, dtype=str)`` fails on a StringDType array (numpy cannot pick the width).
+    """
+    ids = np.asarray(ids)
+    if ids.dtype.kind != "T":
+        return ids.astype(str)
+    width = int(np.strings.str_len(ids).max()) if len(ids) else 1
+    return ids.astype(np.dtypes.StrDType(max(width, 1)))
+
+
+def string_column(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Arrow strings as a StringDType array, through NUL-padded UTF-8 (numpy decodes it in C)."""
+    return padded_utf8(values).astype(STRING_IDS)
+
+
+def padded_utf8(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Each ID's UTF-8 bytes NUL-padded to one width, a multiple of 8 (``S{width}``): rows as words.
+
+    The padding is appended by Arrow (a join with a per-row string of NULs), so the rows are
+    copied once, in C.
+    """
+    chunks = _string_chunks(values)
+    lengths = [np.diff(_offsets(chunk)) for chunk in chunks]
+    longest = max((int(part.max()) for part in lengths if len(part)), default=0)
+    width = max(8, -(-longest // 8) * 8)
+    out = np.empty(sum(len(chunk) for chunk in chunks), dtype=f"S{width}")
+    at = 0
+    for chunk, length in zip(chunks, lengths, strict=True):
+        if len(chunk):
+            padding = np.zeros(len(chunk) + 1, dtype=np.int64)
+            np.cumsum(width - length, out=padding[1:])
+            pads = pa.LargeStringArray.from_buffers(
+                len(chunk), pa.py_buffer(padding), pa.py_buffer(np.zeros(int(padding[-1]), np.uint8))
+            )
+            joined = pc.binary_join_element_wise(chunk, pads, _NOTHING)
+            start = int(_offsets(joined)[0])
+            out[at : at + len(chunk)] = np.frombuffer(_data(joined), dtype=out.dtype, count=len(chunk), offset=start)
+        at += len(chunk)
+    return out
+
+
+def id_bytes(values: pa.Array | pa.ChunkedArray) -> Iterator[np.ndarray]:
+    """The UTF-8 bytes of the IDs (all of them, no separator), one uint8 array per chunk."""
+    for chunk in _string_chunks(values):
+        offsets = _offsets(chunk)
+        if len(chunk):
+            yield _data(chunk)[int(offsets[0]) : int(offsets[-1])]
+
+
+def hashes(padded: np.ndarray) -> np.ndarray:
+    """A 64-bit hash of each padded ID (splitmix64 over its 8-byte words): equal IDs, equal hashes."""
+    words = padded.view(np.uint64).reshape(len(padded), -1)
+    hashed = np.full(len(padded), 0x9E3779B97F4A7C15, dtype=np.uint64)
+    for column in range(words.shape[1]):
+        hashed ^= words[:, column]
+        hashed ^= hashed >> np.uint64(30)
+        hashed *= np.uint64(0xBF58476D1CE4E5B9)
+        hashed ^= hashed >> np.uint64(27)
+        hashed *= np.uint64(0x94D049BB133111EB)
+        hashed ^= hashed >> np.uint64(31)
+    return hashed
+
+
+@dataclass(frozen=True)
+class Repeats:
+    """Rows whose ID an earlier row already has: the table keeps ``keep`` (ascending) and drops ``dropped``."""
+
+    keep: np.ndarray
+    dropped: np.ndarray
+    #: How many distinct IDs appear on more than one row.
+    repeated_ids: int
+
+
+def find_repeats(values: pa.Array | pa.ChunkedArray, padded: np.ndarray | None = None) -> Repeats | None:
+    """The repeated IDs' rows, or None when every ID is distinct (the common case, decided by hashes).
+
+    Sorting 64-bit hashes settles "all distinct" in a fraction of a second at 10M rows; only when
+    two hashes match does Arrow's exact hash table (``dictionary_encode``) find the rows.
+    """
+    if padded is None:
+        padded = padded_utf8(values)
+    ordered = np.sort(hashes(padded))
+    if not (ordered[1:] == ordered[:-1]).any():
+        return None
+    combined = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+    codes = pc.dictionary_encode(combined).indices.to_numpy().astype(np.int64)
+    # Codes are numbered in order of first appearance, so a row is an ID's first exactly when its
+    # code exceeds every code before it.
+    seen = np.maximum.accumulate(codes)
+    first = np.empty(len(codes), dtype=bool)
+    first[:1] = True
+    first[1:] = codes[1:] > seen[:-1]
+    if first.all():
+        return None  # two distinct IDs with one hash
+    repeated = int((np.bincount(codes) > 1).sum())
+    return Repeats(np.flatnonzero(first), np.flatnonzero(~first), repeated)
+
+
+def positions(table_ids: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, int]:
+    """(row of each wanted ID in ``table_ids``, how many wanted IDs the table lacks); one hash join.
+
+    The rows are meaningful only when none is missing. ``table_ids`` must be distinct, as a
+    table's IDs are after reading.
+    """
+    found = pc.index_in(arrow_ids(wanted), value_set=arrow_ids(table_ids))
+    if found.null_count:
+        return np.empty(0, dtype=np.int64), found.null_count
+    return found.to_numpy().astype(np.int64), 0
+
+
+def ids_digest(ids: np.ndarray) -> bytes:
+    """SHA-256 over the sorted IDs, each UTF-8 encoded and followed by a newline.
+
+    Arrow sorts strings by their UTF-8 bytes, which is the code-point order Python's ``sorted``
+    gives ``str``: the digest is the one every earlier version computed.
+    """
+    values = arrow_ids(ids)
+    order = pc.sort_indices(values)
+    digest = hashlib.sha256()
+    for start in range(0, len(values), _SLICE_ROWS):
+        _update_lines(digest, values.take(order.slice(start, _SLICE_ROWS)))
+    return digest.digest()
+
+
+def aligned_digest(ids: np.ndarray) -> np.ndarray:
+    """SHA-256 of an ID list in its order (UTF-8, newline after each), as 32 uint8."""
+    values = arrow_ids(ids)
+    digest = hashlib.sha256()
+    for start in range(0, len(values), _SLICE_ROWS):
+        _update_lines(digest, values.slice(start, _SLICE_ROWS))
+    return np.frombuffer(digest.digest(), dtype=np.uint8).copy()
+
+
+def csv_lines(ids: np.ndarray) -> Iterator[memoryview]:
+    """The IDs as the rows ``csv.writer`` writes (QUOTE_MINIMAL, ``\\r\\n``), in slices of bytes.
+
+    An ID with a comma, quote or line break is quoted with its quotes doubled; an empty one is
+    written ``""``, as ``csv.writer`` writes a lone empty field.
+    """
+    for start in range(0, len(ids), _SLICE_ROWS):
+        values = arrow_ids(ids[start : start + _SLICE_ROWS])
+        quoted = pc.binary_join_element_wise(_QUOTE, pc.replace_substring(values, '"', '""'), _QUOTE, _NOTHING)
+        needs = pc.or_(pc.match_substring_regex(values, '[,"\r\n]'), pc.equal(pc.binary_length(values), 0))
+        rows = pc.binary_join_element_wise(pc.if_else(needs, quoted, values), _CRLF, _NOTHING)
+        yield from (part.data for part in id_bytes(rows))
+
+
+def _update_lines(digest: _Hash, values: pa.Array) -> None:
+    for part in id_bytes(pc.binary_join_element_wise(values, _NEWLINE, _NOTHING)):
+        digest.update(part.data)
+
+
+def _string_chunks(values: pa.Array | pa.ChunkedArray) -> list[pa.Array]:
+    """The chunks as ``large_string`` arrays, so one offset width serves every source type."""
+    chunks = values.chunks if isinstance(values, pa.ChunkedArray) else [values]
+    return [chunk if chunk.type == _LARGE else chunk.cast(_LARGE) for chunk in chunks]
+
+
+def _offsets(chunk: pa.Array) -> np.ndarray:
+    buffer = chunk.buffers()[1]
+    if buffer is None or len(chunk) == 0:
+        return np.zeros(1, dtype=np.int64)
+    return np.frombuffer(buffer, dtype=np.int64, count=len(chunk) + 1, offset=chunk.offset * 8)
+
+
+def _data(chunk: pa.Array) -> np.ndarray:
+    buffer = chunk.buffers()[2]
+    return np.zeros(0, dtype=np.uint8) if buffer is None else np.frombuffer(buffer, dtype=np.uint8)
