@@ -28,7 +28,6 @@ from typing import Final
 import numpy as np
 import structlog
 
-from vflcore.data.id_arrays import fixed_width
 from vflcore.data.tables import PartyTable, aligned_digest, ids_digest, select_rows
 from vflcore.errors import JobAborted
 from vflcore.psi import make_dst
@@ -81,7 +80,7 @@ def align_passive(
             raise JobAborted("the server asked for PSI without its chunking; it runs an older version: upgrade it")
         folder = progress_dir(cache_dir, task.alignment_key)
         aligned_ids = _run_psi(table.ids, job_id, task.psi, link, workers, folder, engine)
-        save_alignment(cache_dir, task.alignment_key, fixed_width(aligned_ids), digest)  # the cache asks for dtype=str
+        save_alignment(cache_dir, task.alignment_key, aligned_ids, digest)
         discard(folder)
     else:
         log.info("alignment_reused", rows=len(aligned_ids))

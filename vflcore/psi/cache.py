@@ -4,11 +4,12 @@ An alignment is keyed by ``alignment_key``: a SHA-256 over the job id, the proto
 every party's ID-set digest. Changed data on any party changes its digest, hence the key, and
 PSI runs again. Each party stores only its own result (the aligned IDs, in the agreed order) as
 a plain ``.npz`` of their UTF-8 bytes (fixed width, 1 byte a character for ASCII IDs: a quarter
-of numpy's unicode strings, which mattered at 8M aligned IDs), loaded with ``allow_pickle=False``;
-files of older versions, which hold unicode strings, still load. The active party also
-stores the pairwise overlaps PSI found (party -> size of its IDs ∩ that party's), so that a job
-that reuses the alignment (a resumed one) still reports them in ``summary.json``: they are
-figures it learnt from the exchange, which a reuse skips.
+of numpy's unicode strings, which mattered at 8M aligned IDs), loaded with ``allow_pickle=False``
+into numpy strings (``StringDType``: no Python object per ID, which a job reusing an alignment
+of 10M rows would otherwise hold); files of older versions, which hold unicode strings, still
+load. The active party also stores the pairwise overlaps PSI found (party -> size of its IDs ∩
+that party's), so that a job that reuses the alignment (a resumed one) still reports them in
+``summary.json``: they are figures it learnt from the exchange, which a reuse skips.
 """
 
 from __future__ import annotations
@@ -85,10 +86,13 @@ def _utf8(ids: np.ndarray, block: int = 1 << 20) -> np.ndarray:
 
 
 def _from_utf8(encoded: np.ndarray, block: int = 1 << 20) -> np.ndarray:
-    """``_utf8`` undone, as an object array of str, a block at a time (decoding widens to 4 bytes a character)."""
-    out = np.empty(len(encoded), dtype=object)
+    """``_utf8`` undone, as numpy strings (``StringDType``, no Python object per ID), a block at a time.
+
+    Decoding widens to 4 bytes a character, so only one block is ever held in that form.
+    """
+    out = np.empty(len(encoded), dtype=StringDType())
     for start in range(0, len(encoded), block):
-        out[start : start + block] = np.strings.decode(encoded[start : start + block], "utf-8").astype(object)
+        out[start : start + block] = np.strings.decode(encoded[start : start + block], "utf-8")
     return out
 
 
@@ -103,7 +107,7 @@ def load_alignment(directory: Path, key: bytes, id_digest: bytes) -> np.ndarray 
                 return None
             if "ids_utf8" in saved.files:
                 return _from_utf8(saved["ids_utf8"])
-            ids: np.ndarray = saved["ids"].astype(object)
+            ids: np.ndarray = saved["ids"].astype(StringDType())
             return ids
     except (OSError, ValueError, KeyError):
         return None

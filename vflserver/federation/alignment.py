@@ -19,7 +19,6 @@ from pathlib import Path
 import numpy as np
 import structlog
 
-from vflcore.data.id_arrays import fixed_width
 from vflcore.data.tables import PartyTable, aligned_digest, ids_digest, select_rows
 from vflcore.errors import EmptyIntersection as EmptyIntersection  # re-exported: defined in vflcore.errors
 from vflcore.errors import JobAborted
@@ -87,7 +86,7 @@ def align_active(
             table.ids, passive, cache_dir=cache_dir, key=key, chunk_ids=chunk_ids, workers=workers, engine=engine
         )
         aligned_ids, pairwise = _run_psi(exchange)
-        save_alignment(cache_dir, key, fixed_width(aligned_ids), digest, pairwise)  # the cache asks for dtype=str
+        save_alignment(cache_dir, key, aligned_ids, digest, pairwise)
         exchange.finish()  # only now: a restart before this point resumes the exchange
     want = aligned_digest(aligned_ids)
     for party, got in passive.gather(PSI_ALIGNED_DIGEST, 0, 0, timeout_s=passive.psi_timeout_s).items():

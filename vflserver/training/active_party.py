@@ -44,7 +44,7 @@ from vflserver.training.label_privacy import protect_labels
 from vflserver.training.readmission import Readmission
 from vflserver.training.reports import EpochReport, RunSummary, write_predictions, write_summary
 from vflserver.training.resume import roll_back, save_checkpoint
-from vflserver.training.scoring import Scorer
+from vflserver.training.scoring import BLOCK_ROWS, Scorer
 
 #: Names that lived here before the active party's jobs were split into modules.
 __all__ = ["MODEL_REPOSITORY", "ActiveParty", "EpochReport", "RunSummary"]
@@ -324,15 +324,20 @@ class ActiveParty:
         rows = self.schedule.test_rows
         if len(rows) == 0:
             return float("nan"), {}
-        if self.algorithm.needs_parties_to_predict:
-            fed = self.parties
-            fed.expect(EVAL_EMBEDDING, epoch, 0, (len(rows), self.algorithm.upload_width))
-            fed.dispatch(lambda tid: Evaluate(tid, epoch, rows))
-            output = self.algorithm.predict(rows, fed.gather(EVAL_EMBEDDING, epoch, 0))
-        else:
-            output = self.algorithm.predict(rows, {})
+        blocks = [rows[start : start + BLOCK_ROWS] for start in range(0, len(rows), BLOCK_ROWS)]
+        outputs = [self._evaluate_block(epoch, block) for block in blocks]
+        output = outputs[0] if len(outputs) == 1 else torch.cat(outputs)
         loss = float(self._loss_fn(output, self.labels[rows]))
         return loss, task_metrics(self.job.task, self._label_array(rows), output.numpy())
+
+    def _evaluate_block(self, epoch: int, rows: np.ndarray) -> torch.Tensor:
+        """The model's output on some held-out rows; one block at a time, so that no party embeds 2M rows at once."""
+        if not self.algorithm.needs_parties_to_predict:
+            return self.algorithm.predict(rows, {})
+        fed = self.parties
+        fed.expect(EVAL_EMBEDDING, epoch, 0, (len(rows), self.algorithm.upload_width))
+        fed.dispatch(lambda tid: Evaluate(tid, epoch, rows))
+        return self.algorithm.predict(rows, fed.gather(EVAL_EMBEDDING, epoch, 0))
 
     # ---- inference --------------------------------------------------------------------------
 
@@ -352,10 +357,11 @@ class ActiveParty:
         rows = self.schedule.test_rows
         if len(rows) == 0:
             return {}
-        ids = [str(self.table.ids[r]) for r in rows]
-        output = self.predict_ids(ids)
+        # By row, not by ID: the held-out rows are known, and a list of their IDs would be a Python
+        # object per row (2M at 10M aligned rows) only to be looked up again.
+        output = self.predict_rows(rows)
         metrics = task_metrics(self.job.task, self._label_array(rows), output)
-        write_predictions(self.run_dir, self.job.task, ids, self._label_array(rows), output)
+        write_predictions(self.run_dir, self.job.task, self.table.ids[rows], self._label_array(rows), output)
         log.info("federated_inference_done", rows=len(rows), **metrics)
         return metrics
 

@@ -2,7 +2,9 @@
 
 ``EpochReport`` is one epoch, ``RunSummary`` the whole job; at the end the held-out rows'
 predictions go to ``test_predictions.csv`` and the summary to ``summary.json``, in the active
-party's run folder.
+party's run folder. The predictions file is written a slice of rows at a time through Arrow,
+with no Python object per row: at 10M aligned rows the
+held-out rows number 2M.
 """
 
 from __future__ import annotations
@@ -14,7 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
+from vflcore.data import id_arrays
 from vflcore.job import JobSpec
 from vflserver.federation.alignment import AlignmentResult
 
@@ -64,14 +69,56 @@ class RunSummary:
     privacy: dict[str, Any] = field(default_factory=dict)
 
 
-def write_predictions(run_dir: Path, task: str, ids: Sequence[str], labels: np.ndarray, output: np.ndarray) -> None:
-    """``test_predictions.csv``: each held-out row's id, label and predicted class (or value)."""
+def write_predictions(
+    run_dir: Path, task: str, ids: Sequence[str] | np.ndarray, labels: np.ndarray, output: np.ndarray
+) -> None:
+    """``test_predictions.csv``: each held-out row's id, label and predicted class (or value).
+
+    Numbers are written as the per-row f-strings of earlier versions wrote them (byte for byte),
+    IDs as they are, quoted as ``csv`` does only when they hold a comma, a quote or a line break.
+    """
     run_dir.mkdir(parents=True, exist_ok=True)
     predicted = output.argmax(axis=1) if task == "classification" else output.reshape(-1)
-    with (run_dir / "test_predictions.csv").open("w") as fh:
-        fh.write("id,label,prediction\n")
-        for i, y, p in zip(ids, labels, predicted, strict=True):
-            fh.write(f"{i},{y},{p}\n")
+    ids, labels = np.asarray(ids), np.asarray(labels)
+    if not len(ids) == len(labels) == len(predicted):
+        raise ValueError(
+            f"test_predictions.csv: {len(ids)} IDs, {len(labels)} labels and {len(predicted)} predictions; "
+            "each held-out row needs all three"
+        )
+    with (run_dir / "test_predictions.csv").open("wb") as fh:
+        fh.write(b"id,label,prediction\n")
+        for start in range(0, len(ids), _SLICE_ROWS):
+            rows = slice(start, start + _SLICE_ROWS)
+            fields = _csv_field(id_arrays.arrow_ids(ids[rows])), _text(labels[rows]), _text(predicted[rows])
+            line = pc.binary_join_element_wise(pc.binary_join_element_wise(*fields, _COMMA), _NEWLINE, _NOTHING)
+            for part in id_arrays.id_bytes(line):
+                fh.write(part.data)
+
+
+#: Rows per slice of ``test_predictions.csv``: bounds the Arrow strings held at once.
+_SLICE_ROWS = 1 << 20
+_COMMA = pa.scalar(",", pa.large_string())
+_NEWLINE = pa.scalar("\n", pa.large_string())
+_NOTHING = pa.scalar("", pa.large_string())
+
+
+def _text(values: np.ndarray) -> pa.Array:
+    """Numbers as an f-string writes them, formatted in C by numpy's cast to strings.
+
+    An f-string formats a float32 as the Python float it widens to (``0.5110228061676025``, not
+    ``str``'s ``0.5110228``): cast to float64 first, whose strings are Python's ``repr``.
+    """
+    values = np.asarray(values)
+    if values.dtype.kind == "f":
+        values = values.astype(np.float64)
+    return id_arrays.arrow_ids(values.astype(np.dtypes.StringDType()))
+
+
+def _csv_field(values: pa.Array) -> pa.Array:
+    """Values quoted as ``csv.writer`` quotes them (QUOTE_MINIMAL): only those with a comma, quote or line break."""
+    quote = pa.scalar('"', pa.large_string())
+    quoted = pc.binary_join_element_wise(quote, pc.replace_substring(values, '"', '""'), quote, _NOTHING)
+    return pc.if_else(pc.match_substring_regex(values, '[,"\r\n]'), quoted, values)
 
 
 def write_summary(run_dir: Path, job: JobSpec, summary: RunSummary, step_losses: Sequence[float]) -> None:
