@@ -91,6 +91,8 @@ class ServiceRun:
     server_tables: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: More datasets than "digits" (``data``), by name: each a folder of ``party1.csv``, ``party2.csv``, ...
     datasets: dict[str, Path] = field(default_factory=dict)
+    #: The tables' file suffix in every dataset folder: ".parquet" for tables of millions of rows.
+    table_suffix: str = ".csv"
     #: The address a party dials instead of the server's (a proxy in front of it), by party.
     via: dict[int, str] = field(default_factory=dict)
     #: Every daemon's ``--log-level`` (``debug`` to see every event a daemon can write).
@@ -118,7 +120,7 @@ class ServiceRun:
             },
             "tls": {"ca": tls.ca, "cert": tls.cert, "key": tls.key},
             "datasets": {
-                name: {"path": folder / "party1.csv", "id_column": "id", "label_column": "label"}
+                name: {"path": folder / f"party1{self.table_suffix}", "id_column": "id", "label_column": "label"}
                 for name, folder in self._datasets().items()
             },
         }
@@ -145,7 +147,7 @@ class ServiceRun:
             },
             "tls": {"ca": tls.ca, "cert": tls.cert, "key": tls.key},
             "datasets": {
-                name: {"path": folder / f"party{party}.csv", "id_column": "id"}
+                name: {"path": folder / f"party{party}{self.table_suffix}", "id_column": "id"}
                 for name, folder in self._datasets().items()
             },
             **self.client_tables,
