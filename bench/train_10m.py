@@ -18,8 +18,9 @@ another order costs one more copy of its features.
 
 What is printed:
 
-- **baseline** per daemon: its RSS once every daemon is up and has connected (torch imported and
-  warmed, no table read yet), before the job is submitted;
+- **baseline** per daemon: its RSS once it is up, has connected and has sat idle for 2 s (torch
+  imported and warmed), measured first on daemons of their own that read tables of 1,000 rows (a
+  ``vfl-client`` reads its table when it starts, so the big run's daemons never idle without it);
 - **s/epoch** (the server's epoch report: training plus evaluation of the held-out 20 %) and
   **steps/s** (training batches over that time), from the job's ``summary.json``;
 - **peak RSS** per daemon: the kernel's high-water mark (``VmHWM``), read every 0.2 s until the
@@ -61,7 +62,7 @@ from vflcore.data.checkpoints import party_dir
 from vflcore.data.id_arrays import string_column
 from vflcore.data.tables import ids_digest
 from vflcore.psi.cache import alignment_key, save_alignment
-from vfltesting.pki import issue_pki
+from vfltesting.pki import Pki, issue_pki
 from vfltesting.service import ServiceRun, job_document, log_events
 
 DEFAULT_ROWS = 10_000_000
@@ -74,6 +75,8 @@ TARGET_RATIO = 1.0
 SAMPLE_S = 0.2
 #: Seconds the daemons may sit idle after connecting before the baseline is read (allocator settles).
 SETTLE_S = 2.0
+#: Rows of the tables the baseline's daemons read: next to nothing.
+BASELINE_ROWS = 1_000
 
 
 def parse_args() -> argparse.Namespace:
@@ -208,6 +211,24 @@ def run_job(run: ServiceRun, jobs: JobClient, job_id: str, args: argparse.Namesp
     return state
 
 
+def idle_baseline(root: Path, pki: Pki, tables: Path) -> dict[str, int]:
+    """Each daemon's RSS (KiB), idle after warm-up, on tables of ``BASELINE_ROWS`` rows: the interpreter's baseline.
+
+    Measured on daemons of their own: a ``vfl-client`` reads its table when it starts, so the
+    big run's daemons are never idle without their table.
+    """
+    root.mkdir()
+    run = ServiceRun(root, pki, tables, datasets={"train10m": tables}, table_suffix=".parquet", serving=False)
+    try:
+        run.start_server()
+        run.start_clients()
+        wait_for_daemons(run)
+        time.sleep(SETTLE_S)
+        return {name: _status_kib(run.procs[name].pid).get("VmRSS", 0) for name in DAEMONS}
+    finally:
+        run.stop()
+
+
 def main() -> int:
     args = parse_args()
     tables = write_tables(args.cache, args.rows)
@@ -227,12 +248,11 @@ def main() -> int:
         aligned = save_alignments(tables, root / "runs", job_id)
         print(f"alignment: saved for every party beforehand ({aligned:,} rows); the job reuses it, PSI does not run")
         try:
+            baseline = idle_baseline(root / "baseline", pki, write_tables(args.cache, BASELINE_ROWS))
             run.start_server()
             run.start_clients()
             wait_for_daemons(run)
-            time.sleep(SETTLE_S)
             pids = {name: run.procs[name].pid for name in DAEMONS}
-            baseline = {name: _status_kib(pid).get("VmRSS", 0) for name, pid in pids.items()}
             with JobClient(run.address, tls=pki.operator_files("alice")) as jobs, Peaks(pids) as peaks:
                 state, window = measured(lambda: run_job(run, jobs, job_id, args), own_children=True)
         except (VflError, RuntimeError, OSError, AssertionError) as exc:
