@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -133,6 +133,33 @@ def run_party_in_thread(
         assert not thread.is_alive(), f"party {party} did not finish in time"
         result: RunResult | BaseException = box["result"]
         return result
+
+    return wait
+
+
+def play_parties(
+    job: RunningJob, pki: Pki, parties: Mapping[int, PassiveParty]
+) -> Callable[[float], dict[int, RunResult | BaseException]]:
+    """Run each given passive party against ``job``, each in its own thread; the returned function
+    joins them (failing if one is still running after ``timeout``) and gives each party's result."""
+    results: dict[int, RunResult | BaseException] = {}
+
+    def play(party: int) -> None:
+        try:
+            with Connection(job.address, party, tls=pki.party_files(party), connect_timeout_s=20) as conn:
+                results[party] = parties[party].run(conn)
+        except BaseException as exc:
+            results[party] = exc
+
+    threads = [threading.Thread(target=play, args=(p,), daemon=True) for p in parties]
+    for thread in threads:
+        thread.start()
+
+    def wait(timeout: float = 60) -> dict[int, RunResult | BaseException]:
+        for thread in threads:
+            thread.join(timeout)
+        assert not any(t.is_alive() for t in threads), "a passive party did not finish in time"
+        return results
 
     return wait
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import csv
 import hashlib
 import random
-import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -21,8 +20,8 @@ import grpc
 import pytest
 import structlog
 
-from tests.integration.conftest import SMALL_JOB, RunningJob, start_job
-from vflclient import Connection, JobAborted, PassiveParty, RunResult, read_party_csv
+from tests.integration.conftest import SMALL_JOB, RunningJob, play_parties, start_job
+from vflclient import JobAborted, PassiveParty, RunResult, read_party_csv
 from vflclient.cli import main as client_main
 from vflcore.psi.blinding import SERIAL_BELOW
 from vflcore.runtime import daemon
@@ -111,24 +110,11 @@ def run_alignment(
     )
     runs = tmp_path / "runs"
     passive = {p: PassiveParty(p, tables[p], run_dir=runs) for p in passive_ids}
-    results: dict[int, RunResult | BaseException] = {}
-
-    def play(party: int) -> None:
-        try:
-            with Connection(running.address, party, tls=pki.party_files(party), connect_timeout_s=20) as conn:
-                results[party] = passive[party].run(conn)
-        except BaseException as exc:
-            results[party] = exc
-
-    threads = [threading.Thread(target=play, args=(p,), daemon=True) for p in passive_ids]
+    wait = play_parties(running, pki, passive)
     try:
-        for thread in threads:
-            thread.start()
         running.thread.join(60)
-        for thread in threads:
-            thread.join(60)
+        results = wait(60)
         assert not running.thread.is_alive(), "the active party did not finish in time"
-        assert not any(t.is_alive() for t in threads), "a passive party did not finish in time"
     finally:
         if running.thread.is_alive():
             running.active.stop_event.set()

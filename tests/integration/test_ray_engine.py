@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import random
 import signal
-import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -25,11 +24,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.integration.conftest import SMALL_JOB, start_job
+from tests.integration.conftest import SMALL_JOB, play_parties, start_job
 from tests.integration.test_psi_alignment import customer_ids, intersection, write_party_csv
 from tests.unit.test_onnx_serving import export_standalone
 from tests.unit.test_scoring import customers, write_input
-from vflclient import Connection, PassiveParty, RunResult, read_party_csv
+from vflclient import PassiveParty, RunResult, read_party_csv
 from vflcore.errors import DataError, JobAborted, PsiError
 from vflcore.ml.onnx_export import MODEL_FILE
 from vflcore.psi.blinding import BlindingKey, SerialBlinder
@@ -125,22 +124,10 @@ def align(pki: Pki, tmp_path: Path, parties: dict[int, list[str]], engine: Compu
         p: PassiveParty(p, read_party_csv(data / f"party{p}.csv"), run_dir=data / "runs", compute_engine=engine)
         for p in passive_ids
     }
-    results: dict[int, RunResult | BaseException] = {}
-
-    def play(party: int) -> None:
-        try:
-            with Connection(running.address, party, tls=pki.party_files(party), connect_timeout_s=20) as conn:
-                results[party] = passive[party].run(conn)
-        except BaseException as exc:
-            results[party] = exc
-
-    threads = [threading.Thread(target=play, args=(p,), daemon=True) for p in passive_ids]
+    wait = play_parties(running, pki, passive)
     try:
-        for thread in threads:
-            thread.start()
         summary = running.summary(timeout=60)
-        for thread in threads:
-            thread.join(60)
+        results = wait(60)
     finally:
         running.server.stop(grace=None)
     assert all(isinstance(r, RunResult) and r.success for r in results.values()), results
