@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -156,52 +159,43 @@ def _parked(tmp_path: Path, job_id: str, deadline: float) -> ParkedJob:
     return ParkedJob(JobPlan(job, {}, join_timeout_s=60), _table(tmp_path), lost, deadline)
 
 
+@contextlib.contextmanager
+def _parked_runner(tmp_path: Path, deadline: float, **settings: Any) -> Iterator[tuple[JobStore, JobRunner]]:
+    """A runner whose job "paused" lost party 3 while aligning and is parked until ``deadline``."""
+    config = ServerConfig(tls=None, datasets={}, settings=ServerSettings(run_dir=tmp_path / "runs", **settings))
+    store = _store_with(tmp_path, ("paused", [3], 60))
+    try:
+        runner = JobRunner(store, JobBoard(), config)
+        store.set_state("paused", "aligning")
+        store.set_state("paused", "waiting", "waiting for party 3")
+        runner.queue.park("paused", _parked(tmp_path, "paused", deadline))
+        yield store, runner
+    finally:
+        store.close()
+
+
 class TestJobQueue:
     def test_a_parked_job_past_its_deadline_fails_with_the_one_wording(self, tmp_path: Path) -> None:
         """The time keeper fails it, naming the party, the limit as configured and the last checkpoint."""
-        settings = ServerSettings(run_dir=tmp_path / "runs", party_timeout_s=120)
-        store = _store_with(tmp_path, ("paused", [3], 60))
-        try:
-            runner = JobRunner(store, JobBoard(), ServerConfig(tls=None, datasets={}, settings=settings))
-            store.set_state("paused", "aligning")
-            store.set_state("paused", "waiting", "waiting for party 3")
-            runner.queue.park("paused", _parked(tmp_path, "paused", time.monotonic() - 1))
+        with _parked_runner(tmp_path, time.monotonic() - 1, party_timeout_s=120) as (store, runner):
             assert runner.queue.expire() == ["paused"]
             record = store.get("paused")
-        finally:
-            store.close()
         assert record.state == "failed"
         assert record.error.startswith("party 3 is unavailable: it did not come back within 120 s")
         assert "no checkpoint has been saved yet" in record.error
 
     def test_a_parked_job_is_cancelled_at_once(self, tmp_path: Path) -> None:
         """It holds no runner to stop: the cancel ends it there and then."""
-        settings = ServerSettings(run_dir=tmp_path / "runs")
-        store = _store_with(tmp_path, ("paused", [3], 60))
-        try:
-            runner = JobRunner(store, JobBoard(), ServerConfig(tls=None, datasets={}, settings=settings))
-            store.set_state("paused", "aligning")
-            store.set_state("paused", "waiting", "waiting for party 3")
-            runner.queue.park("paused", _parked(tmp_path, "paused", time.monotonic() + 600))
+        with _parked_runner(tmp_path, time.monotonic() + 600) as (_, runner):
             record = runner.cancel("paused", "alice")
             assert runner.queue.expire() == []
-        finally:
-            store.close()
         assert (record.state, record.error) == ("cancelled", "cancelled by alice")
 
     def test_a_parked_job_is_interrupted_when_the_server_stops(self, tmp_path: Path) -> None:
         """As a running job is: the next start queues it again, to resume from its checkpoints."""
-        settings = ServerSettings(run_dir=tmp_path / "runs")
-        store = _store_with(tmp_path, ("paused", [3], 60))
-        try:
-            runner = JobRunner(store, JobBoard(), ServerConfig(tls=None, datasets={}, settings=settings))
-            store.set_state("paused", "aligning")
-            store.set_state("paused", "waiting", "waiting for party 3")
-            runner.queue.park("paused", _parked(tmp_path, "paused", time.monotonic() + 600))
+        with _parked_runner(tmp_path, time.monotonic() + 600) as (store, runner):
             runner._interrupt_parked()
             record = store.get("paused")
-        finally:
-            store.close()
         assert (record.state, record.error) == ("interrupted", "the server stopped during waiting after 0 of 1 epochs")
 
     def test_a_queued_job_says_whom_it_waits_for_then_fails_for_them(self, tmp_path: Path) -> None:
