@@ -28,7 +28,7 @@ from typing import Final
 import numpy as np
 import structlog
 
-from vflcore.data.tables import PartyTable, aligned_digest, ids_digest, select_rows
+from vflcore.data.tables import PartyTable, aligned_digest, ids_digest, select_rows, take_rows
 from vflcore.errors import JobAborted
 from vflcore.psi import make_dst
 from vflcore.psi.cache import load_alignment, save_alignment
@@ -79,13 +79,18 @@ def align_passive(
         if task.psi is None:
             raise JobAborted("the server asked for PSI without its chunking; it runs an older version: upgrade it")
         folder = progress_dir(cache_dir, task.alignment_key)
-        aligned_ids = _run_psi(table.ids, job_id, task.psi, link, workers, folder, engine)
-        save_alignment(cache_dir, task.alignment_key, aligned_ids, digest)
+        rows = _run_psi(table.ids, job_id, task.psi, link, workers, folder, engine)
+        aligned = take_rows(table, rows)  # PSI knows each aligned ID's row: no lookup
+        if not is_strictly_increasing(aligned.ids):
+            raise JobAborted("the server's intersection is not in the agreed order (sorted, distinct IDs)")
+        log.info("psi_done", own_ids=len(table.ids), server_ids=task.psi.server_ids, intersection=aligned.num_rows)
+        save_alignment(cache_dir, task.alignment_key, aligned.ids, digest)
         discard(folder)
     else:
         log.info("alignment_reused", rows=len(aligned_ids))
-    link.send(TensorKey(job_id, 0, 0, PSI_ALIGNED_DIGEST), aligned_digest(aligned_ids))
-    return select_rows(table, aligned_ids)
+        aligned = select_rows(table, aligned_ids)
+    link.send(TensorKey(job_id, 0, 0, PSI_ALIGNED_DIGEST), aligned_digest(aligned.ids))
+    return aligned
 
 
 def _secrets_for(plan: PsiPlan, folder: Path) -> PsiSecrets:
@@ -113,6 +118,7 @@ def _run_psi(
     folder: Path,
     engine: ComputeEngine = LOCAL,
 ) -> np.ndarray:
+    """The exchange with the server (resumed where it was interrupted): this party's rows of the aligned IDs."""
     secrets = _secrets_for(plan, folder)
     order = secrets.order(len(ids))
     mine, theirs = Chunking(len(ids), plan.chunk_ids), Chunking(plan.server_ids, plan.chunk_ids)
@@ -170,8 +176,5 @@ def _run_psi(
         )
     if len(members) and (members.min() < 0 or members.max() >= len(ids)):
         raise JobAborted(f"the server sent member positions outside this party's {len(ids)} IDs")
-    aligned: np.ndarray = ids[order.rows(members)]
-    if not is_strictly_increasing(aligned):
-        raise JobAborted("the server's intersection is not in the agreed order (sorted, distinct IDs)")
-    log.info("psi_done", own_ids=len(ids), server_ids=plan.server_ids, intersection=len(aligned))
-    return aligned
+    rows: np.ndarray = order.rows(members)
+    return rows

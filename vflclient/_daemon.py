@@ -129,7 +129,7 @@ class PartyDaemon:
         self.jobs_done = 0
         self._lock = threading.Lock()
         self._connection: Connection | None = None
-        self._tables: dict[str, tuple[float, PartyTable]] = {}
+        self._tables: dict[tuple[str, str], tuple[float, PartyTable]] = {}
 
     def stop(self) -> None:
         """Leave at once: the open calls are cancelled, the running job (if any) loses this party."""
@@ -254,10 +254,14 @@ class PartyDaemon:
             stamp = source.path.stat().st_mtime
         except OSError:
             raise DataError(f"party {self.party}: dataset {name!r}: {source.path} cannot be read") from None
-        cached = self._tables.get(name)
+        # Keyed by the file, not the name: two dataset names for one file share one table in
+        # memory (at 10M x 30, each copy is 1.2 GB).
+        key = (str(source.path.resolve()), source.id_column)
+        cached = self._tables.get(key)
         if cached is None or cached[0] != stamp:
+            self._tables.pop(key, None)  # the old table goes before the new one is read
             cached = (stamp, read_party_csv(source.path, id_column=source.id_column))
-            self._tables[name] = cached
+            self._tables[key] = cached
         return cached[1]
 
     # ---- connecting ---------------------------------------------------------------------------

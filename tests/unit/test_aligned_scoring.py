@@ -63,6 +63,18 @@ class TestScorerLookup:
         np.testing.assert_array_equal(rows, dict_rows(IDS, wanted))
         assert rows.dtype == np.int64
 
+    @pytest.mark.parametrize("order", ["sorted", "shuffled"])
+    def test_sorted_and_unsorted_aligned_ids_are_looked_up_alike(self, order: str) -> None:
+        """PSI's order is sorted (the lookup then needs no copy of the IDs); any other order maps right too."""
+        shuffled = sorted(IDS) if order == "sorted" else [IDS[i] for i in np.random.default_rng(2).permutation(ROWS)]
+        scorer, _ = standalone_scorer(shuffled)
+        assert (scorer._order is None) == (order == "sorted")
+        wanted = [shuffled[i] for i in np.random.default_rng(1).integers(0, ROWS, size=200)]
+        rows, missing = scorer.rows_of(wanted)
+        assert missing == 0
+        np.testing.assert_array_equal(rows, dict_rows(shuffled, wanted))
+        assert scorer.rows_of(["not aligned", *wanted])[1] == 1
+
     def test_predictions_by_id_equal_those_by_row(self) -> None:
         """``predict_ids`` gives the model's output on the rows the old lookup found."""
         scorer, algorithm = standalone_scorer(IDS)

@@ -23,6 +23,7 @@ from vflcore.data.tables import (
     first_occurrences,
     ids_digest,
     select_rows,
+    take_rows,
     write_aligned_ids,
 )
 from vfltesting.reference_tables import (
@@ -136,6 +137,32 @@ class TestSelectRows:
             assert got.features.tobytes() == expected.features.tobytes()
             assert got.labels is not None and expected.labels is not None
             assert got.labels.tobytes() == expected.labels.tobytes()
+
+    @pytest.mark.parametrize("name", sorted(ID_SETS))
+    def test_the_tables_own_order_returns_the_table_itself(self, name: str) -> None:
+        """Every ID in the table's own order, in any array form: the table, not a copy of its features."""
+        ids = ID_SETS[name]
+        new, _ = _tables(ids)
+        for form in _forms(ids).values():
+            assert select_rows(new, form) is new
+
+    def test_all_ids_in_another_order_are_selected_not_returned(self) -> None:
+        new, old = _tables(TRICKY)
+        wanted = np.array(TRICKY[::-1], dtype=object)
+        got = select_rows(new, wanted)
+        assert got is not new
+        assert got.ids.tolist() == reference_select_rows(old, wanted).ids.tolist()
+
+    @pytest.mark.parametrize("name", sorted(ID_SETS))
+    def test_take_rows_equals_selecting_the_rows_ids(self, name: str) -> None:
+        """PSI hands over rows; taking them gives what looking their IDs up gives."""
+        ids = ID_SETS[name]
+        new, _ = _tables(ids)
+        rows = np.random.default_rng(4).permutation(len(ids))[: max(1, len(ids) // 2)]
+        taken, selected = take_rows(new, rows), select_rows(new, new.ids[rows])
+        assert taken.ids.tolist() == selected.ids.tolist()
+        assert taken.features.tobytes() == selected.features.tobytes()
+        assert take_rows(new, np.arange(len(ids))) is new
 
     def test_missing_ids_have_the_old_message(self) -> None:
         """IDs the table lacks are counted, in the old words, and never named."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import os
 
 # mallopt parameter numbers from glibc's <malloc.h>.
@@ -28,6 +29,39 @@ KEEP_BELOW_BYTES = 32 * 1024 * 1024
 TRIM_ABOVE_BYTES = 1 << 30
 
 
+def return_freed_memory() -> bool:
+    """Give the kernel back the free pages inside glibc's heaps (``malloc_trim(0)``); False off glibc.
+
+    ``keep_freed_memory`` keeps freed buffers for reuse, which suits the steady step loop. A phase
+    that allocates and frees many large buffers once (evaluating or scoring a million rows a block
+    at a time, reading a table) leaves them scattered over every thread's heap instead: at 10M
+    rows, evaluating 2M held-out rows grew the active party by about 0.5 GB that no later step
+    used. Called after each such block, this keeps the peak at one block's worth. It walks the
+    heaps' free lists (about a millisecond), so it is for block boundaries, not training steps.
+    """
+    libc = _libc()
+    if libc is None:
+        return False
+    try:
+        trim = libc.malloc_trim
+    except AttributeError:
+        return False
+    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    trim(0)
+    return True
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL | None:
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    try:
+        return ctypes.CDLL(name)
+    except OSError:
+        return None
+
+
 def keep_freed_memory() -> bool:
     """Tune glibc malloc for reuse; returns False (and changes nothing) off glibc or if the user set it.
 
@@ -35,13 +69,12 @@ def keep_freed_memory() -> bool:
     """
     if "MALLOC_MMAP_THRESHOLD_" in os.environ or "MALLOC_TRIM_THRESHOLD_" in os.environ:
         return False
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return False
+    libc = _libc()
     try:
-        libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):  # not glibc (musl, macOS)
+        mallopt = libc.mallopt if libc is not None else None
+    except AttributeError:  # not glibc (musl, macOS)
+        return False
+    if mallopt is None:
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     return bool(mallopt(_M_MMAP_THRESHOLD, KEEP_BELOW_BYTES)) and bool(mallopt(_M_TRIM_THRESHOLD, TRIM_ABOVE_BYTES))

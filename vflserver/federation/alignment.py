@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import structlog
 
-from vflcore.data.tables import PartyTable, aligned_digest, ids_digest, select_rows
+from vflcore.data.tables import PartyTable, aligned_digest, ids_digest, select_rows, take_rows
 from vflcore.errors import EmptyIntersection as EmptyIntersection  # re-exported: defined in vflcore.errors
 from vflcore.errors import JobAborted
 from vflcore.psi.cache import alignment_key, load_alignment, load_pairwise, save_alignment
@@ -81,11 +81,14 @@ def align_active(
         aligned_ids = saved
         pairwise = load_pairwise(cache_dir, key, digest)
         log.info("alignment_reused", rows=len(aligned_ids))
+        aligned = None  # its rows are looked up below, once every party agrees
     else:
         exchange = ActiveExchange(
             table.ids, passive, cache_dir=cache_dir, key=key, chunk_ids=chunk_ids, workers=workers, engine=engine
         )
-        aligned_ids, pairwise = _run_psi(exchange)
+        rows, pairwise = _run_psi(exchange)
+        aligned = take_rows(table, rows)  # PSI knows each aligned ID's row: no lookup
+        aligned_ids = aligned.ids
         save_alignment(cache_dir, key, aligned_ids, digest, pairwise)
         exchange.finish()  # only now: a restart before this point resumes the exchange
     want = aligned_digest(aligned_ids)
@@ -93,13 +96,14 @@ def align_active(
         if not np.array_equal(got, want):
             raise JobAborted(f"party {party} aligned its rows differently from the active party; PSI must run again")
     psi_seconds = time.perf_counter() - psi_started
-    aligned = select_rows(table, aligned_ids)
+    if aligned is None:
+        aligned = select_rows(table, aligned_ids)
     seconds = time.perf_counter() - started
     return AlignmentResult(aligned, reuse, pairwise, seconds, psi_seconds=psi_seconds)
 
 
 def _run_psi(exchange: ActiveExchange) -> tuple[np.ndarray, dict[int, int]]:
-    """The exchange with every party (resumed where one was interrupted): the aligned IDs and pairwise overlaps."""
+    """The exchange with every party (resumed where one was interrupted): the aligned rows and pairwise overlaps."""
     passive, ids, key = exchange.passive, exchange.ids, exchange.key
     job_id = passive.job.job_id
     parties = list(passive.job.passive_parties)
@@ -117,8 +121,7 @@ def _run_psi(exchange: ActiveExchange) -> tuple[np.ndarray, dict[int, int]]:
         )
     for party in parties:
         passive.publish(party, TensorKey(job_id, 0, 0, PSI_MEMBERS), order.members[party])
-    aligned_ids: np.ndarray = ids[order.rows]
-    return aligned_ids, order.pairwise
+    return order.rows, order.pairwise
 
 
 def _align_task(task_id: int, *, key: bytes, plan: PsiPlan) -> Align:

@@ -32,6 +32,7 @@ from vflcore.ml.metrics import task_metrics
 from vflcore.ml.models import seed_dropout
 from vflcore.runtime.config import ServerSettings
 from vflcore.runtime.daemon import adopt_torch_threads
+from vflcore.runtime.memory import return_freed_memory
 from vflcore.wire.names import EVAL_EMBEDDING
 from vflcore.wire.traffic import MB
 from vflcore.work_items import Checkpoint, Evaluate
@@ -325,7 +326,11 @@ class ActiveParty:
         if len(rows) == 0:
             return float("nan"), {}
         blocks = [rows[start : start + BLOCK_ROWS] for start in range(0, len(rows), BLOCK_ROWS)]
-        outputs = [self._evaluate_block(epoch, block) for block in blocks]
+        outputs = []
+        for block in blocks:
+            outputs.append(self._evaluate_block(epoch, block))
+            if len(blocks) > 1:
+                return_freed_memory()  # each block's messages, freed: not left scattered over the heaps
         output = outputs[0] if len(outputs) == 1 else torch.cat(outputs)
         loss = float(self._loss_fn(output, self.labels[rows]))
         return loss, task_metrics(self.job.task, self._label_array(rows), output.numpy())

@@ -22,6 +22,7 @@ from numpy.dtypes import StringDType
 
 from vflalgorithms.base import ServerAlgorithm
 from vflcore.job import JobSpec
+from vflcore.runtime.memory import return_freed_memory
 from vflcore.wire.names import infer_embedding_name
 from vflcore.work_items import Infer
 from vflserver.federation.passive_parties import PassiveParties
@@ -39,8 +40,14 @@ class Scorer:
     ) -> None:
         self.job, self.parties, self.algorithm = job, parties, algorithm
         aligned = _strings(ids)
-        self._order = np.argsort(aligned, kind="stable")  # aligned IDs are distinct: any sort would do
-        self._sorted_ids = aligned[self._order]
+        self._order: np.ndarray | None
+        if _is_sorted(aligned):
+            # PSI's agreed order is the IDs' sorted order: the aligned IDs are their own sorted
+            # copy, and a row is its position in them (no copy and no order array: 240 MB at 10M).
+            self._order, self._sorted_ids = None, aligned
+        else:
+            self._order = np.argsort(aligned, kind="stable")  # aligned IDs are distinct: any sort would do
+            self._sorted_ids = aligned[self._order]
         self._lock = threading.Lock()
 
     def predict_rows(self, rows: np.ndarray, *, substitutes: Mapping[int, np.ndarray] | None = None) -> np.ndarray:
@@ -51,7 +58,11 @@ class Scorer:
         """
         if len(rows) > BLOCK_ROWS:
             blocks = [rows[start : start + BLOCK_ROWS] for start in range(0, len(rows), BLOCK_ROWS)]
-            return np.concatenate([self.predict_rows(block, substitutes=substitutes) for block in blocks])
+            outputs = []
+            for block in blocks:
+                outputs.append(self.predict_rows(block, substitutes=substitutes))
+                return_freed_memory()  # each block's messages, freed: not left scattered over the heaps
+            return np.concatenate(outputs)
         if not self.algorithm.needs_parties_to_predict:
             return self.algorithm.predict(rows, {}).numpy()
         with self._lock:
@@ -77,14 +88,24 @@ class Scorer:
         found = np.zeros(len(wanted), dtype=bool)
         found[inside] = sorted_ids[at[inside]] == wanted[inside]
         missing = len(wanted) - int(np.count_nonzero(found))
-        rows = self._order[at[found]] if missing else self._order[at]
+        rows = at[found] if missing else at
+        if self._order is not None:
+            rows = self._order[rows]
         return rows.astype(np.int64, copy=False), missing
 
     def representation_means(self, rows: np.ndarray) -> dict[int, np.ndarray]:
         """Each passive party's mean representation over ``rows`` (the training rows: the TVFL-A stand-in)."""
-        with self._lock:
-            found = self._representations(rows, {})
-        return {party: array.mean(axis=0, dtype=np.float64).astype(np.float32) for party, array in found.items()}
+        sums: dict[int, np.ndarray] = {}
+        for start in range(0, max(len(rows), 1), BLOCK_ROWS):  # a block at a time, as predict_rows asks
+            with self._lock:
+                found = self._representations(rows[start : start + BLOCK_ROWS], {})
+            for party, array in found.items():
+                total = array.sum(axis=0, dtype=np.float64)
+                sums[party] = total if party not in sums else sums[party] + total
+            del found
+            if len(rows) > BLOCK_ROWS:
+                return_freed_memory()
+        return {party: (total / max(len(rows), 1)).astype(np.float32) for party, total in sums.items()}
 
     def _representations(self, rows: np.ndarray, substitutes: Mapping[int, np.ndarray]) -> dict[int, np.ndarray]:
         """Each passive party's representation of ``rows``: asked of the online ones, stood in for the rest."""
@@ -116,3 +137,12 @@ def _strings(ids: Iterable[object]) -> np.ndarray:
     if array.dtype.kind == "T":
         return array
     return array.astype(object).astype(StringDType()) if len(array) else np.zeros(0, dtype=StringDType())
+
+
+def _is_sorted(ids: np.ndarray, block: int = 1 << 20) -> bool:
+    """Whether the IDs are strictly increasing; a block at a time, so no row-sized temporary."""
+    for start in range(0, len(ids) - 1, block):
+        part = ids[start : start + block + 1]
+        if not bool(np.all(part[:-1] < part[1:])):
+            return False
+    return True
