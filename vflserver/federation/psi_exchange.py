@@ -105,8 +105,10 @@ class ActiveExchange:
         chunk_ids: int,
         workers: int | None = None,
         engine: ComputeEngine = LOCAL,
+        id_order: np.ndarray | None = None,
     ) -> None:
         self.ids = ids
+        self.id_order = id_order  # the IDs' sorted order, if the caller has it: the aligned order needs it
         self.passive = passive
         self.job_id = passive.job.job_id
         self.parties = list(passive.job.passive_parties)
@@ -194,7 +196,7 @@ class ActiveExchange:
             streams={c.stream: c.computed for c in counters},
         )
         matches = {party: self._match(party) for party in self.parties}
-        aligned = align_matches(self.ids, matches)
+        aligned = align_matches(self.ids, matches, self.id_order)
         return aligned
 
     def _own_stream(self, pool: _Blinder, counters: list[_Counter]) -> None:
