@@ -171,7 +171,7 @@ def sort_order(ids: np.ndarray) -> np.ndarray:
 
 
 def _order_of(values: pa.Array) -> np.ndarray:
-    order = pc.sort_indices(values).to_numpy()
+    order: np.ndarray = pc.sort_indices(values).to_numpy()
     return order.astype(np.uint32) if len(order) < 2**32 else order.astype(np.int64)
 
 
