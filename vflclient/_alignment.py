@@ -84,13 +84,15 @@ def align_passive(
         if not is_strictly_increasing(aligned.ids):
             raise JobAborted("the server's intersection is not in the agreed order (sorted, distinct IDs)")
         log.info("psi_done", own_ids=len(table.ids), server_ids=task.psi.server_ids, intersection=aligned.num_rows)
+        link.send(TensorKey(job_id, 0, 0, PSI_ALIGNED_DIGEST), aligned_digest(aligned.ids))
+        # Filed once the server has its answer, which it waits for (seconds at 8M IDs). A crash in
+        # between loses only the file: the next job finds no saved alignment here and runs PSI.
         save_alignment(cache_dir, task.alignment_key, aligned.ids, digest)
         discard(folder)
-    else:
-        log.info("alignment_reused", rows=len(aligned_ids))
-        aligned = select_rows(table, aligned_ids)
-    link.send(TensorKey(job_id, 0, 0, PSI_ALIGNED_DIGEST), aligned_digest(aligned.ids))
-    return aligned
+        return aligned
+    log.info("alignment_reused", rows=len(aligned_ids))
+    link.send(TensorKey(job_id, 0, 0, PSI_ALIGNED_DIGEST), aligned_digest(aligned_ids))
+    return select_rows(table, aligned_ids)
 
 
 def _secrets_for(plan: PsiPlan, folder: Path) -> PsiSecrets:

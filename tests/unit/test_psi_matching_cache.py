@@ -161,13 +161,23 @@ class TestSavedAlignment:
         assert all(type(v) is str for v in loaded.tolist())
         assert [p.name for p in (tmp_path / "psi").iterdir()] == [path.name]  # no temporary left behind
 
-    def test_stored_as_utf8_and_older_unicode_files_still_load(self, tmp_path: Path) -> None:
-        """IDs are kept as UTF-8 bytes; a file an older version wrote (unicode ``ids``) loads the same."""
+    def test_stored_as_utf8_and_older_files_still_load(self, tmp_path: Path) -> None:
+        """IDs are kept as UTF-8 bytes back to back; files older versions wrote (unicode ``ids``, or
+        fixed-width ``ids_utf8``) load the same."""
         key, digest = alignment_key("job", DIGESTS), ids_digest(self.IDS)
         path = save_alignment(tmp_path, key, self.IDS, digest)
+        encoded = [v.encode("utf-8") for v in self.IDS.tolist()]
         with np.load(path, allow_pickle=False) as saved:
-            assert saved["ids_utf8"].dtype.kind == "S"
-            assert saved["ids_utf8"].tolist() == [v.encode("utf-8") for v in self.IDS.tolist()]
+            assert saved["ids_utf8_data"].tobytes() == b"".join(encoded)
+            assert saved["ids_utf8_ends"].tolist() == np.cumsum([len(v) for v in encoded]).tolist()
+        np.savez(
+            path,
+            ids_utf8=np.asarray(encoded, dtype="S"),
+            key=np.frombuffer(key, np.uint8),
+            id_digest=np.frombuffer(digest, np.uint8),
+        )
+        loaded = load_alignment(tmp_path, key, digest)
+        assert loaded is not None and loaded.tolist() == self.IDS.tolist()
         np.savez(
             path,
             ids=np.asarray(self.IDS, dtype=str),
@@ -176,6 +186,20 @@ class TestSavedAlignment:
         )
         loaded = load_alignment(tmp_path, key, digest)
         assert loaded is not None and loaded.tolist() == self.IDS.tolist()
+
+    def test_offsets_that_do_not_fit_the_bytes_are_not_loaded(self, tmp_path: Path) -> None:
+        """A damaged file is no alignment (PSI runs again), not an exception or a wrong ID list."""
+        key, digest = alignment_key("job", DIGESTS), ids_digest(self.IDS)
+        path = save_alignment(tmp_path, key, self.IDS, digest)
+        with np.load(path, allow_pickle=False) as saved:
+            kept = {name: saved[name] for name in saved.files}
+        for ends, data in [
+            (kept["ids_utf8_ends"] + 1, kept["ids_utf8_data"]),
+            (kept["ids_utf8_ends"][::-1].copy(), kept["ids_utf8_data"]),
+            (kept["ids_utf8_ends"], np.full(len(kept["ids_utf8_data"]), 0xFF, dtype=np.uint8)),
+        ]:
+            np.savez(path, **{**kept, "ids_utf8_ends": ends, "ids_utf8_data": data})
+            assert load_alignment(tmp_path, key, digest) is None
 
     def test_empty_alignment_round_trips(self, tmp_path: Path) -> None:
         """An empty aligned list is saved and loaded as empty, not as missing."""

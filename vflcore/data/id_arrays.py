@@ -91,6 +91,31 @@ def padded_utf8(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return out
 
 
+def utf8_buffers(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(end offsets as int64, every ID's UTF-8 bytes back to back as uint8): the IDs in two flat arrays.
+
+    What a file of IDs keeps (``vflcore.psi.cache``): Arrow encodes 8M IDs in a fraction of a
+    second, where numpy's ``strings.encode`` took 2 s.
+    """
+    chunk = arrow_ids(ids)
+    offsets = _offsets(chunk)
+    data = _data(chunk)[int(offsets[0]) : int(offsets[-1])]
+    return (offsets[1:] - offsets[0]).astype(np.int64), data
+
+
+def from_utf8_buffers(ends: np.ndarray, data: np.ndarray) -> np.ndarray:
+    """``utf8_buffers`` undone: the IDs as a StringDType array."""
+    ends = np.asarray(ends, dtype=np.int64)
+    if len(ends) and (ends[-1] != len(data) or np.any(np.diff(ends) < 0) or ends[0] < 0):
+        raise ValueError("the ID offsets do not fit the ID bytes")
+    offsets = np.concatenate([np.zeros(1, dtype=np.int64), ends])
+    values = pa.LargeStringArray.from_buffers(
+        len(ends), pa.py_buffer(offsets), pa.py_buffer(np.ascontiguousarray(data, dtype=np.uint8))
+    )
+    values.validate(full=True)  # UTF-8 checked: the bytes come from a file
+    return string_column(values) if len(ends) else np.zeros(0, dtype=STRING_IDS)
+
+
 def id_bytes(values: pa.Array | pa.ChunkedArray) -> Iterator[np.ndarray]:
     """The UTF-8 bytes of the IDs (all of them, no separator), one uint8 array per chunk."""
     for chunk in _string_chunks(values):

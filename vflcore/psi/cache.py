@@ -3,12 +3,12 @@
 An alignment is keyed by ``alignment_key``: a SHA-256 over the job id, the protocol version and
 every party's ID-set digest. Changed data on any party changes its digest, hence the key, and
 PSI runs again. Each party stores only its own result (the aligned IDs, in the agreed order) as
-a plain ``.npz`` of their UTF-8 bytes (fixed width, 1 byte a character for ASCII IDs: a quarter
-of numpy's unicode strings, which mattered at 8M aligned IDs), loaded with ``allow_pickle=False``
+a plain ``.npz`` of their UTF-8 bytes back to back and each one's end (no padding: 1 byte a
+character for ASCII IDs, which mattered at 8M aligned IDs), loaded with ``allow_pickle=False``
 into numpy strings (``StringDType``: no Python object per ID, which a job reusing an alignment
-of 10M rows would otherwise hold); files of older versions, which hold unicode strings, still
-load. The active party also stores the pairwise overlaps PSI found (party -> size of its IDs ∩
-that party's), so that a job that reuses the alignment (a resumed one) still reports them in
+of 10M rows would otherwise hold); files of older versions, which hold unicode strings or
+fixed-width UTF-8, still load. The active party also stores the pairwise overlaps PSI found
+(party -> size of its IDs ∩ that party's), so that a job that reuses the alignment (a resumed one) still reports them in
 ``summary.json``: they are figures it learnt from the exchange, which a reuse skips.
 """
 
@@ -21,7 +21,10 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 from numpy.dtypes import StringDType
+
+from vflcore.data.id_arrays import from_utf8_buffers, utf8_buffers
 
 PROTOCOL_VERSION = "ecdh-psi-x25519-ell2-v1"
 
@@ -55,12 +58,14 @@ def save_alignment(
     parties = sorted(overlaps)
     directory.mkdir(parents=True, exist_ok=True)
     target = cache_path(directory, key)
+    ends, data = utf8_buffers(aligned_ids)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".alignment-", suffix=".npz")
     try:
         with os.fdopen(fd, "wb") as fh:
             np.savez(
                 fh,
-                ids_utf8=_utf8(aligned_ids),
+                ids_utf8_ends=ends,
+                ids_utf8_data=data,
                 key=np.frombuffer(key, np.uint8),
                 id_digest=np.frombuffer(id_digest, np.uint8),
                 pairwise_parties=np.asarray(parties, dtype=np.int64),
@@ -73,20 +78,8 @@ def save_alignment(
     return target
 
 
-def _utf8(ids: np.ndarray, block: int = 1 << 20) -> np.ndarray:
-    """IDs (any 1-D array of str-like values) as fixed-width UTF-8 bytes. IDs never hold NUL, which ``S`` would drop.
-
-    A block at a time: ``np.strings.encode`` of 8M IDs at once peaked at 600 MB more than its result.
-    """
-    parts = [
-        np.strings.encode(np.asarray(ids[start : start + block], dtype=StringDType()), "utf-8")
-        for start in range(0, len(ids), block)
-    ]
-    return np.concatenate(parts) if parts else np.zeros(0, dtype="S1")
-
-
 def _from_utf8(encoded: np.ndarray, block: int = 1 << 20) -> np.ndarray:
-    """``_utf8`` undone, as numpy strings (``StringDType``, no Python object per ID), a block at a time.
+    """The fixed-width UTF-8 IDs of earlier versions' files, as numpy strings (``StringDType``), a block at a time.
 
     Decoding widens to 4 bytes a character, so only one block is ever held in that form.
     """
@@ -105,11 +98,13 @@ def load_alignment(directory: Path, key: bytes, id_digest: bytes) -> np.ndarray 
         with np.load(path, allow_pickle=False) as saved:
             if saved["key"].tobytes() != key or saved["id_digest"].tobytes() != id_digest:
                 return None
-            if "ids_utf8" in saved.files:
+            if "ids_utf8_data" in saved.files:
+                return from_utf8_buffers(saved["ids_utf8_ends"], saved["ids_utf8_data"])
+            if "ids_utf8" in saved.files:  # the fixed-width form of earlier versions
                 return _from_utf8(saved["ids_utf8"])
             ids: np.ndarray = saved["ids"].astype(StringDType())
             return ids
-    except (OSError, ValueError, KeyError):
+    except (OSError, ValueError, KeyError, pa.ArrowException):
         return None
 
 
