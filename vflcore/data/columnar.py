@@ -34,11 +34,13 @@ from vflcore.errors import DataError
 from vflcore.runtime.memory import return_freed_memory
 
 #: CSV bytes per pyarrow call. pyarrow parses a piece on every core; one piece of float64
-#: columns (about 3x its bytes) is the most this reader holds beside the final arrays.
-_PIECE_BYTES = 16 << 20
+#: columns (about 3x its bytes) and the parser's buffers are the most this reader holds beside the
+#: final arrays. 8 MB pieces held 40 MB less than 16 MB ones at 1M rows, at the same speed.
+_PIECE_BYTES = 8 << 20
 #: Parquet rows per batch. Arrow's reader holds a few MB per column it decodes whatever the file's
-#: size (buffers, pages, dictionaries); smaller batches and read buffers keep that near 0.15 GB
-#: for 31 columns, where pre-buffering whole row groups held 0.35 GB, at the same speed.
+#: size (buffers, pages, dictionaries); smaller batches and read buffers kept that near 0.15 GB
+#: for 31 columns, where pre-buffering whole row groups held 0.35 GB, at the same speed; reading
+#: a few columns per pass (``_passes``) keeps it near 0.05 GB.
 _PARQUET_BATCH_ROWS = 1 << 15
 _PARQUET_READ_BUFFER = 1 << 18
 #: Feature columns per pass over a Parquet file (``_passes``).
