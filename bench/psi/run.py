@@ -45,14 +45,29 @@ class PsiRun:
     t0_mono: float
 
 
-def write_configs(root: Path, workers: int, *, chunk_ids: int | None = None, join_timeout_s: float = 300.0) -> None:
-    """Both parties get the same ``[psi] workers``: the setting being measured; the server the chunk size."""
+def write_configs(
+    root: Path,
+    workers: int,
+    *,
+    chunk_ids: int | None = None,
+    join_timeout_s: float = 300.0,
+    ray_addresses: dict[str, str] | None = None,
+) -> None:
+    """Both parties get the same ``[psi] workers``: the setting being measured; the server the chunk size.
+
+    ``ray_addresses`` (``"server"``/``"client"`` -> a Ray cluster's address): that party's
+    ``[compute] engine = "ray"``, on its own cluster.
+    """
     chunking = "" if chunk_ids is None else f"chunk_ids = {chunk_ids}\n"
+    compute = {
+        name: f'\n[compute]\nengine = "ray"\nray_address = "{address}"\n'
+        for name, address in (ray_addresses or {}).items()
+    }
     (root / "server.toml").write_text(
         f"[server]\njoin_timeout_s = {join_timeout_s}\n\n[job]\npassive_parties = [{PARTY}]\n\n"
-        f"[psi]\nworkers = {workers}\n{chunking}"
+        f"[psi]\nworkers = {workers}\n{chunking}{compute.get('server', '')}"
     )
-    (root / f"party{PARTY}.toml").write_text(f"[psi]\nworkers = {workers}\n")
+    (root / f"party{PARTY}.toml").write_text(f"[psi]\nworkers = {workers}\n{compute.get('client', '')}")
 
 
 def _reap(proc: subprocess.Popen[bytes], stats: PartyStats) -> bool:
@@ -127,6 +142,7 @@ def run_psi(
     ids: IdSets | None = None,
     chunk_ids: int | None = None,
     timeout_s: float = PSI_TIMEOUT_S,
+    ray_addresses: dict[str, str] | None = None,
 ) -> PsiRun:
     """One PSI between ``vfl-server --psi-only`` and ``vfl-client``, sampled throughout.
 
@@ -134,13 +150,16 @@ def run_psi(
     with both daemons' log tails on stderr, if either fails, the time runs out, or the intersection
     is not exactly the shared IDs in the agreed order on both sides. ``ids``: the ID sets of
     ``prepare_numbered_inputs`` (None: ``prepare_inputs``' half overlap); ``chunk_ids``: the
-    server's ``[psi] chunk_ids`` (None: its default).
+    server's ``[psi] chunk_ids`` (None: its default); ``ray_addresses``: the parties on the Ray
+    engine, each on its own cluster (``write_configs``).
     """
     job_id = f"bench-psi-{int(time.time())}-{secrets.token_hex(3)}"
     run_dir = root / "runs" / job_id  # fresh: nothing saved to reuse
     logs = root / "logs" / job_id
     logs.mkdir(parents=True)
-    write_configs(root, workers, chunk_ids=chunk_ids, join_timeout_s=max(300.0, timeout_s / 4))
+    write_configs(
+        root, workers, chunk_ids=chunk_ids, join_timeout_s=max(300.0, timeout_s / 4), ray_addresses=ray_addresses
+    )
     port_file = run_dir / "port"
     common = ["--run-dir", str(run_dir), "--ca", str(certs / "ca.pem"), "--log-format", "json"]
     monitor = Monitor()
