@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 import pytest
 import structlog
 
-from vflcore.data.id_arrays import STRING_IDS, find_repeats, fixed_width, padded_utf8, string_column
+from vflcore.data.id_arrays import STRING_IDS, digest_and_order, find_repeats, fixed_width, padded_utf8, string_column
 from vflcore.data.tables import (
     DataError,
     PartyTable,
@@ -80,6 +80,16 @@ class TestDigests:
         shuffled = [ids[i] for i in np.random.default_rng(1).permutation(len(ids))]
         for form in (*_forms(ids).values(), *_forms(shuffled).values()):
             assert ids_digest(form) == expected
+
+    @pytest.mark.parametrize("name", sorted(ID_SETS))
+    def test_digest_and_order_from_one_copy(self, name: str) -> None:
+        """The active party's digest and sort order in one pass: the same digest, and the rows in
+        Python's ``sorted`` order of the IDs."""
+        ids = [ID_SETS[name][i] for i in np.random.default_rng(2).permutation(len(ID_SETS[name]))]
+        digest, order = digest_and_order(np.array(ids, dtype=STRING_IDS))
+        assert digest == reference_ids_digest(np.array(ids, dtype=object))
+        assert [ids[i] for i in order.tolist()] == sorted(ids)
+        assert digest_and_order(np.array(ids, dtype=STRING_IDS), order)[0] == digest
 
     @pytest.mark.parametrize("name", sorted(ID_SETS))
     def test_aligned_digest_is_the_old_bytes(self, name: str) -> None:

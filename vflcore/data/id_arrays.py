@@ -206,12 +206,24 @@ def ids_digest(ids: np.ndarray, order: np.ndarray | None = None) -> bytes:
     ``order``: the IDs' ``sort_order``, when the caller has it. The digest is the one every
     earlier version computed (Python's ``sorted`` gives the same order).
     """
+    return digest_and_order(ids, order)[0]
+
+
+def digest_and_order(ids: np.ndarray, order: np.ndarray | None = None) -> tuple[bytes, np.ndarray]:
+    """(``ids_digest``, ``sort_order``) from one Arrow copy of the IDs: PSI's active party needs both.
+
+    Arrow's allocator keeps what it frees for its next allocation; the copy (0.2 GB at 10M IDs)
+    is handed back at the end, so that numpy's and torch's arrays that follow can use it.
+    """
     values = arrow_ids(ids)
-    rows = pa.array(_order_of(values) if order is None else order)
+    rows = _order_of(values) if order is None else order
     digest = hashlib.sha256()
+    indices = pa.array(rows)
     for start in range(0, len(values), _SLICE_ROWS):
-        _update_lines(digest, values.take(rows.slice(start, _SLICE_ROWS)))
-    return digest.digest()
+        _update_lines(digest, values.take(indices.slice(start, _SLICE_ROWS)))
+    del values, indices
+    pa.default_memory_pool().release_unused()
+    return digest.digest(), rows
 
 
 def aligned_digest(ids: np.ndarray) -> np.ndarray:

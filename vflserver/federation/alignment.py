@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import structlog
 
-from vflcore.data.id_arrays import sort_order
-from vflcore.data.tables import PartyTable, aligned_digest, ids_digest, select_rows, take_rows
+from vflcore.data.id_arrays import digest_and_order
+from vflcore.data.tables import PartyTable, aligned_digest, select_rows, take_rows
 from vflcore.errors import EmptyIntersection as EmptyIntersection  # re-exported: defined in vflcore.errors
 from vflcore.errors import JobAborted
 from vflcore.psi.cache import alignment_key, load_alignment, load_pairwise, save_alignment
@@ -69,8 +69,7 @@ def align_active(
     """
     started = time.perf_counter()
     job_id = passive.job.job_id
-    id_order: np.ndarray | None = sort_order(table.ids)  # for the digest, and again for PSI's aligned order
-    digest = ids_digest(table.ids, id_order)
+    digest, id_order = digest_and_order(table.ids)  # the order again for PSI's aligned order
     members = {p: passive.member(p) for p in passive.job.passive_parties}
     key = alignment_key(job_id, {1: digest, **{p: m.id_set_digest for p, m in members.items()}})
     saved = load_alignment(cache_dir, key, digest)
@@ -84,7 +83,7 @@ def align_active(
         pairwise = load_pairwise(cache_dir, key, digest)
         log.info("alignment_reused", rows=len(aligned_ids))
         aligned = None  # its rows are looked up below, once every party agrees
-        id_order = None  # 40 MB at 10M IDs, needed no more
+        del id_order  # 40 MB at 10M IDs, not needed to reuse
     else:
         exchange = ActiveExchange(
             table.ids,
