@@ -118,13 +118,7 @@ def select_rows(table: PartyTable, ids: np.ndarray) -> PartyTable:
             f"{table.source}: {missing} of the {len(ids)} aligned IDs are not in this table; "
             "the alignment was made for other data: remove the saved alignment (psi folder) and run the job again"
         )
-    return PartyTable(
-        ids=table.ids[order],
-        features=table.features[order],
-        feature_names=table.feature_names,
-        labels=None if table.labels is None else table.labels[order],
-        source=table.source,
-    )
+    return take_rows(table, order)
 
 
 def take_rows(table: PartyTable, rows: np.ndarray) -> PartyTable:
