@@ -157,7 +157,7 @@ def _read_parquet(
         for part in _passes(columns):
             start = 0
             for batch in parquet.iter_batches(
-                batch_size=_PARQUET_BATCH_ROWS, columns=[header[i] for i in part.indices], use_threads=True
+                batch_size=_PARQUET_BATCH_ROWS, columns=[header[i] for i in part.indices(columns)], use_threads=True
             ):
                 if not target.fill(part, _by_name(batch, header), start, batch.num_rows):
                     return None
@@ -177,7 +177,12 @@ class _Pass:
     with_ids: bool
     with_label: bool
     features: range
-    indices: tuple[int, ...]
+
+    def indices(self, columns: TableColumns) -> list[int]:
+        """The pass's columns by their position in the file's header."""
+        ids = [columns.id_index] if self.with_ids else []
+        label = [columns.label_index] if self.with_label and columns.label_index is not None else []
+        return [*ids, *label, *(columns.feature_indices[j] for j in self.features)]
 
 
 def _passes(columns: TableColumns) -> list[_Pass]:
@@ -187,12 +192,10 @@ def _passes(columns: TableColumns) -> list[_Pass]:
     over a few columns at a time keeps that near 0.05 GB where all 31 at once held 0.17 GB (at 1M
     rows that was the difference between 1.17x and under 1x the memory target), at the same speed.
     """
-    label = () if columns.label_index is None else (columns.label_index,)
-    passes = [_Pass(True, bool(label), range(0), (columns.id_index, *label))]
+    passes = [_Pass(True, columns.label_index is not None, range(0))]
     count = len(columns.feature_indices)
     for start in range(0, count, _PARQUET_COLUMNS_PER_PASS):
-        features = range(start, min(start + _PARQUET_COLUMNS_PER_PASS, count))
-        passes.append(_Pass(False, False, features, tuple(columns.feature_indices[j] for j in features)))
+        passes.append(_Pass(False, False, range(start, min(start + _PARQUET_COLUMNS_PER_PASS, count))))
     return passes
 
 
@@ -319,6 +322,8 @@ class _Targets:
         self._features = np.empty((rows or 0, len(columns.feature_indices)), dtype=np.float32)
         self._labels = None if columns.label_index is None else np.empty(rows or 0, dtype=np.float64)
         self._filled = 0
+        #: Every column at once: what ``add`` fills.
+        self._every = _Pass(True, columns.label_index is not None, range(len(columns.feature_indices)))
 
     def add(self, column: Callable[[int], pa.Array | pa.ChunkedArray], count: int) -> bool:
         """Append ``count`` rows (``column`` gives a piece's column by header position); False to refuse."""
@@ -326,8 +331,7 @@ class _Targets:
             if self._rows is not None:
                 return False  # more rows than the footer said: a damaged file
             self.reserve(max(self._filled + count, 2 * len(self._features)))
-        every = _Pass(True, self._labels is not None, range(len(self._columns.feature_indices)), ())
-        if not self.fill(every, column, self._filled, count):
+        if not self.fill(self._every, column, self._filled, count):
             return False
         self._filled += count
         return True

@@ -203,13 +203,12 @@ def _order_of(values: pa.Array) -> np.ndarray:
     return order.astype(np.uint32) if len(order) < 2**32 else order.astype(np.int64)
 
 
-def ids_digest(ids: np.ndarray, order: np.ndarray | None = None) -> bytes:
+def ids_digest(ids: np.ndarray) -> bytes:
     """SHA-256 over the sorted IDs, each UTF-8 encoded and followed by a newline.
 
-    ``order``: the IDs' ``sort_order``, when the caller has it. The digest is the one every
-    earlier version computed (Python's ``sorted`` gives the same order).
+    The digest is the one every earlier version computed (Python's ``sorted`` gives the same order).
     """
-    return digest_and_order(ids, order)[0]
+    return digest_and_order(ids)[0]
 
 
 def digest_and_order(ids: np.ndarray, order: np.ndarray | None = None) -> tuple[bytes, np.ndarray]:

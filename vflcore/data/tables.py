@@ -211,11 +211,11 @@ def align_rows(table: PartyTable) -> PartyTable:
     )
 
 
-def ids_digest(ids: np.ndarray, order: np.ndarray | None = None) -> bytes:
+def ids_digest(ids: np.ndarray) -> bytes:
     """SHA-256 over the sorted IDs, each UTF-8 encoded and followed by a newline.
 
     It fingerprints a party's ID set: a saved PSI result is reused only while every party's
     fingerprint is unchanged (``vflcore.psi.cache``).
     `read_party_csv` rejects IDs containing line breaks, so the newline framing is unambiguous.
     """
-    return id_arrays.ids_digest(ids, order)
+    return id_arrays.ids_digest(ids)

@@ -40,7 +40,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from types import TracebackType
-from typing import Final, NoReturn
+from typing import Final, NoReturn, Self
 
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 
@@ -171,7 +171,26 @@ def _task_hash_and_blind(offset: int, ids: Sequence[bytes], dst: bytes) -> bytes
 # --- parent side ---------------------------------------------------------------------------------
 
 
-class ParallelBlinder:
+class OpenedInWith:
+    """A blinder's ``with``: ``open`` on entry, ``close`` on exit (each blinder says what they do)."""
+
+    def open(self) -> None:
+        """Make the blinder ready (start workers, connect); nothing by default."""
+
+    def close(self) -> None:
+        """Release what ``open`` took; nothing by default."""
+
+    def __enter__(self) -> Self:
+        self.open()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class ParallelBlinder(OpenedInWith):
     """Blind (or hash and blind) large batches on a pool of worker processes, order preserved.
 
     Use as a context manager; the pool starts on entry and is shut down on exit::
@@ -213,15 +232,6 @@ class ParallelBlinder:
     def __repr__(self) -> str:
         state = "open" if self._pool is not None else "closed"
         return f"ParallelBlinder(workers={self.workers}, chunk_size={self.chunk_size}, {self.start_method}, {state})"
-
-    def __enter__(self) -> ParallelBlinder:
-        self.open()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     def open(self) -> None:
         """Start the worker processes (``__enter__`` does this)."""
@@ -333,20 +343,12 @@ def _split(packed: bytes) -> list[bytes]:
     return [packed[i : i + U_BYTES] for i in range(0, len(packed), U_BYTES)]
 
 
-class SerialBlinder:
+class SerialBlinder(OpenedInWith):
     """The :class:`ParallelBlinder` interface in this process: for small sets, where starting
     worker processes (each importing the caller's main module) costs more than the arithmetic."""
 
     def __init__(self, key: BlindingKey) -> None:
         self._key = key
-
-    def __enter__(self) -> SerialBlinder:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        return None
 
     def blind_packed(self, points: Sequence[bytes], *, progress: Progress | None = None) -> bytes:
         return b"".join(blind(points, self._key))

@@ -35,7 +35,7 @@ its index, as the local blinders do; it is not retried (the same input fails the
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from types import ModuleType, TracebackType
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final
 
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
@@ -44,6 +44,7 @@ from vflcore.errors import JobAborted, PsiError
 from vflcore.psi.blinding import (
     DEFAULT_CHUNK,
     BlindingKey,
+    OpenedInWith,
     ParallelBlinder,
     Progress,
     SerialBlinder,
@@ -76,7 +77,7 @@ def blind_chunk(secret: bytes, offset: int, points: Sequence[bytes]) -> bytes:
     return b"".join(_blind_with(X25519PrivateKey.from_private_bytes(secret), points, offset))
 
 
-class RayBlinder:
+class RayBlinder(OpenedInWith):
     """Blind (or hash and blind) large batches as Ray tasks on the party's cluster, order preserved.
 
     Connects this process to the cluster (``vflcore.runtime.compute.connect``) on entry if it is
@@ -116,15 +117,6 @@ class RayBlinder:
     def __repr__(self) -> str:
         state = "open" if self._secret is not None else "closed"
         return f"RayBlinder({self.engine.describe()}, chunk_size={self.chunk_size}, {state})"
-
-    def __enter__(self) -> RayBlinder:
-        self.open()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     def open(self) -> None:
         """Connect to the cluster (``__enter__`` does this) and take the key's raw bytes for the tasks."""

@@ -22,6 +22,7 @@ from numpy.dtypes import StringDType
 
 from vflalgorithms.base import ServerAlgorithm
 from vflcore.job import JobSpec
+from vflcore.psi.intersection import is_strictly_increasing
 from vflcore.runtime.memory import return_freed_memory
 from vflcore.wire.names import infer_embedding_name
 from vflcore.work_items import Infer
@@ -41,7 +42,7 @@ class Scorer:
         self.job, self.parties, self.algorithm = job, parties, algorithm
         aligned = _strings(ids)
         self._order: np.ndarray | None
-        if _is_sorted(aligned):
+        if is_strictly_increasing(aligned):
             # PSI's agreed order is the IDs' sorted order: the aligned IDs are their own sorted
             # copy, and a row is its position in them (no copy and no order array: 240 MB at 10M).
             self._order, self._sorted_ids = None, aligned
@@ -137,12 +138,3 @@ def _strings(ids: Iterable[object]) -> np.ndarray:
     if array.dtype.kind == "T":
         return array
     return array.astype(object).astype(StringDType()) if len(array) else np.zeros(0, dtype=StringDType())
-
-
-def _is_sorted(ids: np.ndarray, block: int = 1 << 20) -> bool:
-    """Whether the IDs are strictly increasing; a block at a time, so no row-sized temporary."""
-    for start in range(0, len(ids) - 1, block):
-        part = ids[start : start + block + 1]
-        if not bool(np.all(part[:-1] < part[1:])):
-            return False
-    return True
