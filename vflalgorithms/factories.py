@@ -48,13 +48,13 @@ class ModelSlot:
     output: tuple[int, ...]
 
 
-def _probe(key: str, spec: str, factory: Callable[..., nn.Module], slot: ModelSlot) -> None:
+def _probe(key: str, spec: str, factory: Callable[..., nn.Module], slot: ModelSlot, table: str) -> None:
     """Build once and run the probe batch; a ConfigError naming ``key`` if anything is off."""
     arguments = ", ".join(map(str, slot.args))
     try:
         model = build_seeded(lambda: factory(*slot.args), 0)
     except Exception as exc:  # the user's code: any failure is a refusal that quotes it
-        raise ConfigError(f"[model] {key} = {spec!r}: calling it with ({arguments}) failed: {exc}") from None
+        raise ConfigError(f"[{table}] {key} = {spec!r}: calling it with ({arguments}) failed: {exc}") from None
     probe = torch.zeros(slot.probe)
     try:
         model.eval()
@@ -62,14 +62,14 @@ def _probe(key: str, spec: str, factory: Callable[..., nn.Module], slot: ModelSl
             output = model(probe)
     except Exception as exc:
         raise ConfigError(
-            f"[model] {key} = {spec!r}: the model it builds ({arguments}) fails on a probe batch of shape "
+            f"[{table}] {key} = {spec!r}: the model it builds ({arguments}) fails on a probe batch of shape "
             f"{list(slot.probe)} ({exc}); it must take {slot.what}'s input"
         ) from None
     shape = tuple(output.shape) if isinstance(output, torch.Tensor) else None
     if shape != slot.output:
         got = list(shape) if shape is not None else type(output).__name__
         raise ConfigError(
-            f"[model] {key} = {spec!r}: on a probe batch of shape {list(slot.probe)} the model returns {got}; "
+            f"[{table}] {key} = {spec!r}: on a probe batch of shape {list(slot.probe)} the model returns {got}; "
             f"{slot.what} must return shape {list(slot.output)}"
         )
 
@@ -85,7 +85,7 @@ def refuse_untaken(given: Mapping[str, str], algorithm: str, takes: tuple[str, .
 
 
 def resolve_factories(
-    given: Mapping[str, str], algorithm: str, takes: tuple[str, ...]
+    given: Mapping[str, str], algorithm: str, takes: tuple[str, ...], *, table: str = "model"
 ) -> dict[str, Callable[..., nn.Module]]:
     """Import every factory ``given`` names (key → ``module:function``); refuses a key ``algorithm`` does not take."""
     refuse_untaken(given, algorithm, takes)
@@ -94,22 +94,28 @@ def resolve_factories(
         try:
             resolved[key] = load_factory(spec)
         except ValueError as exc:
-            raise ConfigError(f"[model] {key}: {exc}") from None
+            raise ConfigError(f"[{table}] {key}: {exc}") from None
     return resolved
 
 
 def check_factories(
-    given: Mapping[str, str], algorithm: str, takes: tuple[str, ...], slots: Mapping[str, ModelSlot]
+    given: Mapping[str, str],
+    algorithm: str,
+    takes: tuple[str, ...],
+    slots: Mapping[str, ModelSlot],
+    *,
+    table: str = "model",
 ) -> None:
     """Import and probe every factory ``given`` names against the algorithm's ``slots``; ConfigError on the first fault.
 
     ``takes`` is every key the algorithm takes; ``slots`` those it can use with this data (no
-    own bottom model when the active party holds no features).
+    own bottom model when the active party holds no features). ``table`` is the table errors
+    name: ``model``, or ``distill`` for the distilled student's factory.
     """
-    for key, factory in resolve_factories(given, algorithm, takes).items():
+    for key, factory in resolve_factories(given, algorithm, takes, table=table).items():
         if key not in slots:
             raise ConfigError(
                 f"[model] {key}: the active party's dataset has no feature columns, so {algorithm} builds no "
                 "model for this key; remove it or give the active party features"
             )
-        _probe(key, given[key], factory, slots[key])
+        _probe(key, given[key], factory, slots[key], table)

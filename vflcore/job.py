@@ -163,7 +163,7 @@ def mid_epoch_checkpoint_due(job: JobSpec, epoch: int, done: int, per_epoch: int
 
 def model_seed(job_seed: int, party: int, part: str) -> int:
     """Seed of one model part of one party: distinct per part, equal across runs and processes."""
-    offsets = {"bottom": 0, "top": 1, "head": 2, "dropout": 3}
+    offsets = {"bottom": 0, "top": 1, "head": 2, "dropout": 3, "student": 4}
     return int(job_seed) * 1009 + party * 17 + offsets[part]
 
 

@@ -129,7 +129,7 @@ def job_optimizer(job: JobSpec, params: Iterable[nn.Parameter]) -> torch.optim.O
 _SEEDED_BUILD = threading.Lock()
 
 
-def seed_dropout(job: JobSpec) -> None:
+def seed_dropout(job: JobSpec, part: str = "dropout") -> None:
     """Seed torch's global RNG, which draws the top model's dropout masks, from the job's seed.
 
     The server calls it just before its first training step and every in-process reference
@@ -137,9 +137,10 @@ def seed_dropout(job: JobSpec) -> None:
     equals its reference mask for mask. Model initialisation does not use this RNG (``build_seeded``),
     and the lock keeps this seeding out of the middle of another thread's ``build_seeded`` (parties
     sharing one process, as in the SDK and the tests, would otherwise build from the wrong seed).
+    ``part`` "student" seeds the distilled student's masks apart from the federated model's.
     """
     with _SEEDED_BUILD:
-        torch.manual_seed(model_seed(job.seed, ACTIVE_PARTY, "dropout"))
+        torch.manual_seed(model_seed(job.seed, ACTIVE_PARTY, part))
 
 
 def build_seeded(factory: Callable[[], nn.Module], seed: int) -> nn.Module:

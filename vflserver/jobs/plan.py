@@ -22,6 +22,7 @@ dataset each party uses::
     top_factory = "mymodels:top"  # "module:function" per model the algorithm takes (docs/configuration.md)
     [serving]                     # enabled (serve the model once trained; default true), degraded
     [privacy]                     # the defences each party applies (vflcore.privacy; all off by default)
+    [distill]                     # also train a student the active party serves alone (settings: docs)
 
 Everything is checked at submission, so a job that cannot run is refused before it is queued,
 with a message that names the key.
@@ -46,9 +47,11 @@ from vflcore.ml.losses import label_tensor
 from vflcore.runtime.config import DEFAULT_DATASET, DataSource, _Section, dataset_named, job_from_document
 from vflprivacy.label_defences import check_classes
 from vflserver.inference.config import DEGRADED_MODES
+from vflserver.training.distill_settings import STUDENT_FACTORY, DistillSpec, distill_from_table
+from vflserver.training.student import student_slot
 
 #: The tables of a job document; anything else is refused by name.
-TABLES = ("job", "algorithm", "model", "serving", "privacy")
+TABLES = ("job", "algorithm", "model", "serving", "privacy", "distill")
 _SERVING_KEYS = ("enabled", "degraded")
 _MODEL_KEYS = ("top_hidden", "top_dropout", *FACTORY_KEYS)
 #: ``[job]`` keys besides the ``JobSpec`` fields: they say how the service runs the job.
@@ -79,6 +82,8 @@ class JobPlan:
     factories: dict[str, str] = field(default_factory=dict)
     #: Passive party id -> the name, in its own ``[models]`` table, of the model it builds (absent: its default).
     models: dict[int, str] = field(default_factory=dict)
+    #: ``[distill]``: distil the trained model into a student the active party serves alone (None: no table).
+    distill: DistillSpec | None = None
 
 
 def plan_from_document(doc: Mapping[str, Any], *, default_join_timeout_s: float, where: str = "job") -> JobPlan:
@@ -122,6 +127,9 @@ def plan_from_document(doc: Mapping[str, Any], *, default_join_timeout_s: float,
     degraded = serving.text("degraded", "none")
     if degraded not in DEGRADED_MODES:
         raise ConfigError(f"{where}: [serving] degraded = {degraded!r}; choose one of {list(DEGRADED_MODES)}")
+    distill = distill_from_table(doc["distill"], where, task=job.task) if "distill" in doc else None
+    if distill is not None and psi_only:
+        raise ConfigError(f"{where}: [distill] needs a trained model, and a psi_only job trains none; remove one")
     factories = {key: model.text(key) for key in FACTORY_KEYS if key in model.raw}
     try:
         refuse_untaken(factories, job.algorithm, spec.active_half().factory_keys)
@@ -138,6 +146,7 @@ def plan_from_document(doc: Mapping[str, Any], *, default_join_timeout_s: float,
         psi_only=psi_only,
         serve=serve,
         degraded=degraded,
+        distill=distill,
     )
 
 
@@ -150,8 +159,8 @@ def active_source(plan: JobPlan, datasets: Mapping[str, DataSource]) -> DataSour
 
 
 def needs_active_table(plan: JobPlan) -> bool:
-    """Whether submission reads the active party's table (``check_models``): for its own models, or Marvell."""
-    return bool(plan.factories) or plan.job.privacy.label_defence == "marvell"
+    """Whether submission reads the active party's table (``check_models``): own models, Marvell, or a student."""
+    return bool(plan.factories) or plan.job.privacy.label_defence == "marvell" or plan.distill is not None
 
 
 def check_models(plan: JobPlan, table: PartyTable, where: str = "job") -> None:
@@ -167,6 +176,8 @@ def check_models(plan: JobPlan, table: PartyTable, where: str = "job") -> None:
     _, outputs = label_tensor(job.task, torch.from_numpy(np.asarray(table.labels, dtype=np.float64)))
     if job.task == "classification":
         check_classes(job.privacy, outputs, where)
+    if plan.distill is not None:
+        _check_student(plan.distill, table, outputs, where)
     if not plan.factories:
         return
     half = algorithm_spec(job.algorithm).active_half()
@@ -175,6 +186,22 @@ def check_models(plan: JobPlan, table: PartyTable, where: str = "job") -> None:
         check_factories(plan.factories, job.algorithm, half.factory_keys, slots)
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from None
+
+
+def _check_student(spec: DistillSpec, table: PartyTable, outputs: int, where: str) -> None:
+    """A student needs the active party's features; its own factory must build a model of the right shape."""
+    width = table.features.shape[1]
+    if not width:
+        raise ConfigError(
+            f"{where}: [distill] trains a student on the active party's own features, and its dataset "
+            f"({table.source}) has none; remove [distill] or give the active party feature columns"
+        )
+    if spec.student_factory:
+        given, slots = {STUDENT_FACTORY: spec.student_factory}, {STUDENT_FACTORY: student_slot(width, outputs)}
+        try:
+            check_factories(given, "the student", (STUDENT_FACTORY,), slots, table="distill")
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
 
 
 def read_active_table(plan: JobPlan, datasets: Mapping[str, DataSource]) -> PartyTable:

@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from pathlib import Path
 
 import structlog
 
@@ -47,6 +48,7 @@ from vflserver.jobs.plan import JobPlan, plan_from_document, read_active_table
 from vflserver.jobs.scheduling import loss_deadline
 from vflserver.jobs.store import ENDED, EpochRecord, JobRecord, JobStore
 from vflserver.training.active_party import ActiveParty
+from vflserver.training.distillation import STUDENT_DIR, student_name
 from vflserver.training.reports import EpochReport, RunSummary
 
 log = structlog.get_logger(__name__)
@@ -258,6 +260,7 @@ class JobRunner:
                 top_dropout=plan.top_dropout,
                 psi_only=plan.psi_only,
                 factories=plan.factories,
+                distill=plan.distill,
             )
         except (ConfigError, DataError, ValueError) as exc:
             self._end(job_id, "failed", str(exc))
@@ -391,10 +394,14 @@ class JobRunner:
         except (VflError, OSError, ValueError) as exc:  # the job still finished; only serving failed
             log.warning("model_not_served", job=job_id, error=str(exc))
         message = "aligned IDs written" if plan.psi_only else "trained and evaluated"
+        if summary.student is not None:
+            message += f"; student {summary.student.job_id} distilled{_metrics_in_words(summary.student)}"
         self._end(job_id, "finished", message, final_metrics=summary.final_metrics)
 
     def _serve(self, active: ActiveParty, plan: JobPlan, summary: RunSummary, serve_federated: bool) -> None:
         job_id = active.job.job_id
+        if self.registry is not None and plan.serve and summary.student is not None:
+            self._serve_student(job_id, summary.student.artifact)
         if self.registry is not None and plan.serve:
             if summary.artifact is not None:
                 self.registry.add(load_servable(summary.artifact, name=job_id))
@@ -454,8 +461,20 @@ class JobRunner:
         """The state of every served model, for the metrics."""
         return [model_state(entry.servable) for entry in self.registry.models()] if self.registry is not None else []
 
+    def _serve_student(self, job_id: str, model: Path | None) -> None:
+        """Serve job ``job_id``'s distilled student from ``model``, if it is a standalone model there."""
+        if self.registry is None or model is None or not is_standalone(model):
+            return
+        name = student_name(job_id)
+        try:
+            self.registry.add(load_servable(model, name=name))
+        except (OSError, VflError, ValueError) as exc:
+            log.warning("artifact_unreadable", job=job_id, path=str(model), error=str(exc))
+            return
+        log.info("model_served", job=job_id, model=name, how="distilled student, standalone")
+
     def _serve_saved_artifacts(self) -> None:
-        """After a restart: serve again every finished job's standalone model; federated ones are gone.
+        """After a restart: serve again every finished job's standalone model and student; federated ones are gone.
 
         The standalone model is the active party's ``model.onnx`` when its metadata says so (every
         party of every job exports its part under that name), else the ``model.safetensors`` of a
@@ -464,9 +483,11 @@ class JobRunner:
         if self.registry is None:
             return
         for record in self.store.list(states=("finished",)):
+            folder = party_dir(self.settings.run_dir, record.job_id, ACTIVE_PARTY)
+            if "distill" in record.document and record.document.get("serving", {}).get("enabled", True):
+                self._serve_student(record.job_id, folder / STUDENT_DIR / MODEL_FILE)  # alone, as after training
             if not record.served:
                 continue
-            folder = party_dir(self.settings.run_dir, record.job_id, ACTIVE_PARTY)
             onnx_file, legacy = folder / MODEL_FILE, folder / LEGACY_FILE
             model = onnx_file if is_standalone(onnx_file) else legacy if legacy.exists() else None
             if model is not None:
@@ -476,6 +497,14 @@ class JobRunner:
                 except (OSError, VflError, ValueError) as exc:
                     log.warning("artifact_unreadable", job=record.job_id, path=str(model), error=str(exc))
             self.store.set_served(record.job_id, False)
+
+
+def _metrics_in_words(student: RunSummary) -> str:
+    """`` (accuracy 0.9133 alone)``: the student's held-out metrics, for the job's final message."""
+    shown = {name: value for name, value in student.final_metrics.items() if name in ("accuracy", "r2", "auc")}
+    if not shown:
+        return ""
+    return f" ({', '.join(f'{name} {value:.4f}' for name, value in shown.items())} alone)"
 
 
 def _last_saved(active: ActiveParty) -> str:

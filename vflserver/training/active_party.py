@@ -39,6 +39,8 @@ from vflcore.work_items import Checkpoint, Evaluate
 from vflprivacy.label_defences import check_classes
 from vflserver.federation.alignment import AlignmentResult, align_active
 from vflserver.federation.passive_parties import PassiveParties
+from vflserver.training.distill_settings import DistillSpec, student_factory
+from vflserver.training.distillation import Distillation
 from vflserver.training.export import MODEL_REPOSITORY, export_model
 from vflserver.training.importance import write_client_importance
 from vflserver.training.label_privacy import protect_labels
@@ -72,6 +74,7 @@ class ActiveParty:
         top_dropout: float = 0.0,
         psi_only: bool = False,
         factories: Mapping[str, str] | None = None,
+        distill: DistillSpec | None = None,
         offline_grace_s: float = 5.0,
     ) -> None:
         settings = settings or ServerSettings()
@@ -92,11 +95,19 @@ class ActiveParty:
         algorithm = spec.active_half()
         #: The job's own model factories, imported (checked and probed at submission already).
         self.factories = resolve_factories(factories or {}, job.algorithm, algorithm.factory_keys)
+        #: ``[distill]``: train a student on this party's features after the federated model (None: no).
+        self.distill = None if psi_only else distill
+        self.student_factory = student_factory(self.distill)
         self.device = torch.device(settings.device)
         if algorithm.needs_own_features and not table.features.shape[1] and not psi_only:
             raise ConfigError(
                 f"{table.source}: {job.algorithm} needs feature columns on the active party (it predicts from "
                 "them alone), but this file has only IDs and labels"
+            )
+        if self.distill is not None and not table.features.shape[1]:
+            raise ConfigError(
+                f"{table.source}: [distill] trains a student on the active party's own features, but this file has "
+                "only IDs and labels; remove [distill] or give the active party feature columns"
             )
         if table.labels is not None and not psi_only:
             # From the whole label column, not the aligned rows: a class absent from the
@@ -252,7 +263,7 @@ class ActiveParty:
                     on_epoch(report)
             structlog.contextvars.unbind_contextvars("round")
             fed.state = "serving"
-            summary.final_metrics = self._final_inference()
+            summary.final_metrics, test_output = self._final_inference()
             summary.wire = fed.traffic.report()
             summary.client_importance = self.algorithm.client_importance()
             if summary.client_importance is not None:
@@ -264,6 +275,8 @@ class ActiveParty:
             export_model(
                 self.job, self.table, self.algorithm, self.schedule, self.run_dir, self.repository_root, summary
             )
+            if self.distill is not None:  # the teacher's outputs need every party; the student needs none
+                summary.student = self._distil(self.distill, test_output, afresh=first < Position(self.job.epochs))
             write_summary(self.run_dir, self.job, summary, self.algorithm.step_losses)
             if keep_serving:  # a party whose daemon restarts comes back into the served model
                 self._readmission = Readmission(fed, self.own_table.ids, self.table.ids)
@@ -358,17 +371,39 @@ class ActiveParty:
         """Each passive party's mean representation over the training rows (the TVFL-A stand-in)."""
         return self.scorer.representation_means(self.schedule.train_rows)
 
-    def _final_inference(self) -> dict[str, float]:
+    def _distil(self, spec: DistillSpec, test_output: np.ndarray | None, *, afresh: bool) -> RunSummary:
+        """The student of ``[distill]`` (``distillation``); ``afresh`` when this attempt trained the teacher."""
+        ctx = self.algorithm.ctx
+        distillation = Distillation(
+            self.job,
+            spec,
+            aligned=self.table,
+            features=ctx.features,
+            train_labels=ctx.labels,
+            labels=self.labels,
+            party_dir=self.run_dir,
+            repository_root=self.repository_root,
+            keep_checkpoints=self.settings.keep_checkpoints,
+            top_hidden=self.top_hidden,
+            top_dropout=self.top_dropout,
+            factory=self.student_factory,
+            stop_event=self.stop_event,
+        )
+        teacher = distillation.teacher_outputs(self.predict_rows, test_output, afresh=afresh)
+        return distillation.run(teacher)
+
+    def _final_inference(self) -> tuple[dict[str, float], np.ndarray | None]:
+        """Federated inference on the held-out rows: their metrics and the model's output (None: no held-out row)."""
         rows = self.schedule.test_rows
         if len(rows) == 0:
-            return {}
+            return {}, None
         # By row, not by ID: the held-out rows are known, and a list of their IDs would be a Python
         # object per row (2M at 10M aligned rows) only to be looked up again.
         output = self.predict_rows(rows)
         metrics = task_metrics(self.job.task, self._label_array(rows), output)
         write_predictions(self.run_dir, self.job.task, self.table.ids[rows], self._label_array(rows), output)
         log.info("federated_inference_done", rows=len(rows), **metrics)
-        return metrics
+        return metrics, output
 
     def _label_array(self, rows: np.ndarray) -> np.ndarray:
         return self.labels[rows].numpy().reshape(len(rows), -1).squeeze(-1)

@@ -67,6 +67,8 @@ class RunSummary:
     #: The job's ``[privacy]`` settings as this party applied them, with ε of its label DP
     #: (``vflserver.training.label_privacy.privacy_report``).
     privacy: dict[str, Any] = field(default_factory=dict)
+    #: The distilled student's own summary (``[distill]``, ``vflserver.training.distillation``), else None.
+    student: RunSummary | None = None
 
 
 def write_predictions(
@@ -121,6 +123,17 @@ def _csv_field(values: pa.Array) -> pa.Array:
     return pc.if_else(pc.match_substring_regex(values, '[,"\r\n]'), quoted, values)
 
 
+def _student(student: RunSummary) -> dict[str, Any]:
+    """The student's part of its job's summary: its name, metrics and model files (its own summary has the rest)."""
+    return {
+        "name": student.job_id,
+        "epochs": len(student.epochs),
+        "final_metrics": student.final_metrics,
+        "artifact": None if student.artifact is None else str(student.artifact),
+        "model_repository": None if student.model_repository is None else str(student.model_repository),
+    }
+
+
 def write_summary(run_dir: Path, job: JobSpec, summary: RunSummary, step_losses: Sequence[float]) -> None:
     """``summary.json``: the alignment, every epoch and step loss, the final metrics, bytes, model files and privacy."""
     alignment = summary.alignment
@@ -137,5 +150,6 @@ def write_summary(run_dir: Path, job: JobSpec, summary: RunSummary, step_losses:
         "onnx": None if summary.onnx is None else str(summary.onnx),
         "model_repository": None if summary.model_repository is None else str(summary.model_repository),
         "privacy": summary.privacy,
+        "student": None if summary.student is None else _student(summary.student),
     }
     (run_dir / "summary.json").write_text(json.dumps(payload, indent=2))

@@ -1,0 +1,131 @@
+"""A job's ``[distill]`` table: whether the active party distils the federated model into a student, and how.
+
+A job with this table (even an empty one) trains, after the federated model, a **student** on
+the active party's own features alone, taught by the federated model's outputs on the training
+rows (``vflserver.training.distillation``). The student serves with every passive party offline,
+as an APFed model does. The settings stay on the active party: no passive party reads them, so
+they are not part of ``JobSpec`` and never cross the wire.
+
+Every value is checked when the job is submitted; a ConfigError names the key.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from torch import nn
+
+from vflcore.errors import ConfigError
+from vflcore.ml.models import load_factory
+
+#: The ``[distill]`` key of the student's own factory, and the factories key the student's context uses.
+STUDENT_FACTORY = "student_factory"
+#: What the served student's name adds to its job's id: job ``credit`` serves ``credit-student``.
+STUDENT_SUFFIX = "-student"
+
+
+@dataclass(frozen=True)
+class DistillSpec:
+    """How the student learns; the defaults are the usual ones of knowledge distillation (Hinton et al., 2015)."""
+
+    #: Softens both models' class probabilities before they are compared (classification only):
+    #: above 1, the teacher's ranking of the wrong classes carries more weight.
+    temperature: float = 2.0
+    #: The weight of the true labels in the student's loss, in [0, 1]; the teacher's outputs get
+    #: the rest. 1 trains on the labels alone (no teacher); 0 on the teacher alone.
+    label_weight: float = 0.5
+    #: Passes over the training rows (0: as many as the job's ``[job] epochs``).
+    epochs: int = 0
+    #: ``module:function`` building the student: ``factory(num_features, num_outputs) -> nn.Module``.
+    #: Empty: the active party's default, an MLP encoder (``bottom_hidden`` → ``embedding_dim``)
+    #: then an MLP head (``[model] top_hidden``, ``top_dropout``), as APFed's active model.
+    student_factory: str = ""
+
+    def student_epochs(self, job_epochs: int) -> int:
+        """The student's epochs: its own, or the job's when the table leaves them at 0."""
+        return self.epochs or job_epochs
+
+    def as_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def distill_keys() -> tuple[str, ...]:
+    """Every key ``[distill]`` may hold."""
+    return tuple(f.name for f in fields(DistillSpec))
+
+
+def distill_from_table(table: Any, where: str = "job", *, task: str = "classification") -> DistillSpec:
+    """``[distill]`` checked and completed with the defaults; a ConfigError names the key at fault.
+
+    The student factory is only checked for its form here; ``vflserver.jobs.plan.check_models``
+    imports and probes it once the active party's table gives the shapes.
+    """
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"{where}: [distill] must be a table of settings ({', '.join(distill_keys())})")
+    unknown = sorted(set(table) - set(distill_keys()))
+    if unknown:
+        raise ConfigError(
+            f"{where}: [distill] {unknown[0]} is not a distillation setting (the settings: {list(distill_keys())})"
+        )
+    spec = DistillSpec(
+        temperature=_number(table, "temperature", DistillSpec.temperature, where),
+        label_weight=_number(table, "label_weight", DistillSpec.label_weight, where),
+        epochs=_whole(table, "epochs", where),
+        student_factory=_factory(table, where),
+    )
+    if not spec.temperature > 0:
+        raise ConfigError(
+            f"{where}: [distill] temperature = {spec.temperature:g}; give a number above 0 (1: no softening)"
+        )
+    if task != "classification" and "temperature" in table:
+        raise ConfigError(
+            f"{where}: [distill] temperature softens class probabilities; a {task} job has none (remove it)"
+        )
+    if not 0.0 <= spec.label_weight <= 1.0:
+        raise ConfigError(
+            f"{where}: [distill] label_weight = {spec.label_weight:g}; give a weight in [0, 1] "
+            "(1: the true labels alone, 0: the teacher alone)"
+        )
+    return spec
+
+
+def student_factory(spec: DistillSpec | None) -> Callable[..., nn.Module] | None:
+    """The student factory ``spec`` names, imported; None for the default student (or no ``[distill]``)."""
+    if spec is None or not spec.student_factory:
+        return None
+    try:
+        return load_factory(spec.student_factory)
+    except ValueError as exc:
+        raise ConfigError(f"[distill] {STUDENT_FACTORY}: {exc}") from None
+
+
+def _number(table: Mapping[str, Any], key: str, default: float, where: str) -> float:
+    value = table.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ConfigError(f"{where}: [distill] {key} = {value!r} must be a finite number")
+    return float(value)
+
+
+def _whole(table: Mapping[str, Any], key: str, where: str) -> int:
+    value = table.get(key, 0)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(
+            f"{where}: [distill] {key} = {value!r}; give a whole number of epochs, at least 1 (0: the job's epochs)"
+        )
+    return value
+
+
+def _factory(table: Mapping[str, Any], where: str) -> str:
+    value = table.get(STUDENT_FACTORY, "")
+    if not isinstance(value, str) or (value and ":" not in value):
+        raise ConfigError(
+            f"{where}: [distill] {STUDENT_FACTORY} = {value!r}; give 'package.module:function' building "
+            "the student from (num_features, num_outputs)"
+        )
+    return value
+
+
+__all__ = ["STUDENT_FACTORY", "STUDENT_SUFFIX", "DistillSpec", "distill_from_table", "distill_keys", "student_factory"]
