@@ -8,8 +8,9 @@ daemon is a real OS process talking gRPC over mutual TLS on 127.0.0.1, configure
    files through the Python SDK's ``JobClient`` and watches each live:
    ``examples/jobs/splitnn.toml`` (SplitNN), then ``examples/jobs/apfed_c.toml`` (APFed-C).
 2. Both passive daemons are stopped. The server's inference endpoint (KServe v2 over mTLS, the
-   SDK's ``InferenceClient``) scores the held-out rows with the APFed-C model, served under its
-   job id: no passive party is running.
+   SDK's ``InferenceClient``) scores the held-out rows with the two models that need no passive
+   party: the APFed-C model, served under its job id, and the student the SplitNN job distilled
+   into the active party's own features (its ``[distill]`` table), served as ``<job>-student``.
 3. The server is stopped with SIGTERM.
 
 Daemon logs go to files under the run directory. Exits 0 only if both jobs finished, SplitNN
@@ -85,7 +86,8 @@ def main() -> int:
             raise RuntimeError(f"the passive daemons exited with {clients}")
         print("   both passive daemons stopped (exit 0). Asking the active party's endpoint alone:", flush=True)
         grpc_port, _ = service.serving_ports()
-        same = _query(certs, data, run_dir, grpc_port, apfed)
+        same = _query(certs, data, run_dir, grpc_port, apfed.id, "APFed-C")
+        same &= _query(certs, data, run_dir, grpc_port, f"{splitnn.id}-student", "the SplitNN job's student")
         server = service.stop(["server"])["server"]
     except (RuntimeError, OSError, subprocess.SubprocessError, VflError, KeyboardInterrupt) as exc:
         print(f"demo failed: {exc or type(exc).__name__}", file=sys.stderr)
@@ -112,10 +114,12 @@ def _submit_and_watch(jobs: JobClient, job_id: str, path: Path) -> Job:
     return jobs.get(job.id)
 
 
-def _query(certs: Path, data: Path, run_dir: Path, grpc_port: int, job: Job) -> bool:
-    """Score the held-out rows through the endpoint; compare with the server's own final inference."""
-    served = job.id
-    held_out = (run_dir / "runs" / served / "party-1" / "test_predictions.csv").read_text().splitlines()[1:]
+def _query(certs: Path, data: Path, run_dir: Path, grpc_port: int, served: str, what: str) -> bool:
+    """Score the held-out rows with model ``served`` through the endpoint; compare with the server's own evaluation."""
+    runs = run_dir / "runs"
+    student = served.endswith("-student")
+    folder = runs / served.removesuffix("-student") / "party-1" / ("student" if student else "")
+    held_out = (folder / "test_predictions.csv").read_text().splitlines()[1:]
     expected = {line.split(",")[0]: int(line.split(",")[2]) for line in held_out}
     table = read_party_csv(data / "party1.csv", label_column="label")
     row_of = {str(i): n for n, i in enumerate(table.ids)}
@@ -126,9 +130,8 @@ def _query(certs: Path, data: Path, run_dir: Path, grpc_port: int, job: Job) -> 
     with InferenceClient(f"127.0.0.1:{grpc_port}", tls=tls) as client:
         meta = client.metadata(served)
         inputs = [(t.name, t.datatype, list(t.shape)) for t in meta.inputs]
-        print(f"   model {meta.name!r} ({meta.platform}): inputs {inputs}")
-        runs = run_dir / "runs"
-        print(f"   the same model as ONNX: {runs / served / 'party-1' / 'model.onnx'}")
+        print(f"\n   {what}: model {meta.name!r} ({meta.platform}): inputs {inputs}")
+        print(f"   the same model as ONNX: {folder / 'model.onnx'}")
         print(f"   as a Triton model repository: {runs / 'model_repository' / served} (config.pbtxt, 1/model.onnx)")
         out = client.infer(served, {"features": features})
         one = client.infer(served, {"features": features[:1]})

@@ -144,6 +144,12 @@ class _Printer(JobListener):
         print(f"checkpoints and reports: {summary.run_dir}", flush=True)
         if summary.artifact is not None:
             print(f"standalone model (serves with no passive party): {summary.artifact}", flush=True)
+        student = summary.student
+        if student is not None:
+            scores = "  ".join(f"{k} {v:.4f}" for k, v in student.final_metrics.items())
+            print(f"student {student.job_id}, the active party alone, on the same rows: {scores}", flush=True)
+            if student.artifact is not None:
+                print(f"student model (serves with no passive party): {student.artifact}", flush=True)
         print(f"vfl-server: job {record.job_id} finished", flush=True)
 
 
@@ -160,7 +166,7 @@ def _job_document(document: dict[str, Any], psi_only: bool) -> dict[str, Any]:
 
 def _refuse_stray_job_tables(document: dict[str, Any], source: Path | None) -> None:
     """A job's tables with no ``[job]`` to belong to would be ignored: refuse them, naming the file."""
-    stray = [name for name in ("algorithm", "model", "privacy") if name in document]
+    stray = [name for name in ("algorithm", "model", "privacy", "distill") if name in document]
     if stray:
         raise ConfigError(
             f"{source or 'the config'}: [{stray[0]}] belongs to a job, and this config has no [job] table; "
