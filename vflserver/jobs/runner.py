@@ -394,8 +394,8 @@ class JobRunner:
         except (VflError, OSError, ValueError) as exc:  # the job still finished; only serving failed
             log.warning("model_not_served", job=job_id, error=str(exc))
         message = "aligned IDs written" if plan.psi_only else "trained and evaluated"
-        if summary.student is not None:
-            message += f"; student {summary.student.job_id} distilled{_metrics_in_words(summary.student)}"
+        if summary.student is not None:  # first: the job's own metrics follow the message in every listing
+            message = f"student {summary.student.job_id} distilled{_metrics_in_words(summary.student)}; {message}"
         self._end(job_id, "finished", message, final_metrics=summary.final_metrics)
 
     def _serve(self, active: ActiveParty, plan: JobPlan, summary: RunSummary, serve_federated: bool) -> None:
@@ -500,11 +500,11 @@ class JobRunner:
 
 
 def _metrics_in_words(student: RunSummary) -> str:
-    """`` (accuracy 0.9133 alone)``: the student's held-out metrics, for the job's final message."""
+    """`` (accuracy 0.9133, the active party alone)``: the student's held-out metrics, for the job's final message."""
     shown = {name: value for name, value in student.final_metrics.items() if name in ("accuracy", "r2", "auc")}
     if not shown:
         return ""
-    return f" ({', '.join(f'{name} {value:.4f}' for name, value in shown.items())} alone)"
+    return f" ({', '.join(f'{name} {value:.4f}' for name, value in shown.items())}, the active party alone)"
 
 
 def _last_saved(active: ActiveParty) -> str:
