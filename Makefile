@@ -21,7 +21,7 @@ help:
 	@echo "make bench-fedbcd    rounds to 93 % accuracy: FedBCD Q=10 vs Q=1 (digits)"
 	@echo "make bench-async     wall time, async vs sync VFL, round-robin delayed parties"
 	@echo "make bench-apfed     APFed Table 2 on digits: APFed-R/-C vs SingleVL and TVFL, plus the λ sweep (10-15 min)"
-	@echo "make bench-distill   distilled active-party student vs SingleVL, APFed and the teacher: digits, breast cancer, diabetes"
+	@echo "make bench-distill   distilled active-party student vs SingleVL, APFed and the teacher: digits, breast cancer, diabetes (2-3 min)"
 	@echo "make bench-adptvfedconv AdptVFedConv Table 2 on digits: 4 quadrant parties vs centralised, ablations (3-7 min)"
 	@echo "make bench-wan       SplitNN/FedBCD/VIM/async x fp32/bf16/int8 over two emulated WAN links: time to 98 % vs in-process (15-25 min)"
 	@echo "make bench-inference KServe v2 endpoint: 8 callers at batch 1, 30 s gRPC + 30 s REST, p50/p99 and req/s"

@@ -6,7 +6,8 @@ then trains its student on its own three image rows against the federated model'
 
 - with both passive daemons stopped, the endpoint serves ``<job>-student``; its probabilities and
   labels are the student's own, computed here in torch from the student's checkpoint, and its
-  ONNX file, Triton folder and ``vfl-score`` model are the same model;
+  ONNX file, Triton folder and ``vfl-score`` model are the same model; a restarted server
+  serves it again;
 - ``kill -9`` of the server in the middle of the distillation, then a restart: the job resumes
   by itself, reuses the saved teacher's outputs and ends with the uninterrupted run's student
   (every weight within 1e-6, every student step loss equal).
@@ -114,6 +115,19 @@ def _in_process(folder: Path, features: np.ndarray) -> np.ndarray:
         return torch.softmax(model(torch.from_numpy(features)), dim=1).numpy()
 
 
+def _ask_student(run: ServiceRun, pki: Pki, features: np.ndarray) -> dict[str, np.ndarray]:
+    """The endpoint's answer for ``features`` from ``distil-student``, over mTLS with the stock tritonclient."""
+    client = triton_grpc_client(run.serving_ports()[0], pki.caller_files("test-caller"))
+    try:
+        assert client.is_model_ready("distil-student")
+        request = InferInput("features", list(features.shape), "FP32")
+        request.set_data_from_numpy(features)
+        answer = client.infer("distil-student", [request])
+    finally:
+        client.close()
+    return {name: answer.as_numpy(name) for name in (PROBABILITIES, LABEL)}
+
+
 def test_the_student_serves_with_every_passive_party_gone(distilled: ServiceRun, pki: Pki, digits_data: Path) -> None:
     folder = _student_folder(distilled, "distil")
     assert stat.S_IMODE(os.stat(folder / TEACHER_FILE).st_mode) == 0o600  # the teacher's outputs: the owner alone
@@ -127,17 +141,16 @@ def test_the_student_serves_with_every_passive_party_gone(distilled: ServiceRun,
 
     features, own_labels = _held_out(folder, digits_data)
     expected = _in_process(folder, features)
-    client = triton_grpc_client(distilled.serving_ports()[0], pki.caller_files("test-caller"))
-    try:
-        assert client.is_model_ready("distil-student")
-        request = InferInput("features", list(features.shape), "FP32")
-        request.set_data_from_numpy(features)
-        answer = client.infer("distil-student", [request])
-    finally:
-        client.close()
-    assert np.allclose(answer.as_numpy(PROBABILITIES), expected, atol=1e-5)
-    assert np.array_equal(answer.as_numpy(LABEL), expected.argmax(axis=1))
-    assert np.array_equal(answer.as_numpy(LABEL), own_labels)  # the server's own evaluation of the student
+    answer = _ask_student(distilled, pki, features)
+    assert np.allclose(answer[PROBABILITIES], expected, atol=1e-5)
+    assert np.array_equal(answer[LABEL], expected.argmax(axis=1))
+    assert np.array_equal(answer[LABEL], own_labels)  # the server's own evaluation of the student
+
+    # A restarted server serves the student again, with no passive party anywhere.
+    assert distilled.stop(["server"]) == {"server": 0}
+    distilled.start_server()
+    again = _ask_student(distilled, pki, features)
+    assert np.array_equal(again[PROBABILITIES], answer[PROBABILITIES])
 
     # The same model in the Triton repository and for vfl-score.
     repository = distilled.root / "runs" / "model_repository" / "distil-student" / "1" / MODEL_FILE
