@@ -21,7 +21,6 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from pathlib import Path
 
 import structlog
 
@@ -31,24 +30,22 @@ from vflcore.data.checkpoints import party_dir
 from vflcore.data.tables import DataError, PartyTable
 from vflcore.errors import ConfigError, JobAborted, JobStateError, PartyLost, VflError
 from vflcore.job import ACTIVE_PARTY
-from vflcore.ml.onnx_export import MODEL_FILE
 from vflcore.psi.progress import discard_all
 from vflcore.runtime.config import ServerConfig
 from vflcore.wire.traffic import MB
 from vflserver.federation.alignment import AlignmentResult
 from vflserver.federation.board import JobBoard
-from vflserver.inference.artifact import LEGACY_FILE
 from vflserver.inference.federated import FederatedServable
 from vflserver.inference.model_state import ModelState, model_state
-from vflserver.inference.onnx_model import is_standalone, load_servable
+from vflserver.inference.onnx_model import load_servable
 from vflserver.inference.registry import ModelRegistry
 from vflserver.jobs.job_queue import JobQueue, ParkedJob, saved_in_words
 from vflserver.jobs.metrics import ServiceMetrics
 from vflserver.jobs.plan import JobPlan, plan_from_document, read_active_table
+from vflserver.jobs.saved_models import serve_saved_models, serve_student
 from vflserver.jobs.scheduling import loss_deadline
 from vflserver.jobs.store import ENDED, EpochRecord, JobRecord, JobStore
 from vflserver.training.active_party import ActiveParty
-from vflserver.training.distillation import STUDENT_DIR, student_name
 from vflserver.training.reports import EpochReport, RunSummary
 
 log = structlog.get_logger(__name__)
@@ -104,7 +101,8 @@ class JobRunner:
     # ---- control ------------------------------------------------------------------------------
 
     def start(self) -> None:
-        self._serve_saved_artifacts()
+        if self.registry is not None:
+            serve_saved_models(self.registry, self.store, self.settings.run_dir)
         self._thread.start()
         self._keeper.start()
 
@@ -401,7 +399,7 @@ class JobRunner:
     def _serve(self, active: ActiveParty, plan: JobPlan, summary: RunSummary, serve_federated: bool) -> None:
         job_id = active.job.job_id
         if self.registry is not None and plan.serve and summary.student is not None:
-            self._serve_student(job_id, summary.student.artifact)
+            serve_student(self.registry, job_id, summary.student.artifact)
         if self.registry is not None and plan.serve:
             if summary.artifact is not None:
                 self.registry.add(load_servable(summary.artifact, name=job_id))
@@ -460,43 +458,6 @@ class JobRunner:
     def model_states(self) -> list[ModelState]:
         """The state of every served model, for the metrics."""
         return [model_state(entry.servable) for entry in self.registry.models()] if self.registry is not None else []
-
-    def _serve_student(self, job_id: str, model: Path | None) -> None:
-        """Serve job ``job_id``'s distilled student from ``model``, if it is a standalone model there."""
-        if self.registry is None or model is None or not is_standalone(model):
-            return
-        name = student_name(job_id)
-        try:
-            self.registry.add(load_servable(model, name=name))
-        except (OSError, VflError, ValueError) as exc:
-            log.warning("artifact_unreadable", job=job_id, path=str(model), error=str(exc))
-            return
-        log.info("model_served", job=job_id, model=name, how="distilled student, standalone")
-
-    def _serve_saved_artifacts(self) -> None:
-        """After a restart: serve again every finished job's standalone model and student; federated ones are gone.
-
-        The standalone model is the active party's ``model.onnx`` when its metadata says so (every
-        party of every job exports its part under that name), else the ``model.safetensors`` of a
-        run made before ONNX.
-        """
-        if self.registry is None:
-            return
-        for record in self.store.list(states=("finished",)):
-            folder = party_dir(self.settings.run_dir, record.job_id, ACTIVE_PARTY)
-            if "distill" in record.document and record.document.get("serving", {}).get("enabled", True):
-                self._serve_student(record.job_id, folder / STUDENT_DIR / MODEL_FILE)  # alone, as after training
-            if not record.served:
-                continue
-            onnx_file, legacy = folder / MODEL_FILE, folder / LEGACY_FILE
-            model = onnx_file if is_standalone(onnx_file) else legacy if legacy.exists() else None
-            if model is not None:
-                try:
-                    self.registry.add(load_servable(model, name=record.job_id))
-                    continue
-                except (OSError, VflError, ValueError) as exc:
-                    log.warning("artifact_unreadable", job=record.job_id, path=str(model), error=str(exc))
-            self.store.set_served(record.job_id, False)
 
 
 def _metrics_in_words(student: RunSummary) -> str:

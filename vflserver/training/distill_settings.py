@@ -52,6 +52,11 @@ class DistillSpec:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
+def student_name(job_id: str) -> str:
+    """The name the student of job ``job_id`` is served and exported under."""
+    return f"{job_id}{STUDENT_SUFFIX}"
+
+
 def distill_keys() -> tuple[str, ...]:
     """Every key ``[distill]`` may hold."""
     return tuple(f.name for f in fields(DistillSpec))
@@ -128,4 +133,12 @@ def _factory(table: Mapping[str, Any], where: str) -> str:
     return value
 
 
-__all__ = ["STUDENT_FACTORY", "STUDENT_SUFFIX", "DistillSpec", "distill_from_table", "distill_keys", "student_factory"]
+__all__ = [
+    "STUDENT_FACTORY",
+    "STUDENT_SUFFIX",
+    "DistillSpec",
+    "distill_from_table",
+    "distill_keys",
+    "student_factory",
+    "student_name",
+]

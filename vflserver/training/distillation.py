@@ -24,7 +24,6 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +32,6 @@ import structlog
 import torch
 from torch import nn
 
-from vflalgorithms.base import ActiveContext
 from vflcore.data.checkpoints import atomic_write, discard_after, load_position, readable_checkpoints, save_position
 from vflcore.data.tables import PartyTable
 from vflcore.errors import CheckpointError, JobAborted
@@ -43,13 +41,13 @@ from vflcore.ml.metrics import task_metrics
 from vflcore.ml.models import seed_dropout
 from vflcore.ml.state import restore_rng, rng_state
 from vflcore.runtime.memory import return_freed_memory
-from vflserver.training.distill_settings import STUDENT_FACTORY, STUDENT_SUFFIX, DistillSpec
+from vflserver.training.distill_settings import DistillSpec
 from vflserver.training.export import export_model
 from vflserver.training.reports import EpochReport, RunSummary, write_predictions, write_summary
 from vflserver.training.scoring import BLOCK_ROWS
-from vflserver.training.student import NO_PARTIES, Student
+from vflserver.training.student import Student, new_student, student_job
 
-__all__ = ["STUDENT_DIR", "TEACHER_FILE", "Distillation", "student_name"]
+__all__ = ["STUDENT_DIR", "TEACHER_FILE", "Distillation"]
 
 log = structlog.get_logger(__name__)
 
@@ -60,11 +58,6 @@ TEACHER_FILE = "teacher.npy"
 
 #: Predicts aligned rows with the federated model (``Scorer.predict_rows``): the teacher.
 Teacher = Callable[[np.ndarray], np.ndarray]
-
-
-def student_name(job_id: str) -> str:
-    """The name the student of job ``job_id`` is served and exported under."""
-    return f"{job_id}{STUDENT_SUFFIX}"
 
 
 class Distillation:
@@ -94,16 +87,14 @@ class Distillation:
         stop_event: threading.Event,
     ) -> None:
         self.spec = spec
-        self.name = student_name(job.job_id)
-        self.job = replace(
-            job, job_id=self.name, algorithm=f"{job.algorithm}{STUDENT_SUFFIX}", epochs=spec.student_epochs(job.epochs)
-        )
+        self.job = student_job(job, spec)
+        self.name = self.job.job_id
         self.schedule = Schedule(self.job)
         self.folder = party_dir / STUDENT_DIR
         self.aligned, self.features, self.train_labels, self.labels = aligned, features, train_labels, labels
         self.repository_root, self.keep = repository_root, keep_checkpoints
         self.top_hidden, self.top_dropout = tuple(top_hidden), top_dropout
-        self.factories = {STUDENT_FACTORY: factory} if factory is not None else {}
+        self.factory = factory
         self.stop_event = stop_event
         # Set by run():
         self._student: Student
@@ -166,7 +157,17 @@ class Distillation:
         """
         self._digest = hashlib.sha256(teacher_outputs.tobytes()).hexdigest()
         self._summary = summary = RunSummary(job_id=self.name, run_dir=self.folder)
-        self._student = student = Student(self._context(), torch.from_numpy(teacher_outputs), self.spec)
+        self._student = student = new_student(
+            self.job,
+            self.spec,
+            teacher_outputs,
+            features=self.features,
+            labels=self.train_labels,
+            top_hidden=self.top_hidden,
+            top_dropout=self.top_dropout,
+            factory=self.factory,
+            after_step=self._after_step,
+        )
         seed_dropout(self.job, "student")
         first = self._roll_back()
         log.info(
@@ -199,21 +200,6 @@ class Distillation:
         write_summary(self.folder, self.job, summary, student.step_losses)
         log.info("distillation_done", student=self.name, **summary.final_metrics)
         return summary
-
-    def _context(self) -> ActiveContext:
-        return ActiveContext(
-            job=self.job,
-            schedule=self.schedule,
-            parties=NO_PARTIES,
-            features=self.features,
-            labels=self.train_labels.to(self.features.device),
-            num_outputs=self.job.num_outputs,
-            top_hidden=self.top_hidden,
-            top_dropout=self.top_dropout,
-            after_step=self._after_step,
-            factories=self.factories,
-            device=self.features.device,
-        )
 
     def _after_step(self, epoch: int, done: int, per_epoch: int) -> None:
         """A cancelled job stops within one student step; ``[job] checkpoint_every_steps`` applies here too."""

@@ -22,7 +22,8 @@ the teacher term is not computed at all, which is plain training on the labels: 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any, NoReturn
 
 import numpy as np
@@ -30,16 +31,24 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vflalgorithms.base import ActiveContext, ServerAlgorithm
+from vflalgorithms.base import ActiveContext, AfterStep, ServerAlgorithm
 from vflalgorithms.factories import PROBE_ROWS, ModelSlot
 from vflcore.errors import ConfigError
-from vflcore.job import ACTIVE_PARTY, JobSpec, model_seed
+from vflcore.job import ACTIVE_PARTY, JobSpec, Schedule, model_seed
 from vflcore.ml.losses import task_loss
 from vflcore.ml.models import job_optimizer, mlp
 from vflcore.runtime.logs import progress
-from vflserver.training.distill_settings import STUDENT_FACTORY, DistillSpec
+from vflserver.training.distill_settings import STUDENT_FACTORY, STUDENT_SUFFIX, DistillSpec, student_name
 
-__all__ = ["NO_PARTIES", "Student", "default_student", "distillation_loss", "student_slot"]
+__all__ = [
+    "NO_PARTIES",
+    "Student",
+    "default_student",
+    "distillation_loss",
+    "new_student",
+    "student_job",
+    "student_slot",
+]
 
 
 class _NoParties:
@@ -150,3 +159,52 @@ class Student(ServerAlgorithm):
         del uploads  # the student's whole point: the active party's features alone
         out: torch.Tensor = self.model(features)
         return out
+
+
+def student_job(job: JobSpec, spec: DistillSpec) -> JobSpec:
+    """The federated ``job`` as its student runs it: renamed, with the student's epochs.
+
+    The seed, batch size, optimizer and held-out fraction stay the job's, so the student's
+    schedule holds out exactly the rows the federated model was evaluated on.
+    """
+    return replace(
+        job,
+        job_id=student_name(job.job_id),
+        algorithm=f"{job.algorithm}{STUDENT_SUFFIX}",
+        epochs=spec.student_epochs(job.epochs),
+    )
+
+
+def new_student(
+    job: JobSpec,
+    spec: DistillSpec,
+    teacher: np.ndarray,
+    *,
+    features: torch.Tensor,
+    labels: torch.Tensor,
+    top_hidden: tuple[int, ...],
+    top_dropout: float,
+    factory: Callable[..., nn.Module] | None = None,
+    after_step: AfterStep | None = None,
+) -> Student:
+    """The untrained student of ``job`` (a ``student_job``), on ``features``, taught by ``teacher``'s outputs.
+
+    ``labels`` are those the federated model trained on; ``factory`` the job's
+    ``[distill] student_factory`` (None: ``default_student``). What the active party builds
+    after a job (``vflserver.training.distillation``) and what ``make bench-distill`` trains.
+    """
+    ctx = ActiveContext(
+        job=job,
+        schedule=Schedule(job),
+        parties=NO_PARTIES,
+        features=features,
+        labels=labels.to(features.device),
+        num_outputs=job.num_outputs,
+        top_hidden=top_hidden,
+        top_dropout=top_dropout,
+        factories={STUDENT_FACTORY: factory} if factory is not None else {},
+        device=features.device,
+    )
+    if after_step is not None:
+        ctx.after_step = after_step
+    return Student(ctx, torch.from_numpy(teacher), spec)
