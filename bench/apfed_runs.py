@@ -86,17 +86,24 @@ def party_views(setting: str) -> dict[int, torch.Tensor]:
     }
 
 
-def job_for(run: Run, passive: tuple[int, ...]) -> JobSpec:
-    """The job of ``run``: the shared hyperparameters, the run's seed (model init and train/test split)."""
-    algorithm = {"apfed_r": APFED_R, "apfed_c": APFED_C, "single": APFED_R, "tvfl": "splitnn"}[run.kind]
-    options: dict[str, float] = {} if run.kind == "tvfl" else {"weight": 0.0 if run.kind == "single" else run.weight}
-    if run.kind == "apfed_c":
-        options["temperature"] = TEMPERATURE
+def shared_job(
+    job_id: str,
+    algorithm: str,
+    seed: int,
+    *,
+    num_rows: int,
+    passive: tuple[int, ...],
+    options: dict[str, float],
+    task: str = "classification",
+    epochs: int = EPOCHS,
+) -> JobSpec:
+    """A job with the hyperparameters every method shares (this bench's and ``bench.distill``'s)."""
     return JobSpec(
-        job_id=f"apfed-{run.setting}-{run.kind}-{run.seed}",
+        job_id=job_id,
         algorithm=algorithm,
-        seed=run.seed,
-        epochs=EPOCHS,
+        task=task,
+        seed=seed,
+        epochs=epochs,
         batch_size=BATCH_SIZE,
         embedding_dim=EMBEDDING_DIM,
         bottom_hidden=BOTTOM_HIDDEN,
@@ -104,10 +111,20 @@ def job_for(run: Run, passive: tuple[int, ...]) -> JobSpec:
         learning_rate=LEARNING_RATE,
         weight_decay=WEIGHT_DECAY,
         test_fraction=0.2,
-        num_rows=len(_digits()[1]),
+        num_rows=num_rows,
         passive_parties=passive,
         algorithm_options=options,
     )
+
+
+def job_for(run: Run, passive: tuple[int, ...]) -> JobSpec:
+    """The job of ``run``: the shared hyperparameters, the run's seed (model init and train/test split)."""
+    algorithm = {"apfed_r": APFED_R, "apfed_c": APFED_C, "single": APFED_R, "tvfl": "splitnn"}[run.kind]
+    options: dict[str, float] = {} if run.kind == "tvfl" else {"weight": 0.0 if run.kind == "single" else run.weight}
+    if run.kind == "apfed_c":
+        options["temperature"] = TEMPERATURE
+    job_id = f"apfed-{run.setting}-{run.kind}-{run.seed}"
+    return shared_job(job_id, algorithm, run.seed, num_rows=len(_digits()[1]), passive=passive, options=options)
 
 
 def _accuracy(logits: torch.Tensor, rows: np.ndarray) -> float:

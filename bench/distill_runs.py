@@ -25,17 +25,13 @@ import torch
 from sklearn.datasets import load_breast_cancer, load_diabetes, load_digits
 
 from bench.apfed_runs import (
-    BATCH_SIZE,
-    BOTTOM_HIDDEN,
-    EMBEDDING_DIM,
     EPOCHS,
-    LEARNING_RATE,
     PASSIVE,
     TEMPERATURE,
     TOP_DROPOUT,
     TOP_HIDDEN,
-    WEIGHT_DECAY,
     party_views,
+    shared_job,
 )
 from vflalgorithms.apfed.maths import APFED_C, APFED_R
 from vflalgorithms.apfed.reference import ReferenceAPFed
@@ -137,22 +133,16 @@ def job_for(run: Run, data: TaskData) -> JobSpec:
         algorithm, options = APFED_C, {"weight": 1.0, "temperature": TEMPERATURE}
     else:
         algorithm, options = APFED_R, {"weight": 1.0}
-    return JobSpec(
-        job_id=f"distill-{run.task}-{run.kind}-{run.seed}",
-        algorithm=algorithm,
-        task=data.kind,
-        seed=run.seed,
-        epochs=run.epochs,
-        batch_size=BATCH_SIZE,
-        embedding_dim=EMBEDDING_DIM,
-        bottom_hidden=BOTTOM_HIDDEN,
-        optimizer="sgd",
-        learning_rate=LEARNING_RATE,
-        weight_decay=WEIGHT_DECAY,
-        test_fraction=0.2,
+    job_id = f"distill-{run.task}-{run.kind}-{run.seed}"
+    return shared_job(
+        job_id,
+        algorithm,
+        run.seed,
         num_rows=len(data.labels),
-        passive_parties=passive,
-        algorithm_options=options,
+        passive=passive,
+        options=options,
+        task=data.kind,
+        epochs=run.epochs,
     )
 
 
