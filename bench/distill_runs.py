@@ -58,7 +58,10 @@ APFED = "APFed"
 TEACHER = "Teacher (SplitNN)"
 STUDENT = "Student (distilled)"
 LABELS_ONLY = "Student (labels only)"
-METHODS = (SINGLE_VL, APFED, TEACHER, STUDENT, LABELS_ONLY)
+#: Not a method: the teacher scored on the rows it trained on. How close it comes to 100 says how
+#: much its outputs there can teach beyond the labels (an overfitted teacher's are the labels).
+TEACHER_FIT = "Teacher, on its own training rows"
+METHODS = (SINGLE_VL, APFED, TEACHER, STUDENT, LABELS_ONLY, TEACHER_FIT)
 
 #: What a run trains: "teacher" is SplitNN, then both students from it.
 KINDS = ("single", "apfed", "teacher")
@@ -202,9 +205,10 @@ def _train_teacher_and_students(run: Run, data: TaskData) -> dict[str, float]:
     for epoch in range(job.epochs):
         teacher.train_epoch(epoch)
     outputs = teacher.predict(np.arange(job.num_rows)).numpy().astype(np.float32)  # every aligned row
-    test = teacher.schedule.test_rows
+    train, test = teacher.schedule.train_rows, teacher.schedule.test_rows
     return {
         TEACHER: score(data, outputs[test], test),
+        TEACHER_FIT: score(data, outputs[train], train),
         STUDENT: score(data, train_student(teacher, outputs, DISTILLED), test),
         LABELS_ONLY: score(data, train_student(teacher, outputs, LABELS_ONLY_SPEC), test),
     }

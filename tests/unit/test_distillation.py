@@ -302,3 +302,51 @@ def _assert_same(got: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]
     assert got.keys() == expected.keys()
     worst = max(float((got[k] - expected[k]).abs().max()) for k in expected)
     assert worst <= 1e-6, worst
+
+
+@pytest.mark.cuda
+def test_a_student_on_the_gpu_trains_close_to_the_cpu_one(
+    active: PartyTable, uninterrupted: tuple[Path, list[float]], tmp_path: Path
+) -> None:
+    """``[compute] device = "cuda"``: the student trains where the active party's features are, and exports.
+
+    Other kernels sum in another order, so the epochs' losses are close to the CPU run's, not equal.
+    """
+    distillation = _distillation(active, tmp_path)
+    distillation.features = distillation.features.to("cuda")
+    outputs = distillation.teacher_outputs(_Asked(_teacher(distillation.job)), None, afresh=True)
+    summary = distillation.run(outputs)
+    assert [r.train_loss for r in summary.epochs] == pytest.approx(uninterrupted[1], rel=1e-2)
+    assert is_standalone(tmp_path / STUDENT_DIR / "model.onnx")
+
+
+def test_a_regression_student_trains_against_values_and_serves_a_prediction(tmp_path: Path) -> None:
+    """A regression job's student: the teacher's values and the targets, squared errors, one ``prediction`` out."""
+    rng = np.random.default_rng(0)
+    features = rng.normal(size=(120, 3)).astype(np.float32)
+    target = features @ np.array([1.0, -2.0, 0.5], dtype=np.float32) + rng.normal(scale=0.1, size=120)
+    ids = np.asarray([f"r{i:03d}" for i in range(120)], dtype=np.dtypes.StringDType())
+    table = PartyTable(ids, features, ("a", "b", "c"), target.astype(np.float64), tmp_path / "party1.csv")
+    job = replace(JOB, task="regression", num_rows=120, num_outputs=1, epochs=30, learning_rate=0.01)
+    labels, _ = label_tensor("regression", torch.from_numpy(target.astype(np.float64)))
+    distillation = Distillation(
+        job,
+        DistillSpec(label_weight=0.5),
+        aligned=table,
+        features=torch.from_numpy(features),
+        train_labels=labels,
+        labels=labels,
+        party_dir=tmp_path,
+        repository_root=tmp_path / "model_repository",
+        keep_checkpoints=2,
+        top_hidden=TOP_HIDDEN,
+        top_dropout=0.0,
+        factory=None,
+        stop_event=threading.Event(),
+    )
+    teacher = labels.numpy().astype(np.float32)  # a perfect teacher: its values are the targets
+    summary = distillation.run(distillation.teacher_outputs(_Asked(teacher), None, afresh=True))
+    assert summary.final_metrics["r2"] > 0.8, summary.final_metrics
+    assert "teacher_agreement" not in summary.final_metrics  # no classes to agree on
+    info = read_info(tmp_path / STUDENT_DIR / "model.onnx")
+    assert (info.task, info.num_outputs) == ("regression", 1)
