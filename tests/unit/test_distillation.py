@@ -174,13 +174,21 @@ class _Asked:
 
 
 def _distillation(
-    table: PartyTable, folder: Path, stop: threading.Event | None = None, *, every: int = 0
+    table: PartyTable,
+    folder: Path,
+    stop: threading.Event | None = None,
+    *,
+    every: int = 0,
+    spec: DistillSpec = DistillSpec(epochs=4),  # noqa: B008 - frozen, never changed
+    dropout: float = TOP_DROPOUT,
+    **job: Any,
 ) -> Distillation:
-    job = replace(JOB, num_rows=len(table.ids), checkpoint_every_steps=every)
-    labels, _ = label_tensor("classification", torch.from_numpy(np.asarray(table.labels, dtype=np.float64)))
+    """``JOB`` (``job`` overrides its fields) distilled on ``table`` into ``folder``, as the active party does it."""
+    spec_job = replace(JOB, num_rows=len(table.ids), checkpoint_every_steps=every, **job)
+    labels, _ = label_tensor(spec_job.task, torch.from_numpy(np.asarray(table.labels, dtype=np.float64)))
     return Distillation(
-        job,
-        DistillSpec(epochs=4),
+        spec_job,
+        spec,
         aligned=table,
         features=torch.from_numpy(np.ascontiguousarray(table.features, dtype=np.float32)),
         train_labels=labels,
@@ -189,7 +197,7 @@ def _distillation(
         repository_root=folder / "model_repository",
         keep_checkpoints=20,
         top_hidden=TOP_HIDDEN,
-        top_dropout=TOP_DROPOUT,
+        top_dropout=dropout,
         factory=None,
         stop_event=stop or threading.Event(),
     )
@@ -327,24 +335,9 @@ def test_a_regression_student_trains_against_values_and_serves_a_prediction(tmp_
     target = features @ np.array([1.0, -2.0, 0.5], dtype=np.float32) + rng.normal(scale=0.1, size=120)
     ids = np.asarray([f"r{i:03d}" for i in range(120)], dtype=np.dtypes.StringDType())
     table = PartyTable(ids, features, ("a", "b", "c"), target.astype(np.float64), tmp_path / "party1.csv")
-    job = replace(JOB, task="regression", num_rows=120, num_outputs=1, epochs=30, learning_rate=0.01)
-    labels, _ = label_tensor("regression", torch.from_numpy(target.astype(np.float64)))
-    distillation = Distillation(
-        job,
-        DistillSpec(label_weight=0.5),
-        aligned=table,
-        features=torch.from_numpy(features),
-        train_labels=labels,
-        labels=labels,
-        party_dir=tmp_path,
-        repository_root=tmp_path / "model_repository",
-        keep_checkpoints=2,
-        top_hidden=TOP_HIDDEN,
-        top_dropout=0.0,
-        factory=None,
-        stop_event=threading.Event(),
-    )
-    teacher = labels.numpy().astype(np.float32)  # a perfect teacher: its values are the targets
+    regression = {"task": "regression", "num_outputs": 1, "epochs": 30, "learning_rate": 0.01}
+    distillation = _distillation(table, tmp_path, spec=DistillSpec(), dropout=0.0, **regression)
+    teacher = target.astype(np.float32).reshape(-1, 1)  # a perfect teacher: its values are the targets
     summary = distillation.run(distillation.teacher_outputs(_Asked(teacher), None, afresh=True))
     assert summary.final_metrics["r2"] > 0.8, summary.final_metrics
     assert "teacher_agreement" not in summary.final_metrics  # no classes to agree on
