@@ -47,7 +47,12 @@ from vflcore.ml.losses import label_tensor
 from vflcore.runtime.config import DEFAULT_DATASET, DataSource, _Section, dataset_named, job_from_document
 from vflprivacy.label_defences import check_classes
 from vflserver.inference.config import DEGRADED_MODES
-from vflserver.training.distill_settings import STUDENT_FACTORY, DistillSpec, distill_from_table
+from vflserver.training.distill_settings import (
+    STUDENT_FACTORY,
+    DistillSpec,
+    distill_from_table,
+    require_own_features,
+)
 from vflserver.training.student import student_slot
 
 #: The tables of a job document; anything else is refused by name.
@@ -190,13 +195,9 @@ def check_models(plan: JobPlan, table: PartyTable, where: str = "job") -> None:
 
 def _check_student(spec: DistillSpec, table: PartyTable, outputs: int, where: str) -> None:
     """A student needs the active party's features; its own factory must build a model of the right shape."""
-    width = table.features.shape[1]
-    if not width:
-        raise ConfigError(
-            f"{where}: [distill] trains a student on the active party's own features, and its dataset "
-            f"({table.source}) has none; remove [distill] or give the active party feature columns"
-        )
+    require_own_features(table, where)
     if spec.student_factory:
+        width = table.features.shape[1]
         given, slots = {STUDENT_FACTORY: spec.student_factory}, {STUDENT_FACTORY: student_slot(width, outputs)}
         try:
             check_factories(given, "the student", (STUDENT_FACTORY,), slots, table="distill")

@@ -398,9 +398,9 @@ class JobRunner:
 
     def _serve(self, active: ActiveParty, plan: JobPlan, summary: RunSummary, serve_federated: bool) -> None:
         job_id = active.job.job_id
-        if self.registry is not None and plan.serve and summary.student is not None:
-            serve_student(self.registry, job_id, summary.student.artifact)
         if self.registry is not None and plan.serve:
+            if summary.student is not None:  # alone, whatever the job's own model needs
+                serve_student(self.registry, job_id, summary.student.artifact)
             if summary.artifact is not None:
                 self.registry.add(load_servable(summary.artifact, name=job_id))
                 self.store.set_served(job_id, True)

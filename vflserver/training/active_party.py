@@ -39,7 +39,7 @@ from vflcore.work_items import Checkpoint, Evaluate
 from vflprivacy.label_defences import check_classes
 from vflserver.federation.alignment import AlignmentResult, align_active
 from vflserver.federation.passive_parties import PassiveParties
-from vflserver.training.distill_settings import DistillSpec, student_factory
+from vflserver.training.distill_settings import DistillSpec, require_own_features, student_factory
 from vflserver.training.distillation import Distillation
 from vflserver.training.export import MODEL_REPOSITORY, export_model
 from vflserver.training.importance import write_client_importance
@@ -104,11 +104,8 @@ class ActiveParty:
                 f"{table.source}: {job.algorithm} needs feature columns on the active party (it predicts from "
                 "them alone), but this file has only IDs and labels"
             )
-        if self.distill is not None and not table.features.shape[1]:
-            raise ConfigError(
-                f"{table.source}: [distill] trains a student on the active party's own features, but this file has "
-                "only IDs and labels; remove [distill] or give the active party feature columns"
-            )
+        if self.distill is not None:
+            require_own_features(table, f"job {job.job_id}")
         if table.labels is not None and not psi_only:
             # From the whole label column, not the aligned rows: a class absent from the
             # intersection must still have an output, and every party must agree on the width.

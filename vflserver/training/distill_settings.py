@@ -18,6 +18,7 @@ from typing import Any
 
 from torch import nn
 
+from vflcore.data.tables import PartyTable
 from vflcore.errors import ConfigError
 from vflcore.ml.models import load_factory
 
@@ -107,6 +108,15 @@ def student_factory(spec: DistillSpec | None) -> Callable[..., nn.Module] | None
         raise ConfigError(f"[distill] {STUDENT_FACTORY}: {exc}") from None
 
 
+def require_own_features(table: PartyTable, where: str) -> None:
+    """ConfigError unless the active party's ``table`` has feature columns: the student's only input."""
+    if not table.features.shape[1]:
+        raise ConfigError(
+            f"{where}: [distill] trains a student on the active party's own features, and its dataset "
+            f"({table.source}) has none; remove [distill] or give the active party feature columns"
+        )
+
+
 def _number(table: Mapping[str, Any], key: str, default: float, where: str) -> float:
     value = table.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
@@ -139,6 +149,7 @@ __all__ = [
     "DistillSpec",
     "distill_from_table",
     "distill_keys",
+    "require_own_features",
     "student_factory",
     "student_name",
 ]
