@@ -67,3 +67,24 @@ class TestServerCli:
         assert main(args) == 2
         err = capsys.readouterr().err
         assert "[model]" in err and "server.toml" in err and "[job]" in err
+
+    def test_a_distill_table_without_a_job_exits_2_naming_it(
+        self, pki: Pki, digits_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        config = tmp_path / "server.toml"
+        config.write_text("[distill]\nepochs = 5\n")
+        args = ["--config", str(config), *_args(pki, digits_data, tmp_path, "127.0.0.1:0")]
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert "[distill]" in err and "server.toml" in err and "[job]" in err
+
+    def test_a_bad_distill_setting_of_the_configs_job_exits_2_naming_the_key(
+        self, pki: Pki, digits_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """The config's own job is checked at start as a submitted one is: ``[distill]`` too."""
+        config = tmp_path / "server.toml"
+        config.write_text('[job]\nalgorithm = "splitnn"\n\n[distill]\nlabel_weight = 2\n')
+        args = ["--config", str(config), *_args(pki, digits_data, tmp_path, "127.0.0.1:0")]
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert "[distill] label_weight = 2" in err, err
