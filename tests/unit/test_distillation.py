@@ -295,6 +295,20 @@ class TestRun:
         assert [r.train_loss for r in summary.epochs][1:] == pytest.approx(uninterrupted[1][1:], abs=1e-6)
         _assert_same(_weights(tmp_path), _weights(uninterrupted[0]))
 
+    def test_cancelled_inside_an_epoch_it_stops_at_the_next_step_and_resumes_to_the_same_student(
+        self, active: PartyTable, uninterrupted: tuple[Path, list[float]], tmp_path: Path
+    ) -> None:
+        """The stop flag is read after every student step: a job cancelled mid-epoch stops there, not at its end."""
+        stop = _StopAfter(checks=20)  # the run's first read is before epoch 1; the 20th is after step 19
+        distillation = _distillation(active, tmp_path, stop, every=7)
+        outputs = distillation.teacher_outputs(_Asked(_teacher(distillation.job)), None, afresh=True)
+        with pytest.raises(JobAborted):
+            distillation.run(outputs)
+        assert checkpoint_positions(tmp_path / STUDENT_DIR) == [Position(0, 7), Position(0, 14)]
+        resumed = _distillation(active, tmp_path, every=7)
+        resumed.run(resumed.teacher_outputs(_Asked(np.zeros((0, 10), np.float32)), None, afresh=False))
+        _assert_same(_weights(tmp_path), _weights(uninterrupted[0]))
+
     def test_a_checkpoint_taught_by_another_teacher_is_not_resumed(
         self, active: PartyTable, uninterrupted: tuple[Path, list[float]], tmp_path: Path
     ) -> None:
@@ -304,6 +318,18 @@ class TestRun:
         summary = distillation.run(saved + 1)  # another teacher: its student starts from scratch
         assert len(summary.epochs) == 4
         assert [r.train_loss for r in summary.epochs] != uninterrupted[1]
+
+
+class _StopAfter(threading.Event):
+    """A stop flag that is raised by the ``checks``-th look at it: a cancel that lands at a known step."""
+
+    def __init__(self, checks: int) -> None:
+        super().__init__()
+        self.left = checks
+
+    def is_set(self) -> bool:
+        self.left -= 1
+        return self.left <= 0
 
 
 def _assert_same(got: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]) -> None:
