@@ -32,7 +32,6 @@ from vflcore.ml.metrics import task_metrics
 from vflcore.ml.models import seed_dropout
 from vflcore.runtime.config import ServerSettings
 from vflcore.runtime.daemon import adopt_torch_threads
-from vflcore.runtime.memory import return_freed_memory
 from vflcore.wire.names import EVAL_EMBEDDING
 from vflcore.wire.traffic import MB
 from vflcore.work_items import Checkpoint, Evaluate
@@ -47,7 +46,7 @@ from vflserver.training.label_privacy import protect_labels
 from vflserver.training.readmission import Readmission
 from vflserver.training.reports import EpochReport, RunSummary, write_predictions, write_summary
 from vflserver.training.resume import roll_back, save_checkpoint
-from vflserver.training.scoring import BLOCK_ROWS, Scorer
+from vflserver.training.scoring import Scorer, in_blocks
 
 #: Names that lived here before the active party's jobs were split into modules.
 __all__ = ["MODEL_REPOSITORY", "ActiveParty", "EpochReport", "RunSummary"]
@@ -335,13 +334,7 @@ class ActiveParty:
         rows = self.schedule.test_rows
         if len(rows) == 0:
             return float("nan"), {}
-        blocks = [rows[start : start + BLOCK_ROWS] for start in range(0, len(rows), BLOCK_ROWS)]
-        outputs = []
-        for block in blocks:
-            outputs.append(self._evaluate_block(epoch, block))
-            if len(blocks) > 1:
-                return_freed_memory()  # each block's messages, freed: not left scattered over the heaps
-        output = outputs[0] if len(outputs) == 1 else torch.cat(outputs)
+        output = torch.cat(in_blocks(rows, lambda block: self._evaluate_block(epoch, block)))
         loss = float(self._loss_fn(output, self.labels[rows]))
         return loss, task_metrics(self.job.task, self._label_array(rows), output.numpy())
 

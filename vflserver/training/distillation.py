@@ -25,26 +25,24 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import structlog
 import torch
 from torch import nn
 
-from vflcore.data.checkpoints import atomic_write, discard_after, load_position, readable_checkpoints, save_position
+from vflcore.data.checkpoints import atomic_write, discard_after, readable_checkpoints
 from vflcore.data.tables import PartyTable
-from vflcore.errors import CheckpointError, JobAborted
+from vflcore.errors import JobAborted
 from vflcore.job import JobSpec, Position, Schedule, mid_epoch_checkpoint_due
 from vflcore.ml.losses import task_loss
 from vflcore.ml.metrics import task_metrics
 from vflcore.ml.models import seed_dropout
-from vflcore.ml.state import restore_rng, rng_state
-from vflcore.runtime.memory import return_freed_memory
 from vflserver.training.distill_settings import DistillSpec
 from vflserver.training.export import export_model
 from vflserver.training.reports import EpochReport, RunSummary, write_predictions, write_summary
-from vflserver.training.scoring import BLOCK_ROWS
+from vflserver.training.resume import load_newest, save_checkpoint
+from vflserver.training.scoring import in_blocks
 from vflserver.training.student import Student, new_student, student_job
 
 __all__ = ["STUDENT_DIR", "TEACHER_FILE", "Distillation"]
@@ -178,18 +176,20 @@ class Distillation:
             temperature=self.spec.temperature,
             label_weight=self.spec.label_weight,
         )
+        evaluated: tuple[float, dict[str, float], np.ndarray] | None = None  # the last epoch's: the final model's
         for epoch in range(first.epoch, self.job.epochs):
             self._check_stop()
             started = time.perf_counter()
             train_loss = student.train_epoch(epoch, first.batch if epoch == first.epoch else 0)
-            test_loss, metrics, _ = self._evaluate()
+            evaluated = test_loss, metrics, _ = self._evaluate()
             report = EpochReport(epoch, train_loss, test_loss, metrics, time.perf_counter() - started)
             summary.epochs.append(report)
             self._save(Position.after_epoch(epoch))
             log.info("student_epoch_done", epoch=epoch, train_loss=train_loss, test_loss=test_loss, **metrics)
             if on_epoch is not None:
                 on_epoch(report)
-        _, summary.final_metrics, output = self._evaluate()
+        _, metrics, output = evaluated if evaluated is not None else self._evaluate()  # resumed at the end
+        summary.final_metrics = dict(metrics)
         rows = self.schedule.test_rows
         if len(rows):
             write_predictions(self.folder, self.job.task, self.aligned.ids[rows], self._label_array(rows), output)
@@ -208,32 +208,23 @@ class Distillation:
             self._save(Position(epoch, done))
 
     def _save(self, position: Position) -> None:
-        state: dict[str, Any] = {
-            "algorithm": self._student.state(),
-            "rng": rng_state(),
-            "reports": [report.plain() for report in self._summary.epochs],
-            "teacher": self._digest,
-        }
-        save_position(self.folder, position, state, keep=self.keep)
+        extra = {"teacher": self._digest}
+        save_checkpoint(self.folder, position, self._student, self._summary.epochs, keep=self.keep, extra=extra)
 
     def _roll_back(self) -> Position:
         """Load the newest readable checkpoint taught by these outputs; Position(0, 0) if none."""
-        for position in reversed(readable_checkpoints(self.folder)):
-            try:
-                state = load_position(self.folder, position)
-            except CheckpointError as exc:
-                log.warning("checkpoint_unreadable", position=str(position), error=str(exc))
-                continue
-            if state.get("teacher") != self._digest:
-                log.warning("student_checkpoint_skipped", position=str(position), reason="taught by another teacher")
-                continue
-            self._student.load_state(state["algorithm"])
-            restore_rng(state["rng"])
-            self._summary.epochs = [EpochReport(**report) for report in state["reports"]]
-            log.info("student_resumed", at=str(position), epoch=position.epoch, batch=position.batch)
-            return position
-        discard_after(self.folder, Position(0, 0))
-        return Position(0, 0)
+        loaded = load_newest(
+            self.folder,
+            readable_checkpoints(self.folder),
+            self._student,
+            fits=lambda state: state.get("teacher") == self._digest,  # another teacher's student starts over
+        )
+        if loaded is None:
+            discard_after(self.folder, Position(0, 0))
+            return Position(0, 0)
+        position, self._summary.epochs = loaded
+        log.info("student_resumed", at=str(position), epoch=position.epoch, batch=position.batch)
+        return position
 
     def _check_stop(self) -> None:
         if self.stop_event.is_set():
@@ -244,10 +235,7 @@ class Distillation:
         rows, student = self.schedule.test_rows, self._student
         if not len(rows):
             return float("nan"), {}, np.zeros((0, self.job.num_outputs), dtype=np.float32)
-        blocks = [student.predict(rows[start : start + BLOCK_ROWS], {}) for start in range(0, len(rows), BLOCK_ROWS)]
-        output = blocks[0] if len(blocks) == 1 else torch.cat(blocks)
-        if len(blocks) > 1:
-            return_freed_memory()
+        output = torch.cat(in_blocks(rows, lambda block: student.predict(block, {})))
         loss = float(task_loss(self.job.task)(output, self.labels[rows].cpu()))
         return loss, task_metrics(self.job.task, self._label_array(rows), output.numpy()), output.numpy()
 

@@ -8,8 +8,9 @@ goes on from the newest position every party holds (``roll_back``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import structlog
 
@@ -26,15 +27,52 @@ log = structlog.get_logger(__name__)
 
 
 def save_checkpoint(
-    run_dir: Path, position: Position, algorithm: ServerAlgorithm, reports: Sequence[EpochReport], *, keep: int
+    run_dir: Path,
+    position: Position,
+    algorithm: ServerAlgorithm,
+    reports: Sequence[EpochReport],
+    *,
+    keep: int,
+    extra: Mapping[str, Any] | None = None,
 ) -> None:
-    """Save the active party's state, with the epoch reports so far, as the checkpoint of ``position``."""
+    """Save the active party's state, with the epoch reports so far, as the checkpoint of ``position``.
+
+    ``extra`` is kept beside them (the distilled student's: the digest of the outputs it learns from).
+    """
     state = {
         "algorithm": algorithm.state(),
         "rng": rng_state(),
         "reports": [report.plain() for report in reports],
+        **(extra or {}),
     }
     save_position(run_dir, position, state, keep=keep)
+
+
+def load_newest(
+    run_dir: Path,
+    positions: Iterable[Position],
+    algorithm: ServerAlgorithm,
+    *,
+    fits: Callable[[Mapping[str, Any]], bool] = lambda state: True,
+) -> tuple[Position, list[EpochReport]] | None:
+    """Load the newest of ``positions`` whose checkpoint reads and ``fits``: into ``algorithm`` and the RNGs.
+
+    Returns its position and epoch reports; None if none of them will do. A damaged file, or one
+    that does not fit, is logged and skipped for an older one.
+    """
+    for position in sorted(positions, reverse=True):
+        try:
+            state = load_position(run_dir, position)
+        except CheckpointError as exc:  # damaged since it was listed: an older one will do
+            log.warning("checkpoint_unreadable", position=str(position), error=str(exc))
+            continue
+        if not fits(state):
+            log.warning("checkpoint_skipped", position=str(position), path=str(run_dir))
+            continue
+        algorithm.load_state(state["algorithm"])
+        restore_rng(state["rng"])
+        return position, [EpochReport(**report) for report in state["reports"]]
+    return None
 
 
 def roll_back(
@@ -53,18 +91,8 @@ def roll_back(
     held = {ACTIVE_PARTY: readable_checkpoints(run_dir) if resume else []}
     held |= {party: list(parties.member(party).checkpoints) for party in job.passive_parties}
     common = set(held[ACTIVE_PARTY]).intersection(*(set(h) for h in held.values()))
-    chosen, reports = Position(0, 0), None
-    for position in sorted((p for p in common if p <= end), reverse=True):
-        try:
-            state = load_position(run_dir, position)
-        except CheckpointError as exc:  # damaged since it was listed: an older one will do
-            log.warning("checkpoint_unreadable", position=str(position), error=str(exc))
-            continue
-        algorithm.load_state(state["algorithm"])
-        restore_rng(state["rng"])
-        reports = [EpochReport(**report) for report in state["reports"]]
-        chosen = position
-        break
+    loaded = load_newest(run_dir, (p for p in common if p <= end), algorithm)
+    chosen, reports = loaded if loaded is not None else (Position(0, 0), None)
     discard_after(run_dir, chosen)
     parties.dispatch(lambda tid: Restore(tid, chosen))
     if resume:

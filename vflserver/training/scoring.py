@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Final
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Final, TypeVar
 
 import numpy as np
 from numpy.dtypes import StringDType
@@ -31,6 +31,23 @@ from vflserver.federation.passive_parties import PassiveParties
 #: Rows per federated request: a passive party's representation of one block, and the active
 #: party's activations on it, stay a few MB whatever the number of rows asked for.
 BLOCK_ROWS: Final = 1 << 16
+
+T = TypeVar("T")
+
+
+def in_blocks(rows: np.ndarray, predict: Callable[[np.ndarray], T]) -> list[T]:
+    """``predict`` on ``BLOCK_ROWS`` of ``rows`` at a time, in order; the caller joins the parts.
+
+    With more than one block, the memory each block's work freed goes back to the system after
+    it (``return_freed_memory``), rather than staying scattered over the heaps.
+    """
+    if len(rows) <= BLOCK_ROWS:
+        return [predict(rows)]
+    parts = []
+    for start in range(0, len(rows), BLOCK_ROWS):
+        parts.append(predict(rows[start : start + BLOCK_ROWS]))
+        return_freed_memory()
+    return parts
 
 
 class Scorer:
@@ -58,12 +75,7 @@ class Scorer:
         ``substitutes`` (one row, broadcast over ``rows``): the degraded TVFL-0 / TVFL-A modes.
         """
         if len(rows) > BLOCK_ROWS:
-            blocks = [rows[start : start + BLOCK_ROWS] for start in range(0, len(rows), BLOCK_ROWS)]
-            outputs = []
-            for block in blocks:
-                outputs.append(self.predict_rows(block, substitutes=substitutes))
-                return_freed_memory()  # each block's messages, freed: not left scattered over the heaps
-            return np.concatenate(outputs)
+            return np.concatenate(in_blocks(rows, lambda block: self.predict_rows(block, substitutes=substitutes)))
         if not self.algorithm.needs_parties_to_predict:
             return self.algorithm.predict(rows, {}).numpy()
         with self._lock:
