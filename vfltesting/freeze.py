@@ -1,0 +1,71 @@
+"""Stop a daemon inside a training epoch, and know it is inside, on any CPU.
+
+A timed sleep ("half of the last epoch's time"), then a kill, once landed in the next epoch on a
+loaded 2-core CI machine: the test process lost the CPU for longer than the rest of the epoch.
+Here the party is frozen first (SIGSTOP) and only then checked: frozen, it can neither finish
+the epoch nor save its checkpoint, so what the check sees still holds when the caller kills
+(or cuts, or kills the server beside it). A freeze that came too late thaws and tries the
+next epoch, so the test still kills inside an epoch, just a later one, and says which.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Iterator
+
+from vflclient import JobClient
+from vflcore.data.checkpoints import epoch_path
+from vfltesting.service import ServiceRun, wait_until
+
+
+@contextlib.contextmanager
+def frozen(run: ServiceRun, party: str) -> Iterator[None]:
+    """``party`` stopped (SIGSTOP) inside the block; thawed on leaving it, unless the block killed it."""
+    daemon = run.procs[party]
+    os.kill(daemon.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        if daemon.poll() is None:
+            os.kill(daemon.pid, signal.SIGCONT)
+
+
+@contextlib.contextmanager
+def frozen_inside_epoch(
+    run: ServiceRun,
+    jobs: JobClient,
+    job_id: str,
+    done: int,
+    *,
+    party: str = "party-3",
+    fraction: float = 0.25,
+) -> Iterator[int]:
+    """Yield ``d >= done`` with ``party`` frozen inside epoch ``d + 1`` (from 0: ``d``) of ``job_id``.
+
+    Inside means: the server had recorded ``d`` of the job's epochs, and the party has not
+    saved its checkpoint of epoch ``d + 1``. The freeze lands about ``fraction`` of an epoch's
+    time into the epoch, so some steps in, though that part is timed, not checked. The server
+    may still record epoch ``d + 1`` (never more) if the party froze after serving that
+    epoch's last step and evaluation but before its checkpoint. The party is thawed on leaving
+    the block unless the caller killed it there. Fails, naming the job, when every epoch was
+    missed.
+    """
+    epochs = jobs.get(job_id).epochs
+    folder = run.root / "runs" / job_id / party
+    while done < epochs:
+        _wait_for_epochs(run, jobs, job_id, done)
+        time.sleep(jobs.get(job_id).history[-1].seconds * fraction if done else 0.0)
+        with frozen(run, party):
+            seen = jobs.get(job_id).epochs_done
+            if seen < epochs and not epoch_path(folder, seen).exists():
+                yield seen
+                return
+        done = seen + 1
+    raise AssertionError(f"{party} could not be frozen inside any epoch of {job_id}")
+
+
+def _wait_for_epochs(run: ServiceRun, jobs: JobClient, job_id: str, done: int) -> None:
+    wait_until(lambda: jobs.get(job_id).epochs_done >= done, f"epoch {done} of {job_id}", run)
