@@ -40,6 +40,7 @@ from vflserver.jobs.plan import TABLES, check_models, plan_from_document, read_a
 from vflserver.jobs.runner import JobListener
 from vflserver.jobs.store import ENDED, JobRecord, JobStore
 from vflserver.training.active_party import ActiveParty
+from vflserver.training.distill_settings import refuse_student_names
 from vflserver.training.reports import EpochReport, RunSummary
 
 log = structlog.get_logger(__name__)
@@ -182,6 +183,7 @@ def _check_data(config: ServerConfig, job: dict[str, Any] | None) -> None:
     if job is None:
         return
     plan = plan_from_document(job, default_join_timeout_s=config.settings.join_timeout_s, where="the config's [job]")
+    refuse_student_names(plan.job.job_id, where="the config's [job]")
     check_models(plan, read_active_table(plan, config.datasets), where="the config's [job]")
 
 

@@ -94,6 +94,7 @@ class TestSubmissionChecks:
             ({"job_id": "../../etc"}, grpc.StatusCode.INVALID_ARGUMENT, "[job] job_id"),  # a folder outside run_dir
             ({"job_id": "a/b"}, grpc.StatusCode.INVALID_ARGUMENT, "[job] job_id"),
             ({"job_id": ".hidden"}, grpc.StatusCode.INVALID_ARGUMENT, "[job] job_id"),
+            ({"job_id": "credit-student"}, grpc.StatusCode.INVALID_ARGUMENT, "names distilled students"),
             ({"wire_codec": "fp8"}, grpc.StatusCode.INVALID_ARGUMENT, "[job] wire_codec"),
         ],
     )

@@ -88,3 +88,14 @@ class TestServerCli:
         assert main(args) == 2
         err = capsys.readouterr().err
         assert "[distill] label_weight = 2" in err, err
+
+    def test_a_job_named_like_a_student_exits_2(
+        self, pki: Pki, digits_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """``<job>-student`` is where job ``<job>``'s student is served: no job may take that name."""
+        config = tmp_path / "server.toml"
+        config.write_text('[job]\njob_id = "credit-student"\nalgorithm = "splitnn"\n')
+        args = ["--config", str(config), *_args(pki, digits_data, tmp_path, "127.0.0.1:0")]
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert "the config's [job]: [job] job_id = 'credit-student'" in err, err

@@ -32,6 +32,7 @@ from vflserver.jobs.plan import (
 )
 from vflserver.jobs.runner import JobRunner
 from vflserver.jobs.store import ENDED, JOB_STATES, EpochRecord, JobEvent, JobRecord, JobStore
+from vflserver.training.distill_settings import refuse_student_names
 
 log = structlog.get_logger(__name__)
 
@@ -68,6 +69,7 @@ def submit_job(
 ) -> JobRecord:
     """Check ``document``, queue it under its ``[job] job_id`` (or a new id), and wake the runner."""
     plan = plan_from_document(document, default_join_timeout_s=join_timeout_s)
+    refuse_student_names(plan.job.job_id)
     active_source(plan, datasets)  # the passive parties say so at join, before PSI
     if needs_active_table(plan):  # its own models probed, and its labels checked, now: not after PSI
         check_models(plan, read_active_table(plan, datasets))

@@ -58,6 +58,19 @@ def student_name(job_id: str) -> str:
     return f"{job_id}{STUDENT_SUFFIX}"
 
 
+def refuse_student_names(job_id: str, where: str = "job") -> None:
+    """ConfigError if ``job_id`` ends like a student's name: its model would replace another job's student.
+
+    Why reserved: the endpoint serves models by name, and a job called ``credit-student`` would
+    take the name that job ``credit``'s student is served under (or lose it to that student).
+    """
+    if job_id.endswith(STUDENT_SUFFIX):
+        raise ConfigError(
+            f"{where}: [job] job_id = {job_id!r} ends in {STUDENT_SUFFIX!r}, which names distilled students "
+            f"(job X's student is served as X{STUDENT_SUFFIX}); choose another ID"
+        )
+
+
 def distill_keys() -> tuple[str, ...]:
     """Every key ``[distill]`` may hold."""
     return tuple(f.name for f in fields(DistillSpec))
@@ -149,6 +162,7 @@ __all__ = [
     "DistillSpec",
     "distill_from_table",
     "distill_keys",
+    "refuse_student_names",
     "require_own_features",
     "student_factory",
     "student_name",
