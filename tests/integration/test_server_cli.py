@@ -57,45 +57,30 @@ class TestServerCli:
         err = capsys.readouterr().err
         assert "server.key" in err and "vfl-certs" in err
 
-    def test_job_tables_without_a_job_exit_2_naming_the_table(
-        self, pki: Pki, digits_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    @pytest.mark.parametrize(
+        ("text", "words"),
+        [
+            # Job tables with no [job] are refused at start, not silently ignored.
+            ("[model]\ntop_hidden = [32]\n", ("[model]", "server.toml", "[job]")),
+            ("[distill]\nepochs = 5\n", ("[distill]", "server.toml", "[job]")),
+            # The config's own job is checked at start as a submitted one is: [distill] too.
+            ('[job]\nalgorithm = "splitnn"\n\n[distill]\nlabel_weight = 2\n', ("[distill] label_weight = 2",)),
+            # <job>-student is where job <job>'s student is served: no job may take that name.
+            ('[job]\njob_id = "credit-student"\n', ("the config's [job]: [job] job_id = 'credit-student'",)),
+        ],
+    )
+    def test_a_bad_config_job_exits_2_naming_the_table_or_key(
+        self,
+        text: str,
+        words: tuple[str, ...],
+        pki: Pki,
+        digits_data: Path,
+        tmp_path: Path,
+        capsys: pytest.CaptureFixture[str],
     ) -> None:
-        """A service config with ``[model]`` but no ``[job]`` is refused at start, not silently ignored."""
         config = tmp_path / "server.toml"
-        config.write_text("[model]\ntop_hidden = [32]\n")
+        config.write_text(text)
         args = ["--config", str(config), *_args(pki, digits_data, tmp_path, "127.0.0.1:0")]
         assert main(args) == 2
         err = capsys.readouterr().err
-        assert "[model]" in err and "server.toml" in err and "[job]" in err
-
-    def test_a_distill_table_without_a_job_exits_2_naming_it(
-        self, pki: Pki, digits_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-    ) -> None:
-        config = tmp_path / "server.toml"
-        config.write_text("[distill]\nepochs = 5\n")
-        args = ["--config", str(config), *_args(pki, digits_data, tmp_path, "127.0.0.1:0")]
-        assert main(args) == 2
-        err = capsys.readouterr().err
-        assert "[distill]" in err and "server.toml" in err and "[job]" in err
-
-    def test_a_bad_distill_setting_of_the_configs_job_exits_2_naming_the_key(
-        self, pki: Pki, digits_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-    ) -> None:
-        """The config's own job is checked at start as a submitted one is: ``[distill]`` too."""
-        config = tmp_path / "server.toml"
-        config.write_text('[job]\nalgorithm = "splitnn"\n\n[distill]\nlabel_weight = 2\n')
-        args = ["--config", str(config), *_args(pki, digits_data, tmp_path, "127.0.0.1:0")]
-        assert main(args) == 2
-        err = capsys.readouterr().err
-        assert "[distill] label_weight = 2" in err, err
-
-    def test_a_job_named_like_a_student_exits_2(
-        self, pki: Pki, digits_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-    ) -> None:
-        """``<job>-student`` is where job ``<job>``'s student is served: no job may take that name."""
-        config = tmp_path / "server.toml"
-        config.write_text('[job]\njob_id = "credit-student"\nalgorithm = "splitnn"\n')
-        args = ["--config", str(config), *_args(pki, digits_data, tmp_path, "127.0.0.1:0")]
-        assert main(args) == 2
-        err = capsys.readouterr().err
-        assert "the config's [job]: [job] job_id = 'credit-student'" in err, err
+        assert all(word in err for word in words), err
