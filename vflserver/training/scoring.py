@@ -4,10 +4,11 @@ A federated model asks each online passive party for its representation of the r
 task) and stands in a fixed one for a party that is offline, when the degraded modes allow it
 (TVFL-0 / TVFL-A). A model that is the active party's alone needs no one.
 
-IDs are found by binary search in a sorted copy of the aligned IDs (numpy strings), not in a
-dict: at 10M aligned rows a dict of ``str`` costs about 1 GB and a Python object per row, the
-sorted copy and its order 240 MB and none. A request for more than ``BLOCK_ROWS`` rows is
-served a block at a time, so that no party builds its representation of every row at once.
+IDs are found by binary search in a sorted copy of the aligned IDs (numpy strings; the search
+is ``id_arrays.sorted_positions``, never ``np.searchsorted``, which misreads IDs of 16 bytes or
+more on numpy < 2.5), not in a dict: at 10M aligned rows a dict of ``str`` costs about 1 GB
+and a Python object per row, the sorted copy and its order 240 MB and none. A request for more
+than ``BLOCK_ROWS`` rows is served a block at a time, so that no party builds its representation of every row at once.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import numpy as np
 from numpy.dtypes import StringDType
 
 from vflalgorithms.base import ServerAlgorithm
+from vflcore.data import id_arrays
 from vflcore.job import JobSpec
 from vflcore.psi.intersection import is_strictly_increasing
 from vflcore.runtime.memory import return_freed_memory
@@ -96,7 +98,7 @@ class Scorer:
         """(aligned row of each ID, how many IDs are not aligned); the rows mean something only when none is missing."""
         wanted = _strings(ids)
         sorted_ids = self._sorted_ids
-        at = np.searchsorted(sorted_ids, wanted)
+        at = id_arrays.sorted_positions(sorted_ids, wanted)
         inside = at < len(sorted_ids)
         found = np.zeros(len(wanted), dtype=bool)
         found[inside] = sorted_ids[at[inside]] == wanted[inside]
