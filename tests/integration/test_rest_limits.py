@@ -12,6 +12,7 @@ import http.client
 import json
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -167,12 +168,17 @@ class TestConnectionCap:
             held = [_connect(running.ports.rest) for _ in range(20)]
             for sock in held:
                 stack.callback(sock.close)
-            time.sleep(0.2)  # the server has accepted them all
+            gate = running._rest.gate if running._rest is not None else None
+            assert gate is not None
+            # The server has accepted all 20: waited for, not assumed after a fixed pause.
+            deadline = time.monotonic() + CUT_WITHIN_S
+            while len(gate.open) < 20:
+                assert time.monotonic() < deadline, f"the server accepted {len(gate.open)} of 20 connections"
+                threading.Event().wait(0.01)
             extra = _connect(running.ports.rest, b"\x16")
             stack.callback(extra.close)
             assert _closed_by_server(extra, within_s=5.0) == b""
-            gate = running._rest.gate if running._rest is not None else None
-            assert gate is not None and gate.refused >= 1
+            assert gate.refused >= 1
             for sock in held:
                 sock.close()
             deadline = time.monotonic() + CUT_WITHIN_S
