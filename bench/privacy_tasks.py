@@ -22,9 +22,8 @@ from pathlib import Path
 import numpy as np
 from sklearn.datasets import load_breast_cancer, load_wine, make_classification
 
-from vfltesting.datasets import write_vertical_split
+from vfltesting.datasets import example_ids, write_vertical_split
 
-ID_PREFIX = "u"
 #: The passive party whose recording the probes attack (its features are what inversion recovers).
 #: Party 3: on the imbalanced task party 2's four columns carry no signal about the label (each
 #: party's columns alone, 3-fold CV ROC AUC of a gradient-boosted model: party 1 0.87, party 2
@@ -64,13 +63,13 @@ class Task:
             feature_names=[f"f{i}" for i in range(self.features.shape[1])],
             party_columns=self.party_columns,
             seed=seed,
-            id_prefix=ID_PREFIX,
         )
         return folder
 
     def aligned(self, ids: list[str], party: int = ATTACKED_PARTY) -> tuple[np.ndarray, np.ndarray]:
         """Party ``party``'s features (as its CSV holds them: float32) and the labels, in the order of ``ids``."""
-        rows = np.array([int(i.removeprefix(ID_PREFIX)) for i in ids], dtype=np.int64)
+        row_of = {name: row for row, name in enumerate(example_ids(len(self.labels)))}
+        rows = np.array([row_of[i] for i in ids], dtype=np.int64)
         columns = list(self.party_columns[party - 1])
         return self.features[rows][:, columns].astype(np.float32), self.labels[rows]
 

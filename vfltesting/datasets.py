@@ -4,6 +4,11 @@ Examples, tests and benchmarks need data laid out the way real parties hold it: 
 has the labels and maybe some features, parties 2, 3, ... have the rest, every file has an `id`
 column, and each party's rows come in its own order so that alignment is actually exercised.
 Only offline data is used: scikit-learn's bundled datasets and `make_classification`.
+
+The IDs are the kind banks hold (``example_id``): e-mail-like customer IDs of 24 bytes or more
+that share a long domain, and every seventh one non-ASCII (German, Cyrillic, Japanese). Short
+ASCII IDs the project made up itself hid a numpy bug that refused every real ID of 16 bytes or
+more (issue 36), so every test on these datasets runs on IDs like users' instead.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ import numpy as np
 from sklearn.datasets import load_breast_cancer, load_diabetes, load_digits, make_classification
 
 __all__ = [
+    "example_id",
+    "example_ids",
     "write_diabetes_split",
     "write_digits_split",
     "write_synthetic_split",
@@ -28,6 +35,38 @@ _DIGIT_STRIPS = ((0, 1, 2), (3, 4, 5), (6, 7))
 # Diabetes's 10 features: party 1 gets 0-3 (with the target), party 2 gets 4-6, party 3 gets 7-9.
 _DIABETES_PARTS = ((0, 1, 2, 3), (4, 5, 6), (7, 8, 9))
 
+#: The e-mail domain most example IDs share, as a bank's customer addresses do: a long common
+#: suffix, after a common ``cust-000`` prefix.
+_DOMAIN = "retail-banking.example.com"
+#: Every seventh example ID is one of these in turn: non-ASCII in the local part, the domain or both.
+_NON_ASCII_IDS = (
+    "müller.jürgen.{number}@bank.example.de",
+    "иванова.ольга.{number}@банк.пример.рф",
+    "顧客{number}@銀行.例え.jp",
+    "zoë.ångström.{number}@bank.example.se",
+)
+#: Characters that make a CSV cell need quotes (RFC 4180), spaces included so that no reader
+#: that trims cells can change an ID.
+_NEEDS_QUOTES = frozenset(',"\r\n ')
+
+
+def example_id(row: int) -> str:
+    """The customer ID of example row ``row``: the same every run, distinct for every row.
+
+    Mostly ``cust-0000123@retail-banking.example.com`` (39 bytes, leading zeros kept); rows 6,
+    13, 20, ... take the non-ASCII forms in turn (``müller.jürgen.0000006@bank.example.de``, a
+    Cyrillic and a Japanese address, ...), all of 24 bytes or more in UTF-8.
+    """
+    number = f"{row:07d}"
+    if row % 7 == 6:
+        return _NON_ASCII_IDS[(row // 7) % len(_NON_ASCII_IDS)].format(number=number)
+    return f"cust-{number}@{_DOMAIN}"
+
+
+def example_ids(rows: int) -> list[str]:
+    """``example_id`` of rows 0 .. rows - 1."""
+    return [example_id(row) for row in range(rows)]
+
 
 def write_vertical_split(
     out_dir: Path,
@@ -37,12 +76,13 @@ def write_vertical_split(
     feature_names: Sequence[str],
     party_columns: Sequence[Sequence[int]],
     seed: int,
-    id_prefix: str = "u",
+    ids: Sequence[str] | None = None,
     keep: Sequence[float] | None = None,
 ) -> list[Path]:
     """Write `party{k}.csv` for each entry of party_columns and return the paths in party order.
 
-    Sample i gets the ID `{id_prefix}{i:05d}`. Party 1's file holds `id`, `label` and its
+    Sample i gets the ID ``ids[i]``, by default ``example_id(i)``; any string works, since cells
+    are quoted where CSV needs it. Party 1's file holds `id`, `label` and its
     columns; the others hold `id` and theirs. Each file's rows are in a different seeded order.
     With ``keep``, party k holds only a random ``keep[k-1]`` share of the samples, as real
     parties do: PSI then finds the samples they share.
@@ -53,7 +93,11 @@ def write_vertical_split(
     labels = np.asarray(labels)
     _check_split(features, labels, feature_names, party_columns)
     num_rows = features.shape[0]
-    ids = [f"{id_prefix}{i:0{max(5, len(str(num_rows - 1)))}d}" for i in range(num_rows)]
+    ids = example_ids(num_rows) if ids is None else list(ids)
+    if len(ids) != num_rows or len(set(ids)) != num_rows:
+        raise ValueError(
+            f"ids must be {num_rows} distinct strings, one per row, got {len(set(ids))} distinct of {len(ids)}"
+        )
     label_format = "%d" if np.issubdtype(labels.dtype, np.integer) else "%.17g"
     rng = np.random.default_rng(seed)
     out_dir = Path(out_dir)
@@ -230,14 +274,24 @@ def _write_party(
     names: list[str],
     labels: tuple[np.ndarray, str] | None,
 ) -> None:
-    """Write one party's CSV; rows are formatted with one %-format per line, fast at 100k+ rows."""
+    """Write one party's CSV; rows are formatted with one %-format per line, fast at 100k+ rows.
+
+    Only the ID cell can need quotes (numbers never do), so only it goes through `_csv_cell`.
+    """
     header = ["id"] + (["label"] if labels is not None else []) + names
     row_format = ",".join(["%s"] + ([labels[1]] if labels is not None else []) + ["%.9g"] * len(names)) + "\n"
     with path.open("w", newline="", encoding="utf-8") as handle:
         csv.writer(handle, lineterminator="\n").writerow(header)
         for i in order:
             label_cell = () if labels is None else (labels[0][i].item(),)
-            handle.write(row_format % (ids[i], *label_cell, *features[i].tolist()))
+            handle.write(row_format % (_csv_cell(ids[i]), *label_cell, *features[i].tolist()))
+
+
+def _csv_cell(text: str) -> str:
+    """``text`` as one CSV cell: quoted, inner quotes doubled, where a comma, quote, line break or space is in it."""
+    if _NEEDS_QUOTES.isdisjoint(text):
+        return text
+    return '"' + text.replace('"', '""') + '"'
 
 
 def _standardise(values: np.ndarray) -> np.ndarray:

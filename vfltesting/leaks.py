@@ -9,6 +9,7 @@ party computes (embeddings, gradients) without knowing them in advance.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ import numpy as np
 
 from vflcore.data.tables import PartyTable
 
-__all__ = ["Leak", "PartySecrets", "find_leaks", "party_secrets", "printed_forms"]
+__all__ = ["Leak", "PartySecrets", "find_leaks", "id_forms", "party_secrets", "printed_forms"]
 
 #: A decimal number as Python, numpy or torch prints one (``0.25``, ``-1.5e-07``, ``731.2458``).
 _DECIMAL = r"[-+]?(?:\d+\.\d*|\.\d+)(?:[eE][-+]?\d+)?"
@@ -67,17 +68,26 @@ def party_secrets(party: int, table: PartyTable) -> PartySecrets:
     return PartySecrets(party, frozenset(str(i) for i in table.ids.tolist()), frozenset(values))
 
 
+def id_forms(party_id: str) -> set[str]:
+    """How an ID reads in a log line: as it is, and as the JSON log writes it (``müller`` as ``m\\u00fcller``).
+
+    JSON escapes non-ASCII letters, quotes and backslashes, so a scan for the plain ID alone would
+    miss a non-ASCII ID that leaked into a JSON log.
+    """
+    return {party_id, json.dumps(party_id)[1:-1]}
+
+
 def find_leaks(lines: Iterable[str], secrets: Iterable[PartySecrets], source: str) -> list[Leak]:
-    """Every line of ``lines`` (one log) that holds an ID, a feature value, or a printed array."""
+    """Every line of ``lines`` (one log) holding an ID (any of its ``id_forms``), a feature value or a printed array."""
     parties = list(secrets)
+    ids = [(p.party, i, form) for p in parties for i in p.ids for form in id_forms(i)]
     values = {value: p.party for p in parties for value in p.values}
     # one pattern for every printed value, bounded so that 731.2458 does not match inside 1731.24589
     pattern = re.compile(r"(?<![\d.])(" + "|".join(map(re.escape, sorted(values, key=len, reverse=True))) + r")")
     leaks: list[Leak] = []
     for number, line in enumerate(lines, start=1):
         found: list[str] = []
-        for p in parties:
-            found += [f"party {p.party}'s ID {i!r}" for i in p.ids if i in line]
+        found += [f"party {party}'s ID {i!r}" for party, i, form in ids if form in line]
         if values:
             found += [f"party {values[m]}'s feature value {m}" for m in pattern.findall(line)]
         found += [f"a printed array ({r!r})" for r in _ARRAY_REPRS if r in line]

@@ -51,8 +51,8 @@ JOB = {"epochs": 300, "batch_size": 16}
 
 @pytest.fixture(scope="module")
 def telltale_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Three parties' CSVs whose IDs (``rid-00042``) and features (100 to 1000, 7 significant digits)
-    no log line can hold by chance."""
+    """Three parties' CSVs whose IDs (e-mail-like, some non-ASCII: ``example_id``) and features
+    (100 to 1000, 7 significant digits) no log line can hold by chance."""
     out = tmp_path_factory.mktemp("telltale")
     rng = np.random.default_rng(7)
     features = rng.uniform(100, 1000, size=(ROWS, 9))
@@ -64,11 +64,11 @@ def telltale_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
         feature_names=[f"f{i}" for i in range(9)],
         party_columns=[[0, 1, 2], [3, 4, 5], [6, 7, 8]],
         seed=1,
-        id_prefix="rid-",
     )
     # party 2 repeats one row's ID: the warning that a row was dropped is a line that could name it
     party2 = out / "party2.csv"
-    party2.write_text(party2.read_text() + party2.read_text().splitlines()[1] + "\n")
+    text = party2.read_text(encoding="utf-8")
+    party2.write_text(text + text.splitlines()[1] + "\n", encoding="utf-8")
     return out
 
 

@@ -13,6 +13,8 @@ from sklearn.datasets import load_digits
 
 from vflcore.data.tables import PartyTable, align_rows, ids_digest, read_party_csv
 from vfltesting.datasets import (
+    example_id,
+    example_ids,
     write_diabetes_split,
     write_digits_split,
     write_synthetic_split,
@@ -44,11 +46,52 @@ class TestWriteVerticalSplit:
         raw = [read_party_csv(p, label_column="label" if k == 0 else None) for k, p in enumerate(paths)]
         assert len({tuple(t.ids.tolist()) for t in raw}) == 3
         tables = [align_rows(t) for t in raw]
-        assert tables[0].ids.tolist() == [f"u{i:05d}" for i in range(10)]
+        # aligned rows are in the IDs' sorted order: row 6's non-ASCII ID sorts after the cust- IDs
+        order = sorted(range(10), key=example_id)
+        assert tables[0].ids.tolist() == [example_id(i) for i in order]
         assert tables[0].labels is not None
-        np.testing.assert_array_equal(tables[0].labels, labels)
+        np.testing.assert_array_equal(tables[0].labels, labels[order])
         assert [t.feature_names for t in tables] == [("a",), ("b", "c"), ("d",)]
-        np.testing.assert_array_equal(np.hstack([t.features for t in tables]), features.astype(np.float32))
+        np.testing.assert_array_equal(np.hstack([t.features for t in tables]), features[order].astype(np.float32))
+
+    def test_ids_with_commas_quotes_and_spaces_read_back(self, tmp_path: Path) -> None:
+        """Caller-given IDs that CSV must quote come back exactly, and align across the parties."""
+        ids = ["a,b", 'say "hi"', " padded ", "plain", 'ünï, "cødé"']
+        paths = write_vertical_split(
+            tmp_path,
+            features=np.arange(10, dtype=np.float64).reshape(5, 2),
+            labels=np.arange(5, dtype=np.int64),
+            feature_names=["a", "b"],
+            party_columns=[[0], [1]],
+            seed=3,
+            ids=ids,
+        )
+        tables = read_aligned(paths)
+        assert [t.ids.tolist() for t in tables] == [sorted(ids)] * 2
+        assert tables[0].labels is not None
+        assert tables[0].labels.tolist() == [ids.index(i) for i in sorted(ids)]
+
+    def test_example_ids_are_long_distinct_and_partly_non_ascii(self) -> None:
+        """The default IDs are e-mail-like, 24 bytes or more, distinct, every 7th non-ASCII, the same every call."""
+        ids = example_ids(5000)
+        assert len(set(ids)) == 5000 and ids == example_ids(5000)
+        assert min(len(i.encode()) for i in ids) >= 24 and all("@" in i for i in ids)
+        assert [n for n, i in enumerate(ids[:21]) if not i.isascii()] == [6, 13, 20]
+        assert ids[123] == "cust-0000123@retail-banking.example.com"
+
+    def test_ids_must_be_distinct_and_one_per_row(self, tmp_path: Path) -> None:
+        """A repeated or missing ID is refused before anything is written."""
+        for ids in (["x", "x"], ["x"]):
+            with pytest.raises(ValueError, match="2 distinct strings"):
+                write_vertical_split(
+                    tmp_path,
+                    features=np.ones((2, 2)),
+                    labels=np.zeros(2, dtype=np.int64),
+                    feature_names=["a", "b"],
+                    party_columns=[[0], [1]],
+                    seed=0,
+                    ids=ids,
+                )
 
     def test_label_only_active_party_and_float_labels(self, tmp_path: Path) -> None:
         """Party 1 may hold no features, and float labels survive at float64 precision."""
@@ -106,11 +149,12 @@ class TestWriteDigitsSplit:
         assert [t.features.shape for t in tables] == [(1797, 24), (1797, 24), (1797, 16)]
         assert tables[0].feature_names[:2] == ("r0c0", "r0c1") and tables[2].feature_names[-1] == "r7c7"
         assert len({ids_digest(t.ids) for t in tables}) == 1
-        assert tables[0].ids[42] == "u00042"
+        order = sorted(range(1797), key=example_id)
+        assert tables[0].ids.tolist() == [example_id(i) for i in order]
         digits = load_digits()
-        np.testing.assert_allclose(np.hstack([t.features for t in tables]), digits.data / 16, rtol=1e-6)
+        np.testing.assert_allclose(np.hstack([t.features for t in tables]), digits.data[order] / 16, rtol=1e-6)
         assert tables[0].labels is not None
-        np.testing.assert_array_equal(tables[0].labels, digits.target)
+        np.testing.assert_array_equal(tables[0].labels, digits.target[order])
 
     def test_seed_changes_file_order_only(self, tmp_path: Path) -> None:
         """Another seed writes another row order, but the aligned content is the same."""

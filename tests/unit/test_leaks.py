@@ -15,12 +15,14 @@ from vfltesting.leaks import PartySecrets, find_leaks, party_secrets, printed_fo
 
 pytestmark = pytest.mark.usefixtures("restore_logging")
 
-FEATURES = np.array([[731.2458, 104.90731, 999.12345], [250.5, 612.03125, 187.77777]], dtype=np.float32)
+FEATURES = np.array(
+    [[731.2458, 104.90731, 999.12345], [250.5, 612.03125, 187.77777], [333.3333, 444.4444, 555.5555]], dtype=np.float32
+)
 
 
 def _secrets() -> list[PartySecrets]:
     table = PartyTable(
-        ids=np.array(["rid-00007", "rid-00042"], dtype=object),
+        ids=np.array(["rid-00007", "rid-00042", "müller.jürgen.0000006@bank.example.de"], dtype=object),
         features=FEATURES,
         feature_names=("a", "b", "c"),
         labels=None,
@@ -69,6 +71,16 @@ class TestFindLeaks:
         log.info("aligned", rows=187, seconds=0.08, checkpoints=["e0001-b0003"])
         assert out.getvalue().count("\n") == 3
         assert find_leaks(out.getvalue().splitlines(), _secrets(), "test.log") == []
+
+    def test_a_non_ascii_id_in_a_json_log_is_found(self) -> None:
+        """The JSON log escapes ü as \\u00fc: the scan finds the ID in that form too."""
+        out = io.StringIO()
+        configure_logging(json=True, stream=out)
+        get_logger("vfl.test").warning("row_rejected", id="müller.jürgen.0000006@bank.example.de")
+        assert "\\u00fc" in out.getvalue()
+        assert [leak.what for leak in find_leaks(out.getvalue().splitlines(), _secrets(), "test.log")] == [
+            "party 2's ID 'müller.jürgen.0000006@bank.example.de'"
+        ]
 
     def test_a_value_inside_a_longer_number_is_not_counted(self) -> None:
         """731.2458 inside 1731.24589 is another number, not the feature value."""
