@@ -108,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, ValueError) as exc:  # --log-file cannot be opened, or an unknown --log-level
         print(f"vfl-client: {exc}", file=sys.stderr)
         return daemon.EXIT_CONFIG
+    daemon.arm_crash_traces(args)  # before anything that could crash: a trace, not silence
     try:
         config = client_config_from(flags.document(args), args.config, party=args.party)
         structlog.contextvars.bind_contextvars(party=config.party)

@@ -195,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"vfl-server: {exc}", file=sys.stderr)
         return daemon.EXIT_CONFIG
     structlog.contextvars.bind_contextvars(party=1)
+    daemon.arm_crash_traces(args)  # before anything that could crash: a trace, not silence
     once = args.once or args.psi_only
     try:
         document = _document(args)

@@ -97,9 +97,12 @@ class ServiceRun:
     via: dict[int, str] = field(default_factory=dict)
     #: Every daemon's ``--log-level`` (``debug`` to see every event a daemon can write).
     log_level: str = "info"
+    #: Give every daemon ``--log-file`` (its JSON lines there, in ``log_files_by_name``); stderr stays in ``logs``.
+    log_files: bool = False
     procs: dict[str, Daemon] = field(default_factory=dict)
     port: int = 0
     logs: dict[str, Path] = field(default_factory=dict)
+    log_files_by_name: dict[str, Path] = field(default_factory=dict)
     _restarts: int = 0
 
     @property
@@ -167,7 +170,7 @@ class ServiceRun:
         log = self.root / f"server-{self._restarts}.log"
         self.logs["server"] = log
         cmd = [str(BIN / "vfl-server"), "--config", str(self.server_config(listen)), "--log-format", "json"]
-        cmd += ["--log-level", self.log_level]
+        cmd += ["--log-level", self.log_level, *self._log_file("server", log)]
         if self.serving:
             cmd += ["--serving-port-file", str(ports)]
         self.procs["server"] = start_daemon(cmd, log, append=False, cwd=self.root)
@@ -186,8 +189,15 @@ class ServiceRun:
         self.logs[f"party-{party}"] = log
         config = self.client_config(party, server or self.via.get(party) or self.address)
         cmd = [str(BIN / "vfl-client"), "--party", str(party), "--config", str(config), "--log-format", "json"]
-        cmd += ["--log-level", self.log_level]
+        cmd += ["--log-level", self.log_level, *self._log_file(f"party-{party}", log)]
         self.procs[f"party-{party}"] = start_daemon(cmd, log, append=True, cwd=self.root)
+
+    def _log_file(self, name: str, stderr: Path) -> list[str]:
+        """``--log-file`` beside the daemon's stderr file (``server-2.log.jsonl``), if ``log_files``."""
+        if not self.log_files:
+            return []
+        path = self.log_files_by_name[name] = stderr.with_name(stderr.name + ".jsonl")
+        return ["--log-file", str(path)]
 
     def kill(self, name: str) -> None:
         """``kill -9`` one daemon ("server" or "party-N"), as a crash or a power cut would stop it."""
@@ -226,7 +236,8 @@ class ServiceRun:
     def tail(self, lines: int = 30) -> str:
         """The end of every daemon's log, for a failing test's message."""
         out = []
-        for name, path in self.logs.items():
+        named = [*self.logs.items(), *((f"{n} --log-file", p) for n, p in self.log_files_by_name.items())]
+        for name, path in named:
             text = path.read_text(errors="replace").splitlines() if path.exists() else []
             out.append(f"--- {name} ({path}):\n" + "\n".join(text[-lines:]))
         return "\n".join(out)

@@ -23,8 +23,11 @@ from pathlib import Path
 from types import FrameType
 from typing import TextIO, cast
 
+import structlog
+
 from vflcore.errors import ConfigError
 from vflcore.runtime.compute import ComputeEngine, connect
+from vflcore.runtime.crash_trace import enable_crash_traces
 from vflcore.runtime.log_file import LogFile, reopen_on_sighup
 from vflcore.runtime.logs import configure_logging
 from vflcore.runtime.memory import keep_freed_memory
@@ -74,6 +77,18 @@ def setup_logging(args: argparse.Namespace) -> None:
     # LogFile has the part of TextIO that structlog's PrintLogger and logging's StreamHandler use.
     configure_logging(json=as_json, level=args.log_level, stream=cast(TextIO, log_file))
     reopen_on_sighup(log_file)
+
+
+def arm_crash_traces(args: argparse.Namespace) -> None:
+    """A daemon that dies on SIGSEGV, SIGBUS, SIGABRT, SIGFPE or SIGILL writes every thread's stack
+    to stderr and to ``--log-file`` (``vflcore.runtime.crash_trace``); call after ``setup_logging``.
+
+    Logs ``crash_traces`` with where a trace would go, so an operator reading the log knows where
+    to look after a crash. An OSError if the relay process cannot start (no process or descriptor
+    left on the host): the daemons let it end them with its traceback, exit code 1.
+    """
+    where = enable_crash_traces(getattr(args, "log_file", None))
+    structlog.get_logger(__name__).info("crash_traces", to=where)
 
 
 class ShutdownSignals:

@@ -77,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, ValueError) as exc:  # --log-file cannot be opened, or an unknown --log-level
         print(f"vfl-serve: {exc}", file=sys.stderr)
         return daemon.EXIT_CONFIG
+    daemon.arm_crash_traces(args)  # before anything that could crash: a trace, not silence
     try:
         document = flags.document(args)
         serving = serving_config_from(document, args.config)

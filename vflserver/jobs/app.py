@@ -13,6 +13,7 @@ pieces and who owns what:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,6 +28,7 @@ from vflserver.inference.endpoint import BoundPorts, InferenceEndpoint
 from vflserver.inference.registry import ModelRegistry
 from vflserver.jobs.control import ControlService, submit_job
 from vflserver.jobs.metrics import ServiceMetrics
+from vflserver.jobs.run_marker import LastRun, RunMarker
 from vflserver.jobs.runner import JobListener, JobRunner
 from vflserver.jobs.store import JobRecord, JobStore
 
@@ -48,12 +50,17 @@ class Service:
         settings = config.settings
         tls = None if insecure else config.tls
         self.store = JobStore(settings.store_path)
+        self.marker = RunMarker(self.store.path)  # claimed under the store's lock: one server at a time
+        last_run = self.marker.claim()
         # Jobs a previous run left unfinished are interrupted, then queued again: each resumes
         # from the newest checkpoint every party holds once its parties have reconnected.
         self.recovered = self.store.recover()
         for record in self.recovered:
             log.warning("job_interrupted", job=record.job_id, reason=record.error)
-        for record in self.store.requeue_interrupted():
+        resuming = self.store.requeue_interrupted()
+        if last_run is not None:
+            _say_unclean_stop(last_run, resuming)
+        for record in resuming:
             log.info("job_resumes", job=record.job_id, epochs_done=record.epochs_done, epochs=record.epochs)
         self.board = JobBoard()
         serving = serving or ServingConfig()
@@ -92,7 +99,8 @@ class Service:
                 workers=settings.max_rpcs,
                 max_party_rpcs=settings.max_party_rpcs,
             )
-        except BaseException:
+        except BaseException:  # not a crash: the next start has nothing to report
+            self.marker.release()
             self.store.close()
             raise
         self.serving_ports: BoundPorts | None = None
@@ -144,5 +152,23 @@ class Service:
             self.endpoint.stop()
         if self.metrics is not None:
             self.metrics.stop()
+        self.marker.release()  # a clean stop: the next start has no unclean_stop to report
         self.store.close()
         log.info("service_stopped")
+
+
+def _say_unclean_stop(last_run: LastRun, resuming: list[JobRecord]) -> None:
+    """Log ``unclean_stop``: the last server on this store died (a crash, kill -9, power) rather than stopped.
+
+    Names the jobs queued again to resume (job ids only), and says where a crash's trace went,
+    for the operator who reports it (docs/operations.md#reporting-a-crash).
+    """
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(last_run.started_at)) if last_run.started_at else None
+    log.warning(
+        "unclean_stop",
+        message="the last run ended without a clean stop (a crash, kill -9 or power loss); a crash's trace is "
+        "on its stderr (the journal) and in its --log-file",
+        last_pid=last_run.pid,
+        last_started=started,
+        resuming=[record.job_id for record in resuming],
+    )
