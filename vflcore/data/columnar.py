@@ -5,9 +5,9 @@ pyarrow parses the file in C++ and numpy fills one preallocated float32 (n, d) a
 at a time, so the peak is about the final arrays plus one piece. The IDs become a StringDType
 array through NUL-padded UTF-8 (``vflcore.data.id_arrays``), with no Python object per row.
 
-This reader vouches only for what it can check in whole columns: every cell parsed, no null, no
-empty or whitespace-only ID, no control character or line break in an ID, every feature and
-label finite. Anything else (a bad cell, a wrong field count, a decode error, a number Python
+This reader vouches only for what it can check in whole columns: every cell parsed, no null,
+every ID valid UTF-8 of 1 to 256 bytes, not whitespace alone, with no control character or line
+break, every feature and label finite. Anything else (a bad cell, a wrong field count, a decode error, a number Python
 reads and Arrow does not) makes it refuse, and ``vflcore.data.exact_scan`` reads the file again
 to give the old message, with its line. The numbers are the ones the row-by-row reader gave,
 bit for bit: each value is parsed to the nearest float64 (Arrow and Python both round
@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 from vflcore.data.columns import TableColumns, check_header, is_parquet, missing_file, resolve_columns
 from vflcore.data.csv_lines import data_row_lines
 from vflcore.data.exact_scan import TableArrays
-from vflcore.data.id_arrays import STRING_IDS, find_repeats, id_bytes, padded_utf8
+from vflcore.data.id_arrays import MAX_ID_BYTES, find_repeats, id_bytes, string_column
 from vflcore.data.repeats import warn_repeats
 from vflcore.errors import DataError
 from vflcore.runtime.memory import return_freed_memory
@@ -85,24 +85,34 @@ def _finish(path: Path, id_column: str, columns: _Columns) -> TableArrays | None
     """Check the IDs, drop repeated IDs' later rows, check every number; then the StringDType IDs."""
     if not _ids_are_clean(columns.ids):
         return None
-    padded = padded_utf8(columns.ids)
-    features, labels = columns.features, columns.labels
-    repeats = find_repeats(columns.ids, padded)
+    ids, features, labels = columns.ids, columns.features, columns.labels
+    repeats = find_repeats(ids)
     if repeats is not None:
-        padded = padded[repeats.keep]
+        ids = ids.take(pa.array(repeats.keep))
         features = _keep_rows(features, repeats.keep)
         labels = None if labels is None else _keep_rows(labels, repeats.keep)
     if not _all_finite(features) or (labels is not None and not _all_finite(labels)):
         return None
     if repeats is not None:  # only now: for a refused file, the exact scan warns
         warn_repeats(path, id_column, repeats, columns.lines_of)
-    return TableArrays(padded.astype(STRING_IDS), features, columns.feature_names, labels)
+    return TableArrays(string_column(ids), features, columns.feature_names, labels)
 
 
 def _ids_are_clean(ids: pa.ChunkedArray) -> bool:
-    """No empty or whitespace-only ID, and none with a control character (line breaks included)."""
+    """Valid UTF-8 of 1 to ``MAX_ID_BYTES`` bytes, not whitespace alone, no control character (nor line break).
+
+    The CSV parser checks UTF-8 itself; a Parquet file's strings are not checked when read, and
+    numpy must never decode invalid UTF-8 (numpy#32288), so every chunk is validated here.
+    """
     for chunk in ids.chunks:
-        if pc.any(pc.equal(pc.binary_length(chunk), 0)).as_py() or pc.any(pc.utf8_is_space(chunk)).as_py():
+        try:
+            chunk.validate(full=True)
+        except pa.ArrowInvalid:
+            return False
+        lengths = pc.binary_length(chunk)
+        if len(chunk) and not 0 < pc.min(lengths).as_py() <= pc.max(lengths).as_py() <= MAX_ID_BYTES:
+            return False
+        if pc.any(pc.utf8_is_space(chunk)).as_py():
             return False
     # UTF-8 never uses bytes below 0x80 inside a multi-byte character: a byte check is a character check
     return not any(len(data) and (int(data.min()) < 32 or np.count_nonzero(data == 127)) for data in id_bytes(ids))
@@ -147,6 +157,8 @@ def _read_parquet(
     id_type = schema.field(columns.id_index).type
     if pa.types.is_dictionary(id_type):  # e.g. a pandas categorical: decoded as text below
         id_type = id_type.value_type
+    # IDs stored as bytes (Parquet BYTE_ARRAY without the UTF8 annotation) are read as UTF-8 text;
+    # the cast in ``fill`` refuses bytes that are not, and the exact scan names the row.
     numeric = [*([] if columns.label_index is None else [columns.label_index]), *columns.feature_indices]
     if not (_is_string(id_type) or pa.types.is_integer(id_type)) or not all(
         _is_number(schema.field(i).type) for i in numeric
@@ -394,8 +406,15 @@ def _float64(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
 
 
 def _is_string(kind: pa.DataType) -> bool:
-    view = getattr(pa, "string_view", None)  # pyarrow >= 16
-    return bool(pa.types.is_string(kind) or pa.types.is_large_string(kind) or (view is not None and kind == view()))
+    """Text or bytes (taken as UTF-8 text); the view types where this pyarrow has them (>= 16)."""
+    views = [getattr(pa, name)() for name in ("string_view", "binary_view") if hasattr(pa, name)]
+    return bool(
+        pa.types.is_string(kind)
+        or pa.types.is_large_string(kind)
+        or pa.types.is_binary(kind)
+        or pa.types.is_large_binary(kind)
+        or kind in views
+    )
 
 
 def _is_number(kind: pa.DataType) -> bool:

@@ -1,4 +1,4 @@
-"""Line numbers of a CSV's data rows, found in its bytes: what the columnar reader's warnings cite.
+"""Line numbers found in a CSV's bytes: its data rows (the columnar reader's warnings), its first non-UTF-8 byte.
 
 Arrow reports rows, not lines. A row's line differs from its position by the header, by blank
 lines (skipped) and by any line before the header. A quoted value with a line break would shift
@@ -63,3 +63,30 @@ def _line_ends(data: np.ndarray) -> np.ndarray:
     lone_cr = data == _CR
     lone_cr[:-1] &= ~newline[1:]
     return np.flatnonzero(newline | lone_cr)
+
+
+def first_undecodable_line(path: Path) -> int | None:
+    """The 1-based line of the file's first byte that is not UTF-8, counted as ``data_row_lines`` counts lines.
+
+    None if every byte decodes (the caller met an error elsewhere). Chunks are cut after a line
+    feed, so no character is split between two of them.
+    """
+    lines_before = 0
+    with path.open("rb") as handle:
+        rest = b""
+        while True:
+            block = handle.read(_CHUNK_BYTES)
+            data = rest + block
+            cut = data.rfind(b"\n") + 1 if block else len(data)
+            if block and cut == 0:
+                rest = data
+                continue
+            piece, rest = data[:cut], data[cut:]
+            try:
+                piece.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                return lines_before + 1 + len(_line_ends(np.frombuffer(piece[: exc.start], dtype=np.uint8)))
+            if not block:
+                return None
+            ends = _line_ends(np.frombuffer(piece, dtype=np.uint8))
+            lines_before += len(ends)

@@ -10,7 +10,8 @@ checks the structure and the IDs, the second the numbers of the rows kept.
 The first failing check is reported, in this order: the file's structure (encoding, quoting,
 field counts, in file order), data rows present, the columns, each ID (in file order), then, on
 the rows kept once repeated IDs are dropped, the features (a non-number anywhere before a
-non-finite value) and then the labels.
+non-finite value) and then the labels. A CSV's messages name the line, a Parquet file's the row
+(1-based, as a person counts them).
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from vflcore.data.columns import (
     missing_file,
     resolve_columns,
 )
-from vflcore.data.id_arrays import STRING_IDS, arrow_ids, find_repeats
+from vflcore.data.csv_lines import first_undecodable_line
+from vflcore.data.id_arrays import MAX_ID_BYTES, STRING_IDS, arrow_ids, find_repeats
 from vflcore.data.repeats import warn_repeats
 from vflcore.errors import DataError
 
@@ -63,6 +65,9 @@ class _Source(Protocol):
     @property
     def header(self) -> list[str]: ...
 
+    @property
+    def unit(self) -> str: ...
+
     def batches(self) -> Iterator[_Batch]: ...
 
 
@@ -90,9 +95,10 @@ def read_exactly(
         rows += len(batch.lines)
         if columns is not None and id_error is None:
             cells = batch.column(columns.id_index)
-            id_error = _id_error(path, id_column, cells, batch.lines)
-            id_parts.append(np.array(cells, dtype=STRING_IDS))
-            line_parts.append(np.asarray(batch.lines, dtype=np.int64))
+            id_error = _id_error(f"{path}: {source.unit}", id_column, cells, batch.lines)
+            if id_error is None:  # past a bad ID the IDs are never used, and one not UTF-8 cannot be held
+                id_parts.append(np.array(cells, dtype=STRING_IDS))
+                line_parts.append(np.asarray(batch.lines, dtype=np.int64))
     if rows == 0 and not parquet:
         raise DataError(f"{path}: header found but no data rows; the party needs at least one row")
     if unresolved is not None:
@@ -111,12 +117,12 @@ def read_exactly(
         warn_repeats(path, id_column, repeats, lambda positions: lines[positions].tolist())
         kept[repeats.dropped] = False
         ids = ids[repeats.keep]
-    features, labels = _numbers_of_kept_rows(path, source, columns, label_column, kept)
+    features, labels = _numbers_of_kept_rows(f"{path}: {source.unit}", source, columns, label_column, kept)
     return TableArrays(ids, features, columns.feature_names, labels)
 
 
 def _numbers_of_kept_rows(
-    path: Path, source: _Source, columns: TableColumns, label_column: str | None, kept: np.ndarray
+    where: str, source: _Source, columns: TableColumns, label_column: str | None, kept: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """The second pass: float32 features and float64 labels of the kept rows, or the first bad cell."""
     feature_parts: list[np.ndarray] = []
@@ -130,7 +136,7 @@ def _numbers_of_kept_rows(
         lines = [batch.lines[r] for r in here]
         feature_columns = [batch.column(i) for i in columns.feature_indices]
         cells = [[column[r] for column in feature_columns] for r in here]
-        values, not_number, not_finite = _parse_numbers(path, columns.feature_names, cells, lines, np.float32)
+        values, not_number, not_finite = _parse_numbers(where, columns.feature_names, cells, lines, np.float32)
         if not_number is not None:
             raise not_number  # the first non-number among the kept rows: nothing can come before it
         feature_not_finite = feature_not_finite or not_finite
@@ -138,7 +144,7 @@ def _numbers_of_kept_rows(
         if columns.label_index is not None and label_column is not None:
             label_cells = batch.column(columns.label_index)
             label_values, not_number, not_finite = _parse_numbers(
-                path, (label_column,), [[label_cells[r]] for r in here], lines, np.float64
+                where, (label_column,), [[label_cells[r]] for r in here], lines, np.float64
             )
             label_error = label_error or not_number or not_finite
             label_parts.append(label_values[:, 0])
@@ -150,27 +156,36 @@ def _numbers_of_kept_rows(
     return np.concatenate(feature_parts), labels
 
 
-def _id_error(path: Path, id_column: str, values: list[str], lines: Sequence[int]) -> DataError | None:
-    """The first empty ID, or ID with a line break or control character, in file order."""
+def _id_error(where: str, id_column: str, values: list[str], lines: Sequence[int]) -> DataError | None:
+    """The first bad ID in file order: empty, not UTF-8, over ``MAX_ID_BYTES``, a line break or control character.
+
+    ``where`` is the file and the word for a position in it ("line", or "row" in a Parquet file).
+    A cell that was not UTF-8 arrives with its bad bytes as lone surrogates (``surrogateescape``),
+    which no decoded text holds, so failing to encode it is the check.
+    """
     for value, line in zip(values, lines, strict=True):
+        at = f"{where} {line}, column {id_column!r}"
         if not value.strip():
-            return DataError(f"{path}: line {line}, column {id_column!r}: empty ID; give the row an ID or remove it")
-        if "\n" in value or "\r" in value:
+            return DataError(f"{at}: empty ID; give the row an ID or remove it")
+        try:
+            size = len(value.encode("utf-8"))
+        except UnicodeEncodeError:
+            return DataError(f"{at}: the ID is not UTF-8 text; write the file's IDs as UTF-8")
+        if size > MAX_ID_BYTES:
             return DataError(
-                f"{path}: line {line}, column {id_column!r}: the ID contains a line break; "
-                "IDs must be single-line strings"
+                f"{at}: the ID is {size} bytes of UTF-8, over the limit of {MAX_ID_BYTES}; "
+                "shorten it (a SHA-256 hex digest of a longer key is 64 bytes)"
             )
+        if "\n" in value or "\r" in value:
+            return DataError(f"{at}: the ID contains a line break; IDs must be single-line strings")
         if any(ord(c) < 32 or ord(c) == 127 for c in value):
             # numpy's fixed-width strings drop trailing NULs, so such IDs would silently merge
-            return DataError(
-                f"{path}: line {line}, column {id_column!r}: the ID contains a control character; "
-                "IDs must be printable text"
-            )
+            return DataError(f"{at}: the ID contains a control character; IDs must be printable text")
     return None
 
 
 def _parse_numbers(
-    path: Path,
+    where: str,
     columns: Sequence[str],
     cells: list[list[str]],
     lines: list[int],
@@ -180,7 +195,7 @@ def _parse_numbers(
     try:
         values = np.array([[float(cell) for cell in row] for row in cells], dtype=np.float64)
     except ValueError:
-        return np.zeros((0, len(columns)), dtype=dtype), _non_number_error(path, columns, cells, lines), None
+        return np.zeros((0, len(columns)), dtype=dtype), _non_number_error(where, columns, cells, lines), None
     with np.errstate(over="ignore"):  # overflow to inf is reported below, with its location
         converted = values.reshape(len(cells), len(columns)).astype(dtype)
     finite = np.isfinite(converted)
@@ -191,14 +206,14 @@ def _parse_numbers(
         converted,
         None,
         DataError(
-            f"{path}: line {lines[row]}, column {columns[col]!r}: value {cells[row][col]!r} is not "
+            f"{where} {lines[row]}, column {columns[col]!r}: value {cells[row][col]!r} is not "
             f"a finite number (NaN, inf, or too large for {np.dtype(dtype).name}); "
             "impute or drop the row before training"
         ),
     )
 
 
-def _non_number_error(path: Path, columns: Sequence[str], cells: list[list[str]], lines: list[int]) -> DataError:
+def _non_number_error(where: str, columns: Sequence[str], cells: list[list[str]], lines: list[int]) -> DataError:
     """Build the error for the first cell `float()` rejects; only called once conversion failed."""
     for row, line in zip(cells, lines, strict=True):
         for column, cell in zip(columns, row, strict=True):
@@ -207,10 +222,10 @@ def _non_number_error(path: Path, columns: Sequence[str], cells: list[list[str]]
             except ValueError:
                 what = "empty value" if not cell.strip() else f"value {cell!r} is not a number"
                 return DataError(
-                    f"{path}: line {line}, column {column!r}: {what}; "
+                    f"{where} {line}, column {column!r}: {what}; "
                     "every feature and label value must be numeric, so fill it in or drop the row"
                 )
-    return DataError(f"{path}: a value could not be read as a number; check the numeric columns")
+    return DataError(f"{where.rsplit(':', 1)[0]}: a value could not be read as a number; check the numeric columns")
 
 
 @dataclass(frozen=True)
@@ -224,6 +239,8 @@ class _CsvBatch:
 
 class _CsvSource:
     """A CSV's header and data rows; blank lines skipped, each row with its line number for messages."""
+
+    unit = "line"
 
     def __init__(self, path: Path) -> None:
         if not path.is_file():
@@ -268,7 +285,8 @@ def _csv_records(path: Path) -> Iterator[tuple[Reader, list[str]]]:
             check_header(path, header)
             yield reader, header
     except UnicodeDecodeError as exc:
-        raise DataError(f"{path}: not UTF-8 text ({exc.reason}); re-save the file as UTF-8 CSV") from exc
+        line = first_undecodable_line(path)
+        raise DataError(f"{path}: not UTF-8 text at line {line} ({exc.reason}); re-save the file as UTF-8 CSV") from exc
     except csv.Error as exc:
         raise DataError(f"{path}: malformed CSV ({exc}); fix the quoting in the file") from exc
 
@@ -279,11 +297,32 @@ class _ParquetBatch:
     lines: range
 
     def column(self, index: int) -> list[str]:
-        return ["" if v is None else str(v) for v in self.batch.column(index).to_pylist()]
+        values = self.batch.column(index)
+        if _is_text(values.type):
+            # As bytes, decoded here: Parquet text is not checked for UTF-8 when read, and bytes
+            # that are not UTF-8 keep their place as lone surrogates, which ``_id_error`` refuses.
+            raw = values.cast(pa.large_binary()).to_pylist()
+            return ["" if v is None else v.decode("utf-8", "surrogateescape") for v in raw]
+        return ["" if v is None else str(v) for v in values.to_pylist()]
+
+
+def _is_text(kind: pa.DataType) -> bool:
+    """Text or bytes (IDs stored without the UTF8 annotation are bytes), dictionary-encoded or not."""
+    if pa.types.is_dictionary(kind):
+        kind = kind.value_type
+    return bool(
+        pa.types.is_string(kind)
+        or pa.types.is_large_string(kind)
+        or pa.types.is_binary(kind)
+        or pa.types.is_large_binary(kind)
+        or str(kind) in ("string_view", "binary_view")
+    )
 
 
 class _ParquetSource:
-    """A Parquet table's rows as strings, so they pass the CSV's checks; "line" is the 1-based row."""
+    """A Parquet table's rows as strings, so they pass the CSV's checks; a position is the 1-based row."""
+
+    unit = "row"
 
     def __init__(self, path: Path) -> None:
         if not path.is_file():

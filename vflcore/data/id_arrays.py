@@ -6,8 +6,11 @@ an object array of ``str`` costs about 60 bytes and an allocation per row. What 
 on such an array without a Python object per row (UTF-8 encoding, hashing, hash joins) is done
 on an Arrow string array, which holds the same UTF-8 bytes in one buffer.
 
-Every ID reaching these functions has passed the reader's checks: valid UTF-8 with no control
-character, so a NUL can pad an ID to a fixed width without changing it.
+Every ID reaching these functions has passed the reader's checks: valid UTF-8 of 1 to
+``MAX_ID_BYTES`` bytes with no control character, so a NUL can pad an ID to a fixed width without
+changing it. A padded copy is as wide as the longest ID in it, so it is only ever made a slice of
+``_PADDED_ROWS`` rows at a time: one 256-byte ID among 10M short ones would otherwise make the
+whole copy 2.6 GB.
 """
 
 from __future__ import annotations
@@ -27,8 +30,13 @@ if TYPE_CHECKING:
 #: The dtype of ``PartyTable.ids``.
 STRING_IDS = np.dtypes.StringDType()
 
+#: The longest ID a party's table may hold, in bytes of UTF-8 (docs/ids.md): the readers refuse longer ones.
+MAX_ID_BYTES = 256
+
 #: Rows per slice where a whole-column operation would otherwise hold a second copy of every ID.
 _SLICE_ROWS = 1 << 20
+#: Rows per NUL-padded slice: at most 16 MiB however long the longest ID (65,536 x 256 bytes).
+_PADDED_ROWS = 1 << 16
 
 _LARGE = pa.large_string()
 _NEWLINE = pa.scalar("\n", _LARGE)
@@ -61,8 +69,25 @@ def fixed_width(ids: np.ndarray) -> np.ndarray:
 
 
 def string_column(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """Arrow strings as a StringDType array, through NUL-padded UTF-8 (numpy decodes it in C)."""
-    return padded_utf8(values).astype(STRING_IDS)
+    """Arrow strings (valid UTF-8, no NUL) as a StringDType array, through NUL-padded UTF-8 a slice at a time.
+
+    numpy decodes the padded bytes in C; the bytes must be valid UTF-8, which Arrow has checked
+    (numpy < 2.5 reads past a truncated character, numpy#32288).
+    """
+    out = np.empty(sum(len(chunk) for chunk in _string_chunks(values)), dtype=STRING_IDS)
+    for at, part in _padded_slices(values):
+        out[at : at + len(part)] = part.astype(STRING_IDS)
+    return out
+
+
+def _padded_slices(values: pa.Array | pa.ChunkedArray) -> Iterator[tuple[int, np.ndarray]]:
+    """(first row, ``padded_utf8`` of ``_PADDED_ROWS`` rows) over every chunk: each slice padded to its own width."""
+    at = 0
+    for chunk in _string_chunks(values):
+        for start in range(0, len(chunk), _PADDED_ROWS):
+            part = padded_utf8(chunk.slice(start, _PADDED_ROWS))
+            yield at, part
+            at += len(part)
 
 
 def padded_utf8(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
@@ -113,10 +138,7 @@ def from_utf8_buffers(ends: np.ndarray, data: np.ndarray) -> np.ndarray:
         len(ends), pa.py_buffer(offsets), pa.py_buffer(np.ascontiguousarray(data, dtype=np.uint8))
     )
     values.validate(full=True)  # UTF-8 checked: the bytes come from a file
-    out = np.empty(len(ends), dtype=STRING_IDS)
-    for start in range(0, len(ends), _SLICE_ROWS):  # a slice at a time: the padded copy of all 8M held 0.3 GB
-        out[start : start + _SLICE_ROWS] = string_column(values.slice(start, _SLICE_ROWS))
-    return out
+    return string_column(values)  # a slice at a time: the padded copy of all 8M held 0.3 GB
 
 
 def id_bytes(values: pa.Array | pa.ChunkedArray) -> Iterator[np.ndarray]:
@@ -128,17 +150,31 @@ def id_bytes(values: pa.Array | pa.ChunkedArray) -> Iterator[np.ndarray]:
 
 
 def hashes(padded: np.ndarray) -> np.ndarray:
-    """A 64-bit hash of each padded ID (splitmix64 over its 8-byte words): equal IDs, equal hashes."""
+    """A 64-bit hash of each padded ID (splitmix64 over its 8-byte words): equal IDs, equal hashes.
+
+    Words of padding alone (all zero) are skipped, so the hash does not depend on the width: slices
+    padded to different widths hash alike. An ID's own words are never zero (no NUL in an ID).
+    """
     words = padded.view(np.uint64).reshape(len(padded), -1)
     hashed = np.full(len(padded), 0x9E3779B97F4A7C15, dtype=np.uint64)
     for column in range(words.shape[1]):
-        hashed ^= words[:, column]
-        hashed ^= hashed >> np.uint64(30)
-        hashed *= np.uint64(0xBF58476D1CE4E5B9)
-        hashed ^= hashed >> np.uint64(27)
-        hashed *= np.uint64(0x94D049BB133111EB)
-        hashed ^= hashed >> np.uint64(31)
+        word = words[:, column]
+        mixed = hashed ^ word
+        mixed ^= mixed >> np.uint64(30)
+        mixed *= np.uint64(0xBF58476D1CE4E5B9)
+        mixed ^= mixed >> np.uint64(27)
+        mixed *= np.uint64(0x94D049BB133111EB)
+        mixed ^= mixed >> np.uint64(31)
+        hashed = np.where(word != 0, mixed, hashed)
     return hashed
+
+
+def id_hashes(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """``hashes`` of every ID, padded a slice at a time (``_PADDED_ROWS``): 8 bytes a row held, whatever the widths."""
+    out = np.empty(sum(len(chunk) for chunk in _string_chunks(values)), dtype=np.uint64)
+    for at, part in _padded_slices(values):
+        out[at : at + len(part)] = hashes(part)
+    return out
 
 
 @dataclass(frozen=True)
@@ -151,15 +187,13 @@ class Repeats:
     repeated_ids: int
 
 
-def find_repeats(values: pa.Array | pa.ChunkedArray, padded: np.ndarray | None = None) -> Repeats | None:
+def find_repeats(values: pa.Array | pa.ChunkedArray) -> Repeats | None:
     """The repeated IDs' rows, or None when every ID is distinct (the common case, decided by hashes).
 
     Sorting 64-bit hashes settles "all distinct" in a fraction of a second at 10M rows; only when
     two hashes match does Arrow's exact hash table (``dictionary_encode``) find the rows.
     """
-    if padded is None:
-        padded = padded_utf8(values)
-    ordered = np.sort(hashes(padded))
+    ordered = np.sort(id_hashes(values))
     if not (ordered[1:] == ordered[:-1]).any():
         return None
     combined = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
