@@ -99,7 +99,7 @@ class FederatedServable:
         return self.degraded != "none" or not self.missing()
 
     def predict(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        ids = [_as_text(value) for value in np.asarray(inputs[IDS]).reshape(-1)]
+        ids = [_as_text(index, value) for index, value in enumerate(np.asarray(inputs[IDS]).reshape(-1).tolist())]
         offline = sorted(self.missing())
         if offline and self._substitutes:
             log.warning(
@@ -120,7 +120,19 @@ class FederatedServable:
         return prediction_outputs(self.active.job.task, output)
 
 
-def _as_text(value: object) -> str:
+def _as_text(index: int, value: object) -> str:
+    """One requested ID as text, or InferenceInputError naming its position (never its bytes).
+
+    Bytes that are not UTF-8 are refused, not replaced: "a\\xff" read as "a\\ufffd" would be
+    answered with the prediction of another sample whose ID holds that character. A JSON string
+    may hold a lone surrogate (an escaped "\\udcff"), which no UTF-8 ID holds either.
+    """
     if isinstance(value, bytes):
-        return value.decode("utf-8", errors="replace")
-    return str(value)
+        text = value.decode("utf-8", "surrogateescape")  # a bad byte becomes a lone surrogate, refused below
+    else:
+        text = value if isinstance(value, str) else str(value)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InferenceInputError(f"input {IDS!r}: element {index} is not UTF-8 text; send each ID as UTF-8") from None
+    return text
