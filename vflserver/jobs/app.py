@@ -55,11 +55,11 @@ class Service:
         # Jobs a previous run left unfinished are interrupted, then queued again: each resumes
         # from the newest checkpoint every party holds once its parties have reconnected.
         self.recovered = self.store.recover()
+        resuming = self.store.requeue_interrupted()
+        if last_run is not None:  # first: what happened, then what it did to each job
+            _say_unclean_stop(last_run, resuming)
         for record in self.recovered:
             log.warning("job_interrupted", job=record.job_id, reason=record.error)
-        resuming = self.store.requeue_interrupted()
-        if last_run is not None:
-            _say_unclean_stop(last_run, resuming)
         for record in resuming:
             log.info("job_resumes", job=record.job_id, epochs_done=record.epochs_done, epochs=record.epochs)
         self.board = JobBoard()
