@@ -42,7 +42,7 @@ from vflcore.psi.chunks import id_bytes
 from vflcore.psi.intersection import align_matches, is_strictly_increasing
 from vflcore.psi.matching import match, truncate
 from vflcore.psi.order import UploadOrder
-from vflcore.wire.oip import decode_bytes_elements, encode_bytes_elements
+from vflcore.wire.oip import array_from_values, decode_bytes_elements, encode_bytes_elements
 from vflserver.federation.passive_parties import PassiveParties
 from vflserver.inference.federated import _as_text
 from vflserver.training.reports import write_predictions
@@ -217,3 +217,7 @@ def test_a_request_that_is_not_utf8_names_the_element() -> None:
         _as_text(3, b"caf\xe9")
     with pytest.raises(InferenceInputError, match=r"element 1 is not UTF-8 text"):
         _as_text(1, "a\udcff")
+    for lone in ("a\udcff", "\ud800b"):  # as a REST request's JSON values arrive: kept, then refused by position
+        (element,) = array_from_values([lone], "BYTES", (1,)).tolist()
+        with pytest.raises(InferenceInputError, match=r"element 2 is not UTF-8 text"):
+            _as_text(2, element)

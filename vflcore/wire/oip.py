@@ -201,7 +201,9 @@ def array_from_values(values: Sequence[Any], datatype: str, shape: tuple[int, ..
         if type(value) not in allowed:
             raise ProtocolError(f"value {value!r} is not a {datatype} value")
     if datatype == "BYTES":
-        return _object_array([v.encode() if isinstance(v, str) else v for v in flat], shape)
+        # A JSON string may hold a lone surrogate ("\\udcff"): kept as bytes that are not UTF-8,
+        # so the model refuses it by position, where a strict encode would fail the whole request.
+        return _object_array([v.encode("utf-8", "surrogatepass") if isinstance(v, str) else v for v in flat], shape)
     try:
         with np.errstate(over="ignore"):  # an FP32 overflow becomes inf, which the finiteness check names
             array: np.ndarray = np.array(flat, dtype=DATATYPES[datatype]).reshape(shape)
