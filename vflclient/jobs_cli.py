@@ -16,11 +16,13 @@ id goes to stderr, so stdout stays pure JSON lines.
 Exit codes:
 
     0    done; for ``watch`` and ``submit --watch``: the job finished
-    1    the job failed, was cancelled or interrupted (``watch``); or the server said no (unknown
+    1    the job failed or was cancelled (``watch``); or the server said no (unknown
          job, duplicate job id, a job that has already ended, not an operator certificate), or it
          could not be reached
     2    usage or configuration: bad flags, no certificate, a missing or unreadable certificate or
          job file, or a job document the server refused as invalid
+    3    ``watch``: the server stopped while the job was not over ("the server stopped; the job
+         resumes when it restarts"); watch it again once the server is back
     130  Ctrl-C (the job itself goes on: ``vfl-jobs cancel ID`` stops it)
 """
 
@@ -31,13 +33,13 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
 from tqdm import tqdm
 
-from vflclient import Job, JobClient, JobEvent, TlsFiles, VflError
+from vflclient import Job, JobClient, JobEvent, ServerUnavailable, TlsFiles, VflError
 from vflcore.errors import ConfigError, TlsConfigError
 from vflcore.runtime import cli_flags as flags
 from vflcore.runtime import daemon
@@ -45,6 +47,8 @@ from vflcore.runtime import daemon
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = daemon.EXIT_CONFIG
+#: ``watch``: the server stopped (or went away) under it; the job is not over, it goes on at the next start.
+EXIT_SERVER_STOPPED = daemon.EXIT_UNREACHABLE
 EXIT_INTERRUPTED = daemon.EXIT_SIGINT
 
 DEFAULT_SERVER = "127.0.0.1:50051"
@@ -189,8 +193,34 @@ def _watch(client: JobClient, args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _follow(client: JobClient, job_id: str, out: TextIO) -> int:
-    """Render the job's events until it ends; 0 if it finished, 1 otherwise."""
-    (render_tty if out.isatty() else render_json_lines)(client.watch(job_id), out)
+    """Render the job's events until it ends: 0 it finished, 3 the server stopped under the watch, 1 otherwise.
+
+    A server that stops sends a running job's ``interrupted`` event and then goes: asking it how the
+    job ended would only fail to connect. The job is not over, it resumes at the next start, so
+    the watch says that and exits 3, which a script can tell from a failed job.
+    """
+    last: list[JobEvent] = []
+
+    def remembered(events: Iterable[JobEvent]) -> Iterator[JobEvent]:
+        for event in events:
+            last[:] = [event]
+            yield event
+
+    try:
+        (render_tty if out.isatty() else render_json_lines)(remembered(client.watch(job_id)), out)
+    except ServerUnavailable as exc:
+        if not last:  # never reached it: the usual error, exit 1
+            raise
+        # a job the stop does not interrupt (queued): "the server is shutting down; watch it again ..."
+        print(f"vfl-jobs: {exc}", file=sys.stderr)
+        return EXIT_SERVER_STOPPED
+    if last and last[0].kind == "state" and last[0].state == "interrupted":
+        print(
+            "vfl-jobs: the server stopped; the job resumes when it restarts "
+            f"(`vfl-jobs watch {job_id}` follows it then)",
+            file=sys.stderr,
+        )
+        return EXIT_SERVER_STOPPED
     job = client.get(job_id)
     if not job.ended:
         print(f"vfl-jobs: the server ended the watch while job {job_id} is still {job.state}", file=sys.stderr)
@@ -225,8 +255,9 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="vfl-jobs",
         description="Submit, list, follow and cancel jobs on a vfl-server (needs an operator certificate).",
-        epilog="Exit codes: 0 done (watch: the job finished), 1 the job did not finish or the server said no "
-        "or was unreachable, 2 usage or configuration, 130 Ctrl-C.",
+        epilog="Exit codes: 0 done (watch: the job finished), 1 the job failed or was cancelled, or the server said "
+        "no or was unreachable, 2 usage or configuration, 3 (watch) the server stopped under the watch: the job "
+        "goes on when it restarts, 130 Ctrl-C.",
     )
     _add_connection_flags(p, defaults=True)
     daemon.add_logging_flags(p)

@@ -121,6 +121,18 @@ def _order(log: Path, *names: str) -> list[int]:
     return [events.index(name) if name in events else -1 for name in names]
 
 
+def _vfl_jobs_watch(run: ServiceRun, pki: Pki, job_id: str) -> subprocess.Popen[str]:
+    """``vfl-jobs watch JOB`` as an operator runs it, its output piped (JSON lines); returns once it has a line."""
+    files = pki.operator_files("alice")
+    command = [str(BIN / "vfl-jobs"), "--server", run.address, "--ca", str(files.ca), "--cert", str(files.cert)]
+    proc = subprocess.Popen(
+        [*command, "--key", str(files.key), "watch", job_id], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().startswith("{"), proc.communicate()  # the watch is open: it has replayed
+    return proc
+
+
 @pytest.mark.usefixtures("exec_daemons")  # the console scripts' own start and exit, not forked ones
 class TestServiceStop:
     def test_server_sigterm_with_a_job_running(self, pki: Pki, digits_data: Path, tmp_path: Path) -> None:
@@ -151,17 +163,26 @@ class TestServiceStop:
             for thread in watchers:
                 thread.start()
             wait_until(lambda: all(seen.values()), "both Watch calls to be open", run)
+            operators = {job_id: _vfl_jobs_watch(run, pki, job_id) for job_id in seen}
             server = run.procs["server"]
             server.send_signal(signal.SIGTERM)
             assert server.wait(timeout=60) == 0, run.tail()
             for thread in watchers:
                 thread.join(timeout=60)
+            printed = {job_id: proc.communicate(timeout=120) for job_id, proc in operators.items()}
             assert all(run.alive()[f"party-{p}"] for p in (2, 3)), (
                 f"a passive daemon left with the server\n{run.tail()}"
             )
         assert seen["stop-running"][-1] == "interrupted" and "stop-running" not in refused, (seen, refused)
         assert "watch it again once the server is back" in str(refused.get("stop-queued")), (seen, refused)
         assert isinstance(refused["stop-queued"], ServerUnavailable), refused
+        # vfl-jobs watch: the interrupted job resumes at the next start, which it says, exit 3, not a failure
+        for job_id, proc in operators.items():
+            assert proc.returncode == 3, (job_id, printed[job_id])
+            assert "failed to connect" not in printed[job_id][1], printed[job_id]
+        assert '"state": "interrupted"' in printed["stop-running"][0].splitlines()[-1], printed["stop-running"]
+        assert "the server stopped; the job resumes when it restarts" in printed["stop-running"][1]
+        assert "watch it again once the server is back" in printed["stop-queued"][1], printed["stop-queued"]
         records = JobStore(tmp_path / "runs" / "jobs.sqlite")
         try:
             running, queued = records.get("stop-running"), records.get("stop-queued")
