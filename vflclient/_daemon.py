@@ -126,10 +126,16 @@ class PartyDaemon:
         self.backoff = backoff or Backoff()
         self.offer_wait_s = offer_wait_s
         self.stop_event = threading.Event()
-        self.jobs_done = 0
+        #: The jobs this daemon trained to their end or saw end; a served model's job is one while it serves.
+        self._jobs_done: set[str] = set()
         self._lock = threading.Lock()
         self._connection: Connection | None = None
         self._tables: dict[tuple[str, str], tuple[float, PartyTable]] = {}
+
+    @property
+    def jobs_done(self) -> int:
+        """How many jobs this daemon took part in to their end, or trained to the end and then served."""
+        return len(self._jobs_done)
 
     def stop(self) -> None:
         """Leave at once: the open calls are cancelled, the running job (if any) loses this party."""
@@ -183,11 +189,17 @@ class PartyDaemon:
                 party = self._party_for(connection, offer)
             except (ConfigError, DataError):
                 return  # reported: the job fails before PSI; this party waits for the next
-            result = party.run(connection, job_id=job.job_id)
+            try:
+                result = party.run(connection, job_id=job.job_id)
+            finally:
+                # Trained to its last epoch: done, though its model may serve (so run not return)
+                # until this daemon stops. A rejoin to serve it again trains nothing: not counted twice.
+                if party.trained:
+                    self._jobs_done.add(job.job_id)
             if result.rejoin:  # the server offers it again once it can resume from a checkpoint
                 log.warning("job_paused", message=result.message, epochs=result.epochs_trained)
                 return
-            self.jobs_done += 1
+            self._jobs_done.add(job.job_id)
             log.info("job_ended", success=result.success, message=result.message, epochs=result.epochs_trained)
         except ServerUnavailable:
             raise  # the connection is gone: reconnect

@@ -107,6 +107,9 @@ class PassiveParty:
         #: What the algorithm, evaluation and inference send through: the connection, behind the job's embedding
         #: protection if it asks for one (``vflprivacy.embedding_noise``); set with the algorithm.
         self.link: TrainingLink | None = None
+        #: Set once this party saved the job's checkpoint after its last epoch: its training is over,
+        #: whatever follows (evaluation, serving the model until the next job or a stop).
+        self.trained = False
 
     def run(self, connection: Connection, job_id: str = "") -> RunResult:
         """Join the job (``job_id`` as ``Connection.next_job`` offered it, or the waiting one) and work
@@ -252,6 +255,7 @@ class PassiveParty:
             case Checkpoint(_, position):
                 save_position(self._dir(job), position, self._state(algorithm), keep=self.keep_checkpoints)
                 if position == Position.after_epoch(job.epochs - 1):  # training is over: the model leaves
+                    self.trained = True
                     self._export(algorithm, job)
                     if self.recorder is not None:
                         self.recorder.record_trained(algorithm.embed, job.num_rows)

@@ -19,7 +19,7 @@ from vflserver.federation.board import JobBoard
 from vflserver.federation.server import build_server
 from vflserver.jobs.store import JobStore
 from vfltesting.pki import Pki
-from vfltesting.service import ServiceRun, job_document, log_events, wait_until
+from vfltesting.service import ServiceRun, finish_job, job_document, log_events, service_env, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -193,6 +193,39 @@ class TestServiceStop:
         for name, ready in (("server", "service_started"), ("party-2", "connected"), ("party-3", "connected")):
             warmed, said = _order(run.logs[name], "warmed_up", ready)
             assert 0 <= warmed < said, f"{name}: warmed_up must come before {ready}\n{run.tail()}"
+
+    def test_a_client_counts_the_job_it_trained_and_still_serves(
+        self, pki: Pki, digits_data: Path, tmp_path: Path
+    ) -> None:
+        """SIGTERM to a daemon serving the federated model of the job it trained: "after 1 job(s)", not 0.
+
+        The job's ``run`` never returned (the model was served until the stop), which is how the
+        count missed it.
+        """
+        run = ServiceRun(tmp_path, pki, digits_data, parties=(3,))  # party 2 started here, its stdout read
+        with run.started(), JobClient(run.address, tls=pki.operator_files("alice")) as jobs:
+            stderr = tmp_path / "party-2-own.log"
+            with stderr.open("wb") as sink:
+                party2 = subprocess.Popen(
+                    [str(BIN / "vfl-client"), "--party", "2", "--config", str(run.client_config(2, run.address))]
+                    + ["--log-format", "json"],
+                    stdout=subprocess.PIPE,
+                    stderr=sink,
+                    env=service_env(),
+                    cwd=tmp_path,
+                    text=True,
+                )
+            try:
+                finish_job(jobs, run, jobs.submit(job_document("trained-served", "splitnn")).id)
+                wait_until(lambda: jobs.get("trained-served").serving == "serving", "the model to be served", run)
+                party2.send_signal(signal.SIGTERM)
+                out, _ = party2.communicate(timeout=60)
+            finally:
+                if party2.poll() is None:
+                    party2.kill()
+                    party2.communicate()
+        assert party2.returncode == 0, stderr.read_text()
+        assert "vfl-client party 2: stopped by signal after 1 job(s)" in out, out
 
 
 class TestClosedUnderIt:
