@@ -1,4 +1,4 @@
-"""``vfl-server --help`` and ``vfl-client --help`` describe the daemons and name example configs that exist.
+"""``--help`` of the daemons (and of vfl-score) describes what they run and names files that exist.
 
 An operator's first look at a daemon is its ``--help``. It must describe what runs for months (a
 service that takes job after job), not the one-shot job it can also be, and point at a config
@@ -15,6 +15,7 @@ import pytest
 
 from vflclient import cli as client_cli
 from vflserver import cli as server_cli
+from vflserver.scoring import cli as score_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -56,3 +57,10 @@ class TestDaemonHelp:
         named = _example_configs(_help(main, capsys))
         assert named
         assert [name for name in named if not (ROOT / name).is_file()] == []
+
+
+def test_vfl_score_names_both_models_it_scores(capsys: pytest.CaptureFixture[str]) -> None:
+    """vfl-score --help names an APFed model and a [distill] job's student, not "a standalone (APFed) model" only."""
+    text = _help(score_cli.main, capsys)
+    assert "standalone (APFed) model" not in text
+    assert "APFed" in text and "student" in text and "party-1/student/model.onnx" in text

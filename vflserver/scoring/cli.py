@@ -3,11 +3,12 @@
     vfl-score --model runs/<job>/party-1/model.onnx --input customers/ --output scores/
     vfl-score --model triton-repo/ --input customers/ --output scores/ --engine ray --ray-address ray://head:10001
 
-The model is the one ``vfl-serve`` serves (an APFed job's ``model.onnx``, or a Triton model
-repository holding it): it needs the active party's own features only, so no passive party is
-involved and nothing leaves the party. ``--input`` is a folder of Parquet files (or one file)
-holding the ID column and the model's feature columns; ``--output`` gets one Parquet file per
-input row group with the ID column and the scores (``vflserver.scoring.units``). The engine is
+The model is one ``vfl-serve`` serves (an APFed job's ``model.onnx``, a ``[distill]`` job's student,
+``party-1/student/model.onnx``, or a Triton model repository holding either): it needs the active
+party's own features only, so no passive party is involved and nothing leaves the party.
+``--input`` is a folder of Parquet files (or one file) holding the ID column and the model's
+feature columns; ``--output`` gets one Parquet file per input row group with the ID column and
+the scores (``vflserver.scoring.units``). The engine is
 ``[compute] engine`` of ``--config`` (a server config), overridden by ``--engine``; ``local``
 scores in this process, ``ray`` with Ray Data on the party's cluster, with identical scores.
 
@@ -37,14 +38,16 @@ log = structlog.get_logger(__name__)
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="vfl-score", description="Score a folder of Parquet files with a standalone (APFed) model."
+        prog="vfl-score",
+        description="Score a folder of Parquet files with a model the active party runs alone: an APFed job's "
+        "model, or a [distill] job's student (runs/<job>/party-1/student/model.onnx).",
     )
     p.add_argument(
         "--model",
         type=Path,
         required=True,
-        help="runs/<job>/party-1/model.onnx, or a Triton model repository holding it (the repository or its "
-        "model folder)",
+        help="runs/<job>/party-1/model.onnx (APFed), runs/<job>/party-1/student/model.onnx (a [distill] "
+        "student), or a Triton model repository holding one (the repository or its model folder)",
     )
     p.add_argument("--input", type=Path, required=True, help="a folder of Parquet files (or one file) to score")
     p.add_argument("--output", type=Path, required=True, help="a new or empty folder for the score files")
