@@ -390,6 +390,15 @@ class PassiveParties:
         with self._lock:
             expectation = self._expected.get((party, key.name, key.round, key.batch))
         if expectation is None:
+            member = self._members.get(party)
+            if member is not None and (not member.joined or member.lost is not None):
+                # A late upload from before a pause (a link that came back: TCP delivers what it held).
+                # ABORTED, not INVALID_ARGUMENT: the party drops the task and rejoins; reported as its
+                # failure, it would fail the resumed job.
+                raise JobAborted(
+                    f"party {party} is not in this run of job {self.job.job_id!r}: the job paused while it was "
+                    "away; its daemon takes the job again (NextJob) and resumes it"
+                )
             raise TensorError("key", f"the server expects no {key} from party {party} now")
         if dtype != expectation.dtype and not (expectation.dtype == "float32" and dtype == self.wire_up.dtype):
             allowed = expectation.dtype if expectation.dtype != "float32" else f"float32 or {self.wire_up.dtype}"

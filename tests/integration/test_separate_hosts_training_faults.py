@@ -1,0 +1,157 @@
+"""A passive party's link goes down during PSI and during an epoch, for 5 s and for 60 s: same model.
+
+The parties run on separate hosts (``vfltesting.hosts``: a network namespace, a venv installed
+from the wheel and a folder each). Party 3's cable is pulled at the switch (``ip link set ...
+down`` on its veth's switch end): frames are dropped both ways and no reset is sent, as when a
+WAN link dies. Each fault is set on an event: PSI has started and party 3 has no alignment yet,
+or the server has recorded an epoch and party 3 has not saved the next one; the party is frozen
+(SIGSTOP) while that is checked, so the check still holds when the link goes down.
+
+Two jobs: 60 s down during PSI then 5 s inside epoch 2, and 5 s during PSI then 60 s inside
+epoch 2. Each must end with the per-step losses and final weights of a fault-free run of the same
+job on the same hosts, within 1e-6; the operator sees the job wait for party 3 by name during a
+60 s outage; and the job list holds each job once. Each fault's time to recover (link up to the
+server's next ``aligned`` or ``first_step``) and the weight difference go to
+``vfltesting.hosts.faults.FIGURES``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vflcore.data.checkpoints import epoch_path, party_dir
+from vfltesting.hosts.console import Console
+from vfltesting.hosts.deployment import Deployment
+from vfltesting.hosts.faults import Figures, deployed, first_event_after, frozen, hold, job_outcome, wheel_folder, worst
+from vfltesting.hosts.network import cannot_make_namespaces
+from vfltesting.recovery import JobOutcome, assert_same_model, weight_differences
+from vfltesting.service import event_time, job_document
+
+WHY_NOT = cannot_make_namespaces()
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.timeout(600),
+    pytest.mark.skipif(WHY_NOT is not None, reason=f"separate hosts need network namespaces: {WHY_NOT}"),
+]
+
+EPOCHS = 3
+#: 59 steps an epoch: long enough to be frozen inside, short enough for three jobs.
+JOB = {"batch_size": 16, "join_timeout_s": 120}
+
+
+@pytest.fixture(scope="module")
+def hosts(tmp_path_factory: pytest.TempPathFactory, digits_data: Path) -> Iterator[Deployment]:
+    root = tmp_path_factory.mktemp("hosts")
+    with deployed(root, wheel_folder(tmp_path_factory.getbasetemp()), digits_data, serving=False) as deployment:
+        yield deployment
+
+
+@pytest.fixture(scope="module")
+def console(hosts: Deployment) -> Iterator[Console]:
+    with hosts.console() as console:
+        yield console
+
+
+@pytest.fixture(scope="module")
+def clean(hosts: Deployment, console: Console) -> JobOutcome:
+    """The fault-free run of the job, on the same hosts."""
+    job_id = console.submit(job_document("clean", "splitnn", epochs=EPOCHS, **JOB))
+    _finish(hosts, console, job_id)
+    return job_outcome(hosts, job_id)
+
+
+def _finish(hosts: Deployment, console: Console, job_id: str, timeout_s: float = 300) -> dict[str, Any]:
+    hosts.wait_for(lambda: console.job(job_id)["state"] in ("finished", "failed", "cancelled"), f"{job_id} to end",
+                   timeout_s)  # fmt: skip
+    record = console.job(job_id)
+    assert record["state"] == "finished", f"{record}\n{hosts.tail()}"
+    return record
+
+
+def _party3(hosts: Deployment, job_id: str) -> Path:
+    return party_dir(hosts.runs("party3"), job_id, 3)
+
+
+def _fault(hosts: Deployment, console: Console, job_id: str, seconds: float, check: Callable[[], None]) -> float:
+    """Party 3 frozen while ``check`` confirms the moment, its link cut, then thawed: down for ``seconds``.
+
+    During a long outage the operator must see the job wait for party 3, by name. Returns when the
+    link came back (Unix seconds).
+    """
+    with frozen(hosts, "party3"):
+        check()
+        hosts.network.cut("party3")
+    started = time.monotonic()
+    try:
+        if seconds >= 30:  # a short outage may end before the loss is noticed (heartbeat_timeout_s = 3)
+            hosts.wait_for(lambda: console.job(job_id)["state"] == "waiting", "the job to wait for party 3", seconds)
+            message = console.job(job_id)["state_message"]
+            assert message.startswith("waiting for party 3"), message
+        hold(seconds - (time.monotonic() - started))
+    finally:
+        hosts.network.restore("party3")
+    return time.time()
+
+
+def _during_psi(hosts: Deployment, console: Console, job_id: str, seconds: float) -> float:
+    """Once the server has started PSI, and party 3 holds no alignment yet: its link down for ``seconds``."""
+    before = len(hosts.events("server", "psi_started"))
+    assert console.submit(job_document(job_id, "splitnn", epochs=EPOCHS, **JOB)) == job_id
+    hosts.wait_for(hosts.logged("server", "psi_started", before + 1), f"PSI of {job_id} to start")
+
+    def check() -> None:
+        assert not any((_party3(hosts, job_id) / "psi").glob("alignment-*")), "PSI had ended: the fault came late"
+
+    return _fault(hosts, console, job_id, seconds, check)
+
+
+def _inside_epoch(hosts: Deployment, console: Console, job_id: str, seconds: float, done: int = 1) -> float:
+    """Once the server has recorded ``done`` epochs, and party 3 has not saved the next: its link down."""
+    hosts.wait_for(lambda: console.job(job_id)["epochs_done"] >= done, f"epoch {done} of {job_id}")
+
+    def check() -> None:
+        seen = console.job(job_id)["epochs_done"]
+        assert seen < EPOCHS and not epoch_path(_party3(hosts, job_id), seen).exists(), "the epochs ran out"
+
+    return _fault(hosts, console, job_id, seconds, check)
+
+
+def _recovered(hosts: Deployment, event: str, restored: float) -> float:
+    """Seconds from the link's return to the server's next ``event``."""
+    found: list[dict[str, Any]] = []
+
+    def logged() -> bool:
+        event_found = first_event_after(hosts, "server", (event,), restored)
+        found.extend([event_found] if event_found else [])
+        return bool(found)
+
+    hosts.wait_for(logged, f"the server's {event} after the link came back")
+    return round(event_time(found[0]) - restored, 2)
+
+
+@pytest.mark.parametrize(("psi_s", "epoch_s"), [(60, 5), (5, 60)], ids=["psi-60s-epoch-5s", "psi-5s-epoch-60s"])
+def test_party_link_down_during_psi_and_an_epoch(
+    hosts: Deployment, console: Console, clean: JobOutcome, psi_s: float, epoch_s: float
+) -> None:
+    figures = Figures("training")
+    job_id = f"link-psi{psi_s}-epoch{epoch_s}"
+    restored = _during_psi(hosts, console, job_id, psi_s)
+    psi_recovery = _recovered(hosts, "aligned", restored)
+    restored = _inside_epoch(hosts, console, job_id, epoch_s)
+    epoch_recovery = _recovered(hosts, "first_step", restored)
+    _finish(hosts, console, job_id)
+    faulty = job_outcome(hosts, job_id)
+    difference = worst(weight_differences(faulty, clean))
+    figures.record(f"party 3 link down {psi_s} s during PSI", recover_s=psi_recovery, job=job_id)
+    figures.record(f"party 3 link down {epoch_s} s inside epoch 2", recover_s=epoch_recovery, job=job_id,
+                   max_weight_difference=difference)  # fmt: skip
+    assert_same_model(faulty, clean)
+    listed = console.call("list")["jobs"]
+    ids = [job["id"] for job in listed]
+    assert sorted(ids) == sorted(set(ids)) and job_id in ids, ids  # each job once
+    assert all(job["state"] == "finished" for job in listed), [(job["id"], job["state"]) for job in listed]
