@@ -9,7 +9,7 @@ import logging
 import pytest
 import structlog
 
-from vflcore.runtime.logs import configure_logging, get_logger, progress
+from vflcore.runtime.logs import LIBRARY_LEVEL_ENV, configure_logging, get_logger, progress
 
 # Every test leaves structlog, stdlib logging and context variables as they were (tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("restore_logging")
@@ -105,6 +105,43 @@ class TestConfigureLogging:
         with structlog.testing.capture_logs() as captured:
             logger.info("during", round=1)
         assert captured == [{"event": "during", "round": 1, "log_level": "info"}]
+
+
+class TestLibraryNoise:
+    """At --log-level debug, libraries' debug records stay out unless VFL_LIBRARY_LOG_LEVEL asks for them."""
+
+    def _debug_lines(self) -> list[str]:
+        out = io.StringIO()
+        configure_logging(level="debug", stream=out)
+        get_logger("vflserver.x").debug("ours")
+        logging.getLogger("grpc._cython.cygrpc").debug("Loaded running loop")
+        logging.getLogger("matplotlib.font_manager").debug("findfont: score(FontEntry(...)) = 10.05")
+        own = logging.getLogger("chatty")
+        own.setLevel(logging.DEBUG)  # a library that lowers its own logger's level
+        own.debug("chatty debug")
+        own.setLevel(logging.NOTSET)
+        logging.getLogger("grpc").info("a library's info")
+        return [json.loads(line)["event"] for line in out.getvalue().splitlines()]
+
+    def test_debug_keeps_ours_and_the_libraries_info_only(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.delenv(LIBRARY_LEVEL_ENV, raising=False)
+        assert self._debug_lines() == ["ours", "a library's info"]
+
+    def test_the_variable_lets_the_libraries_debug_through(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setenv(LIBRARY_LEVEL_ENV, "debug")
+        assert "Loaded running loop" in self._debug_lines()
+
+    def test_it_cannot_let_through_what_the_level_holds_back(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setenv(LIBRARY_LEVEL_ENV, "debug")
+        out = io.StringIO()
+        configure_logging(level="warning", stream=out)
+        logging.getLogger("grpc").info("held back")
+        assert out.getvalue() == ""
+
+    def test_a_bad_value_names_the_variable(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setenv(LIBRARY_LEVEL_ENV, "chatty")
+        with pytest.raises(ValueError, match="VFL_LIBRARY_LOG_LEVEL='chatty' is not a log level"):
+            configure_logging(stream=io.StringIO())
 
 
 class TestProgress:

@@ -6,11 +6,19 @@ and coloured console lines when it is. Values bound with
 `structlog.contextvars.bind_contextvars(party=..., round=...)` appear in every event, which is
 how one party's log lines stay attributable. Records from stdlib `logging` (third-party
 libraries) are rendered the same way.
+
+Libraries log through stdlib `logging` only (every event of ours goes through structlog), and
+their debug records are noise to an operator who asked for ours: at `--log-level debug` a
+server's file was mostly grpc's "Loaded running loop" (2,160 lines in one run) and matplotlib's
+font search. So stdlib records below INFO are dropped unless the environment variable
+`VFL_LIBRARY_LOG_LEVEL` (debug, info, ...) asks for them; it cannot let through what
+`--log-level` holds back.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import Callable, Iterable
 from typing import Any, TextIO, TypeVar
@@ -18,9 +26,12 @@ from typing import Any, TextIO, TypeVar
 import structlog
 from structlog.typing import EventDict, FilteringBoundLogger, Processor, WrappedLogger
 
-__all__ = ["LEVELS", "configure_logging", "get_logger", "progress", "progress_callback"]
+__all__ = ["LEVELS", "LIBRARY_LEVEL_ENV", "configure_logging", "get_logger", "progress", "progress_callback"]
 
 LEVELS = ("debug", "info", "warning", "error", "critical")
+
+#: The environment variable that sets the lowest level of third-party (stdlib) records; default info.
+LIBRARY_LEVEL_ENV = "VFL_LIBRARY_LOG_LEVEL"
 
 T = TypeVar("T")
 
@@ -95,12 +106,22 @@ def configure_logging(*, json: bool | None = None, level: str = "info", stream: 
         # module-level loggers have already been used
         cache_logger_on_first_use=False,
     )
-    _route_stdlib_logging(out, level_number, [*shared, structlog.stdlib.add_logger_name], tail)
+    library_level = max(level_number, _library_level())
+    _route_stdlib_logging(out, library_level, [*shared, structlog.stdlib.add_logger_name], tail)
+
+
+def _library_level() -> int:
+    """The lowest level of a library's stdlib record that is logged: ``VFL_LIBRARY_LOG_LEVEL``, else INFO."""
+    name = os.environ.get(LIBRARY_LEVEL_ENV, "info")
+    if name.lower() not in LEVELS:
+        raise ValueError(f"{LIBRARY_LEVEL_ENV}={name!r} is not a log level; choose one of {', '.join(LEVELS)}")
+    return logging.getLevelNamesMapping()[name.upper()]
 
 
 def _route_stdlib_logging(out: TextIO, level_number: int, pre_chain: list[Processor], tail: list[Processor]) -> None:
     """Render stdlib records (grpc, asyncio, ...) through the same processors as our own events."""
     handler = _VflHandler(out)
+    handler.setLevel(level_number)  # also for a library that set its own logger's level lower
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             foreign_pre_chain=pre_chain,
@@ -111,7 +132,7 @@ def _route_stdlib_logging(out: TextIO, level_number: int, pre_chain: list[Proces
     for old in [h for h in root.handlers if isinstance(h, _VflHandler)]:
         root.removeHandler(old)
     root.addHandler(handler)
-    root.setLevel(level_number)
+    root.setLevel(level_number)  # below it, a library does not even build its records
 
 
 def get_logger(name: str) -> FilteringBoundLogger:
