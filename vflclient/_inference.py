@@ -153,5 +153,7 @@ class InferenceClient:
                 request_serializer=type(request).SerializeToString,
                 response_deserializer=response_type.FromString,
             )
-        with translated(rpc):
+        # The endpoint's address in every error: a caller whose request timed out learns which server
+        # (host) it could not reach, not only "Deadline Exceeded".
+        with translated(f"{rpc} to {self.address}"):
             return call(request, timeout=self.timeout_s)
