@@ -22,7 +22,11 @@ from vfltesting.pki import Pki, issue_pki
 #: last would keep one worker busy long after the other ran out of work. A file missing here
 #: only loses its head start; order never changes what a test checks.
 SLOWEST_FIRST = (
+    # The separate-hosts files wait out 60 s link outages with little CPU: started first, beside
+    # the CPU-bound recovery files, they overlap with them instead of adding to the end.
+    "test_separate_hosts_training_faults.py",
     "test_recovery.py",
+    "test_separate_hosts.py",
     "test_recovery_others.py",
     "test_recovery_adptvfedconv.py",
     "test_embedding_privacy.py",

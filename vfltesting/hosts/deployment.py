@@ -3,7 +3,8 @@
 ``Deployment`` follows ``docs/operations.md`` ("Installing on a host") for each host of a
 ``Network``: a fresh venv with the project's wheel, the certificates that host needs and no
 other (issued on the operator's host, which keeps the CA, with ``vfl-certs init``, then
-``vfl-certs server --dns`` for the server's host name and ``vfl-certs operator`` / ``caller``),
+``vfl-certs server --dns`` for the server's host name, ``vfl-certs party`` for each party and
+``vfl-certs operator`` / ``caller``),
 its own table, its config, and its daemon run from its venv inside its namespace. The server
 listens on its host's address on the documented ports; the passive parties dial it by host
 name, so TLS checks the name against the certificate. The test process only reads the hosts'
@@ -97,6 +98,8 @@ class Deployment:
         steps = [
             ["vfl-certs", "init", "--out", str(ca), "--parties", *map(str, PASSIVE)],
             ["vfl-certs", "server", "--out", str(ca), "--dns", self.host("server").name, "--force"],
+            # Each party's own certificate, as an operator adds a party to a running project.
+            *(["vfl-certs", "party", str(p), "--out", str(ca), "--force"] for p in PASSIVE),
             ["vfl-certs", "operator", "alice", "--out", str(ca)],
             ["vfl-certs", "caller", "scoring-app", "--out", str(ca)],
         ]
