@@ -12,7 +12,6 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 
 import numpy as np
 import structlog
@@ -25,48 +24,13 @@ from vflcore.wire.tensors import TensorError, TensorKey
 from vflcore.wire.traffic import Traffic
 from vflcore.work_items import Finish, Task
 from vflserver.federation.mailbox import Mailbox
+from vflserver.federation.party_members import Expectation, Member
 from vflserver.federation.rejoin import RejoinTerms, rejoin_refusal
 
 log = structlog.get_logger(__name__)
 
 # A party whose Subscribe stream closed gets this long to reconnect before a waiting step fails.
 OFFLINE_GRACE_S = 5.0
-
-
-@dataclass
-class _Member:
-    party: int
-    joined: bool = False
-    online: bool = False
-    offline_since: float | None = None
-    failure: str | None = None
-    #: Why the party counts as gone although its stream may look open (it restarted, say).
-    lost: str | None = None
-    #: When that loss happened (``time.monotonic()``): its stream's close if that came first.
-    lost_at: float | None = None
-    #: When the server last heard from it: Join, Subscribe or a Heartbeat.
-    last_seen: float = 0.0
-    #: Which Subscribe stream is its current one: a stream that closes late must not count.
-    session: int = 0
-    #: The positions of this job whose checkpoints it can read, as it said at Join.
-    checkpoints: tuple[Position, ...] = ()
-    id_count: int = 0
-    id_set_digest: bytes = b""
-    cached_alignments: frozenset[bytes] = frozenset()
-    #: Alignment keys of the PSI exchanges it can resume (it kept their secrets), as it said at Join.
-    resumable_psi: frozenset[bytes] = frozenset()
-    tasks: queue.Queue[Task] = field(default_factory=queue.Queue)
-    #: While a served model readmits it after a reconnect: "joined" (Join done), then "loading"
-    #: (asked to load its trained part); None once it answers again, and during training.
-    rejoin: str | None = None
-    #: Why its rejoin was refused (other data, no checkpoint): it is not offered the model again.
-    refused: str | None = None
-
-
-@dataclass(frozen=True)
-class _Expectation:
-    shape: tuple[int, ...]
-    dtype: str = "float32"
 
 
 class PassiveParties:
@@ -97,8 +61,8 @@ class PassiveParties:
         #: Published tensors that go out exactly as float32 whatever the down codec (``publish(exact=True)``).
         self._exact: set[tuple[int, TensorKey]] = set()
         self._lock = threading.Lock()
-        self._members = {p: _Member(p) for p in job.passive_parties}
-        self._expected: dict[tuple[int, str, int, int], _Expectation] = {}
+        self._members = {p: Member(p) for p in job.passive_parties}
+        self._expected: dict[tuple[int, str, int, int], Expectation] = {}
         self._task_ids = itertools.count(1)
         self._everyone_ready = threading.Condition(self._lock)
         #: Set while the job's model is served (``accept_rejoins``): a party that reconnects may join again.
@@ -106,7 +70,7 @@ class PassiveParties:
 
     # ---- membership -------------------------------------------------------------------------
 
-    def member(self, party: int) -> _Member:
+    def member(self, party: int) -> Member:
         try:
             return self._members[party]
         except KeyError:
@@ -146,7 +110,7 @@ class PassiveParties:
         return self.job
 
     def _rejoin(
-        self, member: _Member, id_set_digest: bytes, cached_alignments: frozenset[bytes], held: tuple[Position, ...]
+        self, member: Member, id_set_digest: bytes, cached_alignments: frozenset[bytes], held: tuple[Position, ...]
     ) -> JobSpec:
         """Take back a party into the served model, if it still holds what it trained with.
 
@@ -377,7 +341,7 @@ class PassiveParties:
         """Announce an upload every party (or one ``party``) will make, to validate it on arrival."""
         with self._lock:
             for each in [party] if party is not None else list(self._members):
-                self._expected[(each, name, round_, batch)] = _Expectation(shape, dtype)
+                self._expected[(each, name, round_, batch)] = Expectation(shape, dtype)
 
     def check_announced(self, party: int, key: TensorKey, dtype: str, shape: tuple[int, ...]) -> None:
         """Refuse an upload whose key, dtype or shape is not what the loop waits for, naming the field.
