@@ -23,7 +23,7 @@ import json
 import math
 import os
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -97,6 +97,9 @@ class Job:
     #: What its latest state change said: why it is queued or waiting, how it ended. Only
     #: ``JobClient.get`` fills it in.
     state_message: str = ""
+    #: A ``[distill]`` job's student (served as ``<id>-student``): its metrics on the job's held-out
+    #: rows, the active party alone; empty for a job without a student.
+    student_metrics: dict[str, float] = field(default_factory=dict)
 
     @property
     def ended(self) -> bool:
@@ -234,6 +237,7 @@ def _job_from_proto(message: pb.JobInfo) -> Job:
         served=message.served,
         serving=message.serving,
         state_message=message.state_message,
+        student_metrics=dict(sorted(message.student_metrics.items())),
     )
 
 

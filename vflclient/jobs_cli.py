@@ -119,6 +119,7 @@ def job_details(job: Job) -> str:
         ("epochs", f"{job.epochs_done}/{job.epochs}"),
         ("served", f"yes, {job.serving}" if job.served and job.serving else "yes" if job.served else "no"),
         ("final metrics", " ".join(f"{k} {v:.4g}" for k, v in job.final_metrics.items()) or "-"),
+        *_student_line(job),
         ("error", job.error or "-"),
     ]
     lines = [f"{name:<14}{value}" for name, value in fields]
@@ -139,6 +140,14 @@ def job_details(job: Job) -> str:
         headers = ["EPOCH", "TRAIN_LOSS", "TEST_LOSS", *(n.upper() for n in names), "SECONDS", "WIRE_MB"]
         lines += ["", _table(headers, rows)]
     return "\n".join(lines) + "\n"
+
+
+def _student_line(job: Job) -> list[tuple[str, str]]:
+    """A ``[distill]`` job's student, served as ``<id>-student``: its held-out metrics; nothing without one."""
+    if not job.student_metrics:
+        return []
+    metrics = " ".join(f"{k} {v:.4g}" for k, v in job.student_metrics.items())
+    return [("student", f"{job.id}-student, the active party alone, on the same rows: {metrics}")]
 
 
 def _stamped(event: JobEvent) -> str:

@@ -88,7 +88,12 @@ def distilled(pki: Pki, digits_data: Path, tmp_path_factory: pytest.TempPathFact
         with JobClient(run.address, tls=pki.operator_files("alice")) as jobs:
             jobs.submit(_document("distil"))
             lines = finish_job(jobs, run, "distil")
+            job = jobs.get("distil")
         assert any("student distil-student distilled (accuracy" in line for line in lines), lines
+        # vfl-jobs show (and --json) carries every held-out metric of the student, not only its accuracy
+        student = json.loads((_student_folder(run, "distil").parent / "summary.json").read_text())["student"]
+        assert job.student_metrics == pytest.approx(student["final_metrics"]) and len(job.student_metrics) > 1
+        assert job.final_metrics and job.final_metrics != job.student_metrics
         yield run
     finally:
         run.close()

@@ -13,6 +13,7 @@ import pytest
 
 from vflcore.errors import DuplicateJob, JobNotFound, JobStateError, JobStoreError
 from vflserver.jobs import store
+from vflserver.jobs.schema import migrate
 from vflserver.jobs.store import ENDED, JOB_STATES, EpochRecord, JobStore
 
 DOCUMENT = {"job": {"algorithm": "splitnn", "epochs": 3}, "data": {"id_column": "id"}}
@@ -527,6 +528,29 @@ class TestSchema:
             assert other.execute("PRAGMA user_version").fetchone()[0] == JobStore.SCHEMA_VERSION + 1
             assert other.execute("SELECT job_id, priority FROM jobs ORDER BY seq").fetchall() == [("j1", 0), ("j2", 0)]
         other.close()
+
+    def test_a_store_of_the_first_version_gets_student_metrics(self, path: Path) -> None:
+        """A store made before [distill] opens with every job's student metrics empty, and records them after."""
+        path.parent.mkdir(parents=True)
+        with sqlite3.connect(path) as older:  # what a server before the column left: schema version 1
+            migrate(older, path, store.MIGRATIONS[:1])
+            older.execute(
+                "INSERT INTO jobs (job_id, document, algorithm, epochs, state, submitter, submitted_at) "
+                "VALUES ('j1', '{}', 'splitnn', 3, 'queued', 'alice', 1.7e9)"
+            )
+        older.close()
+        newer = JobStore(path)
+        try:
+            assert newer.get("j1").student_metrics == {}
+            to_training(newer, "j1")
+            newer.set_student_metrics("j1", {"accuracy": 0.9})
+            newer.set_state("j1", "finished", "done", final_metrics={"accuracy": 0.95})
+            assert newer.get("j1").student_metrics == {"accuracy": 0.9}
+            assert newer.get("j1").final_metrics == {"accuracy": 0.95}
+            with pytest.raises(JobNotFound):
+                newer.set_student_metrics("nope", {"accuracy": 0.9})
+        finally:
+            newer.close()
 
     def test_failed_migration_rolls_back(self, path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         """A migration that fails part-way leaves the store at its old version and data, and can be retried."""

@@ -243,6 +243,17 @@ class TestRendering:
         assert f"message       {why}" in jobs_cli.job_details(job)
         assert "message       -" in jobs_cli.job_details(replace(job, state_message=""))
 
+    def test_job_details_show_a_students_held_out_metrics(self) -> None:
+        """`show` of a [distill] job: the student's metrics on their own line, beside the job's; none without one."""
+        job = Job(
+            "job-x", "splitnn", "finished", "alice", 1.7e9, 1.7e9, 1.7e9, "", 3, 3, {"accuracy": 0.95}, {}, [], True
+        )
+        assert "student" not in jobs_cli.job_details(job)
+        distilled = replace(job, student_metrics={"accuracy": 0.9133, "f1": 0.91})
+        text = jobs_cli.job_details(distilled)
+        assert "student       job-x-student, the active party alone, on the same rows: accuracy 0.9133 f1 0.91" in text
+        assert distilled.to_json()["student_metrics"] == {"accuracy": 0.9133, "f1": 0.91}
+
 
 class TestCommandLine:
     @pytest.mark.parametrize("command", [[], ["submit"], ["list"], ["show"], ["watch"], ["cancel"]])

@@ -342,8 +342,15 @@ class EpochMetrics(_message.Message):
     def __init__(self, epoch: _Optional[int] = ..., train_loss: _Optional[float] = ..., test_loss: _Optional[float] = ..., metrics: _Optional[_Mapping[str, float]] = ..., seconds: _Optional[float] = ..., wire_bytes: _Optional[int] = ...) -> None: ...
 
 class JobInfo(_message.Message):
-    __slots__ = ("job_id", "algorithm", "state", "submitter", "submitted_at", "started_at", "ended_at", "error", "epochs_done", "epochs", "final_metrics", "job_document", "history", "served", "serving", "state_message")
+    __slots__ = ("job_id", "algorithm", "state", "submitter", "submitted_at", "started_at", "ended_at", "error", "epochs_done", "epochs", "final_metrics", "job_document", "history", "served", "serving", "state_message", "student_metrics")
     class FinalMetricsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    class StudentMetricsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -366,6 +373,7 @@ class JobInfo(_message.Message):
     SERVED_FIELD_NUMBER: _ClassVar[int]
     SERVING_FIELD_NUMBER: _ClassVar[int]
     STATE_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    STUDENT_METRICS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     algorithm: str
     state: str
@@ -382,7 +390,8 @@ class JobInfo(_message.Message):
     served: bool
     serving: str
     state_message: str
-    def __init__(self, job_id: _Optional[str] = ..., algorithm: _Optional[str] = ..., state: _Optional[str] = ..., submitter: _Optional[str] = ..., submitted_at: _Optional[float] = ..., started_at: _Optional[float] = ..., ended_at: _Optional[float] = ..., error: _Optional[str] = ..., epochs_done: _Optional[int] = ..., epochs: _Optional[int] = ..., final_metrics: _Optional[_Mapping[str, float]] = ..., job_document: _Optional[str] = ..., history: _Optional[_Iterable[_Union[EpochMetrics, _Mapping]]] = ..., served: _Optional[bool] = ..., serving: _Optional[str] = ..., state_message: _Optional[str] = ...) -> None: ...
+    student_metrics: _containers.ScalarMap[str, float]
+    def __init__(self, job_id: _Optional[str] = ..., algorithm: _Optional[str] = ..., state: _Optional[str] = ..., submitter: _Optional[str] = ..., submitted_at: _Optional[float] = ..., started_at: _Optional[float] = ..., ended_at: _Optional[float] = ..., error: _Optional[str] = ..., epochs_done: _Optional[int] = ..., epochs: _Optional[int] = ..., final_metrics: _Optional[_Mapping[str, float]] = ..., job_document: _Optional[str] = ..., history: _Optional[_Iterable[_Union[EpochMetrics, _Mapping]]] = ..., served: _Optional[bool] = ..., serving: _Optional[str] = ..., state_message: _Optional[str] = ..., student_metrics: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class JobList(_message.Message):
     __slots__ = ("jobs",)

@@ -238,6 +238,7 @@ def job_info(
         epochs_done=record.epochs_done,
         epochs=record.epochs,
         final_metrics=record.final_metrics,
+        student_metrics=record.student_metrics,
         job_document=json.dumps(record.document, sort_keys=True),
         history=[epoch_metrics(e) for e in history or []],
         served=record.served,

@@ -11,7 +11,7 @@ import json
 import math
 import sqlite3
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 JOB_STATES = ("queued", "aligning", "training", "waiting", "finished", "failed", "cancelled", "interrupted")
@@ -64,6 +64,8 @@ class JobRecord:
     epochs_done: int
     final_metrics: dict[str, float]
     served: bool
+    #: A ``[distill]`` job's student: its metrics on the same held-out rows (empty: no student).
+    student_metrics: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,7 @@ def job_from_row(row: sqlite3.Row) -> JobRecord:
         epochs_done=row["epochs_done"],
         final_metrics=json.loads(row["final_metrics"]),
         served=bool(row["served"]),
+        student_metrics=json.loads(row["student_metrics"]),
     )
 
 

@@ -394,6 +394,7 @@ class JobRunner:
         message = "aligned IDs written" if plan.psi_only else "trained and evaluated"
         if summary.student is not None:  # first: the job's own metrics follow the message in every listing
             message = f"student {summary.student.job_id} distilled{_metrics_in_words(summary.student)}; {message}"
+            self.store.set_student_metrics(job_id, summary.student.final_metrics)  # vfl-jobs show, in full
         self._end(job_id, "finished", message, final_metrics=summary.final_metrics)
 
     def _serve(self, active: ActiveParty, plan: JobPlan, summary: RunSummary, serve_federated: bool) -> None:

@@ -60,6 +60,10 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (job_id, seq)
     ) WITHOUT ROWID;
     """,
+    # 2: a [distill] job's student: its held-out metrics, beside the job's own (vfl-jobs show).
+    """
+    ALTER TABLE jobs ADD COLUMN student_metrics TEXT NOT NULL DEFAULT '{}';
+    """,
 ]
 
 

@@ -215,6 +215,13 @@ class JobStore:
             if not conn.execute("UPDATE jobs SET served = ? WHERE job_id = ?", (served, job_id)).rowcount:
                 raise _not_found(job_id)
 
+    def set_student_metrics(self, job_id: str, metrics: Mapping[str, float]) -> None:
+        """Record the held-out metrics of the job's ``[distill]`` student (before the job is recorded finished)."""
+        text = json.dumps(plain_floats(metrics), sort_keys=True)
+        with self._write() as conn:
+            if not conn.execute("UPDATE jobs SET student_metrics = ? WHERE job_id = ?", (text, job_id)).rowcount:
+                raise _not_found(job_id)
+
     def recover(self) -> builtins.list[JobRecord]:
         """Mark every job that was aligning, training or waiting when the server stopped as interrupted.
 
