@@ -6,7 +6,9 @@ a SplitNN model, which needs parties 2 and 3 for every request. Party 3's daemon
 SIGKILL and started again. Meanwhile the SplitNN model is not ready and says why (``vfl-jobs
 show``, the metrics), the server stays ready because the APFed model still serves
 (``docs/inference.md``, ServerReady), and once party 3 has reconnected the SplitNN model answers
-again, with the predictions it gave before the kill.
+again, with the predictions it gave before the kill. The server's own crash (kill -9) does not
+end a SplitNN model either: the next start rebuilds it from disk, both daemons reconnect and
+load their parts, and it answers with the same predictions.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import pytest
 from vflclient import InferenceClient, JobClient, ServerUnavailable
 from vflserver.inference.federated import IDS
 from vfltesting.pki import Pki
-from vfltesting.service import BIN, ServiceRun, finish_job, job_document, wait_until
+from vfltesting.service import BIN, ServiceRun, finish_job, job_document, log_events, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -100,4 +102,38 @@ def test_a_federated_model_serves_again_once_its_restarted_party_reconnects(
             scraped = _scrape(metrics_port)
             assert 'vfl_served_models{state="serving"} 2.0' in scraped, scraped
             assert 'vfl_served_models_missing_party{party="3"} 0.0' in scraped, scraped
+        assert all(run.alive().values()), run.tail()
+
+
+def test_a_federated_model_is_served_again_after_the_server_crashes(
+    pki: Pki, digits_data: Path, tmp_path: Path
+) -> None:
+    """kill -9 the server while it serves a SplitNN model: the next start rebuilds it from disk, same predictions."""
+    run = ServiceRun(tmp_path, pki, digits_data)
+    with run.started():
+        with JobClient(run.address, tls=pki.operator_files("alice")) as jobs:
+            finish_job(jobs, run, jobs.submit(job_document(FEDERATED, "splitnn")).id)
+        grpc_port, _ = run.serving_ports()
+        aligned = (run.root / "runs" / FEDERATED / "party-1" / "aligned_ids.csv").read_text().splitlines()[1:7]
+        ids = {IDS: np.array([i.encode() for i in aligned], dtype=object)}
+        with InferenceClient(f"127.0.0.1:{grpc_port}", tls=pki.caller_files("test-caller")) as client:
+            before = client.infer(FEDERATED, ids)
+
+        run.kill("server")
+        run.start_server(f"127.0.0.1:{run.port}")  # the daemons reconnect to the same address
+        served_again = log_events(run.logs["server"], "model_served")
+        assert [(e["job"], e["how"]) for e in served_again] == [
+            (FEDERATED, "federated, again after a restart, until the next job starts")
+        ], run.tail()
+        grpc_port, _ = run.serving_ports()
+        with InferenceClient(f"127.0.0.1:{grpc_port}", tls=pki.caller_files("test-caller")) as client:
+            wait_until(lambda: client.model_ready(FEDERATED), "the SplitNN model to be served again", run, 180)
+            after = client.infer(FEDERATED, ids)
+        np.testing.assert_array_equal(after["label"], before["label"])
+        np.testing.assert_allclose(after["probabilities"], before["probabilities"], rtol=0, atol=1e-6)
+        with JobClient(run.address, tls=pki.operator_files("alice")) as jobs:
+            record = jobs.get(FEDERATED)
+            assert record.served and record.serving == "serving", record.serving
+        readmitted = {e["peer"] for e in log_events(run.logs["server"], "party_readmitted")}
+        assert readmitted == {2, 3}, run.tail()
         assert all(run.alive().values()), run.tail()

@@ -44,6 +44,7 @@ from vflserver.jobs.metrics import ServiceMetrics
 from vflserver.jobs.plan import JobPlan, plan_from_document, read_active_table
 from vflserver.jobs.saved_models import serve_saved_models, serve_student
 from vflserver.jobs.scheduling import loss_deadline
+from vflserver.jobs.served_federated import serve_federated_again
 from vflserver.jobs.store import ENDED, EpochRecord, JobRecord, JobStore
 from vflserver.training.active_party import ActiveParty
 from vflserver.training.reports import EpochReport, RunSummary
@@ -102,7 +103,9 @@ class JobRunner:
 
     def start(self) -> None:
         if self.registry is not None:
-            serve_saved_models(self.registry, self.store, self.settings.run_dir)
+            federated = serve_saved_models(self.registry, self.store, self.settings.run_dir)
+            args = (self.store, self.board, self.registry, self.datasets, self.settings)
+            self._serving = serve_federated_again(federated, *args)  # after a crash; retired as the next job starts
         self._thread.start()
         self._keeper.start()
 

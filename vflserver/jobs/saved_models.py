@@ -3,7 +3,7 @@
 A finished job leaves up to two such models in the active party's run folder: its own, when the
 algorithm predicts alone (APFed's ``model.onnx``, or the ``model.safetensors`` of a run made
 before ONNX), and the student of a ``[distill]`` job (``student/model.onnx``, served as
-``<job>-student``). Federated models need their parties and are not brought back by a restart.
+``<job>-student``). Federated models need their parties: ``served_federated`` brings them back.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from vflcore.ml.onnx_export import MODEL_FILE
 from vflserver.inference.artifact import LEGACY_FILE
 from vflserver.inference.onnx_model import is_standalone, load_servable
 from vflserver.inference.registry import ModelRegistry
-from vflserver.jobs.store import JobStore
+from vflserver.jobs.store import JobRecord, JobStore
 from vflserver.training.distill_settings import student_name
 from vflserver.training.distillation import STUDENT_DIR
 
@@ -39,13 +39,16 @@ def serve_student(registry: ModelRegistry, job_id: str, model: Path | None) -> N
     log.info("model_served", job=job_id, model=name, how="distilled student, standalone")
 
 
-def serve_saved_models(registry: ModelRegistry, store: JobStore, run_dir: Path) -> None:
-    """After a restart: serve again every finished job's standalone model and student; federated ones are gone.
+def serve_saved_models(registry: ModelRegistry, store: JobStore, run_dir: Path) -> list[JobRecord]:
+    """After a restart: serve again every finished job's standalone model and student.
 
     The standalone model is the active party's ``model.onnx`` when its metadata says so (every
     party of every job exports its part under that name), else the ``model.safetensors`` of a
-    run made before ONNX. A job whose model cannot be served any more is recorded as not served.
+    run made before ONNX. A job whose standalone model cannot be served any more is recorded as
+    not served. Returns the served jobs that have no standalone model: federated models, which
+    ``served_federated`` serves again (or records as not served).
     """
+    federated: list[JobRecord] = []
     for record in store.list(states=("finished",)):
         folder = party_dir(run_dir, record.job_id, ACTIVE_PARTY)
         if "distill" in record.document and record.document.get("serving", {}).get("enabled", True):
@@ -54,10 +57,13 @@ def serve_saved_models(registry: ModelRegistry, store: JobStore, run_dir: Path) 
             continue
         onnx_file, legacy = folder / MODEL_FILE, folder / LEGACY_FILE
         model = onnx_file if is_standalone(onnx_file) else legacy if legacy.exists() else None
-        if model is not None:
-            try:
-                registry.add(load_servable(model, name=record.job_id))
-                continue
-            except (OSError, VflError, ValueError) as exc:
-                log.warning("artifact_unreadable", job=record.job_id, path=str(model), error=str(exc))
+        if model is None:
+            federated.append(record)
+            continue
+        try:
+            registry.add(load_servable(model, name=record.job_id))
+            continue
+        except (OSError, VflError, ValueError) as exc:
+            log.warning("artifact_unreadable", job=record.job_id, path=str(model), error=str(exc))
         store.set_served(record.job_id, False)
+    return federated

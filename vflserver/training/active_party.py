@@ -24,7 +24,7 @@ from vflalgorithms.base import ActiveContext, ServerAlgorithm, algorithm_spec
 from vflalgorithms.factories import resolve_factories
 from vflalgorithms.label_protection import check_label_defence
 from vflcore.data.checkpoints import party_dir
-from vflcore.data.tables import PartyTable, write_aligned_ids
+from vflcore.data.tables import PartyTable, select_rows, write_aligned_ids
 from vflcore.errors import ConfigError, JobAborted, PartyLost
 from vflcore.job import ACTIVE_PARTY, JobSpec, Position, Schedule, check_job_id, mid_epoch_checkpoint_due, new_job_id
 from vflcore.ml.losses import label_tensor, task_loss
@@ -45,8 +45,9 @@ from vflserver.training.importance import write_client_importance
 from vflserver.training.label_privacy import protect_labels
 from vflserver.training.readmission import Readmission
 from vflserver.training.reports import EpochReport, RunSummary, write_predictions, write_summary
-from vflserver.training.resume import roll_back, save_checkpoint
+from vflserver.training.resume import load_newest, roll_back, save_checkpoint
 from vflserver.training.scoring import Scorer, in_blocks
+from vflserver.training.served_again import NotServableAgain, read_served, write_served
 
 #: Names that lived here before the active party's jobs were split into modules.
 __all__ = ["MODEL_REPOSITORY", "ActiveParty", "EpochReport", "RunSummary"]
@@ -276,6 +277,7 @@ class ActiveParty:
             write_summary(self.run_dir, self.job, summary, self.algorithm.step_losses)
             if keep_serving:  # a party whose daemon restarts comes back into the served model
                 self._readmission = Readmission(fed, self.own_table.ids, self.table.ids)
+                write_served(self.run_dir, self._readmission.terms, self._readmission.id_set_digests)
                 self._readmission.start()
             else:
                 self.shutdown("training finished")
@@ -321,6 +323,27 @@ class ActiveParty:
             log.info("first_step", step=step, epoch=position.epoch, batch=position.batch, resumed=resumed)
 
         algorithm.on_step = first
+
+    def serve_saved(self) -> None:
+        """Rebuild the trained model from this party's disk, and readmit the passive parties as they reconnect.
+
+        For a server that crashed while it served the model (``served_again``): the saved
+        alignment and the checkpoint at the end of training, as a restarted passive party loads
+        its own. NotServableAgain says what is missing.
+        """
+        saved = read_served(self.run_dir, self.own_table.ids)
+        self._prepare(select_rows(self.own_table, saved.aligned_ids))
+        if load_newest(self.run_dir, [saved.terms.position], self.algorithm) is None:
+            raise NotServableAgain(
+                f"no readable checkpoint at {saved.terms.position} in {self.run_dir}, the trained model; "
+                "submit the job again"
+            )
+        for party, digest in saved.id_set_digests.items():
+            self.parties.member(party).id_set_digest = digest  # what rejoin_refusal compares a party's IDs with
+        self.everyone_joined = True
+        self.parties.state = "serving"
+        self._readmission = Readmission(self.parties, self.own_table.ids, self.table.ids, terms=saved.terms)
+        self._readmission.start()
 
     def shutdown(self, message: str) -> None:
         """End the job successfully: every passive party gets Finish and leaves."""

@@ -33,13 +33,18 @@ log = structlog.get_logger(__name__)
 class Readmission:
     """The thread that readmits reconnected parties into one served model, until ``stop``."""
 
-    def __init__(self, parties: PassiveParties, own_ids: np.ndarray, aligned_ids: np.ndarray) -> None:
+    def __init__(
+        self, parties: PassiveParties, own_ids: np.ndarray, aligned_ids: np.ndarray, terms: RejoinTerms | None = None
+    ) -> None:
         self.parties = parties
         job = parties.job
-        digests = {p: parties.member(p).id_set_digest for p in job.passive_parties}
-        # The key align_active saved the alignment under: the same job and the same ID sets.
-        self.terms = RejoinTerms(
-            alignment_key(job.job_id, {1: ids_digest(own_ids), **digests}), Position.after_epoch(job.epochs - 1)
+        #: Each passive party's ID-set digest in training (saved by ``served_again``, for a server restart).
+        self.id_set_digests = {p: parties.member(p).id_set_digest for p in job.passive_parties}
+        # The key align_active saved the alignment under: the same job and the same ID sets. A
+        # model served again after a server restart brings its terms from disk (``served_again``).
+        self.terms = terms or RejoinTerms(
+            alignment_key(job.job_id, {1: ids_digest(own_ids), **self.id_set_digests}),
+            Position.after_epoch(job.epochs - 1),
         )
         self._digest = aligned_digest(aligned_ids)
         self._stop = threading.Event()
