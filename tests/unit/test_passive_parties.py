@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from vflcore.absence import did_not_come_back, did_not_join
-from vflcore.errors import JoinRejected, PartyLost, PartyUnavailable, TensorError
+from vflcore.errors import JobAborted, JoinRejected, PartyLost, PartyUnavailable, TensorError
 from vflcore.job import JobSpec, Position
 from vflcore.wire.tensors import TensorKey
 from vflcore.work_items import Finish
@@ -44,6 +44,17 @@ class TestTensorsAppliedOnce:
         assert np.array_equal(parties.gather_from(2, "embedding", 0, 1), array)
         with pytest.raises(TensorError, match="expects no"):
             parties.accept_upload(2, key, array)
+
+    def test_an_upload_from_a_lost_party_is_aborted_not_refused_as_malformed(self) -> None:
+        """A party marked lost (the job paused while its link was down) gets JobAborted, so it rejoins.
+
+        TCP delivers what a link held once it comes back: an upload from before the pause must
+        not count as the party's own failure, which would fail the resumed job.
+        """
+        parties = _online()
+        parties.lose(3, "its link went down")
+        with pytest.raises(JobAborted, match="party 3 has not joined this run"):
+            parties.accept_upload(3, TensorKey("j", 0, 0, "embedding"), np.zeros((1, 2), np.float32))
 
     def test_a_tensor_sent_twice_before_use_is_taken_once(self) -> None:
         """A re-send that arrives before the loop takes the tensor replaces it: the loop sees one tensor."""

@@ -360,8 +360,8 @@ class PassiveParties:
                 # ABORTED, not INVALID_ARGUMENT: the party drops the task and rejoins; reported as its
                 # failure, it would fail the resumed job.
                 raise JobAborted(
-                    f"party {party} is not in this run of job {self.job.job_id!r}: the job paused while it was "
-                    "away; its daemon takes the job again (NextJob) and resumes it"
+                    f"party {party} has not joined this run of job {self.job.job_id!r} (it was away when the job "
+                    "paused, or has not joined yet): its daemon takes the job again (NextJob) and resumes it"
                 )
             raise TensorError("key", f"the server expects no {key} from party {party} now")
         if dtype != expectation.dtype and not (expectation.dtype == "float32" and dtype == self.wire_up.dtype):
