@@ -18,19 +18,24 @@ from collections.abc import Iterator
 
 from vflclient import JobClient
 from vflcore.data.checkpoints import epoch_path
+from vfltesting.localrun import Daemon
 from vfltesting.service import ServiceRun, wait_until
 
 
 @contextlib.contextmanager
-def frozen(run: ServiceRun, party: str) -> Iterator[None]:
-    """``party`` stopped (SIGSTOP) inside the block; thawed on leaving it, unless the block killed it."""
-    daemon = run.procs[party]
+def frozen_process(daemon: Daemon) -> Iterator[None]:
+    """``daemon`` stopped (SIGSTOP) inside the block; thawed on leaving it, unless the block killed it."""
     os.kill(daemon.pid, signal.SIGSTOP)
     try:
         yield
     finally:
         if daemon.poll() is None:
             os.kill(daemon.pid, signal.SIGCONT)
+
+
+def frozen(run: ServiceRun, party: str) -> contextlib.AbstractContextManager[None]:
+    """``party`` of ``run`` stopped inside the block (``frozen_process``)."""
+    return frozen_process(run.procs[party])
 
 
 @contextlib.contextmanager

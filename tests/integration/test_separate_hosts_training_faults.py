@@ -27,21 +27,23 @@ import pytest
 from vflcore.data.checkpoints import epoch_path, party_dir
 from vfltesting.hosts.console import Console
 from vfltesting.hosts.deployment import Deployment
-from vfltesting.hosts.faults import Figures, deployed, first_event_after, frozen, hold, job_outcome, wheel_folder, worst
-from vfltesting.hosts.network import cannot_make_namespaces
+from vfltesting.hosts.faults import (
+    EPOCHS,
+    JOB,
+    MARKS,
+    Figures,
+    deployed,
+    first_event_after,
+    frozen,
+    hold,
+    job_outcome,
+    wheel_folder,
+    worst,
+)
 from vfltesting.recovery import JobOutcome, assert_same_model, weight_differences
 from vfltesting.service import event_time, job_document
 
-WHY_NOT = cannot_make_namespaces()
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.timeout(600),
-    pytest.mark.skipif(WHY_NOT is not None, reason=f"separate hosts need network namespaces: {WHY_NOT}"),
-]
-
-EPOCHS = 3
-#: 59 steps an epoch: long enough to be frozen inside, short enough for three jobs.
-JOB = {"batch_size": 16, "join_timeout_s": 120}
+pytestmark = MARKS
 
 
 @pytest.fixture(scope="module")

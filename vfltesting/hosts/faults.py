@@ -12,19 +12,34 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import threading
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from vflcore.data.checkpoints import LATEST, load_checkpoint, party_dir
+from vfltesting.freeze import frozen_process
 from vfltesting.hosts.deployment import HOST_NAMES, PASSIVE, Deployment
 from vfltesting.hosts.install import build_wheel
-from vfltesting.hosts.network import Network
+from vfltesting.hosts.network import Network, cannot_make_namespaces
 from vfltesting.recovery import JobOutcome, tensors
 from vfltesting.service import event_time
+
+#: Why namespaces cannot be made here, or None: the only reason the separate-hosts files skip.
+WHY_NOT = cannot_make_namespaces()
+#: The separate-hosts test files' marks: integration, a long limit (60 s outages), skip with the reason.
+MARKS = [
+    pytest.mark.integration,
+    pytest.mark.timeout(600),
+    pytest.mark.skipif(WHY_NOT is not None, reason=f"separate hosts need network namespaces: {WHY_NOT}"),
+]
+#: Training epochs of every separate-hosts job.
+EPOCHS = 3
+#: 59 steps an epoch: long enough to be frozen inside, short enough for three jobs.
+JOB = {"batch_size": 16, "join_timeout_s": 120}
 
 #: Where each fault's figures are appended, one JSON object a line (``VFL_FAULT_FIGURES`` overrides).
 FIGURES = Path(os.environ.get("VFL_FAULT_FIGURES", "/tmp/vfl-separate-hosts-figures.jsonl"))
@@ -112,13 +127,6 @@ def job_outcome(deployment: Deployment, job_id: str) -> JobOutcome:
     return JobOutcome(losses=list(summary["step_losses"]), weights=weights)
 
 
-@contextlib.contextmanager
-def frozen(deployment: Deployment, key: str) -> Iterator[None]:
+def frozen(deployment: Deployment, key: str) -> contextlib.AbstractContextManager[None]:
     """Host ``key``'s daemon stopped (SIGSTOP) inside the block, so what the test checks there holds."""
-    proc = deployment.procs[key]
-    os.kill(proc.pid, signal.SIGSTOP)
-    try:
-        yield
-    finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGCONT)
+    return frozen_process(deployment.procs[key])
