@@ -69,8 +69,12 @@ def align_passive(
     cache_dir: Path,
     workers: int | None = None,
     engine: ComputeEngine = LOCAL,
+    abandon: threading.Event | None = None,
 ) -> PartyTable:
-    """This party's rows, restricted to the common IDs and put in the agreed order."""
+    """This party's rows, restricted to the common IDs and put in the agreed order.
+
+    ``abandon`` set (the daemon is stopping) ends a running PSI at once (``side_by_side``).
+    """
     digest = ids_digest(table.ids)
     aligned_ids = load_alignment(cache_dir, task.alignment_key, digest) if not task.run_psi else None
     if aligned_ids is None:
@@ -79,7 +83,7 @@ def align_passive(
         if task.psi is None:
             raise JobAborted("the server asked for PSI without its chunking; it runs an older version: upgrade it")
         folder = progress_dir(cache_dir, task.alignment_key)
-        rows = _run_psi(table.ids, job_id, task.psi, link, workers, folder, engine)
+        rows = _run_psi(table.ids, job_id, task.psi, link, workers, folder, engine, abandon)
         aligned = take_rows(table, rows)  # PSI knows each aligned ID's row: no lookup
         if not is_strictly_increasing(aligned.ids):
             raise JobAborted("the server's intersection is not in the agreed order (sorted, distinct IDs)")
@@ -119,6 +123,7 @@ def _run_psi(
     workers: int | None,
     folder: Path,
     engine: ComputeEngine = LOCAL,
+    abandon: threading.Event | None = None,
 ) -> np.ndarray:
     """The exchange with the server (resumed where it was interrupted): this party's rows of the aligned IDs."""
     secrets = _secrets_for(plan, folder)
@@ -170,7 +175,7 @@ def _run_psi(
                     return
                 link.send(key(PSI_SERVER_DOUBLE_BLINDED, chunk), twice)
 
-        side_by_side({"up": up, "down": down}, stop)
+        side_by_side({"up": up, "down": down}, stop, abandon=abandon)
     members = link.receive(key(PSI_MEMBERS, 0))
     if members.dtype != np.int64 or members.ndim != 1:
         raise JobAborted(

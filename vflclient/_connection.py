@@ -93,14 +93,14 @@ class Connection(TrainingLink):
         #: The joined job's wire codecs (``[job] wire_codec``): up for a step's uploads, down for its answers.
         self._wire: tuple[WireCodec, WireCodec] = (FP32, FP32)
         self._subscription: grpc.Call | None = None
-        #: ``close`` was called: a call that fails from now on failed because of it.
-        self.closed = False
+        #: Set by ``close``: long work on this connection's behalf (PSI) gives up at once.
+        self.closing = threading.Event()
 
     # ---- lifecycle --------------------------------------------------------------------------
 
     def close(self) -> None:
         """Cancel the task stream and close the channel; safe to call twice."""
-        self.closed = True
+        self.closing.set()
         if self._subscription is not None:
             self._subscription.cancel()
         self._channel.close()
@@ -119,6 +119,11 @@ class Connection(TrainingLink):
             if self.closed and not isinstance(exc, VflError):
                 raise ServerUnavailable("the connection was closed: this party is stopping") from exc
             raise
+
+    @property
+    def closed(self) -> bool:
+        """``close`` was called: a call that fails from now on failed because of it."""
+        return self.closing.is_set()
 
     def __enter__(self) -> Connection:
         return self
@@ -197,8 +202,11 @@ class Connection(TrainingLink):
         def beat() -> None:
             while not stop.wait(every_s):
                 try:
-                    self.heartbeat(job_id, timeout_s=every_s)
+                    with self.closing_is_stopping():
+                        self.heartbeat(job_id, timeout_s=every_s)
                 except VflError as exc:
+                    if self.closed:
+                        return  # the daemon is stopping: no failure, and no traceback from this thread
                     log.warning("heartbeat_failed", reason=str(exc))
 
         threading.Thread(target=beat, name="heartbeat", daemon=True).start()

@@ -200,6 +200,7 @@ class PassiveParty:
             cache_dir=self._dir(self.job) / "psi",
             workers=self.psi_workers,
             engine=self.compute_engine,
+            abandon=connection.closing,  # SIGTERM: leave at once, not after the chunks in progress
         )
         self.table = aligned
         self.job = replace(self.job, num_rows=aligned.num_rows)

@@ -37,8 +37,10 @@ import contextlib
 import multiprocessing
 import os
 import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from types import TracebackType
 from typing import Final, NoReturn, Self
 
@@ -180,6 +182,11 @@ class OpenedInWith:
     def close(self) -> None:
         """Release what ``open`` took; nothing by default."""
 
+    def abandon(self) -> None:
+        """Release what ``open`` took without waiting for work in progress, whose results nobody
+        wants any more; ``close`` by default."""
+        self.close()
+
     def __enter__(self) -> Self:
         self.open()
         return self
@@ -187,7 +194,10 @@ class OpenedInWith:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self.close()
+        if exc_type is None:
+            self.close()
+        else:  # a failure, or the party stopping: the chunks being blinded are not needed
+            self.abandon()
 
 
 class ParallelBlinder(OpenedInWith):
@@ -228,6 +238,9 @@ class ParallelBlinder(OpenedInWith):
         self.start_method = start_method
         self._key = key
         self._pool: ProcessPoolExecutor | None = None
+        #: Every chunk submitted and not yet collected, for ``abandon`` to fail (several threads submit).
+        self._in_flight: set[Future[bytes]] = set()
+        self._in_flight_lock = threading.Lock()
 
     def __repr__(self) -> str:
         state = "open" if self._pool is not None else "closed"
@@ -265,6 +278,28 @@ class ParallelBlinder(OpenedInWith):
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
 
+    def abandon(self) -> None:
+        """Kill the workers now (SIGKILL), rather than let each finish the chunk it is blinding.
+
+        A worker holds only the key and a chunk of IDs or points, and writes nothing: nothing is
+        lost. Waiting was what made a party that was stopped in the middle of PSI take 4 to 6 s to
+        exit (100,000 IDs; longer with more), the rest of the chunk in every worker. The tasks
+        waiting on them fail with ``BrokenProcessPool``, which ends the threads that submitted them.
+        """
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        # ProcessPoolExecutor.terminate_workers is Python 3.14's; before it, its own process table
+        for process in list((getattr(pool, "_processes", None) or {}).values()):
+            process.kill()  # SIGKILL: a stopped (SIGSTOP) worker would keep a SIGTERM pending
+        pool.shutdown(wait=True, cancel_futures=True)
+        # The pool's manager thread is gone: a chunk whose worker it killed would wait forever.
+        with self._in_flight_lock:
+            orphans, self._in_flight = self._in_flight, set()
+        for future in orphans:
+            if not future.cancel() and not future.done():
+                future.set_exception(BrokenProcessPool("the PSI workers were stopped: the party is stopping"))
+
     def blind(self, points: Sequence[bytes], *, progress: Progress | None = None) -> list[bytes]:
         """``key·u`` for every u-coordinate, in order; raises :class:`PsiError` like :func:`blind`."""
         return _split(self.blind_packed(points, progress=progress))
@@ -298,6 +333,8 @@ class ParallelBlinder(OpenedInWith):
         total = len(items)
         step = self.chunk_size
         futures = {submit(pool, start, items[start : start + step]): start for start in range(0, total, step)}
+        with self._in_flight_lock:
+            self._in_flight.update(futures)
         blobs: dict[int, bytes] = {}
         done = 0
         try:
@@ -311,6 +348,9 @@ class ParallelBlinder(OpenedInWith):
             for future in futures:
                 future.cancel()
             raise
+        finally:
+            with self._in_flight_lock:
+                self._in_flight.difference_update(futures)
         return b"".join(blobs[start] for start in range(0, total, step))
 
 

@@ -21,12 +21,12 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import TypeVar
 
 from vflcore.runtime.memory import return_freed_memory
 
-__all__ = ["ahead", "each_ahead", "side_by_side"]
+__all__ = ["Abandoned", "ahead", "each_ahead", "side_by_side"]
 
 T = TypeVar("T")
 
@@ -40,26 +40,46 @@ def ahead(tasks: Iterable[Callable[[], T]], depth: int) -> Iterator[T]:
     more heaps each keep a chunk's worth (issue 36: 2.2 GiB per party at 8
     workers on 16 cores). So the freed pages go back to the kernel after each result
     (``return_freed_memory``, about a millisecond against seconds of arithmetic a chunk).
-    Leaving the loop early abandons the pending tasks without waiting
-    for them (they may be blocked on a peer that is gone).
+
+    Leaving the loop early abandons the pending tasks without waiting for them (they may be
+    blocked on a peer that is gone). Each runs on a daemon thread of its own (``_started``), not
+    a ``ThreadPoolExecutor``'s: the interpreter joins those at exit, so one abandoned task
+    blocked on a peer held a stopping daemon past its stop deadline (issue 36).
     """
     if depth < 1:
         raise ValueError(f"depth must be at least 1, got {depth}")
-    threads = ThreadPoolExecutor(max_workers=depth, thread_name_prefix="psi-ahead")
     pending: deque[Future[T]] = deque()
-    finished = False
     try:
         for task in tasks:
-            pending.append(threads.submit(contextvars.copy_context().run, task))
+            pending.append(_started(task))
             if len(pending) >= depth:
                 yield pending.popleft().result()
                 return_freed_memory()
         while pending:
             yield pending.popleft().result()
             return_freed_memory()
-        finished = True
     finally:
-        threads.shutdown(wait=finished, cancel_futures=True)
+        for future in pending:
+            future.cancel()  # a task not yet begun never begins; a running one is left to end
+
+
+def _started(task: Callable[[], T]) -> Future[T]:
+    """``task`` running on a daemon thread, in a copy of the caller's context; its future."""
+    future: Future[T] = Future()
+    context = contextvars.copy_context()
+
+    def run() -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            result = context.run(task)
+        except BaseException as exc:
+            future.set_exception(exc)
+        else:
+            future.set_result(result)
+
+    threading.Thread(target=run, name="psi-ahead", daemon=True).start()
+    return future
 
 
 def each_ahead(work: Callable[[int], T], chunks: Sequence[int], depth: int) -> Iterator[tuple[int, T]]:
@@ -67,13 +87,31 @@ def each_ahead(work: Callable[[int], T], chunks: Sequence[int], depth: int) -> I
     return zip(chunks, ahead((functools.partial(work, chunk) for chunk in chunks), depth), strict=True)
 
 
-def side_by_side(streams: dict[str, Callable[[], None]], stop: threading.Event, *, grace_s: float = 5.0) -> None:
+class Abandoned(RuntimeError):
+    """The caller's ``abandon`` event was set while the streams ran: the party is stopping."""
+
+
+#: How often ``side_by_side`` looks at its ``abandon`` event while the streams run.
+_ABANDON_POLL_S = 0.05
+
+
+def side_by_side(
+    streams: dict[str, Callable[[], None]],
+    stop: threading.Event,
+    *,
+    grace_s: float = 5.0,
+    abandon: threading.Event | None = None,
+) -> None:
     """Run every stream on its own thread until all end; the first failure is raised.
 
     When one stream fails, ``stop`` is set, so that the others (which check it between chunks
     and while they wait) end too; they get ``grace_s`` to do so before the failure is raised
     regardless. A stream blocked on a remote call that cannot see ``stop`` is left behind: it
     ends when that call fails, which the failure reported by the caller brings about.
+
+    ``abandon`` (the daemon is stopping: SIGTERM closed its connection) raises ``Abandoned`` at
+    once, ``stop`` set, without waiting for the streams: each would finish the chunk it is
+    computing first, seconds at a million IDs, only to find the connection gone.
     """
     outcomes: queue.Queue[tuple[str, BaseException | None]] = queue.Queue()
 
@@ -92,9 +130,17 @@ def side_by_side(streams: dict[str, Callable[[], None]], stop: threading.Event, 
     deadline = 0.0
     running = len(streams)
     while running:
+        if abandon is not None and abandon.is_set():
+            stop.set()
+            raise Abandoned("the streams were abandoned: this party is stopping")
+        wait = None if first is None else max(0.0, deadline - time.monotonic())
+        if abandon is not None:
+            wait = _ABANDON_POLL_S if wait is None else min(wait, _ABANDON_POLL_S)
         try:
-            _, error = outcomes.get(timeout=None if first is None else max(0.0, deadline - time.monotonic()))
+            _, error = outcomes.get(timeout=wait)
         except queue.Empty:
+            if first is None or time.monotonic() < deadline:
+                continue
             break  # the others did not end in time: raise the failure anyway
         running -= 1
         if error is not None and first is None:

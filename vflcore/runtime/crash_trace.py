@@ -33,7 +33,7 @@ import sys
 from pathlib import Path
 from typing import IO
 
-__all__ = ["enable_crash_traces"]
+__all__ = ["STOP_DEADLINE_S", "arm_stop_deadline", "enable_crash_traces"]
 
 #: The relay child's whole program: copy its input, piece by piece, to the log file (argv[1]) and
 #: to stderr, until end of input. Kept to the interpreter's built-ins (-I -S: no site, no venv).
@@ -64,6 +64,11 @@ while True:
 """
 
 _STDERR = 2
+
+#: How long a daemon may take to exit after SIGINT or SIGTERM. Under the shipped systemd unit
+#: (``TimeoutStopSec=60``) a daemon still running then is killed with SIGKILL, which leaves no
+#: trace; this comes first, with the stack of every thread.
+STOP_DEADLINE_S = 45.0
 
 #: What ``faulthandler`` writes to, kept open for the life of the process (it holds only the fd).
 _sink: IO[bytes] | None = None
@@ -101,3 +106,17 @@ def enable_crash_traces(log_file: Path | None) -> str:
     _sink = os.fdopen(write_end, "wb", buffering=0)
     faulthandler.enable(file=_sink, all_threads=True)
     return f"{log_file} and stderr"
+
+
+def arm_stop_deadline(seconds: float | None = None) -> None:
+    """If this process is still running ``seconds`` (``STOP_DEADLINE_S``) from now, write every thread's stack where a
+    crash trace goes (``enable_crash_traces``; stderr before that is called) and exit 1.
+
+    Called when a stop signal arrives. A stop should take well under a second
+    (docs/operations.md, stopping); one that hangs (a thread blocked on a peer that is gone, a
+    native library's exit handler) otherwise ends only by SIGKILL, with nothing to say which
+    thread held it. ``faulthandler``'s watchdog is a native thread: it needs neither the GIL nor
+    any lock a hung thread could hold, and arming it from a signal handler takes no Python lock.
+    """
+    after = STOP_DEADLINE_S if seconds is None else seconds
+    faulthandler.dump_traceback_later(after, exit=True, file=_sink if _sink is not None else _STDERR)

@@ -3,7 +3,8 @@
 Exit codes (documented in the README):
 
     0    the job finished (or ``--check`` found nothing wrong)
-    1    the job failed: a party went away, a peer reported an error, training diverged
+    1    the job failed: a party went away, a peer reported an error, training diverged; or a
+         stop did not end within 45 s of the signal (every thread's stack is written first)
     2    a config, data or certificate file is wrong; the message names it
     3    could not reach the server or serve on the address (network or TLS)
     4    the server refused this party (wrong certificate, not in the job, different data)
@@ -27,7 +28,7 @@ import structlog
 
 from vflcore.errors import ConfigError
 from vflcore.runtime.compute import ComputeEngine, connect
-from vflcore.runtime.crash_trace import enable_crash_traces
+from vflcore.runtime.crash_trace import arm_stop_deadline, enable_crash_traces
 from vflcore.runtime.log_file import LogFile, reopen_on_sighup
 from vflcore.runtime.logs import configure_logging
 from vflcore.runtime.memory import keep_freed_memory
@@ -113,6 +114,7 @@ class ShutdownSignals:
             return
         self._fired.set()
         self.exit_code = EXIT_SIGINT if signum == signal.SIGINT else EXIT_SIGTERM
+        arm_stop_deadline()  # a stop that hangs leaves every thread's stack and exit 1, not a SIGKILL
         self._on_signal()
 
 
