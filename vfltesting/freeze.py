@@ -14,7 +14,7 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from vflclient import JobClient
 from vflcore.data.checkpoints import epoch_path
@@ -31,6 +31,40 @@ def frozen_process(daemon: Daemon) -> Iterator[None]:
     finally:
         if daemon.poll() is None:
             os.kill(daemon.pid, signal.SIGCONT)
+
+
+@contextlib.contextmanager
+def frozen_when(
+    daemon: Daemon,
+    ready: Callable[[], bool],
+    too_late: Callable[[], bool],
+    what: str,
+    *,
+    timeout_s: float = 120.0,
+    slice_s: float = 0.005,
+) -> Iterator[None]:
+    """``daemon`` frozen (SIGSTOP) at a moment when ``ready()`` holds and ``too_late()`` does not.
+
+    Why in slices: a wait for ``ready`` and then a freeze (or a kill) lets the daemon run on in
+    between, and on a fast host it ran past the moment a test meant to catch (a PSI finished, a
+    distillation ended: "the kill came too late"). Here the daemon runs ``slice_s`` at a time and
+    is looked at only while frozen, so what the block sees still holds when it kills; it can get
+    past the moment only within one slice, and then this fails naming ``what``. The daemon is
+    thawed on leaving the block unless the block killed it.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with frozen_process(daemon):
+            if too_late():
+                raise AssertionError(f"{what}: the daemon got past it within one {slice_s} s slice")
+            if ready():
+                yield
+                return
+        if daemon.poll() is not None:
+            raise AssertionError(f"{what}: the daemon exited with code {daemon.returncode} first")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not reached within {timeout_s:.0f} s")
+        time.sleep(slice_s)
 
 
 def frozen(run: ServiceRun, party: str) -> contextlib.AbstractContextManager[None]:

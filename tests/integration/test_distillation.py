@@ -37,9 +37,10 @@ from vflserver.inference.servable import LABEL, PROBABILITIES
 from vflserver.scoring.model import ScoringModel
 from vflserver.training.distillation import STUDENT_DIR, TEACHER_FILE
 from vflserver.training.student import default_student
+from vfltesting.freeze import frozen_when
 from vfltesting.pki import Pki
 from vfltesting.recovery import tensors
-from vfltesting.service import ServiceRun, finish_job, job_document, log_events, wait_until
+from vfltesting.service import ServiceRun, finish_job, job_document, log_events
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -177,10 +178,15 @@ def test_a_server_killed_during_distillation_resumes_to_the_same_student(
     try:
         with JobClient(run.address, tls=pki.operator_files("alice")) as jobs:
             jobs.submit(_document("distil"))
-            # Killed once the student has saved its fourth epoch: an event, not a timed sleep.
-            wait_until(lambda: (folder / "epoch-0003.pt").exists(), "the student's checkpoint of epoch 4", run)
-        run.kill("server")
-        assert not (folder / "summary.json").exists(), "the distillation had finished: the kill came too late"
+            # Killed once the student has saved its fourth epoch: an event, not a timed sleep; frozen
+            # first, so that the distillation cannot end in between.
+            with frozen_when(
+                run.procs["server"],
+                lambda: (folder / "epoch-0003.pt").exists(),
+                lambda: (folder / "summary.json").exists(),
+                "the student's checkpoint of epoch 4, the distillation unfinished",
+            ):
+                run.kill("server")
         time.sleep(1.0)
         run.start_server(f"127.0.0.1:{run.port}")
         with JobClient(run.address, tls=pki.operator_files("alice")) as jobs:

@@ -3,7 +3,8 @@
 ``vfl-server`` and two ``vfl-client`` daemons run as OS processes over mTLS (``vfltesting.service``),
 with ``[psi] chunk_ids = 8`` so that the digits job (1,500 to 1,600 IDs a party) has about 200
 chunks a stream. Passive party 3, or the server itself, is killed (-9) once the server has
-stored some of party 3's chunks, and started again: the server's and the party's logs show the
+stored some of party 3's chunks (frozen first, ``frozen_when``, so that PSI cannot
+finish in between), and started again: the server's and the party's logs show the
 exchange resumed at the stored chunks, fewer chunks were computed than a whole exchange has,
 every party ends with the aligned IDs the data holds, and no PSI secret is left on disk.
 """
@@ -20,8 +21,9 @@ import pytest
 from vflclient import JobClient
 from vflcore.psi.matching import MATCH_BYTES
 from vflcore.psi.progress import SECRET_FILE
+from vfltesting.freeze import frozen_when
 from vfltesting.pki import Pki
-from vfltesting.service import ServiceRun, finish_job, job_document, log_events, wait_until
+from vfltesting.service import ServiceRun, finish_job, job_document, log_events
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -61,10 +63,14 @@ class TestRestartMidPsi:
         try:
             with JobClient(run.address, tls=run.pki.operator_files("alice")) as jobs:
                 jobs.submit(job_document(job_id, "splitnn", psi_only=True))
-                wait_until(lambda: _stored(psi1, 3) >= KILL_AFTER, f"{KILL_AFTER} stored chunks of party 3", run)
-                run.kill(killed)
+                with frozen_when(
+                    run.procs[killed],
+                    lambda: _stored(psi1, 3) >= KILL_AFTER,
+                    lambda: any(psi3.glob("alignment-*")),
+                    f"{KILL_AFTER} stored chunks of party 3, PSI unfinished",
+                ):
+                    run.kill(killed)
             stored = _stored(psi1, 3)
-            assert not any(psi3.glob("alignment-*")), "PSI had already finished: the kill came too late"
             for psi in (psi1, psi3):  # kept for the restart, each party's own
                 (secret,) = psi.glob(f"progress-*/{SECRET_FILE}")
                 assert stat.S_IMODE(secret.stat().st_mode) == 0o600

@@ -21,7 +21,7 @@ import pytest
 
 from vflclient import JobClient
 from vflcore.data.checkpoints import epoch_path
-from vfltesting.freeze import frozen_inside_epoch
+from vfltesting.freeze import frozen_inside_epoch, frozen_when
 from vfltesting.pki import Pki
 from vfltesting.proxy import CuttableProxy
 from vfltesting.recovery import JobOutcome, assert_same_model, job_outcome
@@ -125,9 +125,13 @@ class TestPassivePartyKilled:
             with _jobs(run, pki) as jobs:
                 jobs.submit(job_document(job_id, algorithm, epochs=EPOCHS, **JOB))
                 # 1. During PSI: the server has started it, and party 3 has no saved alignment yet.
-                wait_until(lambda: '"psi_started"' in server_log.read_text(errors="replace"), "PSI to start", run)
-                run.kill("party-3")
-                assert not any((party3 / "psi").glob("alignment-*")), "PSI had already finished: the kill came too late"
+                with frozen_when(
+                    run.procs["party-3"],
+                    lambda: '"psi_started"' in server_log.read_text(errors="replace"),
+                    lambda: any((party3 / "psi").glob("alignment-*")),
+                    "PSI started, party 3's unfinished",
+                ):
+                    run.kill("party-3")
                 _restart_after(run, "party-3")
                 # 2. Inside epoch 2 (index 1), or a later one on a slow machine: never after it.
                 killed_after = _kill_inside_epoch(run, jobs, job_id, 1)
