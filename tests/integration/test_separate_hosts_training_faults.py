@@ -5,7 +5,9 @@ from the wheel and a folder each). Party 3's cable is pulled at the switch (``ip
 down`` on its veth's switch end): frames are dropped both ways and no reset is sent, as when a
 WAN link dies. Each fault is set on an event: PSI has started and party 3 has no alignment yet,
 or the server has recorded an epoch and party 3 has not saved the next one; the party is frozen
-(SIGSTOP) while that is checked, so the check still holds when the link goes down.
+(SIGSTOP) while that is checked, so the check still holds when the link goes down. PSI takes
+well under a second, so for it party 3 runs in 5 ms slices from the submit on
+(``vfltesting.freeze.frozen_when``): a fast host cannot finish PSI between the check and the cut.
 
 Two jobs: 60 s down during PSI then 5 s inside epoch 2, and 5 s during PSI then 60 s inside
 epoch 2. Each must end with the per-step losses and final weights of a fault-free run of the same
@@ -17,14 +19,17 @@ server's next ``aligned`` or ``first_step``) and the weight difference go to
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from vflcore.data.checkpoints import epoch_path, party_dir
+from vfltesting.freeze import frozen_when
 from vfltesting.hosts.console import Console
 from vfltesting.hosts.deployment import Deployment
 from vfltesting.hosts.faults import (
@@ -44,6 +49,9 @@ from vfltesting.recovery import JobOutcome, assert_same_model, weight_difference
 from vfltesting.service import event_time, job_document
 
 pytestmark = MARKS
+
+#: Party 3 frozen at the moment of a fault, for as long as the block that cuts its link.
+Moment = Callable[[Deployment], AbstractContextManager[None]]
 
 
 @pytest.fixture(scope="module")
@@ -79,14 +87,13 @@ def _party3(hosts: Deployment, job_id: str) -> Path:
     return party_dir(hosts.runs("party3"), job_id, 3)
 
 
-def _fault(hosts: Deployment, console: Console, job_id: str, seconds: float, check: Callable[[], None]) -> float:
-    """Party 3 frozen while ``check`` confirms the moment, its link cut, then thawed: down for ``seconds``.
+def _fault(hosts: Deployment, console: Console, job_id: str, seconds: float, moment: Moment) -> float:
+    """Party 3 frozen at ``moment``, its link cut, then thawed: down for ``seconds``.
 
     During a long outage the operator must see the job wait for party 3, by name. Returns when the
     link came back (Unix seconds).
     """
-    with frozen(hosts, "party3"):
-        check()
+    with moment(hosts):
         hosts.network.cut("party3")
     started = time.monotonic()
     try:
@@ -104,23 +111,33 @@ def _during_psi(hosts: Deployment, console: Console, job_id: str, seconds: float
     """Once the server has started PSI, and party 3 holds no alignment yet: its link down for ``seconds``."""
     before = len(hosts.events("server", "psi_started"))
     assert console.submit(job_document(job_id, "splitnn", epochs=EPOCHS, **JOB)) == job_id
-    hosts.wait_for(hosts.logged("server", "psi_started", before + 1), f"PSI of {job_id} to start")
 
-    def check() -> None:
-        assert not any((_party3(hosts, job_id) / "psi").glob("alignment-*")), "PSI had ended: the fault came late"
+    def moment(hosts: Deployment) -> AbstractContextManager[None]:
+        # PSI on the digits takes well under a second: party 3 runs in slices from the submit
+        # on, so it cannot finish PSI between the server's psi_started and the cut (frozen_when)
+        return frozen_when(
+            hosts.procs["party3"],
+            hosts.logged("server", "psi_started", before + 1),
+            lambda: any((_party3(hosts, job_id) / "psi").glob("alignment-*")),
+            f"PSI of {job_id} started, party 3's unfinished",
+        )
 
-    return _fault(hosts, console, job_id, seconds, check)
+    return _fault(hosts, console, job_id, seconds, moment)
 
 
 def _inside_epoch(hosts: Deployment, console: Console, job_id: str, seconds: float, done: int = 1) -> float:
     """Once the server has recorded ``done`` epochs, and party 3 has not saved the next: its link down."""
     hosts.wait_for(lambda: console.job(job_id)["epochs_done"] >= done, f"epoch {done} of {job_id}")
 
-    def check() -> None:
-        seen = console.job(job_id)["epochs_done"]
-        assert seen < EPOCHS and not epoch_path(_party3(hosts, job_id), seen).exists(), "the epochs ran out"
+    @contextlib.contextmanager
+    def moment(hosts: Deployment) -> Iterator[None]:
+        # an epoch takes seconds: the milliseconds from the wait to the freeze cannot end it
+        with frozen(hosts, "party3"):
+            seen = console.job(job_id)["epochs_done"]
+            assert seen < EPOCHS and not epoch_path(_party3(hosts, job_id), seen).exists(), "the epochs ran out"
+            yield
 
-    return _fault(hosts, console, job_id, seconds, check)
+    return _fault(hosts, console, job_id, seconds, moment)
 
 
 def _recovered(hosts: Deployment, event: str, restored: float) -> float:
