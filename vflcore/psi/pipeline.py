@@ -24,9 +24,10 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from typing import TypeVar
 
+from vflcore.errors import ServerUnavailable
 from vflcore.runtime.memory import return_freed_memory
 
-__all__ = ["Abandoned", "ahead", "each_ahead", "side_by_side"]
+__all__ = ["ahead", "each_ahead", "side_by_side"]
 
 T = TypeVar("T")
 
@@ -87,10 +88,6 @@ def each_ahead(work: Callable[[int], T], chunks: Sequence[int], depth: int) -> I
     return zip(chunks, ahead((functools.partial(work, chunk) for chunk in chunks), depth), strict=True)
 
 
-class Abandoned(RuntimeError):
-    """The caller's ``abandon`` event was set while the streams ran: the party is stopping."""
-
-
 #: How often ``side_by_side`` looks at its ``abandon`` event while the streams run.
 _ABANDON_POLL_S = 0.05
 
@@ -109,8 +106,8 @@ def side_by_side(
     regardless. A stream blocked on a remote call that cannot see ``stop`` is left behind: it
     ends when that call fails, which the failure reported by the caller brings about.
 
-    ``abandon`` (the daemon is stopping: SIGTERM closed its connection) raises ``Abandoned`` at
-    once, ``stop`` set, without waiting for the streams: each would finish the chunk it is
+    ``abandon`` (the daemon is stopping: SIGTERM closed its connection) raises
+    ``ServerUnavailable`` at once, ``stop`` set, without waiting for the streams: each would finish the chunk it is
     computing first, seconds at a million IDs, only to find the connection gone.
     """
     outcomes: queue.Queue[tuple[str, BaseException | None]] = queue.Queue()
@@ -132,7 +129,7 @@ def side_by_side(
     while running:
         if abandon is not None and abandon.is_set():
             stop.set()
-            raise Abandoned("the streams were abandoned: this party is stopping")
+            raise ServerUnavailable("the connection was closed: this party is stopping")
         wait = None if first is None else max(0.0, deadline - time.monotonic())
         if abandon is not None:
             wait = _ABANDON_POLL_S if wait is None else min(wait, _ABANDON_POLL_S)
