@@ -124,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
             return _check(config)
         factory = load_factory(config.model_factory) if config.model_factory else None
         daemon.check_device(config.device)
+        daemon.choose_x25519(config.psi_x25519)
     except (ConfigError, DataError, TlsConfigError, ValueError) as exc:
         print(f"vfl-client: {exc}", file=sys.stderr)
         return daemon.EXIT_CONFIG

@@ -201,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         document = _document(args)
         config = server_config_from(document, args.config)
         daemon.check_device(config.settings.device)
+        daemon.choose_x25519(config.settings.psi_x25519)
         daemon.check_engine(config.settings.compute_engine)  # ConnectionError: an OSError, exit 3
         serving = serving_config_from(document, args.config)
         # A [job] table is submitted at start; --once runs it (all defaults if there is none), as

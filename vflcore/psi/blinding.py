@@ -48,6 +48,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 
 from vflcore.errors import PsiError
 from vflcore.psi.hash_to_curve import U_BYTES, encode_many
+from vflcore.psi.x25519 import current, multibuffer_for
 
 __all__ = [
     "DEFAULT_CHUNK",
@@ -120,6 +121,19 @@ def _blind_with(private: X25519PrivateKey, points: Sequence[bytes], offset: int)
     return out
 
 
+def _blind_packed(private: X25519PrivateKey, points: Sequence[bytes], offset: int, setting: str) -> bytes:
+    """k·u for each u-coordinate, concatenated, through the X25519 that ``setting`` comes to here
+    (``vflcore.psi.x25519``): the same bytes and the same ``PsiError`` either way."""
+    fast = multibuffer_for(setting, points)
+    if fast is None:
+        return b"".join(_blind_with(private, points, offset))
+    try:
+        return fast.exchange_packed(private.private_bytes_raw(), b"".join(points))
+    except PsiError as exc:
+        assert exc.index is not None
+        _raise_bad_point(offset + exc.index, points[exc.index])
+
+
 def _raise_bad_point(index: int, u: object) -> NoReturn:
     if not isinstance(u, bytes):
         raise PsiError(f"point {index} is a {type(u).__name__}, not bytes", index) from None
@@ -137,22 +151,24 @@ def blind(points: Sequence[bytes], key: BlindingKey) -> list[bytes]:
 
     Raises :class:`PsiError` for an item that is not 32 bytes or is a low-order point.
     """
-    return _blind_with(key._private, points, 0)
+    return _split(_blind_packed(key._private, points, 0, current()))
 
 
 def hash_and_blind(ids: Sequence[bytes], dst: bytes, key: BlindingKey) -> list[bytes]:
     """``key·H(id)`` for every ID, in order, in this process (see :class:`ParallelBlinder`)."""
-    return _blind_with(key._private, encode_many(ids, dst), 0)
+    return _split(_blind_packed(key._private, encode_many(ids, dst), 0, current()))
 
 
 # --- worker side: these run in the pool's processes ---------------------------------------------
 
 _worker_key: X25519PrivateKey | None = None
+_worker_x25519 = "auto"  # the parent's [psi] x25519, resolved in the worker
 
 
-def _init_worker(secret: bytes) -> None:
-    global _worker_key
+def _init_worker(secret: bytes, x25519: str = "auto") -> None:
+    global _worker_key, _worker_x25519
     _worker_key = X25519PrivateKey.from_private_bytes(secret)
+    _worker_x25519 = x25519
 
 
 def _task_ready() -> bool:
@@ -162,12 +178,12 @@ def _task_ready() -> bool:
 def _task_blind(offset: int, points: Sequence[bytes]) -> bytes:
     assert _worker_key is not None, "worker was started without a key"
     # One bytes object back instead of thousands: pickling cost is per object.
-    return b"".join(_blind_with(_worker_key, points, offset))
+    return _blind_packed(_worker_key, points, offset, _worker_x25519)
 
 
 def _task_hash_and_blind(offset: int, ids: Sequence[bytes], dst: bytes) -> bytes:
     assert _worker_key is not None, "worker was started without a key"
-    return b"".join(_blind_with(_worker_key, encode_many(ids, dst), offset))
+    return _blind_packed(_worker_key, encode_many(ids, dst), offset, _worker_x25519)
 
 
 # --- parent side ---------------------------------------------------------------------------------
@@ -256,7 +272,10 @@ class ParallelBlinder(OpenedInWith):
             # saves each worker the imports. Only takes effect if the server is not running yet.
             context.set_forkserver_preload([__name__])
         pool = ProcessPoolExecutor(
-            max_workers=self.workers, mp_context=context, initializer=_init_worker, initargs=(self._key._raw(),)
+            max_workers=self.workers,
+            mp_context=context,
+            initializer=_init_worker,
+            initargs=(self._key._raw(), current()),
         )
         # With forkserver/spawn the executor starts a worker per submit that finds none idle, so
         # one no-op task per worker starts them all now: start-up cost and failures show up here,
@@ -391,10 +410,10 @@ class SerialBlinder(OpenedInWith):
         self._key = key
 
     def blind_packed(self, points: Sequence[bytes], *, progress: Progress | None = None) -> bytes:
-        return b"".join(blind(points, self._key))
+        return _blind_packed(self._key._private, points, 0, current())
 
     def hash_and_blind_packed(self, ids: Sequence[bytes], dst: bytes, *, progress: Progress | None = None) -> bytes:
-        return b"".join(hash_and_blind(ids, dst, self._key))
+        return _blind_packed(self._key._private, encode_many(ids, dst), 0, current())
 
 
 #: Below this many items a PSI run blinds in-process: worker start-up would dominate.

@@ -4,7 +4,7 @@
 ``hash_and_blind_packed`` and ``blind_packed``), so PSI's two halves take whichever
 ``blinder_on`` gives them for the party's ``[compute] engine``. The ID set is cut into chunks of
 ``chunk_size`` items; each chunk is one Ray task running the same arithmetic as a pool worker
-(``encode_many`` then X25519 through ``blinding._blind_with``), and the results are joined in
+(``encode_many`` then X25519 through ``blinding._blind_packed``), and the results are joined in
 chunk order, so the output is byte for byte what ``SerialBlinder`` computes with the same key.
 
 The trust boundary. The private scalar must never leave the party, and it does not: it crosses
@@ -48,10 +48,11 @@ from vflcore.psi.blinding import (
     ParallelBlinder,
     Progress,
     SerialBlinder,
-    _blind_with,
+    _blind_packed,
     blinder_for,
 )
 from vflcore.psi.hash_to_curve import encode_many
+from vflcore.psi.x25519 import current
 from vflcore.runtime.compute import ComputeEngine, connect
 
 if TYPE_CHECKING:
@@ -62,19 +63,21 @@ __all__ = ["DEFAULT_RETRIES", "RayBlinder", "blinder_on"]
 #: Retries of a chunk whose worker died (Ray's ``max_retries``); a chunk is a fraction of a second.
 DEFAULT_RETRIES: Final = 3
 
-#: What one chunk runs as a Ray task: (secret, offset of its first item, items, ...) -> packed points.
-HashTask = Callable[[bytes, int, Sequence[bytes], bytes], bytes]
-BlindTask = Callable[[bytes, int, Sequence[bytes]], bytes]
+#: What one chunk runs as a Ray task: (secret, offset of its first item, items, [dst,] x25519) -> packed
+#: points. ``x25519`` is the driver's ``[psi] x25519``, resolved on the node that runs the task: a node
+#: with AVX-512 IFMA takes the multi-buffer path, another OpenSSL's, with the same bytes.
+HashTask = Callable[[bytes, int, Sequence[bytes], bytes, str], bytes]
+BlindTask = Callable[[bytes, int, Sequence[bytes], str], bytes]
 
 
-def hash_and_blind_chunk(secret: bytes, offset: int, ids: Sequence[bytes], dst: bytes) -> bytes:
+def hash_and_blind_chunk(secret: bytes, offset: int, ids: Sequence[bytes], dst: bytes, x25519: str = "auto") -> bytes:
     """``k·H(id)`` for one chunk, packed: the task ``RayBlinder.hash_and_blind_packed`` runs per chunk."""
-    return b"".join(_blind_with(X25519PrivateKey.from_private_bytes(secret), encode_many(ids, dst), offset))
+    return _blind_packed(X25519PrivateKey.from_private_bytes(secret), encode_many(ids, dst), offset, x25519)
 
 
-def blind_chunk(secret: bytes, offset: int, points: Sequence[bytes]) -> bytes:
+def blind_chunk(secret: bytes, offset: int, points: Sequence[bytes], x25519: str = "auto") -> bytes:
     """``k·u`` for one chunk of a peer's points, packed: the task ``RayBlinder.blind_packed`` runs per chunk."""
-    return b"".join(_blind_with(X25519PrivateKey.from_private_bytes(secret), points, offset))
+    return _blind_packed(X25519PrivateKey.from_private_bytes(secret), points, offset, x25519)
 
 
 class RayBlinder(OpenedInWith):
@@ -131,14 +134,14 @@ class RayBlinder(OpenedInWith):
 
     def hash_and_blind_packed(self, ids: Sequence[bytes], dst: bytes, *, progress: Progress | None = None) -> bytes:
         """``key·H(id)`` for every ID, concatenated in order (see ``ParallelBlinder.hash_and_blind_packed``)."""
-        dst = bytes(dst)
+        dst, x25519 = bytes(dst), current()
         task = self._remote(self.hash_and_blind_chunk)
-        return self._run(ids, lambda secret, start, chunk: task.remote(secret, start, chunk, dst), progress)
+        return self._run(ids, lambda secret, start, chunk: task.remote(secret, start, chunk, dst, x25519), progress)
 
     def blind_packed(self, points: Sequence[bytes], *, progress: Progress | None = None) -> bytes:
         """``key·u`` for every u-coordinate, concatenated in order; PsiError names a bad point's index."""
-        task = self._remote(self.blind_chunk)
-        return self._run(points, lambda secret, start, chunk: task.remote(secret, start, chunk), progress)
+        task, x25519 = self._remote(self.blind_chunk), current()
+        return self._run(points, lambda secret, start, chunk: task.remote(secret, start, chunk, x25519), progress)
 
     def _remote(self, function: Callable[..., bytes]) -> Any:
         if self._ray is None or self._secret is None:

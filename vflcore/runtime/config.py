@@ -15,13 +15,14 @@ from pathlib import Path
 from typing import Any, get_type_hints
 
 from vflcore.errors import ConfigError
-from vflcore.job import OPTIMIZERS, TASKS, JobSpec, check_job_id, settable_fields
+from vflcore.job import JobSpec, settable_fields
+from vflcore.job_rules import validate_job
 from vflcore.party_privacy import PartyPrivacy, party_privacy_from_table
-from vflcore.privacy import check_privacy, privacy_from_table
+from vflcore.privacy import privacy_from_table
 from vflcore.psi.chunks import DEFAULT_CHUNK_IDS
+from vflcore.psi.x25519 import SETTINGS as X25519_SETTINGS
 from vflcore.runtime.compute import COMPUTE_KEYS, LOCAL, RAY_UNSET, ComputeEngine, engine_setting, ray_address_setting
 from vflcore.security.tls import TlsFiles
-from vflcore.wire.codecs import parse_codec
 
 DEFAULT_PORT = 50051
 
@@ -137,6 +138,18 @@ def _psi_workers(sec: _Section, key: str = "workers", default: int | None = None
     return workers
 
 
+def _x25519(sec: _Section, key: str = "x25519", default: str = "auto") -> str:
+    """``[psi] x25519``: "auto", "multibuffer" or "openssl" (``vflcore.psi.x25519``).
+
+    What this host can run is checked at start (``daemon.choose_x25519``), not here.
+    """
+    value: str = sec.text(key, default)
+    if value not in X25519_SETTINGS:
+        choices = ", ".join(f'"{s}"' for s in X25519_SETTINGS)
+        raise ConfigError(f"{sec.where}: [psi] x25519 = {value!r}; give {choices}")
+    return value
+
+
 def _device(sec: _Section, key: str = "device", default: str = "cpu") -> str:
     """``[compute] device``: "cpu", "cuda" or "cuda:N"; whether the host has it is checked at start."""
     unknown = sorted(set(sec.raw) - set(COMPUTE_KEYS))
@@ -210,6 +223,8 @@ class ServerSettings:
     psi_workers: int | None = field(
         default=None, metadata=_setting("psi", key="workers", read=_psi_workers, unset="one per CPU core")
     )
+    #: Which X25519 PSI runs: Intel's multi-buffer where it can, or OpenSSL's (``vflcore.psi.x25519``).
+    psi_x25519: str = field(default="auto", metadata=_setting("psi", key="x25519", read=_x25519))
     #: IDs per chunk of PSI's exchange (``vflcore.psi.chunks``); every passive party is told it.
     psi_chunk_ids: int = field(default=DEFAULT_CHUNK_IDS, metadata=_setting("psi", key="chunk_ids", read=_at_least_one))
     #: Where the active party trains every job ("cpu", "cuda", "cuda:N"); checked at start.
@@ -278,6 +293,8 @@ class ClientConfig:
     connect_timeout_s: float = 60.0
     torch_threads: int = 1
     psi_workers: int | None = None
+    #: ``[psi] x25519``: which X25519 this party's PSI runs (``vflcore.psi.x25519``).
+    psi_x25519: str = "auto"
     #: Reconnecting to an unreachable server: the first wait, doubled each try up to the cap.
     retry_initial_s: float = RETRY_INITIAL_S
     retry_max_s: float = RETRY_MAX_S
@@ -339,45 +356,6 @@ def job_from_document(doc: Mapping[str, Any], source: Path | str | None = None) 
     return job
 
 
-def validate_job(job: JobSpec, where: str = "config") -> None:
-    """Refuse settings no algorithm can run with, before any party joins."""
-    if job.job_id:  # empty: the server names the job
-        try:
-            check_job_id(job.job_id)
-        except ValueError as exc:
-            raise ConfigError(f"{where}: [job] job_id: {exc}") from None
-    if job.task not in TASKS:
-        raise ConfigError(f"{where}: [job] task = {job.task!r}; choose one of {list(TASKS)}")
-    if job.optimizer.lower() not in OPTIMIZERS:
-        raise ConfigError(f"{where}: [job] optimizer = {job.optimizer!r}; choose one of {list(OPTIMIZERS)}")
-    for key in ("batch_size", "epochs", "embedding_dim"):
-        if getattr(job, key) < 1:
-            raise ConfigError(f"{where}: [job] {key} must be at least 1")
-    if not 0.0 <= job.test_fraction < 1.0:
-        raise ConfigError(f"{where}: [job] test_fraction must be in [0, 1)")
-    if job.learning_rate <= 0:
-        raise ConfigError(f"{where}: [job] learning_rate must be positive")
-    if job.checkpoint_every_steps < 0:
-        raise ConfigError(
-            f"{where}: [job] checkpoint_every_steps = {job.checkpoint_every_steps}; give a number of steps, "
-            "or 0 to checkpoint only at the end of each epoch"
-        )
-    for key in ("wire_codec", "wire_codec_up", "wire_codec_down"):
-        value = getattr(job, key)
-        if value or key == "wire_codec":
-            try:
-                parse_codec(value)
-            except ValueError as exc:
-                raise ConfigError(f"{where}: [job] {key} = {value!r}: {exc}") from None
-    if not 0.0 <= job.weight_decay < float("inf"):
-        raise ConfigError(f"{where}: [job] weight_decay must be zero or a positive number, got {job.weight_decay}")
-    if not job.passive_parties or any(p < 2 for p in job.passive_parties):
-        raise ConfigError(f"{where}: [job] passive_parties must list party ids >= 2 (party 1 is the server)")
-    if len(set(job.passive_parties)) != len(job.passive_parties):
-        raise ConfigError(f"{where}: [job] passive_parties lists a party twice")
-    check_privacy(job.privacy, where, task=job.task)
-
-
 def server_config_from(doc: Mapping[str, Any], source: Path | None = None) -> ServerConfig:
     """Build a ServerConfig from a parsed TOML document (its job tables are read when a job is planned)."""
     datasets = _datasets(doc, source, label_column="label")
@@ -420,6 +398,7 @@ def client_config_from(doc: Mapping[str, Any], source: Path | None = None, party
         connect_timeout_s=cli.number("connect_timeout_s", 60.0),
         torch_threads=cli.integer("torch_threads", 1),
         psi_workers=_psi_workers(_Section(doc, "psi", source)),
+        psi_x25519=_x25519(_Section(doc, "psi", source)),
         keep_checkpoints=_keep_checkpoints(cli),
         models=_models(doc, source),
         device=compute_device(doc, source),

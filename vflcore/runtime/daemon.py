@@ -27,6 +27,7 @@ from typing import TextIO, cast
 import structlog
 
 from vflcore.errors import ConfigError
+from vflcore.psi import x25519
 from vflcore.runtime.compute import ComputeEngine, connect
 from vflcore.runtime.crash_trace import arm_stop_deadline, enable_crash_traces
 from vflcore.runtime.log_file import LogFile, reopen_on_sighup
@@ -130,6 +131,15 @@ def prepare_compute(torch_threads: int) -> None:
 
     torch.set_num_threads(torch_threads)
     keep_freed_memory()
+
+
+def choose_x25519(setting: str) -> None:
+    """Resolve ``[psi] x25519`` on this host and log the choice with its reason (``psi_x25519``).
+
+    ConfigError, naming why, for "multibuffer" where Intel's library cannot run: the daemons exit 2.
+    """
+    choice = x25519.use(setting)
+    structlog.get_logger(__name__).info("psi_x25519", setting=setting, chosen=choice.name, reason=choice.reason)
 
 
 def check_device(device: str) -> None:
