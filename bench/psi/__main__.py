@@ -35,6 +35,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--ids", type=int, default=DEFAULT_IDS, help="IDs per party (half shared)")
     parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS, help="[psi] workers for both parties")
     parser.add_argument("--compare-workers", action="store_true", help="run with 1 and 2 workers; report both")
+    parser.add_argument(
+        "--x25519", choices=("auto", "multibuffer", "openssl"), default="auto", help="[psi] x25519 for both parties"
+    )
     parser.add_argument("--openmined", choices=("auto", "full", "skip"), default="auto")
     parser.add_argument(
         "--openmined-budget", type=float, default=420.0, help="seconds openmined.psi may take (auto mode)"
@@ -62,7 +65,7 @@ def main() -> int:
         runs: dict[int, PsiRun] = {}
         for workers in (1, 2) if args.compare_workers else (args.workers,):
             try:
-                run = run_psi(root, workers, n, certs, data)
+                run = run_psi(root, workers, n, certs, data, x25519=args.x25519)
             except RuntimeError as exc:
                 print(f"PSI FAILED: {exc}", file=sys.stderr)
                 print(f"PSI FAILED ({workers} workers): {str(exc).splitlines()[0]}")

@@ -52,8 +52,10 @@ def write_configs(
     chunk_ids: int | None = None,
     join_timeout_s: float = 300.0,
     ray_addresses: dict[str, str] | None = None,
+    x25519: str = "auto",
 ) -> None:
-    """Both parties get the same ``[psi] workers``: the setting being measured; the server the chunk size.
+    """Both parties get the same ``[psi] workers`` and ``x25519``: the settings being measured; the
+    server the chunk size.
 
     ``ray_addresses`` (``"server"``/``"client"`` -> a Ray cluster's address): that party's
     ``[compute] engine = "ray"``, on its own cluster.
@@ -65,9 +67,11 @@ def write_configs(
     }
     (root / "server.toml").write_text(
         f"[server]\njoin_timeout_s = {join_timeout_s}\n\n[job]\npassive_parties = [{PARTY}]\n\n"
-        f"[psi]\nworkers = {workers}\n{chunking}{compute.get('server', '')}"
+        f'[psi]\nworkers = {workers}\nx25519 = "{x25519}"\n{chunking}{compute.get("server", "")}'
     )
-    (root / f"party{PARTY}.toml").write_text(f"[psi]\nworkers = {workers}\n{compute.get('client', '')}")
+    (root / f"party{PARTY}.toml").write_text(
+        f'[psi]\nworkers = {workers}\nx25519 = "{x25519}"\n{compute.get("client", "")}'
+    )
 
 
 def _reap(proc: subprocess.Popen[bytes], stats: PartyStats) -> bool:
@@ -143,6 +147,7 @@ def run_psi(
     chunk_ids: int | None = None,
     timeout_s: float = PSI_TIMEOUT_S,
     ray_addresses: dict[str, str] | None = None,
+    x25519: str = "auto",
 ) -> PsiRun:
     """One PSI between ``vfl-server --psi-only`` and ``vfl-client``, sampled throughout.
 
@@ -158,7 +163,12 @@ def run_psi(
     logs = root / "logs" / job_id
     logs.mkdir(parents=True)
     write_configs(
-        root, workers, chunk_ids=chunk_ids, join_timeout_s=max(300.0, timeout_s / 4), ray_addresses=ray_addresses
+        root,
+        workers,
+        chunk_ids=chunk_ids,
+        join_timeout_s=max(300.0, timeout_s / 4),
+        ray_addresses=ray_addresses,
+        x25519=x25519,
     )
     port_file = run_dir / "port"
     common = ["--run-dir", str(run_dir), "--ca", str(certs / "ca.pem"), "--log-format", "json"]
