@@ -207,7 +207,7 @@ def load() -> MultiBufferX25519 | Unavailable:
         )
     try:
         for name in _RUNTIME:
-            ctypes.CDLL(str(runtime / name), mode=ctypes.RTLD_GLOBAL)
+            ctypes.CDLL(str(runtime / name))  # local: no symbol of theirs (exp, log, ...) reaches others
         library = ctypes.CDLL(str(found / "libcrypto_mb.so"))
     except OSError as exc:
         return Unavailable(f"libcrypto_mb.so does not load: {exc}")
