@@ -39,15 +39,28 @@ both. The in-process path also used ~15 % more CPU per party in that measurement
 further). Before workers stopped re-importing the daemon's main module (``vflcore.psi.blinding``,
 3 s of CPU and ~290 MiB per worker), 1 worker was the faster setting at 300k IDs.
 
-The last line is machine-readable: ``BENCH psi_1m_wall <s> s target <= 60 MET|MISSED``. Exit code
-0 whether the target is met or missed; 1 if the PSI failed or found a wrong intersection.
+SecretFlow (``--secretflow auto``, the default): SecretFlow's own two-party PSI, ``spu.psi`` from the
+spu 0.9.5 wheel, on the same two CSVs, rank 0 and rank 1 as two OS processes over spu's brpc link on
+localhost, in a venv of its own (``/tmp/spu-venv``, Python 3.11: spu pins numpy<2 and jax<=0.4.34),
+made on demand; if it cannot be made the bench says why and goes on. It is the reference that
+matters: an open-source PSI tuned by its authors, measured on this box in the same run. Per
+protocol (``--secretflow-protocols``; by default ECDH on Curve25519, on Curve25519 with Elligator2 up to
+1M IDs, on FourQ, and RR22) it reports the wall seconds from the first party entering
+``psi_execute`` to the last leaving it, and each party's CPU and peak RSS, next to ours in one table.
+
+The last two lines are machine-readable: ``BENCH psi_1m_wall <s> s target <= 60 MET|MISSED``, then
+``BENCH psi_1m_vs_secretflow_ecdh <ratio> x target <= 1.0 MET|MISSED`` (our PSI seconds over SecretFlow
+ECDH-25519's wall seconds; ``nan`` and MISSED, with a line saying why, where SecretFlow could not run).
+Exit code 0 whether the targets are met or missed; 1 if the PSI failed or found a wrong intersection.
 
 Run: ``make bench-psi`` or ``.venv/bin/python -m bench.psi [--ids N] [--workers W]
-[--compare-workers] [--openmined auto|full|skip] [--openmined-budget S] [--keep]``.
+[--compare-workers] [--openmined auto|full|skip] [--openmined-budget S] [--secretflow auto|skip]
+[--secretflow-protocols P ...] [--keep]``.
 
 The package, one job a module: ``__main__`` (the options and the order of the steps), ``speed``
 (this box's X25519 speed), ``inputs`` (the two ID CSVs and the certificates), ``run`` (one PSI run:
 the two daemons as OS processes, their logs, the intersection check), ``monitor`` (the /proc and
 ``ss`` sampling while they run), ``comparison`` (openmined.psi in its own virtualenv, bounded in
-time), ``openmined`` (the script that venv runs) and ``report`` (the figures and the BENCH line).
+time), ``openmined`` (the script that venv runs), ``secretflow_comparison`` and ``secretflow`` (the same
+for SecretFlow's spu) and ``report`` (the figures and the BENCH lines).
 """

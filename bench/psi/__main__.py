@@ -24,6 +24,8 @@ from bench.psi.report import (
     report_run,
 )
 from bench.psi.run import PsiRun, run_psi
+from bench.psi.secretflow import PROTOCOLS as SECRETFLOW_PROTOCOLS
+from bench.psi.secretflow_comparison import OurFigures, compare_secretflow, default_protocols, side_by_side
 from bench.psi.speed import x25519_speed
 
 DEFAULT_WORKERS = 2  # measured faster than 1 on this 2-core box with both parties running (docstring)
@@ -41,6 +43,15 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--openmined", choices=("auto", "full", "skip"), default="auto")
     parser.add_argument(
         "--openmined-budget", type=float, default=420.0, help="seconds openmined.psi may take (auto mode)"
+    )
+    parser.add_argument(
+        "--secretflow", choices=("auto", "skip"), default="auto", help="SecretFlow spu PSI on the same CSVs"
+    )
+    parser.add_argument(
+        "--secretflow-protocols",
+        nargs="+",
+        choices=tuple(SECRETFLOW_PROTOCOLS),
+        help="default: ecdh-25519, ecdh-25519-elligator2 (up to 1,000,000 IDs), ecdh-fourq, rr22",
     )
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, data)")
     args = parser.parse_args()
@@ -78,12 +89,16 @@ def main() -> int:
             print_workers(runs, best)
         theirs, theirs_note = compare_openmined(args.openmined, args.openmined_budget, root, data, n)
         print_summary(n, best, theirs, theirs_note, speed)
+        sys.stdout.flush()
+        protocols = args.secretflow_protocols or default_protocols(n)
+        secretflow = compare_secretflow(args.secretflow, protocols, root, data, n)
+        print("\n".join(side_by_side(n, OurFigures.of(best), secretflow)))
     finally:
         if args.keep:
             print(f"  kept {root}")
         else:
             shutil.rmtree(root, ignore_errors=True)
-    print_bench_line(n, best)
+    print_bench_line(n, best, secretflow.reference_s, secretflow.why_no_reference)
     return 0
 
 
