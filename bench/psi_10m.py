@@ -14,7 +14,9 @@ What is printed, measured in this one run:
   sampled every 0.2 s), and the daemon's own ``ru_maxrss``. It includes the party's table, as
   read by the project's reader. **Target: <= 2 GiB per party**;
 - **the floor**: ``2 X25519 + 1 hash-to-curve`` per ID per party, at this box's speed measured with
-  the blinder's own calls (CPU µs per operation, before and after the PSI; the faster is used),
+  the blinder's own calls, through the X25519 path the daemons take (``[psi] x25519 = "auto"``:
+  Intel's multi-buffer X25519 where it runs, issue 37; CPU µs per operation, before and after
+  the PSI; the faster is used),
   for both parties' IDs, divided by the cores the two parties can use (``min(cores, 2 ×
   workers)``). **Target: wall <= 1.15 × the floor**;
 - the 1M × 1M figures next to openmined.psi on the same ID sets (``bench.psi.comparison``), as
@@ -96,7 +98,7 @@ def _server_event(run: PsiRun, name: str) -> dict[str, object] | None:
 
 def floor_seconds(n_ids: int, speed: Speed, cores: int) -> float:
     """Both parties' IDs, each costing 2 X25519 + 1 hash to curve of CPU, spread over ``cores``."""
-    return n_ids * (2 * speed.crypto_cpu_us + speed.hash_cpu_us) / 1e6 / cores
+    return n_ids * (2 * speed.floor_x25519_us + speed.hash_cpu_us) / 1e6 / cores
 
 
 def report_big_run(run: PsiRun, ids: IdSets, floor_s: float, floor_cpu: float) -> tuple[float, float, dict[str, int]]:
@@ -221,10 +223,11 @@ def main() -> int:
             print(f"PSI FAILED: {str(exc).splitlines()[0]}")
             return 1
         after = x25519_speed()
-        speed = min(before, after, key=lambda s: 2 * s.crypto_cpu_us + s.hash_cpu_us)
+        speed = min(before, after, key=lambda s: 2 * s.floor_x25519_us + s.hash_cpu_us)
         print(
-            f"\nspeed after the run: X25519 {after.crypto_cpu_us:.1f} µs/op CPU, hash {after.hash_cpu_us:.1f} µs/ID "
-            f"(before: {before.crypto_cpu_us:.1f}, {before.hash_cpu_us:.1f}); the floor uses the faster"
+            f"\nspeed after the run: X25519 ({after.blind_path}) {after.floor_x25519_us:.1f} µs/op CPU, hash "
+            f"{after.hash_cpu_us:.1f} µs/ID (before: {before.floor_x25519_us:.1f}, {before.hash_cpu_us:.1f}); "
+            "the floor uses the faster"
         )
         floor_s = floor_seconds(2 * ids.n, speed, cores)
         _, ratio, rss = report_big_run(run, ids, floor_s, floor_s * cores)

@@ -169,7 +169,8 @@ def print_speed(speed: Speed, n: int) -> None:
         f"  cryptography load+exchange (what the blinder runs), 3 x 2000 ops: {speed.crypto_wall_us:.1f} µs/op wall, "
         f"{speed.crypto_cpu_us:.1f} µs/op CPU; hash to curve (encode_many) {speed.hash_cpu_us:.1f} µs/ID CPU"
     )
-    per_party_cpu = n * (2 * speed.crypto_cpu_us + speed.hash_cpu_us) / 1e6
+    print(f"  X25519 through the daemons' path ({speed.blind_path}): {speed.floor_x25519_us:.1f} µs/op CPU")
+    per_party_cpu = n * (2 * speed.floor_x25519_us + speed.hash_cpu_us) / 1e6
     print(
         f"  -> floor for this PSI: {per_party_cpu:.0f} CPU-s per party (2 X25519 + 1 hash per ID); both parties "
         f"on {os.cpu_count()} cores: {2 * per_party_cpu / (os.cpu_count() or 1):.0f} s. "

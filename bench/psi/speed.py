@@ -22,6 +22,14 @@ class Speed:
     crypto_cpu_us: float  # same, process CPU time (insensitive to other load on the box)
     hash_cpu_us: float  # encode_many (Elligator 2) per ID, CPU
     note: str = ""
+    #: X25519 per op, CPU, through the path the daemons take (``[psi] x25519 = "auto"``): 0 if not measured
+    blind_cpu_us: float = 0.0
+    blind_path: str = "openssl"
+
+    @property
+    def floor_x25519_us(self) -> float:
+        """The X25519 cost the floor uses: the daemons' own path where measured, else OpenSSL's."""
+        return self.blind_cpu_us or self.crypto_cpu_us
 
 
 def x25519_speed() -> Speed:
@@ -65,4 +73,31 @@ def x25519_speed() -> Speed:
             key.exchange(load(u))
         walls.append((time.perf_counter() - w0) / n)
         cpus.append((time.process_time() - c0) / n)
-    return Speed(openssl_us, statistics.median(walls) * 1e6, statistics.median(cpus) * 1e6, hash_cpu * 1e6, note)
+    blind_cpu, path = _daemons_x25519(points)
+    return Speed(
+        openssl_us,
+        statistics.median(walls) * 1e6,
+        statistics.median(cpus) * 1e6,
+        hash_cpu * 1e6,
+        note,
+        blind_cpu_us=blind_cpu * 1e6,
+        blind_path=path,
+    )
+
+
+def _daemons_x25519(points: list[bytes]) -> tuple[float, str]:
+    """CPU seconds per X25519 through the blinder's path for ``[psi] x25519 = "auto"``, and its name.
+
+    The multi-buffer path (eight points a call) is the floor's X25519 where the daemons take it
+    (issue 37): measuring OpenSSL's there would put the floor above what the run can do.
+    """
+    from vflcore.psi.blinding import BlindingKey, _blind_packed
+    from vflcore.psi.x25519 import choose
+
+    key, batch = BlindingKey.generate(), points * 8  # 16,000 points: whole calls of eight
+    cpus = []
+    for _ in range(3):
+        c0 = time.process_time()
+        _blind_packed(key._private, batch, 0, "auto")
+        cpus.append((time.process_time() - c0) / len(batch))
+    return statistics.median(cpus), choose("auto").name
