@@ -19,12 +19,16 @@ What is printed, measured in this one run:
   the PSI; the faster is used),
   for both parties' IDs, divided by the cores the two parties can use (``min(cores, 2 ×
   workers)``). **Target: wall <= 1.15 × the floor**;
+- SecretFlow's fast ECDH-25519 PSI (``spu`` 0.9.5, ``bench.psi.secretflow_comparison``) on the very
+  same two CSVs, after ours, one run at a time (``--secretflow skip`` leaves it out);
 - the 1M × 1M figures next to openmined.psi on the same ID sets (``bench.psi.comparison``), as
   ``make bench-psi`` prints them (``--compare-ids 0`` skips this part).
 
-The last line is ``BENCH psi_10m_vs_floor <ratio> x target <= 1.15 MET|MISSED`` (with another
-``--ids``, the name says the size: ``psi_200000ids_vs_floor``). Exit code 0 whether the targets are
-met or missed; 1 if the PSI failed or found a wrong intersection.
+The last two lines are ``BENCH psi_10m_vs_floor <ratio> x target <= 1.15 MET|MISSED`` and
+``BENCH psi_10m_vs_secretflow_ecdh <ratio> x target <= 1.0 MET|MISSED`` (ours / SecretFlow's;
+``nan`` and MISSED, with the reason on the line before, where SecretFlow gave no figure). With
+another ``--ids`` the names say the size: ``psi_200000ids_vs_floor``. Exit code 0 whether the
+targets are met or missed; 1 if the PSI failed or found a wrong intersection.
 
 Run: ``make bench-psi-10m`` (tens of minutes, on a quiet machine), or a smoke run:
 ``.venv/bin/python -m bench.psi_10m --ids 200000 --compare-ids 0``. ``--engine ray`` puts both
@@ -50,6 +54,7 @@ from bench.psi.comparison import compare_openmined
 from bench.psi.inputs import IdSets, prepare_inputs, prepare_numbered_inputs
 from bench.psi.report import mib, print_speed, print_timeline, psi_window
 from bench.psi.run import PsiRun, run_psi
+from bench.psi.secretflow_comparison import compare_secretflow
 from bench.psi.speed import Speed, x25519_speed
 
 DEFAULT_IDS = 10_000_000
@@ -69,6 +74,9 @@ def parse_args() -> argparse.Namespace:
         "--compare-ids", type=int, default=COMPARE_IDS, help="IDs per party of the run next to openmined.psi (0: none)"
     )
     parser.add_argument("--openmined", choices=("auto", "full", "skip"), default="auto")
+    parser.add_argument(
+        "--secretflow", choices=("auto", "skip"), default="auto", help="SecretFlow ECDH-25519 on the same files"
+    )
     parser.add_argument("--openmined-budget", type=float, default=420.0, help="seconds openmined.psi may take")
     parser.add_argument("--timeout", type=float, default=None, help="seconds the big PSI may take (default: scaled)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, data)")
@@ -230,7 +238,9 @@ def main() -> int:
             "the floor uses the faster"
         )
         floor_s = floor_seconds(2 * ids.n, speed, cores)
-        _, ratio, rss = report_big_run(run, ids, floor_s, floor_s * cores)
+        psi_s, ratio, rss = report_big_run(run, ids, floor_s, floor_s * cores)
+        # SecretFlow's fast ECDH on the very same two CSVs, after ours (one run at a time)
+        secretflow = compare_secretflow(args.secretflow, ["ecdh-25519"], big, data, ids.n, len(ids.shared))
         if args.compare_ids:
             try:
                 compare_at(args.compare_ids, args, root)
@@ -251,6 +261,16 @@ def main() -> int:
     if args.engine == "ray":
         name = name.replace("_vs_floor", "_ray_vs_floor")
     print(f"BENCH {name} {ratio:.3f} x target <= {TARGET_RATIO} {'MET' if ratio <= TARGET_RATIO else 'MISSED'}")
+    theirs = secretflow.runs.get("ecdh-25519")
+    if theirs is None:
+        why = secretflow.failures.get("ecdh-25519") or secretflow.note or "not run"
+        print(f"SecretFlow ECDH-25519 gave no figure: {why}")
+    versus = psi_s / theirs.wall_s if theirs is not None else float("nan")
+    if theirs is not None:
+        print(f"ours {psi_s:.1f} s against SecretFlow ECDH-25519 {theirs.wall_s:.1f} s on the same files")
+    size = "10m" if ids.n == DEFAULT_IDS else f"{ids.n}ids"
+    verdict = "MET" if versus <= 1.0 else "MISSED"  # nan compares False: MISSED
+    print(f"BENCH psi_{size}_vs_secretflow_ecdh {versus:.2f} x target <= 1.0 {verdict}")
     return 0
 
 

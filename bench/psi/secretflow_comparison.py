@@ -186,8 +186,13 @@ def timeout_for(n: int) -> float:
     return 120.0 + 900.0 * n / 1_000_000
 
 
-def run_protocol(python: Path, root: Path, data: Path, n: int, protocol: str) -> SecretFlowRun:
-    """One protocol on the bench's two CSVs (our server's as rank 0, our client's as rank 1)."""
+def run_protocol(
+    python: Path, root: Path, data: Path, n: int, protocol: str, expected: int | None = None
+) -> SecretFlowRun:
+    """One protocol on the bench's two CSVs (our server's as rank 0, our client's as rank 1).
+
+    ``expected``: the intersection size the CSVs hold (None: half of ``n``, as ``make bench-psi``'s).
+    """
     workdir = root / "secretflow" / protocol
     csvs = [str(data / "party1.csv"), str(data / f"party{PARTY}.csv")]
     timeout_s = timeout_for(n)
@@ -201,7 +206,7 @@ def run_protocol(python: Path, root: Path, data: Path, n: int, protocol: str) ->
     span = os.times().elapsed - t0
     if done.returncode != 0:
         raise RuntimeError(f"runner exited {done.returncode}: {done.stderr.strip()[-600:]}")
-    run = parse_runner_output(done.stdout, n // 2)
+    run = parse_runner_output(done.stdout, n // 2 if expected is None else expected)
     others = max(0.0, (busy_cpu_seconds() - busy0 - (_children_cpu_seconds() - children0)) / span) if span else 0.0
     return SecretFlowRun(run.protocol, run.version, run.wall_s, run.parties, others)
 
@@ -219,7 +224,9 @@ def print_run(run: SecretFlowRun) -> None:
         )
 
 
-def compare_secretflow(mode: str, protocols: list[str], root: Path, data: Path, n: int) -> SecretFlowResults:
+def compare_secretflow(
+    mode: str, protocols: list[str], root: Path, data: Path, n: int, expected: int | None = None
+) -> SecretFlowResults:
     """SecretFlow's figures for ``protocols`` on the bench's CSVs; never raises for its failures.
 
     The comparison is context: a failed install, a failed or timed-out protocol is noted, and the
@@ -239,7 +246,7 @@ def compare_secretflow(mode: str, protocols: list[str], root: Path, data: Path, 
     results = SecretFlowResults({}, {})
     for protocol in protocols:
         try:
-            run = run_protocol(python, root, data, n, protocol)
+            run = run_protocol(python, root, data, n, protocol, expected)
         except (RuntimeError, OSError, subprocess.SubprocessError, ValueError, KeyError, TypeError) as exc:
             results.failures[protocol] = str(exc)[:400]
             print(f"  {protocol}: FAILED {str(exc)[:400]}", flush=True)
