@@ -178,8 +178,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"vfl-client: {exc}", file=sys.stderr)
             return daemon.EXIT_CONFIG
         print(f"vfl-client party {config.party}: stopped by signal after {party.jobs_done} job(s)", flush=True)
-        return daemon.EXIT_OK
-    return _run_once(party, config, signals)
+        return daemon.leave(daemon.EXIT_OK, signals)
+    return daemon.leave(_run_once(party, config, signals), signals)
 
 
 def _run_once(party: PartyDaemon, config: ClientConfig, signals: daemon.ShutdownSignals) -> int:

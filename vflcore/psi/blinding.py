@@ -39,7 +39,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from concurrent.futures import Future, InvalidStateError, ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from types import TracebackType
 from typing import Final, NoReturn, Self
@@ -304,6 +304,11 @@ class ParallelBlinder(OpenedInWith):
         lost. Waiting was what made a party that was stopped in the middle of PSI take 4 to 6 s to
         exit (100,000 IDs; longer with more), the rest of the chunk in every worker. The tasks
         waiting on them fail with ``BrokenProcessPool``, which ends the threads that submitted them.
+
+        Nothing here waits for the pool: a worker killed while it wrote its result leaves half a
+        message in the result pipe, and the pool's manager thread then waits in ``recv`` for the
+        rest, for ever (CPython's ProcessPoolExecutor; seen once in CI with the workers frozen).
+        A stopping ``vfl-client`` exits without joining it (``daemon.leave``).
         """
         pool, self._pool = self._pool, None
         if pool is None:
@@ -311,13 +316,14 @@ class ParallelBlinder(OpenedInWith):
         # ProcessPoolExecutor.terminate_workers is Python 3.14's; before it, its own process table
         for process in list((getattr(pool, "_processes", None) or {}).values()):
             process.kill()  # SIGKILL: a stopped (SIGSTOP) worker would keep a SIGTERM pending
-        pool.shutdown(wait=True, cancel_futures=True)
-        # The pool's manager thread is gone: a chunk whose worker it killed would wait forever.
+        pool.shutdown(wait=False, cancel_futures=True)
+        # A chunk whose worker was killed may never be completed by the pool: fail it here.
         with self._in_flight_lock:
             orphans, self._in_flight = self._in_flight, set()
         for future in orphans:
             if not future.cancel() and not future.done():
-                future.set_exception(BrokenProcessPool("the PSI workers were stopped: the party is stopping"))
+                with contextlib.suppress(InvalidStateError):  # the pool's manager may fail it first
+                    future.set_exception(BrokenProcessPool("the PSI workers were stopped: the party is stopping"))
 
     def blind(self, points: Sequence[bytes], *, progress: Progress | None = None) -> list[bytes]:
         """``key·u`` for every u-coordinate, in order; raises :class:`PsiError` like :func:`blind`."""

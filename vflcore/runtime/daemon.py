@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 import sys
 import threading
@@ -117,6 +118,22 @@ class ShutdownSignals:
         self.exit_code = EXIT_SIGINT if signum == signal.SIGINT else EXIT_SIGTERM
         arm_stop_deadline()  # a stop that hangs leaves every thread's stack and exit 1, not a SIGKILL
         self._on_signal()
+
+
+def leave(code: int, signals: ShutdownSignals) -> int:
+    """``code``, or, after a stop signal, the process's end with ``code`` at once.
+
+    Why not the interpreter's own exit after a signal: it joins every non-daemon thread, and a
+    library's may never end. The one seen: the PSI pool's manager thread, waiting for the rest of
+    a result from a worker killed mid-write (``ParallelBlinder.abandon``). The daemon's own work
+    is done by then (connection closed, logs written with ``write(2)``, checkpoints on disk), so
+    stdout and stderr are flushed and the process ends with ``os._exit``.
+    """
+    if not signals.fired:
+        return code
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def prepare_compute(torch_threads: int) -> None:
