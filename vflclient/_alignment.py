@@ -175,7 +175,11 @@ def _run_psi(
                     return
                 link.send(key(PSI_SERVER_DOUBLE_BLINDED, chunk), twice)
 
-        side_by_side({"up": up, "down": down}, stop, abandon=abandon)
+        try:
+            side_by_side({"up": up, "down": down}, stop, abandon=abandon)
+        except BaseException:
+            link.cancel_downloads()  # a stream left behind must not take the resumed PSI's chunk
+            raise
     members = link.receive(key(PSI_MEMBERS, 0))
     if members.dtype != np.int64 or members.ndim != 1:
         raise JobAborted(

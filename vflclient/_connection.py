@@ -95,6 +95,9 @@ class Connection(TrainingLink):
         self._subscription: grpc.Call | None = None
         #: Set by ``close``: long work on this connection's behalf (PSI) gives up at once.
         self.closing = threading.Event()
+        #: The ``receive`` calls in flight, for ``cancel_downloads``.
+        self._downloads: set[grpc.Call] = set()
+        self._downloads_lock = threading.Lock()
 
     # ---- lifecycle --------------------------------------------------------------------------
 
@@ -229,10 +232,24 @@ class Connection(TrainingLink):
         rpc = download_rpc([key.name])
         with translated(rpc):
             chunks = getattr(self._stub, rpc)(pb.TensorRequest(key=wire.key_to_proto(key)), metadata=self._metadata)
-            got, array = self._codec.decode(chunks)
+            with self._downloads_lock:
+                self._downloads.add(chunks)
+            try:
+                got, array = self._codec.decode(chunks)
+            finally:
+                with self._downloads_lock:
+                    self._downloads.discard(chunks)
         if got != key:
             raise TensorError("key", f"{rpc}: asked for {key}, the server sent {got}")
         return array
+
+    def cancel_downloads(self) -> None:
+        """Cancel every ``receive`` still waiting: a failed PSI attempt leaves its streams' calls open
+        on this connection, and the server must not hand one of them the next attempt's tensor."""
+        with self._downloads_lock:
+            calls = list(self._downloads)
+        for call in calls:
+            call.cancel()
 
     def exchange(
         self, job_id: str, round_: int, batches: int, *, up: str, down: str | tuple[str, ...], first: int = 0

@@ -64,6 +64,9 @@ class ServerLink(ABC):
     @abstractmethod
     def receive(self, key: TensorKey) -> np.ndarray: ...
 
+    def cancel_downloads(self) -> None:  # noqa: B027 - a link with nothing in flight has nothing to cancel
+        """Cancel every ``receive`` still waiting: what a failed PSI attempt leaves behind. None by default."""
+
 
 class TrainingLink(ServerLink):
     """A ServerLink that can also hold a whole round open: what an algorithm's passive half trains over."""

@@ -52,6 +52,7 @@ class Mailbox:
                 if remaining <= 0:
                     raise TimeoutError(f"party {party}: no {key} within {timeout:.0f} s")
                 self._cond.wait(min(_POLL_S, remaining))
+            check()  # once more: a waiter whose wait became hopeless leaves the item for the next one
             return self._items.pop((party, key))
 
     def take_first(

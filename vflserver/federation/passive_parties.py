@@ -462,9 +462,15 @@ class PassiveParties:
                 return FP32
         return self.wire_down
 
-    def collect(self, party: int, key: TensorKey, *, timeout_s: float | None = None) -> np.ndarray:
-        """A party's handler waits here for the tensor the loop publishes for it."""
-        return self.downloads.take(party, key, timeout=timeout_s or self.step_timeout_s)
+    def collect(
+        self, party: int, key: TensorKey, *, timeout_s: float | None = None, check: Callable[[], None] = lambda: None
+    ) -> np.ndarray:
+        """A party's handler waits here for the tensor the loop publishes for it.
+
+        ``check`` raises once the waiting call is gone (the party cancelled it): a call left over
+        from an attempt that failed must not take a tensor published for the next one.
+        """
+        return self.downloads.take(party, key, timeout=timeout_s or self.step_timeout_s, check=check)
 
     def abort(self, reason: Exception) -> None:
         """Wake every waiter in both directions: the job is over."""

@@ -20,7 +20,7 @@ from typing import Any, NoReturn, TypeVar, cast
 import grpc
 import structlog
 
-from vflcore.errors import IncompleteStream, JoinRejected, Overloaded, PermissionDenied, TensorError
+from vflcore.errors import IncompleteStream, JobAborted, JoinRejected, Overloaded, PermissionDenied, TensorError
 from vflcore.proto import federation_pb2 as pb
 from vflcore.proto import federation_pb2_grpc as pb_grpc
 from vflcore.security.identity import party_from_auth_context
@@ -311,16 +311,30 @@ class FederationService(pb_grpc.FederationServicer):
         keys = [
             replace(first, batch=first.batch + i, name=name) for i in range(max(1, request.count)) for name in names
         ]
-        return self._stream_downloads(parties, party, keys, timeout)
+        return self._stream_downloads(parties, party, keys, timeout, context)
 
     @staticmethod
     def _stream_downloads(
-        parties: PassiveParties, party: int, keys: list[TensorKey], timeout: float | None
+        parties: PassiveParties,
+        party: int,
+        keys: list[TensorKey],
+        timeout: float | None,
+        context: grpc.ServicerContext,
     ) -> Iterator[pb.TensorChunk]:
-        """Each tensor as soon as the training loop publishes it, in order."""
+        """Each tensor as soon as the training loop publishes it, in order.
+
+        A call its party cancelled stops waiting, and takes nothing: a PSI attempt that failed left
+        one behind on the same connection, and it took the chunk the resumed PSI published next,
+        which then waited out ``psi_timeout_s`` (issue 36, the link-fault test).
+        """
+
+        def still_wanted() -> None:
+            if not context.is_active():
+                raise JobAborted(f"party {party} cancelled its download")
+
         codec = MeteredTensors(parties.traffic, party)
         for key in keys:
-            array = parties.collect(party, key, timeout_s=timeout)
+            array = parties.collect(party, key, timeout_s=timeout, check=still_wanted)
             yield from codec.encode(key, array, parties.download_codec(party, key))
 
     @_handler
