@@ -95,28 +95,45 @@ def arm_crash_traces(args: argparse.Namespace) -> None:
 
 
 class ShutdownSignals:
-    """Turns SIGINT/SIGTERM into a call of ``on_signal`` and remembers the exit code to use."""
+    """Turns SIGINT/SIGTERM into a call of ``on_signal`` and remembers the exit code to use.
+
+    ``on_signal`` runs on a thread of its own, never inside the handler. Python runs a handler on
+    the main thread between two bytecodes, wherever that thread is: CI caught it inside grpc's
+    call creation (``_channel.py``, just past a lock), where the handler's ``channel.close()``
+    then waited for that very call to finish, for ever (the stop deadline's stacks showed it).
+    The handler only records the signal, arms the stop deadline and writes one byte to a pipe
+    (``os.write``: no Python lock); the ``shutdown-signals`` thread, blocked reading the pipe,
+    calls ``on_signal``.
+    """
 
     def __init__(self, on_signal: Callable[[], None]) -> None:
         self.exit_code: int | None = None
         self._on_signal = on_signal
-        self._fired = threading.Event()
+        self._fired = False
+        self._wake: int | None = None
 
     def install(self) -> ShutdownSignals:
+        read_end, self._wake = os.pipe()
+        threading.Thread(target=self._relay, args=(read_end,), name="shutdown-signals", daemon=True).start()
         signal.signal(signal.SIGINT, self._handle)
         signal.signal(signal.SIGTERM, self._handle)
         return self
 
     @property
     def fired(self) -> bool:
-        return self._fired.is_set()
+        return self._fired
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if self._fired.is_set():
+        if self._fired:
             return
-        self._fired.set()
+        self._fired = True
         self.exit_code = EXIT_SIGINT if signum == signal.SIGINT else EXIT_SIGTERM
         arm_stop_deadline()  # a stop that hangs leaves every thread's stack and exit 1, not a SIGKILL
+        assert self._wake is not None
+        os.write(self._wake, b"!")
+
+    def _relay(self, read_end: int) -> None:
+        os.read(read_end, 1)
         self._on_signal()
 
 
