@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 import onnxruntime
 
+from vflcore.psi.x25519 import multibuffer_for
 from vflserver.scoring.model import ScoringModel
 
 T = TypeVar("T")
@@ -71,6 +72,32 @@ def dies_once(marker: Path, function: Callable[..., T]) -> Callable[..., T]:
         raise AssertionError("unreachable: the process was killed")
 
     return first_call_dies
+
+
+def mixed_nodes(chunk_size: int, function: Callable[..., T]) -> Callable[..., T]:
+    """``function`` as on a cluster where every other chunk lands on a node without AVX-512 IFMA.
+
+    A chunk task resolves ``[psi] x25519`` where it runs (its last argument): "auto" takes the
+    multi-buffer path on a node with IFMA and OpenSSL's on one without. One machine cannot lack
+    IFMA for some of its workers, so the chunks at even positions (offset // chunk_size) are run
+    as such a node runs them, with "openssl"; the others keep the driver's setting.
+    """
+
+    def on_mixed_nodes(*args: Any) -> T:
+        offset = args[1]
+        if (offset // chunk_size) % 2 == 0:
+            args = (*args[:-1], "openssl")
+        return function(*args)
+
+    return on_mixed_nodes
+
+
+def x25519_path_on_a_worker(setting: str) -> str:
+    """Which X25519 a Ray worker's blinding takes under ``setting``: "multibuffer" or "openssl".
+
+    The same test the chunk tasks apply (``multibuffer_for`` on a batch of 32-byte points).
+    """
+    return "openssl" if multibuffer_for(setting, [(9).to_bytes(32, "little")]) is None else "multibuffer"
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,8 @@ from vflcore.errors import DataError, JobAborted, PsiError
 from vflcore.ml.onnx_export import MODEL_FILE
 from vflcore.psi.blinding import BlindingKey, SerialBlinder
 from vflcore.psi.hash_to_curve import make_dst
-from vflcore.psi.ray_blinding import RayBlinder, hash_and_blind_chunk
+from vflcore.psi.ray_blinding import RayBlinder, blind_chunk, hash_and_blind_chunk
+from vflcore.psi.x25519_mb import Unavailable, load
 from vflcore.runtime.compute import LOCAL, ComputeEngine, connect
 from vflserver.scoring.engines import score_table_folder
 from vflserver.scoring.model import ScoringModel
@@ -43,7 +44,13 @@ pytestmark = pytest.mark.integration
 
 ray = pytest.importorskip("ray", reason="the Ray engine's tests need the extra: pip install 'vfl-service[ray]'")
 
-from vfltesting.ray_cluster import FirstSessionDies, dies_once, two_node_cluster  # noqa: E402  # needs ray
+from vfltesting.ray_cluster import (  # noqa: E402  # needs ray
+    FirstSessionDies,
+    dies_once,
+    mixed_nodes,
+    two_node_cluster,
+    x25519_path_on_a_worker,
+)
 
 IDS = [f"customer-{n:05d}".encode() for n in range(1000)]
 CHUNK = 97  # 1000 = 10 × 97 + 30: the last chunk is short
@@ -109,6 +116,40 @@ class TestRayBlinder:
             blinder.hash_and_blind_chunk = dies_once(tmp_path / "died", hash_and_blind_chunk)
             with pytest.raises(JobAborted, match=r"the task for items \d+ to \d+ was lost after 0 retries"):
                 blinder.hash_and_blind_packed(IDS, make_dst("ray-job"))
+
+
+MULTIBUFFER = load()
+needs_multibuffer = pytest.mark.skipif(
+    isinstance(MULTIBUFFER, Unavailable),
+    reason=f"no multi-buffer X25519 here: {getattr(MULTIBUFFER, 'reason', '')}",
+)
+
+
+@needs_multibuffer
+class TestMultiBufferOnRay:
+    def test_every_node_with_ifma_takes_the_multibuffer_path(self, cluster: ComputeEngine) -> None:
+        """Each node resolves [psi] x25519 itself: "auto" is the multi-buffer path on both, "openssl" is not."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        nodes = [node["NodeID"] for node in ray.nodes() if node["Alive"]]
+        path = ray.remote(x25519_path_on_a_worker)
+        for node in nodes:
+            on_node = path.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False))
+            assert ray.get([on_node.remote("auto"), on_node.remote("openssl")]) == ["multibuffer", "openssl"]
+
+    def test_a_mixed_cluster_gives_the_same_bytes(self, cluster: ComputeEngine) -> None:
+        """Chunks split between IFMA nodes and nodes without: SerialBlinder's bytes, with either X25519."""
+        key, dst = BlindingKey.generate(), make_dst("ray-mixed")
+        local = SerialBlinder(key)
+        expected = local.hash_and_blind_packed(IDS, dst)  # this process: "auto", the multi-buffer path
+        points = [expected[i : i + 32] for i in range(0, len(expected), 32)]
+        with RayBlinder(key, cluster, chunk_size=CHUNK) as blinder:
+            blinder.hash_and_blind_chunk = mixed_nodes(CHUNK, hash_and_blind_chunk)
+            blinder.blind_chunk = mixed_nodes(CHUNK, blind_chunk)
+            assert blinder.hash_and_blind_packed(IDS, dst) == expected
+            assert blinder.blind_packed(points) == local.blind_packed(points)
+        # and those are OpenSSL's bytes, chunk for chunk
+        assert hash_and_blind_chunk(key._raw(), 0, IDS, dst, "openssl") == expected
 
 
 def align(pki: Pki, tmp_path: Path, parties: dict[int, list[str]], engine: ComputeEngine) -> dict[int, list[str]]:
