@@ -18,6 +18,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -106,8 +107,10 @@ class ActiveContext(_OnDevice):
     #: Where this party computes (``[compute] device``); ``features`` and ``labels`` are there already.
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     #: The active party's secret noise key (``vflprivacy.noise``) when the job's ``[privacy]``
-    #: protects its labels: the label defence's noise is drawn from it, never from the job's seed.
+    #: asks it for noise (a label defence, label DP, h^A's noise): drawn from it, never from the job's seed.
     privacy_key: bytes | None = None
+    #: This party's job folder, where ``privacy.json`` counts what it releases (APFed's h^A).
+    folder: Path | None = None
 
     def model(self, key: str, default: Callable[..., nn.Module], args: tuple[int, ...], seed: int) -> nn.Module:
         """The model for factory ``key``: the job's own factory if it names one, else ``default``.
@@ -169,10 +172,16 @@ class ServerAlgorithm(ABC):
     needs_parties_to_predict = True
     #: Whether the active party must hold features of its own (APFed: it predicts from them alone).
     needs_own_features = False
-    #: Whether each passive party's answer is the gradient of its own rows' upload (∂L/∂h^k):
-    #: what ``[privacy] label_defence`` perturbs (``vflalgorithms.label_protection``). A job
-    #: that asks for a label defence on an algorithm that sends none is refused at submission.
-    sends_gradients = False
+    #: The per-row tensors of a passive party's answer that are functions of the labels, by wire
+    #: name: what ``[privacy] label_defence`` perturbs (``vflalgorithms.label_protection``). The
+    #: SplitNN family sends ∂L/∂h^k; VIMADMM and VIMADMM-J send the duals λ_B and the residual
+    #: s^k_B. A job that asks for a label defence on an algorithm with none is refused at submission.
+    label_defended: tuple[str, ...] = ()
+    #: The wire name of the active party's own per-row embedding, if the algorithm sends it to the
+    #: passive parties (APFed's h^A): what ``[privacy] active_embedding_clip`` clips and noises.
+    active_embedding: str | None = None
+    #: What protects this algorithm's labels when ``label_defence`` cannot: the refusal says it.
+    label_defence_instead = "protect the labels with label_dp_epsilon"
 
     @property
     def upload_width(self) -> int:
@@ -263,6 +272,10 @@ class ServerAlgorithm(ABC):
     def load_state(self, state: dict[str, Any]) -> None:
         """Continue from ``state`` (from ``state()``), as if training had never stopped."""
         restore(self, state, self.checkpointed)
+
+    def privacy_releases(self) -> dict[str, object] | None:
+        """What the active party released under its own noise, with ε, for ``summary.json`` (APFed's h^A)."""
+        return None
 
     def client_importance(self) -> dict[int, float] | None:
         """How much the trained model relies on each party, if the algorithm can tell (VIM: ‖W_k‖)."""

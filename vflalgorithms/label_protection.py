@@ -1,23 +1,30 @@
-"""Where the active party's label defence meets the algorithms: every gradient it sends down, perturbed first.
+"""Where the active party's label defence meets the algorithms: each label-dependent tensor sent down, perturbed first.
 
-A passive party learns the labels from the per-row gradients it is sent (``vflprivacy.label_defences``).
+A passive party learns the labels from the per-row tensors it is sent (``vflprivacy.label_defences``).
 The active party perturbs each such answer in its own process, just before it is published,
 with the labels of the answer's rows: in the SplitNN family that is ``SplitNNFamilyServer._publish``,
 which every member's answers pass through (a whole batch, each micro-batch part, or async's
-answer to one sender).
+answer to one sender). What is perturbed is the algorithm's ``label_defended`` tensors:
+
+- SplitNN, FedBCD, async and VIMSGD: the gradient ∂L/∂h^k of the party's rows;
+- VIMADMM and VIMADMM-J: the duals λ_B and the party's residual s^k_B, each on its own, with the
+  same defence (issue 38: both gave the labels away, direction attack 1.00 and 0.95). The party's
+  τ local steps then follow the perturbed state; its head W_k (a weight matrix) is sent as is.
 
 The noise of an answer is drawn from the active party's secret key, keyed by
-("label_defence", epoch, batch on the wire, party): a resumed job sends exactly the bytes the
-uninterrupted one would have, and no other party can regenerate the noise from the job's seed.
-With ``[algorithm] micro_batches`` each part is perturbed on its own, and Marvell's statistics
-(class means, spread, positive fraction) are those of the part.
+("label_defence", epoch, batch on the wire, party), and for a tensor other than the gradient by
+its name too: a resumed job sends exactly the bytes the uninterrupted one would have, and no other
+party can regenerate the noise from the job's seed. With ``[algorithm] micro_batches`` each part
+is perturbed on its own, and Marvell's statistics (class means, spread, positive fraction) are
+those of the part.
 
-Algorithms whose passive parties receive something other than the gradient of their rows
-(``ServerAlgorithm.sends_gradients`` is False) cannot take a label defence, and a job that asks
-for one is refused (``check_label_defence``): VIMADMM and VIMADMM-J send ADMM state (λ_B, s^k_B,
-W_k), APFed sends the active party's own embedding h^A, AdptVFedConv sends its extractor's
-weights once. Randomised-response label DP (``label_dp_epsilon``) applies to every algorithm:
-the active party trains on the randomised labels, and whatever is sent is computed from them.
+Algorithms with no such tensor (APFed sends the active party's own embedding h^A, AdptVFedConv its
+extractor's weights once) cannot take a label defence, and a job that asks for one is refused
+(``check_privacy_applies``), with what does protect them: for APFed that is clipping and noise on
+h^A (``active_embedding_clip``), since h^A reveals the labels through the active party's own
+features, which neither a label defence nor label DP changes. Randomised-response label DP
+(``label_dp_epsilon``) applies to every algorithm: the active party trains on the randomised
+labels, and whatever is sent is computed from them.
 """
 
 from __future__ import annotations
@@ -31,6 +38,8 @@ from vflalgorithms.base import ActiveContext, ServerAlgorithm
 from vflcore.errors import ConfigError
 from vflcore.job import JobSpec
 from vflcore.privacy import PrivacySpec
+from vflcore.wire.names import GRADIENT
+from vflprivacy.embedding_noise import name_position
 from vflprivacy.label_defences import check_classes, protect_gradients
 from vflprivacy.noise import noise_generator
 
@@ -38,13 +47,18 @@ from vflprivacy.noise import noise_generator
 LABEL_DEFENCE_NOISE = "label_defence"
 
 
-def check_label_defence(job: JobSpec, half: type[ServerAlgorithm], where: str = "job") -> None:
-    """Refuse a label defence the algorithm gives no gradient to apply to, naming the key and the algorithm."""
-    defence = job.privacy.label_defence
-    if defence != "none" and not half.sends_gradients:
+def check_privacy_applies(job: JobSpec, half: type[ServerAlgorithm], where: str = "job") -> None:
+    """Refuse a defence the algorithm gives nothing to apply to: the key, the algorithm and what works instead."""
+    spec = job.privacy
+    if spec.label_defence != "none" and not half.label_defended:
         raise ConfigError(
-            f"{where}: [privacy] label_defence = {defence!r}: {job.algorithm} sends the passive parties no "
-            "per-row gradient to perturb; remove the key, or protect the labels with label_dp_epsilon"
+            f"{where}: [privacy] label_defence = {spec.label_defence!r}: {job.algorithm} sends the passive parties no "
+            f"per-row tensor computed from the labels to perturb; remove the key, and {half.label_defence_instead}"
+        )
+    if spec.protects_active_embedding and half.active_embedding is None:
+        raise ConfigError(
+            f"{where}: [privacy] active_embedding_clip = {spec.active_embedding_clip:g}: {job.algorithm} sends the "
+            "passive parties no embedding of the active party's (only APFed-R and APFed-C do); remove the key"
         )
 
 
@@ -63,7 +77,7 @@ class LabelProtection:
         spec = ctx.job.privacy
         if spec.label_defence == "none":
             return None
-        check_label_defence(ctx.job, half)
+        check_privacy_applies(ctx.job, half)
         if ctx.job.task == "classification":
             check_classes(spec, ctx.num_outputs)
         if ctx.privacy_key is None:
@@ -73,10 +87,13 @@ class LabelProtection:
             )
         return cls(spec, ctx.privacy_key, ctx.labels)
 
-    def perturb(self, gradient: torch.Tensor, rows: np.ndarray, epoch: int, batch: int, party: int) -> torch.Tensor:
-        """``gradient`` of ``rows`` as sent to ``party`` for ``batch`` (its index on the wire) of ``epoch``."""
-        rng = noise_generator(self.key, LABEL_DEFENCE_NOISE, epoch, batch, party)
-        return protect_gradients(self.spec, gradient, self.labels[rows], rng)
+    def perturb(
+        self, tensor: torch.Tensor, rows: np.ndarray, epoch: int, batch: int, party: int, name: str = GRADIENT
+    ) -> torch.Tensor:
+        """``tensor`` (wire name ``name``) of ``rows`` as sent to ``party`` for wire batch ``batch`` of ``epoch``."""
+        where = (epoch, batch, party) if name == GRADIENT else (epoch, batch, party, name_position(name))
+        rng = noise_generator(self.key, LABEL_DEFENCE_NOISE, *where)
+        return protect_gradients(self.spec, tensor, self.labels[rows], rng)
 
 
-__all__ = ["LABEL_DEFENCE_NOISE", "LabelProtection", "check_label_defence"]
+__all__ = ["LABEL_DEFENCE_NOISE", "LabelProtection", "check_privacy_applies"]

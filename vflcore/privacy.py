@@ -8,7 +8,10 @@ Two parties have something to protect, and each protects it itself, in its own p
   train on randomised-response labels (``label_dp_epsilon``: ε-label-DP);
 - a passive party's features leak through the embeddings it sends (inversion by the active
   party). It clips each row's embedding to ``embedding_clip`` and adds Gaussian noise of
-  standard deviation ``embedding_noise_multiplier × embedding_clip`` before it sends.
+  standard deviation ``embedding_noise_multiplier × embedding_clip`` before it sends;
+- in APFed the active party sends its own embedding h^A, which gives the labels away through its
+  features (no label defence touches it): it clips and noises h^A the same way
+  (``active_embedding_clip``, ``active_embedding_noise_multiplier``), with ε from the same accountant.
 
 The settings travel with the job (``JobSpec.privacy``), so every party knows what the others
 apply; a passive party's own config may require more than a job asks for, and that party
@@ -27,6 +30,17 @@ from vflcore.errors import ConfigError
 
 #: ``label_defence``: what the active party does to each gradient before it answers.
 LABEL_DEFENCES = ("none", "marvell", "max_norm", "gaussian")
+#: The settings that are scales or budgets: 0 turns each off, and none may be negative.
+_NON_NEGATIVE = (
+    "marvell_sum_kl",
+    "gradient_noise",
+    "label_dp_epsilon",
+    "embedding_clip",
+    "embedding_noise_multiplier",
+    "active_embedding_clip",
+    "active_embedding_noise_multiplier",
+)
+_ACTIVE_EMBEDDING_KEYS = ("active_embedding_clip", "active_embedding_noise_multiplier")
 
 
 @dataclass(frozen=True)
@@ -52,6 +66,16 @@ class PrivacySpec:
     embedding_noise_multiplier: float = 0.0
     #: The δ at which ε is reported for the embedding noise (opacus's RDP accountant).
     dp_delta: float = 1e-5
+    #: APFed: the active party clips every row of its own embedding h^A to this L2 norm before it
+    #: sends it to the passive parties (0: off). h^A reveals the labels through the active party's
+    #: features, which no label defence changes.
+    active_embedding_clip: float = 0.0
+    #: Gaussian noise on each clipped row of h^A: standard deviation = this × ``active_embedding_clip``.
+    active_embedding_noise_multiplier: float = 0.0
+
+    @property
+    def protects_active_embedding(self) -> bool:
+        return self.active_embedding_clip > 0
 
     @property
     def protects_embeddings(self) -> bool:
@@ -60,6 +84,11 @@ class PrivacySpec:
     @property
     def protects_labels(self) -> bool:
         return self.label_defence != "none" or self.label_dp_epsilon > 0
+
+    @property
+    def needs_noise_key(self) -> bool:
+        """Whether the active party draws noise of its own: for a label defence, label DP or h^A's noise."""
+        return self.protects_labels or self.protects_active_embedding
 
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -101,18 +130,16 @@ def check_privacy(spec: PrivacySpec, where: str = "job", *, task: str = "classif
         raise ConfigError(
             f"{where}: [privacy] label_defence = {spec.label_defence!r}; choose one of {list(LABEL_DEFENCES)}"
         )
-    for key in ("marvell_sum_kl", "gradient_noise", "label_dp_epsilon", "embedding_clip", "embedding_noise_multiplier"):
+    for key in _NON_NEGATIVE:
         if getattr(spec, key) < 0:
             raise ConfigError(f"{where}: [privacy] {key} = {getattr(spec, key)} must be at least 0 (0 turns it off)")
     if spec.label_defence == "marvell" and spec.marvell_sum_kl <= 0:
         raise ConfigError(f"{where}: [privacy] marvell_sum_kl must be positive with label_defence = 'marvell'")
     if not 0 < spec.dp_delta < 1:
         raise ConfigError(f"{where}: [privacy] dp_delta = {spec.dp_delta} must be in (0, 1)")
-    if spec.embedding_noise_multiplier > 0 and spec.embedding_clip <= 0:
-        raise ConfigError(
-            f"{where}: [privacy] embedding_noise_multiplier needs embedding_clip > 0 "
-            "(the noise's scale is the clipping norm)"
-        )
+    for clip, noise in (("embedding_clip", "embedding_noise_multiplier"), _ACTIVE_EMBEDDING_KEYS):
+        if getattr(spec, noise) > 0 and getattr(spec, clip) <= 0:
+            raise ConfigError(f"{where}: [privacy] {noise} needs {clip} > 0 (the noise's scale is the clipping norm)")
     if task != "classification" and (spec.label_defence == "marvell" or spec.label_dp_epsilon > 0):
         key = "label_dp_epsilon" if spec.label_dp_epsilon > 0 else "label_defence"
         raise ConfigError(f"{where}: [privacy] {key} protects class labels; a {task} job has none (remove it)")

@@ -67,6 +67,12 @@ class EmbeddingPrivacy:
     clip: float
     accountant: str = "opacus.accountants.RDPAccountant (replace-one, sample_rate = 1)"
 
+    def as_json(self) -> dict[str, object]:
+        """The report as JSON can hold it: an unbounded ε (no noise) is null."""
+        summary = asdict(self)
+        summary["epsilon"] = None if math.isinf(self.epsilon) else self.epsilon
+        return summary
+
 
 class ReleaseLedger:
     """The releases this party has made in one job, kept in ``privacy.json`` so a restarted party counts on.
@@ -96,9 +102,7 @@ class ReleaseLedger:
         """ε for the releases so far, from the accountant; written to ``privacy.json`` beside them."""
         epsilon = embedding_epsilon(noise_multiplier, len(self), delta)
         report = EmbeddingPrivacy(epsilon, delta, len(self), noise_multiplier, clip)
-        summary = asdict(report)
-        summary["epsilon"] = None if math.isinf(report.epsilon) else report.epsilon  # JSON has no infinity
-        self._write(summary)
+        self._write(report.as_json())
         return report
 
     def _write(self, summary: dict[str, object]) -> None:

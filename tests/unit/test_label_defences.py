@@ -17,7 +17,9 @@ from sklearn.metrics import roc_auc_score
 
 from vflcore.errors import ConfigError
 from vflcore.privacy import PrivacySpec
+from vflprivacy.attacks import norm_attack
 from vflprivacy.label_defences import (
+    ZERO_ROW_FLOOR,
     _Problem,
     check_classes,
     keep_probability,
@@ -94,12 +96,15 @@ class TestMarvell:
         assert float((np.linalg.norm(noisy - gradients, axis=1) ** 2).mean()) == pytest.approx(expected, rel=0.2)
         assert tight.power == pytest.approx(expected, rel=1e-6)
 
-    def test_gradients_that_do_not_leak_get_no_noise(self) -> None:
-        """Two classes already within the bound (same distribution) are sent as they are."""
+    def test_gradients_that_do_not_leak_get_only_the_floor(self) -> None:
+        """Two classes already within the bound (same distribution) get the zero-row floor alone: 1 % of their power."""
         gradients = np.random.default_rng(5).standard_normal((2000, WIDTH))
         labels = np.arange(2000) % 2
         spec = PrivacySpec(label_defence="marvell", marvell_sum_kl=0.25)
-        np.testing.assert_allclose(defended(spec, gradients, labels), gradients, atol=1e-6)
+        assert marvell_noise(gradients, labels, 0.25).power == 0
+        noise = defended(spec, gradients, labels) - gradients
+        signal = float((gradients**2).sum(axis=1).mean())
+        assert float((noise**2).sum(axis=1).mean()) == pytest.approx(ZERO_ROW_FLOOR * signal, rel=0.1)
 
     def test_a_part_with_one_class_still_gets_noise(self, leaky: tuple[np.ndarray, np.ndarray]) -> None:
         """A micro-batch of negatives only: the absent class is taken as the mirror, and noise is still added."""
@@ -129,8 +134,8 @@ class TestMarvell:
 class TestHeuristics:
     """The paper's max-norm baseline and isotropic Gaussian noise."""
 
-    def test_max_norm_removes_the_norm_signal_but_not_the_direction(self, leaky: tuple[np.ndarray, np.ndarray]) -> None:
-        """Each row is scaled by a random factor around 1: the norm attack weakens, the sign of the direction stays."""
+    def test_max_norm_removes_the_norm_signal(self, leaky: tuple[np.ndarray, np.ndarray]) -> None:
+        """Each row gets isotropic noise up to the largest expected squared norm: the norm attack weakens."""
         gradients, labels = leaky
         noisy = defended(PrivacySpec(label_defence="max_norm"), gradients, labels)
         assert norm_auc(noisy, labels) < 0.75
@@ -151,6 +156,48 @@ class TestHeuristics:
         gradients, labels = leaky
         tensor = torch.tensor(gradients, dtype=torch.float32)
         assert protect_gradients(PrivacySpec(), tensor, torch.tensor(labels), rng(0)) is tensor
+
+
+#: Every gradient defence, at a setting strong enough that the norm attack should be near chance.
+STRONG = {
+    "marvell": PrivacySpec(label_defence="marvell", marvell_sum_kl=0.05),
+    "max_norm": PrivacySpec(label_defence="max_norm"),
+    "gaussian": PrivacySpec(label_defence="gaussian", gradient_noise=20.0),
+}
+
+
+class TestNoZeroRowTell:
+    """Issue 38: a row whose gradient is exactly zero (a saturated output) must not be told apart by being zero.
+
+    A defence that scales rows (the multiplicative max-norm this project had) left those rows at
+    zero: the norm attack then read the label off them. Both tests fail on that max-norm.
+    """
+
+    @pytest.mark.parametrize("defence", sorted(STRONG))
+    def test_a_class_of_zero_gradients_gives_the_norm_attack_chance(
+        self, defence: str, leaky: tuple[np.ndarray, np.ndarray]
+    ) -> None:
+        """Every negative (the majority) exactly zero: undefended the norm attack is perfect; defended, near 0.5."""
+        gradients, labels = leaky
+        gradients = np.where(labels[:, None] == 1, gradients, 0.0)
+        assert norm_attack(gradients, labels) == 1.0
+        aucs = [norm_attack(defended(STRONG[defence], gradients, labels, seed), labels) for seed in range(5)]
+        print(f"{defence}: norm attack AUC over 5 draws {np.round(aucs, 3).tolist()}")
+        assert float(np.mean(aucs)) < 0.6, aucs
+
+    @pytest.mark.parametrize("defence", sorted(STRONG))
+    def test_zero_rows_get_full_rank_noise_at_the_default_setting(
+        self, defence: str, leaky: tuple[np.ndarray, np.ndarray]
+    ) -> None:
+        """Zero rows among ordinary ones: none stays zero, and their noise spans every direction (not one line)."""
+        gradients, labels = leaky
+        zero = np.arange(ROWS) % 4 == 0  # a quarter of the rows, of both classes
+        gradients = np.where(zero[:, None], 0.0, gradients)
+        spec = PrivacySpec(label_defence=defence)
+        noisy = defended(spec, gradients, labels)
+        assert np.linalg.norm(noisy[zero], axis=1).min() > 0
+        assert np.linalg.matrix_rank(noisy[zero & (labels == 0)]) == WIDTH
+        assert np.linalg.matrix_rank(noisy[zero & (labels == 1)]) == min(WIDTH, int((zero & (labels == 1)).sum()))
 
 
 class TestRandomisedResponse:

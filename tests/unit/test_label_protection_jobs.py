@@ -1,10 +1,11 @@
 """Which jobs may ask for label protection, and what the active party trains on when they do.
 
-A label defence perturbs the per-row gradients the passive parties are sent; an algorithm that
-sends none (ADMM state, the active party's embedding, extractor weights) cannot take one, and a
-job that asks is refused at submission, naming the key and the algorithm. Marvell separates two
-classes: a job on more classes is refused as soon as the labels are read. Randomised-response
-label DP applies to every algorithm.
+A label defence perturbs the per-row tensors computed from the labels that the passive parties
+are sent (gradients; VIMADMM's λ_B and s_B); an algorithm that sends none (the active party's
+embedding, extractor weights) cannot take one, and a job that asks is refused at submission,
+naming the key, the algorithm and what does protect it. Marvell separates two classes: a job on
+more classes is refused as soon as the labels are read. Randomised-response label DP applies to
+every algorithm; APFed's h^A takes the active party's embedding noise, and no other algorithm does.
 """
 
 from __future__ import annotations
@@ -28,8 +29,15 @@ from vflserver.jobs.plan import JobPlan, check_models, plan_from_document
 from vflserver.training.active_party import ActiveParty
 from vflserver.training.label_privacy import protect_labels
 
-#: The algorithms whose passive parties are sent ∂L/∂h of their rows: the ones a label defence applies to.
-SENDS_GRADIENTS = {"splitnn", "fedbcd", "async", "vimsgd"}
+#: The algorithms whose passive parties are sent per-row tensors computed from the labels (∂L/∂h, or
+#: λ_B and s_B): the ones a label defence applies to.
+SENDS_GRADIENTS = {"splitnn", "fedbcd", "async", "vimsgd", "vimadmm", "vimadmm_j"}
+#: What each of the others' refusal names instead.
+INSTEAD = {
+    "apfed_r": "active_embedding_clip",
+    "apfed_c": "active_embedding_clip",
+    "adptvfedconv": "label_dp_epsilon",
+}
 
 
 def _plan(algorithm: str, privacy: dict[str, object]) -> JobPlan:
@@ -50,8 +58,25 @@ class TestSubmission:
         if algorithm in SENDS_GRADIENTS:
             _plan(algorithm, {"label_defence": defence})
             return
-        with pytest.raises(ConfigError, match=rf"\[privacy\] label_defence = '{defence}': {algorithm} sends"):
+        with pytest.raises(
+            ConfigError, match=rf"\[privacy\] label_defence = '{defence}': {algorithm} sends"
+        ) as refused:
             _plan(algorithm, {"label_defence": defence})
+        assert INSTEAD[algorithm] in str(refused.value)
+
+    @pytest.mark.parametrize("algorithm", sorted(algorithms()))
+    def test_the_active_embedding_defence_is_for_apfed_only(self, algorithm: str) -> None:
+        """active_embedding_clip clips what the active party sends of its own: only APFed sends any."""
+        privacy = {"active_embedding_clip": 1.0, "active_embedding_noise_multiplier": 0.5}
+        if algorithm.startswith("apfed"):
+            assert _plan(algorithm, privacy).job.privacy.protects_active_embedding
+            return
+        with pytest.raises(ConfigError, match=rf"active_embedding_clip = 1: {algorithm} sends the passive parties no"):
+            _plan(algorithm, privacy)
+
+    def test_active_embedding_noise_needs_a_clip(self) -> None:
+        with pytest.raises(ConfigError, match=r"active_embedding_noise_multiplier needs active_embedding_clip > 0"):
+            _plan("apfed_c", {"active_embedding_noise_multiplier": 1.0})
 
     @pytest.mark.parametrize("algorithm", sorted(algorithms()))
     def test_label_dp_is_accepted_by_every_algorithm(self, algorithm: str) -> None:
@@ -71,8 +96,8 @@ class TestSubmission:
 
     def test_the_active_party_refuses_a_job_that_skipped_the_plan(self, tmp_path: Path) -> None:
         """A job built in code, not from a document, is still checked by the party that would apply it."""
-        job = JobSpec("j", algorithm="vimadmm", privacy=PrivacySpec(label_defence="gaussian"))
-        with pytest.raises(ConfigError, match=r"\[privacy\] label_defence = 'gaussian': vimadmm"):
+        job = JobSpec("j", algorithm="apfed_c", privacy=PrivacySpec(label_defence="gaussian"))
+        with pytest.raises(ConfigError, match=r"\[privacy\] label_defence = 'gaussian': apfed_c"):
             ActiveParty(job, _table(tmp_path, 2))
 
 
@@ -97,7 +122,23 @@ class TestTrainingLabels:
         assert first.key is not None and (tmp_path / KEY_FILE).stat().st_mode & 0o777 == 0o600
         again = protect_labels(job, labels, train, tmp_path)
         assert torch.equal(again.labels, first.labels) and again.key == first.key
-        assert first.report["label_dp"] == {"epsilon": 0.5, "classes": 2, "keep_probability": p}
+        flipped = 3000 - kept
+        assert first.report["label_dp"] == {
+            "epsilon": 0.5,
+            "classes": 2,
+            "keep_probability": p,
+            "flipped": flipped,
+            "training_rows": 3000,
+        }
+
+    def test_a_draw_that_flips_nothing_says_so(self, tmp_path: Path) -> None:
+        """ε = 12 on 100 rows keeps every label (each with probability 1 - 6e-6): the report says so."""
+        labels = torch.arange(100) % 2
+        job = JobSpec("j", num_outputs=2, privacy=PrivacySpec(label_dp_epsilon=12.0))
+        found = protect_labels(job, labels, np.arange(100), tmp_path)
+        assert torch.equal(found.labels, labels)
+        assert found.report["label_dp"]["flipped"] == 0
+        assert found.report["label_dp"]["note"].startswith("no training label was flipped")
 
     def test_a_gradient_defence_alone_keeps_the_labels_but_makes_the_key(self, tmp_path: Path) -> None:
         labels = torch.arange(100) % 2

@@ -48,7 +48,7 @@ class SplitNNServer(SplitNNFamilyServer):
     #: The round's update sums its rows' losses, so a batch may arrive in parts (``_exchange``).
     splits_batches = True
     #: Each party is sent ∂L/∂h^k of its rows (so are FedBCD's and async's, which build on this).
-    sends_gradients = True
+    label_defended: tuple[str, ...] = (GRADIENT,)
     #: Its own bottom model is None when the active party has no features.
     checkpointed: tuple[str, ...] = ("step_losses", "top", "bottom", "optimizer")
 

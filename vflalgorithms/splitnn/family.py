@@ -212,8 +212,8 @@ class SplitNNFamilyServer(ServerAlgorithm):
         protection = self.label_protection
         for party, answer in zip(parties, answers, strict=True):
             for name, tensor in answer.items():
-                if protection is not None and name == GRADIENT:
-                    tensor = protection.perturb(tensor.detach(), rows, epoch, batch, party)
+                if protection is not None and name in self.label_defended:
+                    tensor = protection.perturb(tensor.detach(), rows, epoch, batch, party, name)
                 key = TensorKey(self.ctx.job.job_id, epoch, batch, name)
                 self.ctx.parties.publish(party, key, tensor.detach().cpu().numpy())
 

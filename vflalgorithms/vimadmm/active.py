@@ -29,8 +29,9 @@ class VIMADMMServer(VIMSGDServer):
     """Linear heads and ADMM state on the server; bottom models trained by τ local steps."""
 
     name = "vimadmm"
-    #: Each party is sent ADMM state (λ_B, s^k_B, W_k), not a gradient: no label defence applies.
-    sends_gradients = False
+    #: Each party is sent ADMM state (λ_B, s^k_B, W_k), not a gradient. λ_B and s^k_B are per-row
+    #: functions of the labels: the label defence perturbs both. W_k, a weight matrix, is not per row.
+    label_defended: tuple[str, ...] = (ADMM_DUAL, ADMM_RESIDUAL)
     checkpointed: tuple[str, ...] = (*VIMSGDServer.checkpointed, "duals")
 
     def __init__(self, ctx: ActiveContext) -> None:

@@ -31,6 +31,8 @@ class VIMADMMJServer(SplitNNFamilyServer):
     """ADMM state on the server; every model, heads included, on its own party."""
 
     name = "vimadmm_j"
+    #: Each party is sent λ_B and s^k_B, per-row functions of the labels: the label defence perturbs both.
+    label_defended: tuple[str, ...] = (ADMM_DUAL, ADMM_RESIDUAL)
     checkpointed: tuple[str, ...] = ("step_losses", "duals", "bottom", "head", "own_optimizers")
 
     def __init__(self, ctx: ActiveContext) -> None:

@@ -35,7 +35,7 @@ class VIMSGDServer(SplitNNFamilyServer):
 
     name = "vimsgd"
     #: Each party is sent ∂L/∂h^k under the updated heads (Eq. 13).
-    sends_gradients = True
+    label_defended: tuple[str, ...] = (GRADIENT,)
     checkpointed: tuple[str, ...] = ("step_losses", "top", "bottom", "optimizer", "bottom_optimizer")
 
     def __init__(self, ctx: ActiveContext) -> None:

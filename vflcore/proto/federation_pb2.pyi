@@ -147,7 +147,7 @@ class JobSpec(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., algorithm: _Optional[str] = ..., task: _Optional[str] = ..., seed: _Optional[int] = ..., batch_size: _Optional[int] = ..., epochs: _Optional[int] = ..., embedding_dim: _Optional[int] = ..., bottom_hidden: _Optional[_Iterable[int]] = ..., optimizer: _Optional[str] = ..., learning_rate: _Optional[float] = ..., test_fraction: _Optional[float] = ..., num_rows: _Optional[int] = ..., passive_parties: _Optional[_Iterable[int]] = ..., algorithm_options: _Optional[str] = ..., num_outputs: _Optional[int] = ..., weight_decay: _Optional[float] = ..., checkpoint_every_steps: _Optional[int] = ..., wire_codec: _Optional[str] = ..., wire_codec_up: _Optional[str] = ..., wire_codec_down: _Optional[str] = ..., privacy: _Optional[_Union[PrivacySpec, _Mapping]] = ...) -> None: ...
 
 class PrivacySpec(_message.Message):
-    __slots__ = ("label_defence", "marvell_sum_kl", "gradient_noise", "label_dp_epsilon", "embedding_clip", "embedding_noise_multiplier", "dp_delta")
+    __slots__ = ("label_defence", "marvell_sum_kl", "gradient_noise", "label_dp_epsilon", "embedding_clip", "embedding_noise_multiplier", "dp_delta", "active_embedding_clip", "active_embedding_noise_multiplier")
     LABEL_DEFENCE_FIELD_NUMBER: _ClassVar[int]
     MARVELL_SUM_KL_FIELD_NUMBER: _ClassVar[int]
     GRADIENT_NOISE_FIELD_NUMBER: _ClassVar[int]
@@ -155,6 +155,8 @@ class PrivacySpec(_message.Message):
     EMBEDDING_CLIP_FIELD_NUMBER: _ClassVar[int]
     EMBEDDING_NOISE_MULTIPLIER_FIELD_NUMBER: _ClassVar[int]
     DP_DELTA_FIELD_NUMBER: _ClassVar[int]
+    ACTIVE_EMBEDDING_CLIP_FIELD_NUMBER: _ClassVar[int]
+    ACTIVE_EMBEDDING_NOISE_MULTIPLIER_FIELD_NUMBER: _ClassVar[int]
     label_defence: str
     marvell_sum_kl: float
     gradient_noise: float
@@ -162,7 +164,9 @@ class PrivacySpec(_message.Message):
     embedding_clip: float
     embedding_noise_multiplier: float
     dp_delta: float
-    def __init__(self, label_defence: _Optional[str] = ..., marvell_sum_kl: _Optional[float] = ..., gradient_noise: _Optional[float] = ..., label_dp_epsilon: _Optional[float] = ..., embedding_clip: _Optional[float] = ..., embedding_noise_multiplier: _Optional[float] = ..., dp_delta: _Optional[float] = ...) -> None: ...
+    active_embedding_clip: float
+    active_embedding_noise_multiplier: float
+    def __init__(self, label_defence: _Optional[str] = ..., marvell_sum_kl: _Optional[float] = ..., gradient_noise: _Optional[float] = ..., label_dp_epsilon: _Optional[float] = ..., embedding_clip: _Optional[float] = ..., embedding_noise_multiplier: _Optional[float] = ..., dp_delta: _Optional[float] = ..., active_embedding_clip: _Optional[float] = ..., active_embedding_noise_multiplier: _Optional[float] = ...) -> None: ...
 
 class JoinReply(_message.Message):
     __slots__ = ("job",)

@@ -39,7 +39,7 @@ import torch
 
 from vflalgorithms.base import algorithm_spec
 from vflalgorithms.factories import FACTORY_KEYS, check_factories, refuse_untaken
-from vflalgorithms.label_protection import check_label_defence
+from vflalgorithms.label_protection import check_privacy_applies
 from vflcore.data.tables import PartyTable, read_party_csv
 from vflcore.errors import ConfigError
 from vflcore.job import ACTIVE_PARTY, JobSpec, settable_fields
@@ -103,7 +103,7 @@ def plan_from_document(doc: Mapping[str, Any], *, default_join_timeout_s: float,
     job = job_from_document(doc, where)
     spec = algorithm_spec(job.algorithm)  # an unknown algorithm, or a bad option, is refused now
     spec.options(job.algorithm_options)
-    check_label_defence(job, spec.active_half(), where)
+    check_privacy_applies(job, spec.active_half(), where)
     if job.checkpoint_every_steps and not spec.active_half().resumes_mid_epoch:
         raise ConfigError(
             f"{where}: [job] checkpoint_every_steps = {job.checkpoint_every_steps}: {job.algorithm} resumes only "

@@ -22,7 +22,7 @@ import torch
 
 from vflalgorithms.base import ActiveContext, ServerAlgorithm, algorithm_spec
 from vflalgorithms.factories import resolve_factories
-from vflalgorithms.label_protection import check_label_defence
+from vflalgorithms.label_protection import check_privacy_applies
 from vflcore.data.checkpoints import party_dir
 from vflcore.data.tables import PartyTable, select_rows, write_aligned_ids
 from vflcore.errors import ConfigError, JobAborted, PartyLost
@@ -113,7 +113,7 @@ class ActiveParty:
             job = replace(job, num_outputs=outputs)
             if job.task == "classification":
                 check_classes(job.privacy, outputs, str(table.source))
-        check_label_defence(job, algorithm, f"job {job.job_id}")
+        check_privacy_applies(job, algorithm, f"job {job.job_id}")
         self.job = job
         self.own_table = table
         self.settings = settings
@@ -168,6 +168,7 @@ class ActiveParty:
                 factories=self.factories,
                 device=self.device,
                 privacy_key=protection.key,
+                folder=self.run_dir,
             )
         )
         self.scorer = Scorer(self.job, self.parties, self.algorithm, aligned.ids)
@@ -263,6 +264,9 @@ class ActiveParty:
             summary.final_metrics, test_output = self._final_inference()
             summary.wire = fed.traffic.report()
             summary.client_importance = self.algorithm.client_importance()
+            releases = self.algorithm.privacy_releases()
+            if releases is not None:
+                summary.privacy = {**summary.privacy, **releases}
             if summary.client_importance is not None:
                 title = f"client importance, {self.job.algorithm}, job {self.job.job_id}"
                 write_client_importance(self.run_dir, summary.client_importance, title=title)

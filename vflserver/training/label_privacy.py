@@ -10,7 +10,10 @@ it, in its own process, before training starts:
   ("label_dp", 0)): the job trains on these for its whole length. The held-out rows keep their
   true labels, which never leave this party: they only score the model.
 
-What it reports (the log line and ``summary.json``) is the settings and ε, never a label.
+What it reports (the log line and ``summary.json``) is the settings and ε, and with label DP how
+many training labels the draw flipped, never a label. A large ε on a small table may flip none
+(issue 38: ε = 4 flipped 0 of 162): the job then trains on the true labels, bit for bit as an
+undefended one, and the report says so rather than let ε suggest protection it did not add.
 """
 
 from __future__ import annotations
@@ -31,6 +34,11 @@ log = structlog.get_logger(__name__)
 
 #: The randomised response's name in ``noise_generator``.
 LABEL_DP_NOISE = "label_dp"
+#: What the report says when randomised response kept every training label.
+NOTHING_FLIPPED = (
+    "no training label was flipped: this job trained on the true labels, exactly as without label DP; "
+    "lower label_dp_epsilon (or train on more rows) for the randomisation to act"
+)
 
 
 @dataclass(frozen=True)
@@ -50,7 +58,7 @@ def protect_labels(job: JobSpec, labels: torch.Tensor, train_rows: np.ndarray, f
     """
     spec = job.privacy
     report = privacy_report(job)
-    if not spec.protects_labels:
+    if not spec.needs_noise_key:
         return LabelPrivacy(labels, None, report)
     key = noise_key(folder)
     trained = labels
@@ -59,7 +67,13 @@ def protect_labels(job: JobSpec, labels: torch.Tensor, train_rows: np.ndarray, f
         rows = torch.from_numpy(np.asarray(train_rows, dtype=np.int64))
         rng = noise_generator(key, LABEL_DP_NOISE, 0)
         trained[rows] = randomised_response(labels[rows], job.num_outputs, spec.label_dp_epsilon, rng)
-    log.info("label_protection", **report)
+        flipped = int((trained[rows] != labels[rows]).sum())
+        report["label_dp"] = {**report.get("label_dp", {}), "flipped": flipped, "training_rows": len(rows)}
+        if flipped == 0:
+            report["label_dp"]["note"] = NOTHING_FLIPPED
+            log.warning("label_dp_flipped_nothing", epsilon=spec.label_dp_epsilon, training_rows=len(rows))
+    if spec.protects_labels:
+        log.info("label_protection", **report)
     return LabelPrivacy(trained, key, report)
 
 
@@ -76,4 +90,4 @@ def privacy_report(job: JobSpec) -> dict[str, Any]:
     return report
 
 
-__all__ = ["LABEL_DP_NOISE", "LabelPrivacy", "privacy_report", "protect_labels"]
+__all__ = ["LABEL_DP_NOISE", "NOTHING_FLIPPED", "LabelPrivacy", "privacy_report", "protect_labels"]
