@@ -8,7 +8,8 @@ per algorithm, the tensors an attacker would use:
 - label inference reads the per-row answer the passive party RECEIVED: ∂L/∂h^k for the SplitNN
   family; for VIMADMM and VIMADMM-J the dual λ_B (at the server's exact solution of Eq. 6,
   λ_j = softmax(z_j) − onehot(y_j), the loss gradient at z_j, so it is as telling as SplitNN's
-  gradient); for APFed the active party's embedding h^A, trained on the labels;
+  gradient), and on its own the party's residual s^k_B (``residual_*`` figures), which the label
+  defence perturbs separately; for APFed the active party's embedding h^A, trained on the labels;
 - feature inversion reads the per-row tensor the party SENT: h^k, VIMADMM-J's logits o^k, or
   APFed's ∂L_p/∂h^A (APFed-R's loss reconstructs the party's features from h^A, so the gradient
   carries them);
@@ -29,7 +30,7 @@ import numpy as np
 from vflalgorithms.apfed.spec import ACTIVE_EMBEDDING, PASSIVE_GRADIENT
 from vflalgorithms.base import job_options
 from vflalgorithms.splitnn.overlap import MicroBatches, overlap_options
-from vflalgorithms.vimadmm.spec import ADMM_DUAL
+from vflalgorithms.vimadmm.spec import ADMM_DUAL, ADMM_RESIDUAL
 from vflcore.job import JobSpec
 from vflcore.wire.names import EMBEDDING, GRADIENT
 from vflprivacy import attacks
@@ -46,10 +47,12 @@ class ProbedTensors:
     upload: str
     #: Model completion on the answer of the last epoch instead of the party's own representation.
     complete_on_answer: bool = False
+    #: A second per-row answer, attacked on its own (VIMADMM's residual s^k_B): the ``residual_*`` figures.
+    residual: str | None = None
 
 
 _SPLIT = ProbedTensors(answer=GRADIENT, upload=EMBEDDING)
-_ADMM = ProbedTensors(answer=ADMM_DUAL, upload=EMBEDDING)
+_ADMM = ProbedTensors(answer=ADMM_DUAL, upload=EMBEDDING, residual=ADMM_RESIDUAL)
 _APFED = ProbedTensors(answer=ACTIVE_EMBEDDING, upload=PASSIVE_GRADIENT, complete_on_answer=True)
 
 #: The algorithms that exchange per-row tensors, and what each one's probes read.
@@ -88,6 +91,9 @@ KEYS = (
     "inversion_mse",
     "inversion_baseline_mse",
     "inversion_r2",
+    "residual_norm_auc",
+    "residual_direction_auc_k1",
+    "residual_direction_auc_k1_max",
 )
 
 
@@ -175,6 +181,9 @@ def probe(folder: Path, job: JobSpec, features: np.ndarray, labels: np.ndarray, 
     answers = per_epoch_rows(recording, RECEIVED, tensors.answer, job)
     if classification:
         figures.update(_label_attacks(answers, labels, seed))
+        if tensors.residual is not None:
+            residual = _label_attacks(per_epoch_rows(recording, RECEIVED, tensors.residual, job), labels, seed)
+            figures.update({f"residual_{key}": residual.get(key, math.nan) for key in _RESIDUAL})
         if tensors.complete_on_answer:
             rows, held = answers[max(answers)] if answers else (np.arange(0), None)
         else:
@@ -193,6 +202,10 @@ def probe(folder: Path, job: JobSpec, features: np.ndarray, labels: np.ndarray, 
             inversion_mse=inverted.mse, inversion_baseline_mse=inverted.baseline_mse, inversion_r2=inverted.mean_r2
         )
     return figures
+
+
+#: The label attacks' figures kept for the residual s^k_B.
+_RESIDUAL = ("norm_auc", "direction_auc_k1", "direction_auc_k1_max")
 
 
 def _with_rows(job: JobSpec, recording: Recording) -> JobSpec:

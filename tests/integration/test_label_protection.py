@@ -2,10 +2,11 @@
 
 ``vfl-server`` and two ``vfl-client`` daemons run as OS processes over mTLS (``vfltesting.service``)
 on sklearn's breast cancer set (569 rows, binary), split between the three parties. A SplitNN job
-with Marvell (its batches crossing in two micro-batch parts) and one with randomised-response
-labels each run once undisturbed, and once with ``vfl-server`` killed (kill -9) inside epoch 2
-and restarted: the restarted process reads its noise key back from the job's folder, redraws the
-same labels and the same noise, and the job ends with the same per-step losses and weights.
+with Marvell (its batches crossing in two micro-batch parts), one with randomised-response labels,
+a VIMADMM job with Marvell on λ_B and s^k_B, and an APFed-C job with the active party's noise on
+h^A each run once undisturbed, and once with ``vfl-server`` killed (kill -9) inside epoch 2 and
+restarted: the restarted process reads its noise key back from the job's folder, redraws the same
+labels and the same noise, and the job ends with the same per-step losses and weights.
 
 Both runs share one set of daemons, as two jobs of the same settings, and hold the same noise
 key (the killed job's folder gets a copy of the clean job's key before it is submitted): the key
@@ -38,19 +39,24 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 EPOCHS = 4
 #: Small batches: an epoch of 57 steps is long enough to be killed inside it.
 JOB = {"batch_size": 8, "embedding_dim": 8, "bottom_hidden": [16], "learning_rate": 0.01}
-#: The ``[privacy]`` table and ``[algorithm]`` options of each job; "plain" is the undefended run.
+#: The ``[privacy]`` table and ``[algorithm]`` options of each SplitNN job; "plain" is the undefended run.
 JOBS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "plain": ({}, {}),
     "marvell": ({"label_defence": "marvell", "marvell_sum_kl": 0.25}, {"micro_batches": 2}),
     "label-dp": ({"label_dp_epsilon": 1.0}, {}),
+    "admm": ({"label_defence": "marvell", "marvell_sum_kl": 0.25}, {}),
+    "apfed": ({"active_embedding_clip": 1.0, "active_embedding_noise_multiplier": 1.0}, {}),
 }
+#: The jobs that are not SplitNN.
+ALGORITHM = {"admm": "vimadmm", "apfed": "apfed_c"}
 SERVER = {"party_timeout_s": 60, "heartbeat_timeout_s": 3}
 CLIENT = {"heartbeat_s": 0.3}
 
 
 def _document(name: str, job_id: str) -> dict[str, dict[str, Any]]:
     privacy, options = JOBS[name]
-    document = job_document(job_id, "splitnn", epochs=EPOCHS, algorithm_options=options, **JOB)
+    algorithm = ALGORITHM.get(name, "splitnn")
+    document = job_document(job_id, algorithm, epochs=EPOCHS, algorithm_options=options, **JOB)
     if privacy:
         document["privacy"] = dict(privacy)
     return document
@@ -117,7 +123,7 @@ class TestApplied:
         """Same seed, same data: the first step's loss is the undefended one, and the perturbed answers
         (or the randomised labels) change the run from there on."""
         plain = clean["outcomes"]["plain"].losses
-        for name in ("marvell", "label-dp"):
+        for name in ("marvell", "label-dp"):  # the other jobs are of other algorithms
             losses = clean["outcomes"][name].losses
             assert len(losses) == len(plain)
             if name == "marvell":  # the labels are the true ones: the first step's loss is the same
@@ -150,9 +156,15 @@ class TestApplied:
             assert key.stat().st_mode & 0o777 == 0o600
         assert not _key(clean["root"], "labels-plain").exists()
 
+    def test_apfed_reports_epsilon_of_what_it_sent(self, clean: dict[str, Any]) -> None:
+        """APFed-C with noise on h^A: one release an epoch, and ε from the accountant in summary.json."""
+        released = clean["summaries"]["apfed"]["privacy"]["active_embedding"]
+        assert released["releases"] == EPOCHS and released["noise_multiplier"] == 1.0 and released["clip"] == 1.0
+        assert 0 < released["epsilon"] < math.inf
+
 
 class TestResume:
-    @pytest.mark.parametrize("name", ["marvell", "label-dp"])
+    @pytest.mark.parametrize("name", ["marvell", "label-dp", "admm", "apfed"])
     def test_server_killed_inside_epoch_2_gives_the_same_run(
         self, name: str, clean: dict[str, Any], service: ServiceRun, pki: Pki
     ) -> None:

@@ -136,7 +136,8 @@ class TestProbesOnAnUndefendedSplitNNJob:
         labels = np.asarray(running.active.table.labels)
         figures = probe(tmp_path / "rec-2", party.job, party.table.features, labels, seed=0)
         print(algorithm, {k: round(v, 3) for k, v in figures.items()})
-        assert not [key for key, value in figures.items() if math.isnan(value)]
+        has_residual = PROBED[algorithm].residual is not None
+        assert not [k for k, v in figures.items() if math.isnan(v) and (has_residual or not k.startswith("residual_"))]
         if (
             PROBED[algorithm].upload == EMBEDDING
         ):  # APFed's upload is a gradient, which a linear decoder does not invert
@@ -202,3 +203,45 @@ class TestEachDefenceLowersItsAttack:
                     figures[name],
                     figures["none"],
                 )
+
+
+#: Issue 38's defences for what is not a gradient, each against the attacks on what it protects:
+#: VIMADMM's λ_B and s^k_B under the label defence, APFed-C's h^A under the active party's noise.
+NEW_DEFENCES: dict[str, tuple[str, PrivacySpec, tuple[str, ...]]] = {
+    "admm": (
+        "vimadmm",
+        PrivacySpec(label_defence="marvell", marvell_sum_kl=0.05),
+        ("direction_auc_k1", "residual_direction_auc_k1_max"),
+    ),
+    "apfed": (
+        "apfed_c",
+        PrivacySpec(active_embedding_clip=1.0, active_embedding_noise_multiplier=2.0),
+        ("direction_auc_k1", "direction_auc_k10"),
+    ),
+}
+
+
+class TestDefencesBeyondTheGradient:
+    @pytest.mark.parametrize("name", sorted(NEW_DEFENCES))
+    def test_the_defence_lowers_the_attack_on_what_it_protects(
+        self, name: str, one_torch_thread: None, pki: Pki, cancer_data: Path, tmp_path: Path
+    ) -> None:
+        """Undefended and defended, same data and seeds, over mTLS: the attacks on the received tensors fall by 0.1+.
+
+        VIMADMM: the direction attack (k = 1) on λ_B and, on its own, on the residual s^k_B, as
+        received (its most telling epoch: undefended, s^k_B leaks most early, 0.64 at the last of 8 epochs
+        here). APFed-C: the direction attacks on h^A as received.
+        """
+        algorithm, privacy, attacked = NEW_DEFENCES[name]
+        figures: dict[str, dict[str, float]] = {}
+        for setting, spec in (("none", PrivacySpec()), (name, privacy)):
+            job = replace(CANCER_JOB, job_id=f"cancer-{name}-{setting}", algorithm=algorithm, privacy=spec)
+            running, parties = _run_recorded(pki, cancer_data, tmp_path / setting, job)
+            party = parties[2]
+            assert party.table is not None
+            labels = np.asarray(running.active.table.labels)
+            recorded = tmp_path / setting / "rec-2"
+            figures[setting] = probe(recorded, party.job or job, party.table.features, labels, seed=0)
+        print(name, {s: {k: round(figures[s][k], 3) for k in attacked} for s in figures})
+        for attack in attacked:
+            assert figures[name][attack] < figures["none"][attack] - 0.1, (attack, figures[name], figures["none"])
