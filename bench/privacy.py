@@ -1,34 +1,34 @@
 """What leaks, measured: every attack probe on every algorithm, undefended and defended, over the real service.
 
 ``vfl-server`` and two recording passive parties (``bench.privacy_party``) start once, as OS
-processes over mTLS, and take the jobs one after another through the Control API. For each task
-× algorithm × defence setting the bench prints one row:
+processes over mTLS, and take the jobs one after another through the Control API. Each task ×
+algorithm × defence setting is a cell, run for ``SEEDS`` job seeds (each job also draws its
+defence's noise from a fresh secret key). Every run prints one line:
 
 - utility: the job's final test ROC AUC (binary tasks) or accuracy (multi-class), and its cost:
-  the difference from the undefended run of the same task and algorithm;
-- each attack of ``vfltesting.privacy_probe`` on what passive party 3 (``ATTACKED_PARTY``) legitimately saw: the norm
-  and direction (k = 1, 10) label attacks' ROC AUC at the last epoch, model completion on 1 % and
-  5 % of labelled rows beside the same head on its raw features, and the active party's
-  inversion of its features (R², MSE, and the MSE of predicting each feature's mean);
-- ε where DP applies: label DP's configured ε, and the embedding noise's (ε at the job's δ) from
-  its own accountant.
+  the difference from the undefended run of the same task, algorithm and seed;
+- each attack of ``vfltesting.privacy_probe`` on what passive party 3 (``ATTACKED_PARTY``)
+  legitimately received or sent, the tensor that crossed the wire (``PROBED``): the norm and
+  direction (k = 1, 10) label attacks' ROC AUC at the last epoch (for VIMADMM and VIMADMM-J on
+  λ_B and, on its own, on s^k_B), model completion on 1 % and 5 % of labelled rows beside the same
+  head on its raw features, and the active party's inversion of its features;
+- ε where DP applies: label DP's configured ε, and the embedding noise's (a passive party's, or
+  the active party's on APFed's h^A) from its own accountant.
 
-The plan is the tables below, chosen for coverage, not to reach the target: every algorithm
-undefended, with a gradient perturbation and with label DP on every task, and the whole sweep of
-defence settings on SplitNN and FedBCD on the imbalanced task (where the norm attack is
-strongest) and on SplitNN on breast cancer. Each job draws its defences' noise from a fresh
-secret key, so two runs of one defended setting differ: the target's settings (imbalanced,
-SplitNN) run ``REPEATS`` times each, and the verdict is on their mean, the spread printed beside
-it. Jobs are small (``JOB``) so that the 116 runs fit in about 15 minutes on two cores.
+Then every cell as a mean and a 95 % interval over its seeds (``bench.privacy_cells``), the
+frontier plot, and the verdict per algorithm (``bench.privacy_report``). The default plan is the
+target's: the imbalanced task, every algorithm that exchanges per-row tensors (APFed-R, whose
+h^A is APFed-C's, runs with ``--algorithms``), each with the settings that apply to it
+(``SETTINGS_OF``), ``SEEDS`` seeds each: 175 jobs, about 25 minutes on two cores.
 
-Writes ``bench/out/privacy/privacy.csv``, ``privacy.md`` (the table for ``docs/privacy.md``) and
-``privacy.png`` (label attack AUC against test ROC AUC on the imbalanced task). The last line is
-machine-readable:
-``BENCH privacy_attack_auc <value> auc target <= 0.60 MET|MISSED`` (see ``bench.privacy_report``).
+Writes ``bench/out/privacy/privacy.csv`` (every run), ``privacy.md`` (the cells, for
+``docs/privacy.md``) and ``privacy.png``. The last line is machine-readable:
+``BENCH privacy_worst_algorithm_attack_auc <value> auc target <= 0.60 MET|MISSED``.
 Exits 0 whether the target is met or missed.
 
 ``--quick`` (or ``PRIVACY_BENCH_QUICK=1``): the imbalanced task, SplitNN, undefended and with
-Marvell, two epochs; the smoke test's mode. ``--tasks``, ``--algorithms`` and ``--settings`` narrow the plan.
+Marvell, one seed, two epochs; the smoke test's mode. ``--tasks``, ``--algorithms``, ``--settings``
+and ``--seeds`` change the plan.
 """
 
 from __future__ import annotations
@@ -44,9 +44,10 @@ from typing import Any
 
 from bench.curves import OUT
 from bench.machine import measured
+from bench.privacy_cells import cells
 from bench.privacy_report import (
-    TARGET_ALGORITHM,
     TARGET_TASK,
+    cell_table,
     header,
     line,
     not_applicable,
@@ -64,6 +65,7 @@ from vfltesting.privacy_probe import NOT_APPLICABLE
 #: Every defence setting the bench knows, by the name its rows carry: the job's ``[privacy]`` table.
 SETTINGS: dict[str, dict[str, Any]] = {
     "none": {},
+    "marvell-0.05": {"label_defence": "marvell", "marvell_sum_kl": 0.05},
     "marvell-0.1": {"label_defence": "marvell", "marvell_sum_kl": 0.1},
     "marvell-0.25": {"label_defence": "marvell", "marvell_sum_kl": 0.25},
     "marvell-1": {"label_defence": "marvell", "marvell_sum_kl": 1.0},
@@ -74,24 +76,34 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "label_dp-3": {"label_dp_epsilon": 3.0},
     "embedding-0.5": {"embedding_clip": 1.0, "embedding_noise_multiplier": 0.5},
     "embedding-2": {"embedding_clip": 1.0, "embedding_noise_multiplier": 2.0},
+    "active-0.5": {"active_embedding_clip": 1.0, "active_embedding_noise_multiplier": 0.5},
+    "active-1": {"active_embedding_clip": 1.0, "active_embedding_noise_multiplier": 1.0},
+    "active-2": {"active_embedding_clip": 1.0, "active_embedding_noise_multiplier": 2.0},
 }
 #: Marvell shapes noise between two classes: binary tasks only.
 BINARY_ONLY = frozenset(name for name, table in SETTINGS.items() if table.get("label_defence") == "marvell")
 
-#: Every algorithm that exchanges per-row tensors, bar one (``LEFT_OUT``).
-ALGORITHMS = ("splitnn", "fedbcd", "async", "vimsgd", "vimadmm", "vimadmm_j", "apfed_r", "apfed_c")
+#: Every algorithm that exchanges per-row tensors, bar one (``LEFT_OUT``); the default plan runs
+#: ``ALGORITHMS`` (APFed-R sends the same h^A as APFed-C: ``--algorithms apfed_r`` runs it).
+ALGORITHMS = ("splitnn", "fedbcd", "async", "vimsgd", "vimadmm", "vimadmm_j", "apfed_c")
+KNOWN_ALGORITHMS = (*ALGORITHMS, "apfed_r")
 LEFT_OUT = {
     "adptvfedconv": "its parties hold pieces of one image (convolutional bottoms over 8x8 quadrants); "
     "these tasks are tabular",
 }
-#: The defences every algorithm also runs with, by task kind (binary or not): a gradient perturbation
-#: (Marvell, the issue's first, on binary tasks), which only algorithms that send gradients down
-#: accept (the others' rows say why they refuse it), and label DP, which every algorithm accepts.
-EVERY_ALGORITHM = {True: ("marvell-0.25", "label_dp-1"), False: ("gaussian-2", "label_dp-1")}
-#: (task, algorithm) pairs that run every setting of ``SETTINGS``.
-SWEPT = frozenset({("imbalanced", "splitnn"), ("imbalanced", "fedbcd"), ("cancer", "splitnn")})
+#: The settings each algorithm runs by default, binary tasks: the label defence on what it sends
+#: down (the gradient, or VIMADMM's λ_B and s^k_B), or for APFed noise on h^A (and label DP, to show
+#: that it does not protect h^A). Multi-class tasks take Gaussian noise where Marvell would be.
+_LABEL_DEFENDED = ("none", "marvell-0.05", "marvell-0.1", "marvell-0.25", "max_norm")
+_APFED = ("none", "active-0.5", "active-1", "active-2", "label_dp-1")
+SETTINGS_OF: dict[str, tuple[str, ...]] = {
+    **dict.fromkeys(("splitnn", "fedbcd", "async", "vimsgd", "vimadmm", "vimadmm_j"), _LABEL_DEFENDED),
+    "apfed_r": _APFED,
+    "apfed_c": _APFED,
+}
+MULTICLASS_INSTEAD = ("gaussian-0.5", "gaussian-2")
 
-#: The job settings every run shares; small, so that the whole plan fits in about 15 minutes.
+#: The job settings every run shares; small, so that the plan fits in about 25 minutes.
 JOB: dict[str, Any] = {
     "epochs": 10,
     "batch_size": 64,
@@ -101,38 +113,36 @@ JOB: dict[str, Any] = {
     "learning_rate": 0.005,
 }
 QUICK_JOB = {**JOB, "epochs": 2}
-#: Runs of each defended setting of the target's pair (imbalanced, SplitNN); the verdict is on their mean.
-REPEATS = 3
-#: The smoke test's plan: the target's task and algorithm, undefended and with one defence.
+#: Job seeds per cell: the verdict is on the means, each with its 95 % interval.
+SEEDS = 5
+#: The smoke test's plan: the target's task and SplitNN, undefended and with one defence.
 QUICK_TASKS, QUICK_ALGORITHMS, QUICK_SETTINGS = ("imbalanced",), ("splitnn",), ("none", "marvell-0.25")
 
 
-def plan(
-    tasks: Sequence[str], algorithms: Sequence[str], settings: Sequence[str] | None, repeats: int = 1
-) -> list[Run]:
-    """The runs, task by task and algorithm by algorithm, each algorithm's undefended run first.
+def plan(tasks: Sequence[str], algorithms: Sequence[str], settings: Sequence[str] | None, seeds: int) -> list[Run]:
+    """The runs, task by task and algorithm by algorithm, each cell's seeds together, the undefended cell first.
 
-    ``settings`` None: the tables' plan (``SWEPT`` pairs all settings, the rest "none" and
-    ``EVERY_ALGORITHM``); else exactly those settings. Marvell is left out of multi-class tasks.
-    The target's pair (``TARGET_TASK``, ``TARGET_ALGORITHM``) runs each defended setting
-    ``repeats`` times: its verdict is on the mean, since each job draws fresh secret noise.
+    ``settings`` None: each algorithm's own (``SETTINGS_OF``), with Gaussian noise instead of
+    Marvell on a multi-class task; else exactly those settings (Marvell left out of multi-class).
     """
     runs: list[Run] = []
     for task_name in tasks:
         binary = TASKS[task_name]().binary
         for algorithm in algorithms:
-            if settings is not None:
-                chosen = list(settings)
-            elif (task_name, algorithm) in SWEPT:
-                chosen = list(SETTINGS)
-            else:
-                chosen = ["none", *EVERY_ALGORITHM[binary]]
+            chosen = list(settings) if settings is not None else list(SETTINGS_OF[algorithm])
+            if not binary:
+                chosen = list(dict.fromkeys(s for s in chosen for s in _for_multiclass(s, settings is None)))
             chosen = [s for s in chosen if binary or s not in BINARY_ONLY]
-            target = (task_name, algorithm) == (TARGET_TASK, TARGET_ALGORITHM)
-            for setting in chosen:
-                copies = repeats if target and setting != "none" else 1
-                runs.extend(Run(task_name, algorithm, setting, SETTINGS[setting], r) for r in range(copies))
+            for setting in dict.fromkeys(["none", *chosen]) if settings is None else chosen:
+                runs.extend(Run(task_name, algorithm, setting, SETTINGS[setting], seed) for seed in range(seeds))
     return runs
+
+
+def _for_multiclass(setting: str, replace_marvell: bool) -> tuple[str, ...]:
+    """A setting as a multi-class task runs it: Marvell (binary only) becomes Gaussian noise in the default plan."""
+    if setting in BINARY_ONLY:
+        return MULTICLASS_INSTEAD if replace_marvell else ()
+    return (setting,)
 
 
 def run_plan(runs: Sequence[Run], job: dict[str, Any], root: Path) -> list[Outcome]:
@@ -142,7 +152,7 @@ def run_plan(runs: Sequence[Run], job: dict[str, Any], root: Path) -> list[Outco
     datasets = {name: task.write(root / "data" / name) for name, task in tasks.items()}
     service = PrivacyService(root, pki, datasets[next(iter(datasets))], serving=False, datasets=datasets)
     outcomes: list[Outcome] = []
-    baselines: dict[tuple[str, str], float] = {}
+    baselines: dict[tuple[str, str, int], float] = {}
     try:
         service.start_server()
         service.start_clients()
@@ -151,9 +161,9 @@ def run_plan(runs: Sequence[Run], job: dict[str, Any], root: Path) -> list[Outco
             for run in runs:
                 outcome = execute(service, jobs, run, tasks[run.task], job)
                 if run.setting == "none":
-                    baselines[(run.task, run.algorithm)] = outcome.utility
+                    baselines[(run.task, run.algorithm, run.seed)] = outcome.utility
                 outcomes.append(outcome)
-                print(line(outcome, baselines.get((run.task, run.algorithm), NAN)), flush=True)
+                print(line(outcome, baselines.get((run.task, run.algorithm, run.seed), NAN)), flush=True)
     except (VflError, RuntimeError, OSError) as exc:
         print(f"\nbench failed: {type(exc).__name__}: {exc}\n{service.tail(20)}", file=sys.stderr, flush=True)
     finally:
@@ -170,23 +180,24 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.privacy", description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", default=os.environ.get("PRIVACY_BENCH_QUICK") == "1")
     p.add_argument("--tasks", nargs="+", choices=list(TASKS), help=f"default: {' '.join(TASKS)}")
-    p.add_argument("--algorithms", nargs="+", choices=ALGORITHMS, help="default: all")
+    p.add_argument("--algorithms", nargs="+", choices=KNOWN_ALGORITHMS, help=f"default: {' '.join(ALGORITHMS)}")
     p.add_argument("--settings", nargs="+", choices=list(SETTINGS), help="default: the plan's tables")
-    p.add_argument("--repeats", type=int, default=None, help=f"runs per defended target setting (default {REPEATS})")
+    p.add_argument("--seeds", type=int, default=None, help=f"job seeds per cell (default {SEEDS}; --quick: 1)")
     p.add_argument("--out", type=Path, default=OUT / "privacy", help="where the CSV and the plot go")
     return p.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _arguments(argv)
-    if args.repeats is None:
-        args.repeats = 1 if args.quick else REPEATS
-    tasks: Sequence[str] = args.tasks or (QUICK_TASKS if args.quick else tuple(TASKS))
+    if args.seeds is None:
+        args.seeds = 1 if args.quick else SEEDS
+    tasks: Sequence[str] = args.tasks or (QUICK_TASKS if args.quick else (TARGET_TASK,))
     algorithms: Sequence[str] = args.algorithms or (QUICK_ALGORITHMS if args.quick else ALGORITHMS)
-    runs = plan(tasks, algorithms, args.settings or (QUICK_SETTINGS if args.quick else None), args.repeats)
+    runs = plan(tasks, algorithms, args.settings or (QUICK_SETTINGS if args.quick else None), args.seeds)
     job = QUICK_JOB if args.quick else JOB
     print(
-        f"== privacy: {len(runs)} jobs ({', '.join(tasks)} x {', '.join(algorithms)}), {job['epochs']} epochs "
+        f"== privacy: {len(runs)} jobs ({', '.join(tasks)} x {', '.join(algorithms)}, {args.seeds} seeds a cell), "
+        f"{job['epochs']} epochs "
         f"each, on one vfl-server and two recording passive parties (processes, mTLS); "
         f"attacker: party {ATTACKED_PARTY} =="
     )
@@ -200,15 +211,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         outcomes, window = measured(lambda: run_plan(runs, job, Path(tmp)), own_children=True)
     print("\na dash is an attack that does not apply, or a figure not produced; where one does not apply, why:")
     print("\n".join(not_applicable(NOT_APPLICABLE, any(not TASKS[t]().binary for t in tasks))))
-    baselines = {(o.run.task, o.run.algorithm): o.utility for o in outcomes if o.run.setting == "none"}
-    print(f"\nwrote {write_csv(outcomes, baselines, args.out / 'privacy.csv')}")
-    print(f"wrote {write_markdown(outcomes, baselines, args.out / 'privacy.md')}")
-    picture = plot(outcomes, args.out / "privacy.png")
+    found = cells(outcomes)
+    print("\ncells: mean [95 % interval] over the seeds; cost paired with the undefended run of the same seed")
+    print("\n".join(cell_table(found)))
+    print(f"\nwrote {write_csv(outcomes, args.out / 'privacy.csv')}")
+    print(f"wrote {write_markdown(found, args.out / 'privacy.md')}")
+    picture = plot(found, args.out / "privacy.png")
     if picture is not None:
         print(f"wrote {picture}")
     steal = f"{window.steal:.2f}" if window.steal is not None else "unknown"
     print(f"{len(outcomes)} jobs in {time.perf_counter() - started:.0f} s; hypervisor steal {steal} CPUs")
-    for text in verdict(outcomes):
+    for text in verdict(found):
         print(text)
     return 0
 

@@ -10,7 +10,8 @@ A run's figures come from three places, each the one that legitimately holds the
 - the attacks: ``vfltesting.privacy_probe.probe`` on the attacked party's recording, scored against the
   bench's own copy of the labels and features, in the aligned order it wrote;
 - ε: label DP's is the job's ``label_dp_epsilon``; the embedding noise's is what the party's own
-  accountant wrote to ``privacy.json`` in its job folder.
+  accountant wrote to ``privacy.json`` in its job folder, or for APFed's h^A what the active
+  party's wrote to its ``summary.json`` (``privacy.active_embedding``).
 """
 
 from __future__ import annotations
@@ -45,8 +46,15 @@ ATTACKS = (
     "inversion_mse",
     "inversion_baseline_mse",
 )
-#: Also in the CSV: the label attacks' highest AUC over the epochs (the table shows the last epoch's).
-OVER_EPOCHS = ("norm_auc_max", "direction_auc_k1_max")
+#: Also in the CSV: the label attacks' highest AUC over the epochs (the table shows the last epoch's), and
+#: VIMADMM's and VIMADMM-J's attacks on the residual s^k_B.
+OVER_EPOCHS = (
+    "norm_auc_max",
+    "direction_auc_k1_max",
+    "residual_norm_auc",
+    "residual_direction_auc_k1",
+    "residual_direction_auc_k1_max",
+)
 NAN = float("nan")
 #: How long a passive party may take, after the server's job has ended, to write its end-of-job files.
 PARTY_DONE_S = 30.0
@@ -76,23 +84,21 @@ class PrivacyService(ServiceRun):
 
 @dataclass(frozen=True)
 class Run:
-    """One row of the table: a task, an algorithm and a defence setting (its ``[privacy]`` table)."""
+    """One job: a task, an algorithm, a defence setting (its ``[privacy]`` table) and the job's seed.
+
+    The seed decides the model's first weights and the train/test split; the defence's noise comes
+    from a secret key each job draws afresh, whatever its seed.
+    """
 
     task: str
     algorithm: str
     setting: str
     privacy: dict[str, Any]
-    #: 0 for the first run of a setting; 1, 2, ... for its repeats (each job draws fresh secret noise).
-    repeat: int = 0
-
-    @property
-    def label(self) -> str:
-        """The setting's name, and which repeat this is: ``marvell-0.1``, ``marvell-0.1#2``."""
-        return self.setting if self.repeat == 0 else f"{self.setting}#{self.repeat + 1}"
+    seed: int = 0
 
     @property
     def job_id(self) -> str:
-        return f"{self.task}-{self.algorithm}-{self.setting}" + (f"-r{self.repeat + 1}" if self.repeat else "")
+        return f"{self.task}-{self.algorithm}-{self.setting}-s{self.seed}"
 
 
 @dataclass
@@ -117,18 +123,6 @@ class Outcome:
     def attack(self, name: str) -> float:
         return self.attacks.get(name, NAN)
 
-    #: Set on a mean over repeats: the mean of each run's ``label_attack_auc`` (not the larger of the means).
-    mean_label_attack: float | None = None
-
-    @property
-    def label_attack_auc(self) -> float:
-        """The target's figure: the larger of the norm and the direction (k = 1) attacks' AUC, last epoch."""
-        if self.mean_label_attack is not None:
-            return self.mean_label_attack
-        values = [self.attack("norm_auc"), self.attack("direction_auc_k1")]
-        known = [v for v in values if not math.isnan(v)]
-        return max(known) if known else NAN
-
 
 def job_document(run: Run, task: Task, job: dict[str, Any]) -> dict[str, Any]:
     """The job file an operator would submit for ``run``: ``job`` (the bench's shared settings) on its dataset."""
@@ -139,7 +133,7 @@ def job_document(run: Run, task: Task, job: dict[str, Any]) -> dict[str, Any]:
             "task": "classification",
             "dataset": task.name,
             "passive_parties": [2, 3],
-            "seed": 0,
+            "seed": run.seed,
             "test_fraction": 0.2,
             "join_timeout_s": 60,
             **job,
@@ -173,6 +167,8 @@ def execute(service: PrivacyService, jobs: JobClient, run: Run, task: Task, job:
     if not _party_done(passive):
         outcome.message = f"party {ATTACKED_PARTY} did not write its end-of-job files within {PARTY_DONE_S:.0f} s"
     outcome.embedding_epsilon = _embedding_epsilon(passive)
+    if math.isnan(outcome.embedding_epsilon):  # APFed: the active party's noise on h^A
+        outcome.embedding_epsilon = _active_embedding_epsilon(party_dir(service.root / "runs", run.job_id, 1))
     with (passive / "aligned_ids.csv").open(newline="", encoding="utf-8") as handle:
         ids = [row["id"] for row in csv.DictReader(handle)]
     features, labels = task.aligned(ids)
@@ -197,6 +193,18 @@ def _party_done(folder: Path) -> bool:
             return False
         time.sleep(0.05)
     return True
+
+
+def _active_embedding_epsilon(folder: Path) -> float:
+    """ε of the active party's noise on APFed's h^A, from its ``summary.json``; NaN where it added none."""
+    try:
+        privacy = json.loads((folder / "summary.json").read_text()).get("privacy", {})
+    except (OSError, ValueError):
+        return NAN
+    report = privacy.get("active_embedding") if isinstance(privacy, dict) else None
+    if not isinstance(report, dict) or "epsilon" not in report:
+        return NAN
+    return math.inf if report["epsilon"] is None else float(report["epsilon"])
 
 
 def _embedding_epsilon(folder: Path) -> float:
