@@ -51,9 +51,8 @@ class APFedServer(ServerAlgorithm):
     needs_own_features = True
     active_embedding = ACTIVE_EMBEDDING
     label_defence_instead = (
-        "h^A, which it sends, reveals the labels through the active party's own features, which neither a label "
-        "defence nor label_dp_epsilon changes: clip and noise it with active_embedding_clip and "
-        "active_embedding_noise_multiplier"
+        "protect h^A, which reveals the labels through the active party's own features (neither a label defence "
+        "nor label_dp_epsilon changes that), with active_embedding_clip and active_embedding_noise_multiplier"
     )
 
     def __init__(self, ctx: ActiveContext) -> None:
