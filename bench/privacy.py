@@ -74,6 +74,7 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "gaussian-2": {"label_defence": "gaussian", "gradient_noise": 2.0},
     "label_dp-1": {"label_dp_epsilon": 1.0},
     "label_dp-3": {"label_dp_epsilon": 3.0},
+    "label_dp-4": {"label_dp_epsilon": 4.0},
     "embedding-0.5": {"embedding_clip": 1.0, "embedding_noise_multiplier": 0.5},
     "embedding-2": {"embedding_clip": 1.0, "embedding_noise_multiplier": 2.0},
     "active-0.5": {"active_embedding_clip": 1.0, "active_embedding_noise_multiplier": 0.5},

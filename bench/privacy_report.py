@@ -140,7 +140,7 @@ def plot(cells: Sequence[Cell], path: Path, task: str = TARGET_TASK) -> Path | N
             xerr=[[0 if math.isnan(v) else v for v in side] for side in spread],
             marker=markers[index % len(markers)],
             capsize=2,
-            linewidth=1,
+            linestyle="none",
             label=algorithm,
         )
         for c in points:
