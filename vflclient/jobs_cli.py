@@ -1,9 +1,9 @@
 """``vfl-jobs``: submit, list, follow and cancel jobs on a long-running vfl-server, over ``JobClient``.
 
-    vfl-jobs submit jobs/digits.toml [--watch]   # prints the job id
+    vfl-jobs submit jobs/digits.toml [--watch] [--json]  # prints the job id (--json: the job as JSON)
     vfl-jobs list [--state training ...] [--limit 20] [--json]
     vfl-jobs show ID [--json]
-    vfl-jobs watch ID                            # a progress bar on a terminal, else JSON lines
+    vfl-jobs watch ID [--json]                   # a progress bar on a terminal, else (or --json) JSON lines
     vfl-jobs cancel ID                           # prints the job's new state
 
 The Control API takes an operator certificate (``vfl-certs operator NAME``). The connection flags
@@ -174,11 +174,12 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
 
 def _submit(client: JobClient, args: argparse.Namespace, out: TextIO) -> int:
     job = client.submit(Path(args.file))
+    said = json.dumps(job.to_json(), sort_keys=True) if args.json else job.id
     if not args.watch:
-        print(job.id, file=out)
+        print(said, file=out)
         return EXIT_OK
-    print(job.id, file=out if out.isatty() else sys.stderr)
-    return _follow(client, job.id, out)
+    print(said, file=out if out.isatty() and not args.json else sys.stderr)
+    return _follow(client, job.id, out, json_lines=args.json)
 
 
 def _list(client: JobClient, args: argparse.Namespace, out: TextIO) -> int:
@@ -198,10 +199,10 @@ def _show(client: JobClient, args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _watch(client: JobClient, args: argparse.Namespace, out: TextIO) -> int:
-    return _follow(client, args.id, out)
+    return _follow(client, args.id, out, json_lines=args.json)
 
 
-def _follow(client: JobClient, job_id: str, out: TextIO) -> int:
+def _follow(client: JobClient, job_id: str, out: TextIO, *, json_lines: bool = False) -> int:
     """Render the job's events until it ends: 0 it finished, 3 the server stopped under the watch, 1 otherwise.
 
     A server that stops sends a running job's ``interrupted`` event and then goes: asking it how the
@@ -216,7 +217,8 @@ def _follow(client: JobClient, job_id: str, out: TextIO) -> int:
             yield event
 
     try:
-        (render_tty if out.isatty() else render_json_lines)(remembered(client.watch(job_id)), out)
+        render = render_json_lines if json_lines or not out.isatty() else render_tty
+        render(remembered(client.watch(job_id)), out)
     except ServerUnavailable as exc:
         if not last:  # never reached it: the usual error, exit 1
             raise
@@ -282,6 +284,11 @@ def _parser() -> argparse.ArgumentParser:
     submit = command("submit", _submit, "queue a job from a TOML job file and print its id")
     submit.add_argument("file", help="the job file ([job], [algorithm], [model], [serving] tables)")
     submit.add_argument("--watch", action="store_true", help="then follow it as `watch` does")
+    submit.add_argument(
+        "--json",
+        action="store_true",
+        help="the queued job as one JSON object (with --watch: on stderr, then JSON lines)",
+    )
 
     listing = command("list", _list, "list jobs, newest first")
     listing.add_argument("--state", action="append", metavar="STATE", help="only jobs in this state (repeatable)")
@@ -294,6 +301,9 @@ def _parser() -> argparse.ArgumentParser:
 
     watch = command("watch", _watch, "follow a job until it ends: a progress bar on a terminal, JSON lines otherwise")
     watch.add_argument("id", help="the job id")
+    watch.add_argument(
+        "--json", action="store_true", help="JSON lines even on a terminal (they are the default elsewhere)"
+    )
 
     cancel = command("cancel", _cancel, "stop a queued or running job and print its new state")
     cancel.add_argument("id", help="the job id")

@@ -16,6 +16,7 @@ cannot name a dataset, so its document asks for "default" for every party.
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -326,3 +327,27 @@ class TestCommandsOverTheWire:
         text = capsys.readouterr().out
         assert "state         finished" in text and "final metrics accuracy 0.9" in text
         assert "EPOCH  TRAIN_LOSS  TEST_LOSS  ACCURACY" in text
+
+    def test_every_command_speaks_json(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """--json on submit, list, show and watch: one JSON document, or one JSON line per job or event.
+
+        ``watch --json`` prints JSON lines even where stdout is a terminal (a script under ``script(1)``).
+        """
+        path = tmp_path / "job.toml"
+        path.write_text(toml_text(job_document("digits-json", "splitnn", epochs=3)))
+        assert self.run("submit", str(path), "--json") == 0
+        submitted = json.loads(capsys.readouterr().out)
+        assert submitted["id"] == "digits-json" and submitted["state"] == "queued"
+        assert self.run("show", "done", "--json") == 0
+        shown = json.loads(capsys.readouterr().out)
+        assert shown["state"] == "finished" and shown["final_metrics"] == {"accuracy": 0.9}
+        assert [h["epoch"] for h in shown["history"]] == [0, 1]
+        assert self.run("list", "--json") == 0
+        listed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        assert {"done", "broke", "digits-json"} <= {job["id"] for job in listed}
+        monkeypatch.setattr(sys.stdout, "isatty", lambda: True, raising=False)
+        assert self.run("watch", "done", "--json") == 0
+        events = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        assert [e["seq"] for e in events] == [1, 2, 3, 4, 5, 6] and events[-1]["state"] == "finished"

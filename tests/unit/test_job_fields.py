@@ -88,6 +88,8 @@ def test_every_privacy_setting_survives_the_wire_and_the_table() -> None:
         "embedding_clip": 4.0,
         "embedding_noise_multiplier": 1.5,
         "dp_delta": 1e-6,
+        "active_embedding_clip": 2.5,
+        "active_embedding_noise_multiplier": 0.75,
     }
     assert set(values) == {f.name for f in fields(PrivacySpec)} == set(pb.PrivacySpec.DESCRIPTOR.fields_by_name)
     toml = '[job]\njob_id = "p"\n[privacy]\n' + "".join(

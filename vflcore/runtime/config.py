@@ -237,6 +237,9 @@ class ServerSettings:
     #: Serve Prometheus metrics on ``metrics_listen``.
     metrics_enabled: bool = field(default=False, metadata=_setting("metrics", key="enabled"))
     metrics_listen: str = field(default="127.0.0.1:9464", metadata=_setting("metrics", key="listen"))
+    #: Serve the operator's console (``vflserver.console``) on ``console_listen``, over mTLS.
+    console_enabled: bool = field(default=False, metadata=_setting("console", key="enabled"))
+    console_listen: str = field(default="127.0.0.1:8443", metadata=_setting("console", key="listen"))
 
     @property
     def store_path(self) -> Path:

@@ -111,6 +111,32 @@ def operator_from_auth_context(auth_context: Mapping[str, Sequence[bytes]]) -> s
     return None if pem is None else _operator_from_pem(pem)
 
 
+def expiry_from_auth_context(auth_context: Mapping[str, Sequence[bytes]]) -> float | None:
+    """When a gRPC peer's verified certificate expires (seconds since the epoch), or None without one.
+
+    The console shows each party the days its certificate has left: a party whose certificate
+    lapses is refused at the next handshake, with nothing on its side to say why.
+    """
+    pem = _verified_pem(auth_context)
+    return None if pem is None else _expiry_from_pem(pem)
+
+
+@functools.lru_cache(maxsize=256)
+def _expiry_from_pem(pem: bytes) -> float | None:
+    cert = _load_pem(pem)
+    return None if cert is None else cert.not_valid_after_utc.timestamp()
+
+
+@functools.lru_cache(maxsize=256)
+def operator_from_der(der: bytes) -> str | None:
+    """The operator name of a verified certificate in DER form (the console's check), or None."""
+    try:
+        cert = x509.load_der_x509_certificate(der)
+    except ValueError:
+        return None
+    return operator_from_certificate(cert)
+
+
 @functools.lru_cache(maxsize=256)
 def party_from_der(der: bytes) -> int | None:
     """The party id of a verified certificate in DER form (what ``SSLObject.getpeercert(True)`` gives)."""

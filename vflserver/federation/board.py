@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from vflcore.errors import JoinRejected, PermissionDenied
 from vflcore.job import Offer
 from vflcore.runtime.config import DEFAULT_DATASET
+from vflserver.federation.directory import PartyDirectory
 from vflserver.federation.passive_parties import PassiveParties
 from vflserver.federation.presence import PartyPresence
 
@@ -34,6 +35,8 @@ class JobBoard:
     def __init__(self, presence: PartyPresence | None = None) -> None:
         #: The daemons connected now, by their NextJob calls.
         self.presence = presence or PartyPresence()
+        #: Each party's daemon as last seen, for the operator's console (``vflserver.console``).
+        self.directory = PartyDirectory()
         self._changed = threading.Condition()
         self._parties: PassiveParties | None = None
         self._datasets: dict[int, str] = {}

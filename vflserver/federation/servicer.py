@@ -23,7 +23,7 @@ import structlog
 from vflcore.errors import IncompleteStream, JobAborted, JoinRejected, Overloaded, PermissionDenied, TensorError
 from vflcore.proto import federation_pb2 as pb
 from vflcore.proto import federation_pb2_grpc as pb_grpc
-from vflcore.security.identity import party_from_auth_context
+from vflcore.security.identity import expiry_from_auth_context, party_from_auth_context
 from vflcore.status import status_for
 from vflcore.wire import serde as wire
 from vflcore.wire.metered import MeteredTensors
@@ -180,13 +180,15 @@ class FederationService(pb_grpc.FederationServicer):
                 raise PermissionDenied(f"--insecure mode: send the party id in the {INSECURE_PARTY_HEADER} header")
             party = int(claim)
         else:
-            found = party_from_auth_context(context.auth_context())
+            auth = context.auth_context()
+            found = party_from_auth_context(auth)
             if found is None:
                 raise PermissionDenied(
                     "the client certificate carries no party identity (CN party-N with URI SAN vfl://party/N); "
                     "issue one with: vfl-certs party N"
                 )
             party = found
+            self.board.directory.saw(party, expires=expiry_from_auth_context(auth))
         return party
 
     @_handler
@@ -211,6 +213,7 @@ class FederationService(pb_grpc.FederationServicer):
                 f"{request.party}; run vfl-client with --party {party} or use party {request.party}'s certificate"
             )
         log.info("join_request", peer=party, features=request.num_features, client_version=request.client_version)
+        self.board.directory.saw(party, client_version=request.client_version)
         job = parties.join(
             party,
             bytes(request.id_set_digest),

@@ -28,7 +28,6 @@ while to parse) runs in a thread pool, so one slow request never stalls the othe
 from __future__ import annotations
 
 import asyncio
-import socket
 import ssl
 import threading
 from collections.abc import Callable
@@ -55,7 +54,7 @@ from vflserver.inference.json_wire import (
     model_metadata_to_json,
     server_metadata_to_json,
 )
-from vflserver.inference.rest_listener import ConnectionGate
+from vflserver.inference.rest_listener import ConnectionGate, bind
 
 log = structlog.get_logger(__name__)
 
@@ -84,7 +83,7 @@ class RestServer:
         self.handler = handler
         self.limits = limits or RestLimits()
         self._routes = _Routes(handler, self.limits, allow_parties=allow_parties)
-        self._sock = _bind(address)  # OSError now, in the caller's thread, if the address is taken
+        self._sock = bind(address)  # OSError now, in the caller's thread, if the address is taken
         self._tls = tls
         #: The connections, once started: the cap and the handshake deadline.
         self.gate: ConnectionGate | None = None
@@ -252,21 +251,6 @@ def _header_length(value: str | None) -> int | None:
         return int(value)
     except ValueError:
         raise ProtocolError(f"{HEADER_LENGTH} must be an integer, got {value!r}") from None
-
-
-def _bind(address: tuple[str, int]) -> socket.socket:
-    """The listening socket, bound now so that a taken address fails before anything starts."""
-    family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(address)
-        sock.listen(1024)
-        sock.setblocking(False)
-    except OSError:
-        sock.close()
-        raise
-    return sock
 
 
 def _readiness(ready: bool) -> web.Response:

@@ -156,3 +156,18 @@ class _Gate(asyncio.Protocol):
         self._release()
         if self.handler is not None:
             self.handler.connection_lost(exc)
+
+
+def bind(address: tuple[str, int]) -> socket.socket:
+    """The listening socket, bound now so that a taken address fails before anything starts."""
+    family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(1024)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock

@@ -1,0 +1,198 @@
+"""Serve the console over HTTPS to operator certificates only: aiohttp on its own event loop and thread.
+
+Who may look. The console shows every job and party of the server, so it takes the Control API's
+rule: an operator certificate (``vfl-certs operator NAME``) over mutual TLS, or nothing. The TLS
+handshake requires a certificate the project CA signed; a party's or an inference caller's gets
+403 on every route, with what to use instead. There is no login form and no cookie.
+
+What every response carries: a Content-Security-Policy that allows only this origin's one script
+and one stylesheet (no inline code, no frames, no form targets), ``Cache-Control: no-store``,
+``X-Content-Type-Options: nosniff`` and ``Referrer-Policy: no-referrer``.
+
+Live updates. ``/events/<job>`` is a Server-Sent Events stream of the job's store events, the
+same ones ``vfl-jobs watch`` follows; it carries only each event's sequence number, and the page
+fetches itself again (``console.js``, at most once a second). Reading the store blocks, so every
+page is built in a thread of the loop's executor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import ssl
+import threading
+from collections.abc import Awaitable, Callable
+from http import HTTPStatus
+from importlib import resources
+
+import structlog
+from aiohttp import web
+
+from vflcore.errors import JobNotFound
+from vflcore.runtime.daemon import run_compute_loop
+from vflcore.security.identity import operator_from_der
+from vflserver.console import facts, pages
+from vflserver.inference.rest_listener import ConnectionGate, bind
+from vflserver.jobs.store import ENDED
+
+log = structlog.get_logger(__name__)
+
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
+        "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    ),
+    "Cache-Control": "no-store",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+}
+#: Connections open at once, and how long a TLS handshake may take.
+MAX_CONNECTIONS, HANDSHAKE_TIMEOUT_S = 64, 10.0
+#: How long one wait on the store lasts before the stream sends a keep-alive comment.
+EVENT_WAIT_S = 15.0
+_STATIC = {"console.js": "application/javascript", "console.css": "text/css"}
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def refusal(der: bytes | None) -> str | None:
+    """Why a caller may not see the console (None: an operator may)."""
+    if der and operator_from_der(der) is not None:
+        return None
+    return (
+        "the console is for operator certificates only (vfl-certs operator NAME), as the Control API is; "
+        "this certificate is a party's or an inference caller's"
+    )
+
+
+class ConsoleServer:
+    """The console on ``address``, bound at construction (OSError then), served from ``start`` until ``stop``."""
+
+    def __init__(self, address: tuple[str, int], sources: facts.Sources, tls: ssl.SSLContext) -> None:
+        self.sources = sources
+        self._tls = tls
+        self._sock = bind(address)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=run_compute_loop, args=(self._loop,), name="console", daemon=True)
+        self._runner: web.AppRunner | None = None
+        self._server: asyncio.Server | None = None
+        self._gate: ConnectionGate | None = None
+        self._closing = asyncio.Event()
+
+    @property
+    def port(self) -> int:
+        port: int = self._sock.getsockname()[1]
+        return port
+
+    def start(self) -> None:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result()
+
+    def stop(self) -> None:
+        """End every stream and connection, free the port. Safe to call twice."""
+        if self._loop.is_closed():
+            return
+        if self._thread.is_alive():
+            asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result()
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join()
+        self._loop.close()
+        self._sock.close()
+
+    async def _start(self) -> None:
+        app = web.Application(middlewares=[_guard])
+        app.router.add_get("/", self._page(lambda: pages.jobs_page(facts.jobs(self.sources))))
+        app.router.add_get("/jobs/{job_id}", self._job)
+        app.router.add_get("/parties", self._page(lambda: pages.parties_page(facts.parties(self.sources))))
+        app.router.add_get("/server", self._page(lambda: pages.server_page(facts.server(self.sources))))
+        app.router.add_get("/events/{job_id}", self._events)
+        app.router.add_get("/{name:console\\.(?:js|css)}", _static)
+        runner = web.AppRunner(app, handle_signals=False, access_log=None, keepalive_timeout=30)
+        await runner.setup()
+        assert runner.server is not None
+        self._gate = ConnectionGate(
+            runner.server, self._tls, max_connections=MAX_CONNECTIONS, handshake_timeout_s=HANDSHAKE_TIMEOUT_S
+        )
+        self._runner = runner
+        self._server = await self._loop.create_server(self._gate, sock=self._sock)
+
+    async def _stop(self) -> None:
+        self._closing.set()
+        if self._server is not None:
+            self._server.close()
+        if self._gate is not None:
+            self._gate.close_all()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    def _page(self, build: Callable[[], str]) -> Handler:
+        async def handler(request: web.Request) -> web.StreamResponse:
+            html = await asyncio.get_running_loop().run_in_executor(None, build)
+            return web.Response(text=html, content_type="text/html")
+
+        return handler
+
+    async def _job(self, request: web.Request) -> web.StreamResponse:
+        job_id = request.match_info["job_id"]
+        try:
+            found = await asyncio.get_running_loop().run_in_executor(None, facts.job, self.sources, job_id)
+        except JobNotFound:
+            return web.Response(status=404, text=pages.not_found(f"No job {job_id!r}."), content_type="text/html")
+        return web.Response(text=pages.job_page(found), content_type="text/html")
+
+    async def _events(self, request: web.Request) -> web.StreamResponse:
+        """The job's events as SSE: ``data: <seq>`` each, ``event: end`` once it has ended."""
+        job_id = request.match_info["job_id"]
+        store, loop = self.sources.store, asyncio.get_running_loop()
+        try:
+            record = await loop.run_in_executor(None, store.get, job_id)
+        except JobNotFound:
+            return web.Response(status=404, text=f"no job {job_id!r}")
+        response = web.StreamResponse(headers={**SECURITY_HEADERS, "Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        seen = 0
+        try:
+            while not self._closing.is_set():
+                wait = functools.partial(store.wait_for_events, job_id, seen, EVENT_WAIT_S)
+                events = await loop.run_in_executor(None, wait)
+                for event in events:
+                    seen = event.seq
+                    await response.write(f"data: {event.seq}\n\n".encode())
+                if not events:
+                    await response.write(b": still here\n\n")
+                if (events and events[-1].state in ENDED) or (not events and record.state in ENDED):
+                    await response.write(b"event: end\ndata: ended\n\n")
+                    break
+        except (ConnectionResetError, asyncio.CancelledError):
+            pass
+        return response
+
+
+@web.middleware
+async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Operators only; the security headers on every answer, a refusal included."""
+    transport = request.transport
+    ssl_object = transport.get_extra_info("ssl_object") if transport is not None else None
+    der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+    refused = refusal(der)
+    if refused is not None:
+        log.warning("console_refused", path=request.path)
+        response: web.StreamResponse = web.Response(status=HTTPStatus.FORBIDDEN, text=refused)
+    else:
+        try:
+            response = await handler(request)
+        except web.HTTPException as exc:
+            response = web.Response(status=exc.status, text=exc.text or exc.reason)
+    if not response.prepared:  # a stream set them itself before it started
+        response.headers.update(SECURITY_HEADERS)
+    return response
+
+
+async def _static(request: web.Request) -> web.StreamResponse:
+    name = request.match_info["name"]
+    body = resources.files("vflserver.console").joinpath("static", name).read_bytes()
+    return web.Response(body=body, content_type=_STATIC[name])
+
+
+__all__ = ["SECURITY_HEADERS", "ConsoleServer", "refusal"]
