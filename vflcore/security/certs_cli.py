@@ -18,11 +18,19 @@ import datetime as dt
 import ipaddress
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
+from vflcore.security.bundle import (
+    DEFAULT_LISTEN,
+    DEFAULT_PREFIX,
+    caller_bundle,
+    operator_bundle,
+    party_bundle,
+    server_bundle,
+)
 from vflcore.security.certs import (
     CA_CERT_FILE,
     CA_KEY_FILE,
@@ -115,6 +123,37 @@ def _parser() -> argparse.ArgumentParser:
     caller.add_argument("--days", type=int, default=825)
     caller.add_argument("--force", action="store_true", help="replace an existing certificate of this name")
     caller.set_defaults(run=_caller_command)
+
+    bundle = commands.add_parser(
+        "bundle",
+        help="write one host's archive: its key and certificate, the CA certificate, a config, the unit, a README",
+        description=(
+            "Write <to>/vfl-<host>.tar.gz for one host: its own key (mode 0600) and certificate, the CA "
+            "certificate, a config template with the addresses filled in, the systemd unit and a README of what "
+            "to run. The CA's key and other hosts' keys are never in it. Issue the certificate first."
+        ),
+    )
+    who = bundle.add_mutually_exclusive_group(required=True)
+    who.add_argument("--party", type=_party, metavar="N", help="a passive party's host")
+    who.add_argument("--server", action="store_true", help="the active party's host (vfl-server)")
+    who.add_argument("--operator", metavar="NAME", help="an operator's machine (vfl-jobs, the console)")
+    who.add_argument("--caller", metavar="NAME", help="an inference caller's machine")
+    _add_out(bundle)
+    bundle.add_argument("--to", type=Path, default=Path("bundles"), help="where the archive goes (default: bundles)")
+    bundle.add_argument(
+        "--server-address", metavar="HOST:PORT", help="the server as the host dials it (--party, --operator)"
+    )
+    bundle.add_argument("--endpoint", metavar="HOST:PORT", help="the inference endpoint's REST address (--caller)")
+    bundle.add_argument(
+        "--listen", default=DEFAULT_LISTEN, help=f"--server: where it listens (default {DEFAULT_LISTEN})"
+    )
+    bundle.add_argument(
+        "--prefix",
+        type=PurePosixPath,
+        default=DEFAULT_PREFIX,
+        help=f"the config's folder on the host ({DEFAULT_PREFIX})",
+    )
+    bundle.set_defaults(run=_bundle)
 
     show = commands.add_parser("show", help="print what a certificate says")
     show.add_argument("file", type=Path, metavar="FILE.pem")
@@ -226,6 +265,26 @@ def _caller_command(args: argparse.Namespace) -> None:
     issued = issue_caller_cert(args.out, ca, args.name, days=args.days, force=args.force)
     _say_wrote(issued, f"inference caller certificate {args.name!r}")
     print(f"Give the caller: {ca.cert_path}, {issued.cert_path} and {issued.key_path} (it cannot join as a party).")
+
+
+def _bundle(args: argparse.Namespace) -> None:
+    def needed(value: str | None, flag: str, why: str) -> str:
+        if not value:
+            raise CertsError(f"{flag} HOST:PORT is needed with {why}: the address goes into its config and README")
+        return value
+
+    if args.party is not None:
+        address = needed(args.server_address, "--server-address", "--party")
+        made = party_bundle(args.out, args.party, address, args.prefix)
+    elif args.server:
+        made = server_bundle(args.out, args.listen, args.prefix)
+    elif args.operator is not None:
+        made = operator_bundle(args.out, args.operator, needed(args.server_address, "--server-address", "--operator"))
+    else:
+        made = caller_bundle(args.out, args.caller, needed(args.endpoint, "--endpoint", "--caller"))
+    path = made.write(args.to)
+    keys = [m.name for m in made.members if m.name.endswith(".key")]
+    print(f"wrote {path} (mode 0600): {len(made.members)} files; the only key in it: {', '.join(keys)}")
 
 
 def _show(args: argparse.Namespace) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import tarfile
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -106,18 +107,26 @@ class Deployment:
         for argv in steps:
             done = self.run_on("operator", argv)
             assert done.returncode == 0, f"{' '.join(argv)}: {done.stderr}"
-        own = {
-            "server": ("server",),
-            **{f"party{p}": (f"party-{p}",) for p in PASSIVE},
-            "operator": ("alice", "scoring-app"),
+        # Each host gets its archive (``vfl-certs bundle``), unpacked into its folder as the
+        # archive's README says: the CA certificate and its own pair, never another host's key.
+        bundles = self.folder("operator") / "bundles"
+        archives = {
+            "server": ["--server"],
+            **{f"party{p}": ["--party", str(p), "--server-address", self.server_address] for p in PASSIVE},
+            "operator": ["--operator", "alice", "--server-address", self.server_address],
+            "scoring-app": ["--caller", "scoring-app", "--endpoint", f"{self.host('server').name}:{REST_PORT}"],
         }
-        for key, stems in own.items():
-            certs = self.folder(key) / "certs"
-            certs.mkdir(exist_ok=True)
-            shutil.copy2(ca / "ca.pem", certs / "ca.pem")
-            for stem in stems:
-                shutil.copy2(ca / f"{stem}.pem", certs / f"{stem}.pem")
-                shutil.copy2(ca / f"{stem}.key", certs / f"{stem}.key")
+        for name, who in archives.items():
+            key = "operator" if name == "scoring-app" else name
+            argv = ["vfl-certs", "bundle", *who, "--out", str(ca), "--to", str(bundles / name)]
+            done = self.run_on("operator", [*argv, "--prefix", str(self.folder(key))])
+            assert done.returncode == 0, f"{' '.join(argv)}: {done.stderr}"
+            [archive] = (bundles / name).glob("*.tar.gz")
+            with tarfile.open(archive) as unpacked:
+                for member in unpacked.getmembers():
+                    member.name = member.name.split("/", 1)[1]  # tar --strip-components=1
+                    if not (self.folder(key) / member.name).exists():
+                        unpacked.extract(member, self.folder(key), filter="data")
 
     def _place_data(self) -> None:
         for key, party in [("server", 1), *((f"party{p}", p) for p in PASSIVE)]:
