@@ -4,7 +4,7 @@
     vfl-jobs list [--state training ...] [--limit 20] [--json]
     vfl-jobs show ID [--json]
     vfl-jobs watch ID [--json]                   # a progress bar on a terminal, else (or --json) JSON lines
-    vfl-jobs cancel ID                           # prints the job's new state
+    vfl-jobs cancel ID [--json]                  # prints the job's new state
 
 The Control API takes an operator certificate (``vfl-certs operator NAME``). The connection flags
 go before or after the subcommand: ``--server`` (env VFL_SERVER, default 127.0.0.1:50051), ``--ca``
@@ -240,7 +240,7 @@ def _follow(client: JobClient, job_id: str, out: TextIO, *, json_lines: bool = F
 
 def _cancel(client: JobClient, args: argparse.Namespace, out: TextIO) -> int:
     job = client.cancel(args.id)
-    print(f"{job.id} {job.state}", file=out)
+    print(json.dumps(job.to_json(), sort_keys=True) if args.json else f"{job.id} {job.state}", file=out)
     return EXIT_OK
 
 
@@ -307,6 +307,7 @@ def _parser() -> argparse.ArgumentParser:
 
     cancel = command("cancel", _cancel, "stop a queued or running job and print its new state")
     cancel.add_argument("id", help="the job id")
+    cancel.add_argument("--json", action="store_true", help="the job as one JSON object, as `show --json` prints it")
     return p
 
 

@@ -351,3 +351,6 @@ class TestCommandsOverTheWire:
         assert self.run("watch", "done", "--json") == 0
         events = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
         assert [e["seq"] for e in events] == [1, 2, 3, 4, 5, 6] and events[-1]["state"] == "finished"
+        assert self.run("cancel", "digits-json", "--json") == 0
+        cancelled = json.loads(capsys.readouterr().out)
+        assert cancelled["id"] == "digits-json" and cancelled["state"] == "cancelled"
