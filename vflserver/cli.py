@@ -32,6 +32,7 @@ from vflcore.runtime.config import ServerConfig, server_config_from
 from vflcore.runtime.warmup import warm_up
 from vflcore.security.tls import TlsConfigError
 from vflcore.wire.traffic import summary_lines
+from vflserver.console.server import console_for
 from vflserver.federation.alignment import AlignmentResult
 from vflserver.inference.config import serving_config_from
 from vflserver.inference.run import write_ports
@@ -211,6 +212,11 @@ def main(argv: list[str] | None = None) -> int:
             _refuse_stray_job_tables(document, args.config)
         _check_data(config, job)
         service = Service(config, serving=serving, insecure=args.insecure, listener=_Printer())
+        try:
+            console = console_for(service)
+        except BaseException:
+            service.stop()
+            raise
     except (ConfigError, DataError, TlsConfigError, ValueError, JobStoreError) as exc:
         log.error("bad_configuration", error=str(exc))
         print(f"vfl-server: {exc}", file=sys.stderr)
@@ -227,12 +233,19 @@ def main(argv: list[str] | None = None) -> int:
     signals = daemon.ShutdownSignals(stopped.set).install()
     try:
         service.start()
+        if console is not None:
+            console.start()
     except OSError as exc:
         print(f"vfl-server: {exc}", file=sys.stderr)
+        if console is not None:
+            console.stop()
+        service.stop()
         return daemon.EXIT_UNREACHABLE
     try:
         return _run(service, config, job, args, once, stopped, signals)
     finally:
+        if console is not None:
+            console.stop()
         service.stop()
 
 

@@ -57,8 +57,8 @@ def _console_port(run: ServiceRun) -> int:
 
     def started() -> bool:
         for line in run.logs["server"].read_text().splitlines():
-            if '"service_started"' in line:
-                found.append(int(json.loads(line)["console"]))
+            if '"console_started"' in line:
+                found.append(int(json.loads(line)["port"]))
                 return True
         return False
 

@@ -86,7 +86,7 @@ def test_vfltesting_is_not_installed_with_the_product() -> None:
 
 #: The floors inside ``vflserver``, bottom to top: a module imports its own folder and those below.
 #: ``vflserver/cli.py`` (``vfl-server``) is the top and may import any of them.
-SERVER_FLOORS = ("federation", "inference", "scoring", "training", "jobs", "cli")
+SERVER_FLOORS = ("federation", "inference", "scoring", "training", "jobs", "console", "cli")
 
 
 def _server_floor(parts: tuple[str, ...]) -> int | None:
@@ -97,7 +97,7 @@ def _server_floor(parts: tuple[str, ...]) -> int | None:
 
 
 def test_vflserver_folders_import_only_their_own_floor_and_below() -> None:
-    """federation < inference < scoring < training < jobs < cli.py: no import in vflserver reaches up or sideways."""
+    """federation < inference < scoring < training < jobs < console < cli.py: no import reaches up or sideways."""
     wrong = []
     for path in _modules("vflserver"):
         own = _server_floor(path.relative_to(ROOT).with_suffix("").parts)

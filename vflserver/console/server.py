@@ -21,6 +21,7 @@ import asyncio
 import functools
 import ssl
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 from importlib import resources
@@ -28,11 +29,14 @@ from importlib import resources
 import structlog
 from aiohttp import web
 
-from vflcore.errors import JobNotFound
+from vflcore.errors import ConfigError, JobNotFound
 from vflcore.runtime.daemon import run_compute_loop
 from vflcore.security.identity import operator_from_der
+from vflcore.security.tls import server_ssl_context
 from vflserver.console import facts, pages
+from vflserver.inference.config import split_listen
 from vflserver.inference.rest_listener import ConnectionGate, bind
+from vflserver.jobs.app import Service
 from vflserver.jobs.store import ENDED
 
 log = structlog.get_logger(__name__)
@@ -54,6 +58,43 @@ EVENT_WAIT_S = 15.0
 _STATIC = {"console.js": "application/javascript", "console.css": "text/css"}
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def console_for(service: Service) -> ConsoleServer | None:
+    """The console of ``service`` if its config enables it, bound (OSError if the address is taken); else None.
+
+    ConfigError for a service without certificates (``--insecure``): the console is for operator
+    certificates over mutual TLS, and has no plaintext mode.
+    """
+    settings = service.config.settings
+    if not settings.console_enabled:
+        return None
+    tls = service.config.tls
+    if tls is None or service.insecure:
+        raise ConfigError(
+            "[console] enabled = true needs the server's certificates: the console is served to operator "
+            "certificates over mutual TLS only, and does not run with --insecure"
+        )
+    console: list[ConsoleServer] = []
+
+    def listeners() -> dict[str, str]:
+        found = service.listeners()
+        if console:
+            found["console (HTTPS)"] = f"{settings.console_listen.rpartition(':')[0]}:{console[0].port}"
+        return found
+
+    sources = facts.Sources(
+        store=service.store,
+        board=service.board,
+        registry=service.registry,
+        run_dir=settings.run_dir,
+        version=facts.service_version(),
+        started_at=time.time(),
+        listeners=listeners,
+        metrics_url=service.metrics_url,
+    )
+    console.append(ConsoleServer(split_listen(settings.console_listen), sources, server_ssl_context(tls)))
+    return console[0]
 
 
 def refusal(der: bytes | None) -> str | None:
@@ -88,6 +129,7 @@ class ConsoleServer:
     def start(self) -> None:
         self._thread.start()
         asyncio.run_coroutine_threadsafe(self._start(), self._loop).result()
+        log.info("console_started", port=self.port)
 
     def stop(self) -> None:
         """End every stream and connection, free the port. Safe to call twice."""
@@ -195,4 +237,4 @@ async def _static(request: web.Request) -> web.StreamResponse:
     return web.Response(body=body, content_type=_STATIC[name])
 
 
-__all__ = ["SECURITY_HEADERS", "ConsoleServer", "refusal"]
+__all__ = ["SECURITY_HEADERS", "ConsoleServer", "console_for", "refusal"]

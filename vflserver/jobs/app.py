@@ -9,7 +9,6 @@ pieces and who owns what:
 - The gRPC server carries ``Federation`` (parties) and ``Control`` (operators) on one port.
 - The inference endpoint (if ``[serving] enabled``) serves each finished job's model by its id.
 - ``ServiceMetrics`` (if ``[metrics] enabled``) exposes all of it to Prometheus.
-- ``ConsoleServer`` (if ``[console] enabled``) shows it to operators in a browser.
 """
 
 from __future__ import annotations
@@ -21,14 +20,10 @@ from typing import Any
 import grpc
 import structlog
 
-from vflcore.errors import ConfigError
 from vflcore.runtime.config import ServerConfig
-from vflcore.security.tls import TlsFiles, server_ssl_context
-from vflserver.console.facts import Sources, service_version
-from vflserver.console.server import ConsoleServer
 from vflserver.federation.board import JobBoard
 from vflserver.federation.server import build_server
-from vflserver.inference.config import ServingConfig, split_listen
+from vflserver.inference.config import ServingConfig
 from vflserver.inference.endpoint import BoundPorts, InferenceEndpoint
 from vflserver.inference.registry import ModelRegistry
 from vflserver.jobs.control import ControlService, submit_job
@@ -53,6 +48,7 @@ class Service:
     ) -> None:
         self.config = config
         settings = config.settings
+        self.insecure = insecure
         tls = None if insecure else config.tls
         self.store = JobStore(settings.store_path)
         self.marker = RunMarker(self.store.path)  # claimed under the store's lock: one server at a time
@@ -110,43 +106,15 @@ class Service:
             raise
         self.serving_ports: BoundPorts | None = None
         self.metrics_port: int | None = None
-        self.console: ConsoleServer | None = None
-        if settings.console_enabled:
-            try:
-                self.console = self._console(tls)
-            except BaseException:
-                self.server.stop(grace=None)
-                self.marker.release()
-                self.store.close()
-                raise
 
-    def _console(self, tls: TlsFiles | None) -> ConsoleServer:
-        """The operator's console, bound now (OSError if its address is taken); mTLS or nothing."""
-        if tls is None:
-            raise ConfigError(
-                "[console] enabled = true needs the server's certificates: the console is served to operator "
-                "certificates over mutual TLS only, and does not run with --insecure"
-            )
-        settings = self.config.settings
-        sources = Sources(
-            store=self.store,
-            board=self.board,
-            registry=self.registry,
-            run_dir=settings.run_dir,
-            version=service_version(),
-            started_at=time.time(),
-            listeners=self._listeners,
-            metrics_url=self._metrics_url,
-        )
-        return ConsoleServer(split_listen(settings.console_listen), sources, server_ssl_context(tls))
-
-    def _metrics_url(self) -> str | None:
+    def metrics_url(self) -> str | None:
+        """Where the metrics endpoint answers, once started (None when it is off)."""
         if self.metrics_port is None:
             return None
         return f"http://{self.config.settings.metrics_listen.rpartition(':')[0]}:{self.metrics_port}/metrics"
 
-    def _listeners(self) -> dict[str, str]:
-        """What this server listens on, as bound, for the console's server page."""
+    def listeners(self) -> dict[str, str]:
+        """What this service listens on, as bound (the console's server page)."""
         settings = self.config.settings
         found = {"federation and control (gRPC)": f"{settings.listen.rpartition(':')[0]}:{self.port}"}
         if self.serving_ports is not None:
@@ -154,8 +122,6 @@ class Service:
             found["inference, REST"] = str(self.serving_ports.rest)
         if self.metrics_port is not None:
             found["metrics"] = f"{settings.metrics_listen.rpartition(':')[0]}:{self.metrics_port}"
-        if self.console is not None:
-            found["console (HTTPS)"] = f"{settings.console_listen.rpartition(':')[0]}:{self.console.port}"
         return found
 
     def start(self) -> None:
@@ -169,16 +135,11 @@ class Service:
                 self.serving_ports = self.endpoint.start()
             if self.metrics is not None:
                 self.metrics_port = self.metrics.serve(self.config.settings.metrics_listen)
-            if self.console is not None:
-                self.console.start()
         except BaseException:
             self.stop()
             raise
         self.runner.start()
-        console = None if self.console is None else self.console.port
-        log.info(
-            "service_started", port=self.port, serving=self.serving_ports, metrics=self.metrics_port, console=console
-        )
+        log.info("service_started", port=self.port, serving=self.serving_ports, metrics=self.metrics_port)
 
     def submit(self, document: Mapping[str, Any], submitter: str) -> JobRecord:
         """Queue a job from inside the server (``vfl-server`` with a ``[job]`` table)."""
@@ -209,8 +170,6 @@ class Service:
             self.endpoint.stop()
         if self.metrics is not None:
             self.metrics.stop()
-        if self.console is not None:
-            self.console.stop()
         self.marker.release()  # a clean stop: the next start has no unclean_stop to report
         self.store.close()
         log.info("service_stopped")
