@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import ssl
-import threading
 import time
 from collections.abc import Awaitable, Callable
 from http import HTTPStatus
@@ -30,12 +29,11 @@ import structlog
 from aiohttp import web
 
 from vflcore.errors import ConfigError, JobNotFound
-from vflcore.runtime.daemon import run_compute_loop
 from vflcore.security.identity import operator_from_der
 from vflcore.security.tls import server_ssl_context
 from vflserver.console import facts, pages
+from vflserver.inference.app_loop import AppOnItsLoop
 from vflserver.inference.config import split_listen
-from vflserver.inference.rest_listener import ConnectionGate, bind
 from vflserver.jobs.app import Service
 from vflserver.jobs.store import ENDED
 
@@ -107,42 +105,26 @@ def refusal(der: bytes | None) -> str | None:
     )
 
 
-class ConsoleServer:
+class ConsoleServer(AppOnItsLoop):
     """The console on ``address``, bound at construction (OSError then), served from ``start`` until ``stop``."""
 
     def __init__(self, address: tuple[str, int], sources: facts.Sources, tls: ssl.SSLContext) -> None:
         self.sources = sources
-        self._tls = tls
-        self._sock = bind(address)
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=run_compute_loop, args=(self._loop,), name="console", daemon=True)
-        self._runner: web.AppRunner | None = None
-        self._server: asyncio.Server | None = None
-        self._gate: ConnectionGate | None = None
         self._closing = asyncio.Event()
-
-    @property
-    def port(self) -> int:
-        port: int = self._sock.getsockname()[1]
-        return port
+        super().__init__(
+            address,
+            tls,
+            name="console",
+            max_connections=MAX_CONNECTIONS,
+            handshake_timeout_s=HANDSHAKE_TIMEOUT_S,
+            keepalive_timeout_s=30,
+        )
 
     def start(self) -> None:
-        self._thread.start()
-        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result()
+        super().start()
         log.info("console_started", port=self.port)
 
-    def stop(self) -> None:
-        """End every stream and connection, free the port. Safe to call twice."""
-        if self._loop.is_closed():
-            return
-        if self._thread.is_alive():
-            asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result()
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join()
-        self._loop.close()
-        self._sock.close()
-
-    async def _start(self) -> None:
+    def application(self) -> web.Application:
         app = web.Application(middlewares=[_guard])
         app.router.add_get("/", self._page(lambda: pages.jobs_page(facts.jobs(self.sources))))
         app.router.add_get("/jobs/{job_id}", self._job)
@@ -150,23 +132,10 @@ class ConsoleServer:
         app.router.add_get("/server", self._page(lambda: pages.server_page(facts.server(self.sources))))
         app.router.add_get("/events/{job_id}", self._events)
         app.router.add_get("/{name:console\\.(?:js|css)}", _static)
-        runner = web.AppRunner(app, handle_signals=False, access_log=None, keepalive_timeout=30)
-        await runner.setup()
-        assert runner.server is not None
-        self._gate = ConnectionGate(
-            runner.server, self._tls, max_connections=MAX_CONNECTIONS, handshake_timeout_s=HANDSHAKE_TIMEOUT_S
-        )
-        self._runner = runner
-        self._server = await self._loop.create_server(self._gate, sock=self._sock)
+        return app
 
-    async def _stop(self) -> None:
-        self._closing.set()
-        if self._server is not None:
-            self._server.close()
-        if self._gate is not None:
-            self._gate.close_all()
-        if self._runner is not None:
-            await self._runner.cleanup()
+    def closing(self) -> None:
+        self._closing.set()  # the event streams end at their next wait
 
     def _page(self, build: Callable[[], str]) -> Handler:
         async def handler(request: web.Request) -> web.StreamResponse:

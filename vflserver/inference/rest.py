@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-import threading
 from collections.abc import Callable
 from concurrent import futures
 from http import HTTPStatus
@@ -39,11 +38,12 @@ from urllib.parse import unquote, urlsplit
 import structlog
 from aiohttp import web
 
-from vflcore.runtime.daemon import adopt_torch_threads, run_compute_loop
+from vflcore.runtime.daemon import adopt_torch_threads
 from vflcore.security.identity import party_from_der
 from vflcore.status import http_status
 from vflcore.wire.oip import InferRequest, ProtocolError
 from vflserver.inference.access import refusal
+from vflserver.inference.app_loop import AppOnItsLoop
 from vflserver.inference.config import RestLimits
 from vflserver.inference.handler import InferenceHandler, failure
 from vflserver.inference.json_wire import (
@@ -54,7 +54,6 @@ from vflserver.inference.json_wire import (
     model_metadata_to_json,
     server_metadata_to_json,
 )
-from vflserver.inference.rest_listener import ConnectionGate, bind
 
 log = structlog.get_logger(__name__)
 
@@ -68,7 +67,7 @@ BLOCKING_WORKERS = 16
 _GET_ROUTES = frozenset({"server", "live", "ready", "model", "model_ready"})
 
 
-class RestServer:
+class RestServer(AppOnItsLoop):
     """An HTTPS (or, when ``tls`` is None, HTTP) server answering the KServe v2 REST routes."""
 
     def __init__(
@@ -83,63 +82,22 @@ class RestServer:
         self.handler = handler
         self.limits = limits or RestLimits()
         self._routes = _Routes(handler, self.limits, allow_parties=allow_parties)
-        self._sock = bind(address)  # OSError now, in the caller's thread, if the address is taken
-        self._tls = tls
-        #: The connections, once started: the cap and the handshake deadline.
-        self.gate: ConnectionGate | None = None
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=run_compute_loop, args=(self._loop,), name="oip-rest", daemon=True)
-        self._runner: web.AppRunner | None = None
-        self._server: asyncio.Server | None = None
+        super().__init__(
+            address,  # bound now: OSError in the caller's thread if the address is taken
+            tls,
+            name="oip-rest",
+            max_connections=self.limits.max_connections,
+            handshake_timeout_s=self.limits.handshake_timeout_s,
+            keepalive_timeout_s=self.limits.header_timeout_s,
+        )
 
-    @property
-    def port(self) -> int:
-        port: int = self._sock.getsockname()[1]
-        return port
-
-    def start(self) -> None:
-        """Serve on the loop's thread until ``stop``."""
-        self._thread.start()
-        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result()
-
-    def stop(self) -> None:
-        """Stop accepting, end every open connection, free the port. Safe to call twice."""
-        if self._loop.is_closed():
-            return
-        if self._thread.is_alive():
-            asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result()
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join()
-        self._loop.close()
-        self._sock.close()
-        self._routes.pool.shutdown(wait=False, cancel_futures=True)
-
-    async def _start(self) -> None:
+    def application(self) -> web.Application:
         app = web.Application(client_max_size=self.limits.max_body_bytes)
         app.router.add_route("*", "/{path:.*}", self._routes.dispatch)
-        runner = web.AppRunner(
-            app, handle_signals=False, access_log=None, keepalive_timeout=self.limits.header_timeout_s
-        )
-        await runner.setup()
-        server = runner.server
-        assert server is not None
-        limits = self.limits
-        self.gate = ConnectionGate(
-            server,
-            self._tls,
-            max_connections=limits.max_connections,
-            handshake_timeout_s=limits.handshake_timeout_s,
-        )
-        self._runner = runner
-        self._server = await self._loop.create_server(self.gate, sock=self._sock)
+        return app
 
-    async def _stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-        if self.gate is not None:
-            self.gate.close_all()
-        if self._runner is not None:
-            await self._runner.cleanup()
+    def closed(self) -> None:
+        self._routes.pool.shutdown(wait=False, cancel_futures=True)
 
 
 class _Routes:
