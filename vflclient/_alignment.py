@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Final
 
 import numpy as np
 import structlog
@@ -32,7 +31,7 @@ from vflcore.data.tables import PartyTable, aligned_digest, ids_digest, select_r
 from vflcore.errors import JobAborted
 from vflcore.psi import make_dst
 from vflcore.psi.cache import load_alignment, save_alignment
-from vflcore.psi.chunks import Chunking, id_bytes, packed_points, point_list
+from vflcore.psi.chunks import AHEAD, WINDOW, Chunking, id_bytes, packed_points, point_list
 from vflcore.psi.hash_to_curve import U_BYTES
 from vflcore.psi.intersection import is_strictly_increasing
 from vflcore.psi.matching import truncate
@@ -53,11 +52,6 @@ from vflcore.wire.tensors import TensorKey
 from vflcore.work_items import Align, PsiPlan
 
 log = structlog.get_logger(__name__)
-
-#: Chunks each stream computes ahead of the one it sends (keeps the blinder's workers fed).
-AHEAD: Final = 2
-#: This party's chunks the active party may hold untaken: chunk c waits for its word on c - WINDOW.
-WINDOW: Final = 2
 
 
 def align_passive(

@@ -21,6 +21,13 @@ from vflcore.psi.hash_to_curve import U_BYTES
 #: Items per chunk when the server's ``[psi] chunk_ids`` is not set: about 3 s of one core's
 #: X25519 work, 2 MiB of points, so a restart redoes little and the stream's tail is short.
 DEFAULT_CHUNK_IDS = 65_536
+#: Chunks a stream computes ahead of the one it sends or stores, on either side: enough to keep
+#: the blinder's workers fed while the stream waits on the network or on the peer.
+AHEAD = 2
+#: The flow control both halves follow: the active party sends its chunk c once every party
+#: returned chunk c - WINDOW - 1, so at most WINDOW + 1 of its chunks wait for a party's answer,
+#: and a party's chunks the active party holds untaken are bounded the same way (the mailbox).
+WINDOW = 2
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import Final, Protocol
+from typing import Protocol
 
 import numpy as np
 import structlog
@@ -33,7 +33,7 @@ import structlog
 from vflcore.errors import JobAborted
 from vflcore.psi import make_dst
 from vflcore.psi.blinding import Progress
-from vflcore.psi.chunks import Chunking, id_bytes, packed_points, point_list
+from vflcore.psi.chunks import AHEAD, WINDOW, Chunking, id_bytes, packed_points, point_list
 from vflcore.psi.hash_to_curve import U_BYTES
 from vflcore.psi.intersection import AlignedOrder, align_matches
 from vflcore.psi.matching import MATCH_BYTES, SortedPoints, truncate
@@ -58,12 +58,6 @@ from vflserver.federation.passive_parties import PassiveParties
 
 log = structlog.get_logger(__name__)
 
-#: Chunks a stream computes ahead of the one it sends or stores: enough to keep the blinder's
-#: workers fed while the stream waits on the network or on the peer.
-AHEAD: Final = 2
-#: Chunk c of the active party goes out once every party returned chunk c - WINDOW - 1: at most
-#: WINDOW + 1 of its chunks wait for a party's answer, which bounds the mailbox.
-WINDOW: Final = 2
 _TAKEN = np.zeros(0, dtype=np.uint8)
 
 
@@ -196,8 +190,7 @@ class ActiveExchange:
             streams={c.stream: c.computed for c in counters},
         )
         matches = {party: self._match(party) for party in self.parties}
-        aligned = align_matches(self.ids, matches, self.id_order)
-        return aligned
+        return align_matches(self.ids, matches, self.id_order)
 
     def _own_stream(self, pool: _Blinder, counters: list[_Counter]) -> None:
         assert self._secrets is not None
