@@ -19,7 +19,6 @@ import hashlib
 import json
 import math
 import shutil
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -178,7 +177,6 @@ class TestResume:
             jobs.submit(_document(name, job_id))
             with frozen_inside_epoch(service, jobs, job_id, 1) as done:  # party 3 holds the training there
                 service.kill("server")
-        time.sleep(1.0)
         service.start_server(f"127.0.0.1:{service.port}")
         with JobClient(service.address, tls=pki.operator_files("alice")) as jobs:
             lines = finish_job(jobs, service, job_id)

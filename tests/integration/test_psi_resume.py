@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import csv
 import stat
-import time
 from pathlib import Path
 
 import pytest
@@ -75,8 +74,7 @@ class TestRestartMidPsi:
                 (secret,) = psi.glob(f"progress-*/{SECRET_FILE}")
                 assert stat.S_IMODE(secret.stat().st_mode) == 0o600
                 assert stat.S_IMODE(secret.parent.stat().st_mode) == 0o700
-            time.sleep(0.5)
-            if killed == "server":
+            if killed == "server":  # at once: run.kill returned after the process exited
                 run.start_server(f"127.0.0.1:{run.port}")
             else:
                 run.start_client(3)

@@ -322,7 +322,7 @@ class TestEvents:
         submit(jobs, "j1")
         started = time.monotonic()
         assert jobs.wait_for_events("j1", 1, timeout_s=0.1) == []
-        assert 0.09 <= time.monotonic() - started < 1.0
+        assert time.monotonic() - started >= 0.1  # it waited; how much longer a busy machine took is not asserted
 
     def test_close_releases_waiters(self, path: Path) -> None:
         """Closing the store wakes a waiting thread, which returns no events."""
@@ -331,7 +331,15 @@ class TestEvents:
         result: list[object] = []
         waiter = threading.Thread(target=lambda: result.append(opened.wait_for_events("j1", 1, timeout_s=5.0)))
         waiter.start()
-        time.sleep(0.05)
+        # Close only once the waiter is inside the wait (the condition's waiter list, CPython's): a
+        # close that came first would pass this test without a waiter to release (issue 40).
+        blocked = threading.Event()
+        for _ in range(500):
+            if getattr(opened._changed, "_waiters", ()):
+                blocked.set()
+                break
+            blocked.wait(0.01)
+        assert blocked.is_set(), "the waiter never blocked"
         opened.close()
         waiter.join(timeout=2.0)
         assert not waiter.is_alive() and result == [[]]

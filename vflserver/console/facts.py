@@ -80,6 +80,8 @@ class JobFacts:
     #: active party to and from it}, from its summary.json (once the job has ended).
     wire_bytes: dict[str, dict[str, int]]
     served: list[tuple[str, str]]  # (model name, readiness in words)
+    #: While the job is the open one: PSI's streams, chunks done of how many (empty otherwise).
+    psi_progress: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -129,7 +131,15 @@ def job(sources: Sources, job_id: str) -> JobFacts:
         privacy=privacy,
         wire_bytes={str(p): _by_phase(d) for p, d in wire.items() if isinstance(d, dict)},
         served=_served(sources, job_id),
+        psi_progress=_psi_progress(sources, job_id),
     )
+
+
+def _psi_progress(sources: Sources, job_id: str) -> dict[str, tuple[int, int]]:
+    current = sources.board.current()
+    if current is None or current.job.job_id != job_id:
+        return {}
+    return dict(current.psi_progress)
 
 
 #: ``summary.json``'s wire phases ("psi", "train 3", "eval 3", "infer") by the kind the console sums them into.

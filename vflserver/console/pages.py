@@ -103,6 +103,13 @@ def job_page(facts: JobFacts) -> str:
     ]
     if facts.error:
         parts.append(f'<section class="error"><h2>Last error</h2><p id="error">{escape(facts.error)}</p></section>')
+    if facts.psi_progress:
+        parts.append("<h2>PSI, chunk by chunk</h2>")
+        rows = (
+            (escape(stream), f"{done} of {of}", f"{100 * done / of:.0f} %" if of else "–")
+            for stream, (done, of) in sorted(facts.psi_progress.items())
+        )
+        parts.append(_table(("stream", "chunks", "done"), rows, "psi"))
     parts.append("<h2>Timeline</h2>")
     parts.append(
         _table(

@@ -55,6 +55,9 @@ class PassiveParties:
         self.uploads = Mailbox()
         #: Bytes exchanged with each party, per phase (``vflcore.wire.traffic``).
         self.traffic = Traffic()
+        #: PSI's streams as they go: stream ("own", "back-2", "from-2", ...) -> (chunks done, of how
+        #: many), for the operator's console. Counts only, written by the exchange's threads.
+        self.psi_progress: dict[str, tuple[int, int]] = {}
         self.downloads = Mailbox()
         #: The job's wire codecs (``[job] wire_codec``): what a step's uploads may come in, and its answers go in.
         self.wire_up, self.wire_down = job_codecs(job)

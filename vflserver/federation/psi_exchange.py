@@ -68,18 +68,24 @@ class _Blinder(Protocol):
 
 
 class _Counter:
-    """Chunks done in one stream: a ``psi_progress`` line at every tenth of the stream, and a TTY bar."""
+    """Chunks done in one stream: a ``psi_progress`` line at every tenth of the stream, a TTY bar, and
+    the job's live figure (``PassiveParties.psi_progress``, which the operator's console shows)."""
 
-    def __init__(self, stream: str, party: int, chunking: Chunking, first: int) -> None:
+    def __init__(
+        self, stream: str, party: int, chunking: Chunking, first: int, shown: dict[str, tuple[int, int]]
+    ) -> None:
         self.stream, self.party, self.chunking = stream, party, chunking
         self.done = first
         self.computed = 0
         self._step = max(1, chunking.count // 10)
         self._bar = progress_callback(f"PSI: {stream} (party {party})")
+        self._shown = shown
+        shown[stream] = (first, chunking.count)
 
     def add(self) -> None:
         self.done += 1
         self.computed += 1
+        self._shown[self.stream] = (self.done, self.chunking.count)
         if self._bar is not None:
             self._bar(self.chunking.done_items(self.done), self.chunking.total)
         if self.done % self._step == 0 or self.done == self.chunking.count:
@@ -197,9 +203,10 @@ class ActiveExchange:
         order = self._secrets.order(self.own.total)
         dst = make_dst(self.job_id)
         first = min(plan.download_from for plan in self.plans.values())
-        counter = _Counter("own", 1, self.own, first)
+        counter = _Counter("own", 1, self.own, first, self.passive.psi_progress)
         counters.append(counter)
-        per_party = {p: _Counter(f"back-{p}", p, self.own, self.plans[p].download_from) for p in self.parties}
+        shown = self.passive.psi_progress
+        per_party = {p: _Counter(f"back-{p}", p, self.own, self.plans[p].download_from, shown) for p in self.parties}
         counters.extend(per_party.values())
 
         def blind_own(chunk: int) -> np.ndarray:
@@ -228,7 +235,7 @@ class ActiveExchange:
     def _peer_stream(self, pool: _Blinder, party: int, counters: list[_Counter]) -> None:
         theirs = self.theirs[party]
         first = self.plans[party].upload_from
-        counter = _Counter(f"from-{party}", party, theirs, first)
+        counter = _Counter(f"from-{party}", party, theirs, first, self.passive.psi_progress)
         counters.append(counter)
 
         def blind_theirs(chunk: int) -> np.ndarray:
