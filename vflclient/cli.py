@@ -22,6 +22,7 @@ from vflclient import Connection, DataError, JoinRejected, PermissionDenied, Ser
 from vflclient._daemon import Backoff, PartyDaemon
 from vflcore.errors import ConfigError, TlsConfigError
 from vflcore.ml.models import load_factory
+from vflcore.psi import x25519
 from vflcore.runtime import cli_flags as flags
 from vflcore.runtime import daemon
 from vflcore.runtime.config import ClientConfig, client_config_from
@@ -124,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
             return _check(config)
         factory = load_factory(config.model_factory) if config.model_factory else None
         daemon.check_device(config.device)
-        daemon.choose_x25519(config.psi_x25519)
+        x25519.choose_at_start(config.psi_x25519)
     except (ConfigError, DataError, TlsConfigError, ValueError) as exc:
         print(f"vfl-client: {exc}", file=sys.stderr)
         return daemon.EXIT_CONFIG

@@ -26,6 +26,7 @@ import structlog
 
 from vflcore.data.tables import DataError
 from vflcore.errors import ConfigError, JobStoreError, VflError
+from vflcore.psi import x25519
 from vflcore.runtime import cli_flags as flags
 from vflcore.runtime import daemon
 from vflcore.runtime.config import ServerConfig, server_config_from
@@ -202,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         document = _document(args)
         config = server_config_from(document, args.config)
         daemon.check_device(config.settings.device)
-        daemon.choose_x25519(config.settings.psi_x25519)
+        x25519.choose_at_start(config.settings.psi_x25519)
         daemon.check_engine(config.settings.compute_engine)  # ConnectionError: an OSError, exit 3
         serving = serving_config_from(document, args.config)
         # A [job] table is submitted at start; --once runs it (all defaults if there is none), as

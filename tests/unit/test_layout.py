@@ -123,3 +123,41 @@ def test_no_product_module_is_over_500_lines() -> None:
         and (lines := len(path.read_text().splitlines())) > MAX_MODULE_LINES
     ]
     assert not long, "\n".join(long)
+
+
+#: The floors inside ``vflcore``, bottom to top (issue 40): a module imports its own floor and those
+#: below. The leaves first (errors, the [privacy] tables, identities, memory knobs, generated
+#: code); then the job; what travels (wire, work items, the job's rules); tables; models; the
+#: daemons' runtime (config, logs, signals); PSI, which runs on all of them. ``deploy`` holds files.
+VFLCORE_FLOORS = (
+    {"errors", "deploy"},
+    {"status", "absence", "security", "privacy", "party_privacy", "proto", "memory"},
+    {"job"},
+    {"wire", "work_items", "job_rules"},
+    {"data"},
+    {"ml"},
+    {"runtime"},
+    {"psi"},
+)
+
+
+def _core_floor(name: str) -> int:
+    found = [i for i, floor in enumerate(VFLCORE_FLOORS) if name in floor]
+    assert found, f"vflcore.{name} is on no floor of VFLCORE_FLOORS: add it where it belongs"
+    return found[0]
+
+
+def test_vflcore_folders_import_only_their_own_floor_and_below() -> None:
+    """errors < leaves < job < wire < data < ml < runtime < psi: no import in vflcore reaches up."""
+    wrong = []
+    for path in _modules("vflcore"):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        if len(parts) < 2 or parts[1] == "__init__":
+            continue
+        own = _core_floor(parts[1])
+        for line, name in _imports(path):
+            target = name.split(".")
+            if target[0] == "vflcore" and len(target) > 1 and target[1] != parts[1]:
+                if _core_floor(target[1]) > own:
+                    wrong.append(f"{path.relative_to(ROOT)}:{line} imports {name} (a floor above)")
+    assert not wrong, "\n".join(wrong)

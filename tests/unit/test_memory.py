@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from vflcore.runtime.memory import keep_freed_memory
+from vflcore.memory import keep_freed_memory
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")

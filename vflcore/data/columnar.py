@@ -31,7 +31,7 @@ from vflcore.data.exact_scan import TableArrays
 from vflcore.data.id_arrays import MAX_ID_BYTES, find_repeats, id_bytes, string_column
 from vflcore.data.repeats import warn_repeats
 from vflcore.errors import DataError
-from vflcore.runtime.memory import return_freed_memory
+from vflcore.memory import return_freed_memory
 
 #: CSV bytes per pyarrow call. pyarrow parses a piece on every core; one piece of float64
 #: columns (about 3x its bytes) and the parser's buffers are the most this reader holds beside the

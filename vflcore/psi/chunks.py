@@ -13,14 +13,15 @@ chunk is in flight, never for the whole set.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 import numpy as np
 
 from vflcore.psi.hash_to_curve import U_BYTES
+from vflcore.runtime.config import DEFAULT_CHUNK_IDS as DEFAULT_CHUNK_IDS_SETTING
 
-#: Items per chunk when the server's ``[psi] chunk_ids`` is not set: about 3 s of one core's
-#: X25519 work, 2 MiB of points, so a restart redoes little and the stream's tail is short.
-DEFAULT_CHUNK_IDS = 65_536
+#: Items per chunk when the server's ``[psi] chunk_ids`` is not set (declared with the settings).
+DEFAULT_CHUNK_IDS: Final = DEFAULT_CHUNK_IDS_SETTING
 #: Chunks a stream computes ahead of the one it sends or stores, on either side: enough to keep
 #: the blinder's workers fed while the stream waits on the network or on the peer.
 AHEAD = 2

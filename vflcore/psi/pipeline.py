@@ -25,7 +25,7 @@ from concurrent.futures import Future
 from typing import TypeVar
 
 from vflcore.errors import ServerUnavailable
-from vflcore.runtime.memory import return_freed_memory
+from vflcore.memory import return_freed_memory
 
 __all__ = ["ahead", "each_ahead", "side_by_side"]
 

@@ -5,9 +5,10 @@ where it loads and the CPU has AVX-512 IFMA, else OpenSSL's; ``"multibuffer"`` i
 without it exits 2 at start, naming why); ``"openssl"`` turns it off. Both give the same bytes
 on every input (``vflcore.psi.x25519_mb``), so two parties may run different ones.
 
-The daemons call ``use`` once at start and log the choice and its reason. The setting, not the
-choice, travels to the blinders' worker processes and Ray tasks: each resolves it where it runs,
-so a Ray worker on a node with IFMA takes the fast path and one without does not.
+The daemons call ``choose_at_start`` once at start: it uses the setting and logs the choice and
+its reason. The setting, not the choice, travels to the blinders' worker processes and Ray
+tasks: each resolves it where it runs, so a Ray worker on a node with IFMA takes the fast path
+and one without does not.
 """
 
 from __future__ import annotations
@@ -16,12 +17,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
+import structlog
+
 from vflcore.errors import ConfigError
 from vflcore.psi.x25519_mb import MultiBufferX25519, Unavailable, load
+from vflcore.runtime.config import X25519_SETTINGS
 
-__all__ = ["SETTINGS", "Choice", "choose", "current", "multibuffer_for", "use"]
+__all__ = ["SETTINGS", "Choice", "choose", "choose_at_start", "current", "multibuffer_for", "use"]
 
-SETTINGS: Final = ("auto", "multibuffer", "openssl")
+SETTINGS: Final = X25519_SETTINGS
 _U: Final = 32
 
 
@@ -56,6 +60,15 @@ def use(setting: str) -> Choice:
     choice = choose(setting)
     _setting = setting
     return choice
+
+
+def choose_at_start(setting: str) -> None:
+    """Resolve ``[psi] x25519`` on this host and log the choice with its reason (``psi_x25519``).
+
+    ConfigError, naming why, for "multibuffer" where Intel's library cannot run: the daemons exit 2.
+    """
+    choice = use(setting)
+    structlog.get_logger(__name__).info("psi_x25519", setting=setting, chosen=choice.name, reason=choice.reason)
 
 
 def current() -> str:

@@ -19,8 +19,6 @@ from vflcore.job import JobSpec, settable_fields
 from vflcore.job_rules import validate_job
 from vflcore.party_privacy import PartyPrivacy, party_privacy_from_table
 from vflcore.privacy import privacy_from_table
-from vflcore.psi.chunks import DEFAULT_CHUNK_IDS
-from vflcore.psi.x25519 import SETTINGS as X25519_SETTINGS
 from vflcore.runtime.compute import COMPUTE_KEYS, LOCAL, RAY_UNSET, ComputeEngine, engine_setting, ray_address_setting
 from vflcore.security.tls import TlsFiles
 
@@ -48,6 +46,14 @@ class DataSource:
 
 #: The dataset a job uses when it names none, and the name a config's ``[data]`` table is known by.
 DEFAULT_DATASET = "default"
+
+
+#: ``[psi] chunk_ids`` when a server's config does not set it: items per chunk of PSI's exchange
+#: (``vflcore.psi.chunks``), about 3 s of one core's X25519 work and 2 MiB of points, so a restart
+#: redoes little and the stream's tail is short. Declared with the settings it is the default of.
+DEFAULT_CHUNK_IDS = 65_536
+#: ``[psi] x25519``'s values (``vflcore.psi.x25519`` says what each does on a host).
+X25519_SETTINGS = ("auto", "multibuffer", "openssl")
 
 
 def load_toml(path: Path, what: str = "config file") -> dict[str, Any]:
@@ -141,7 +147,7 @@ def _psi_workers(sec: _Section, key: str = "workers", default: int | None = None
 def _x25519(sec: _Section, key: str = "x25519", default: str = "auto") -> str:
     """``[psi] x25519``: "auto", "multibuffer" or "openssl" (``vflcore.psi.x25519``).
 
-    What this host can run is checked at start (``daemon.choose_x25519``), not here.
+    What this host can run is checked at start (``vflcore.psi.x25519.choose_at_start``), not here.
     """
     value: str = sec.text(key, default)
     if value not in X25519_SETTINGS:

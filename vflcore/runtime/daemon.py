@@ -28,12 +28,11 @@ from typing import TextIO, cast
 import structlog
 
 from vflcore.errors import ConfigError
-from vflcore.psi import x25519
+from vflcore.memory import keep_freed_memory
 from vflcore.runtime.compute import ComputeEngine, connect
 from vflcore.runtime.crash_trace import arm_stop_deadline, enable_crash_traces
 from vflcore.runtime.log_file import LogFile, reopen_on_sighup
 from vflcore.runtime.logs import configure_logging
-from vflcore.runtime.memory import keep_freed_memory
 
 EXIT_OK = 0
 EXIT_JOB_FAILED = 1
@@ -157,7 +156,7 @@ def prepare_compute(torch_threads: int) -> None:
     """Settings every training process needs before its first step.
 
     torch's intra-op threads are capped at the configured ``torch_threads`` (a daemon often
-    shares its host), and glibc keeps freed buffers for reuse (``vflcore.runtime.memory``). torch is
+    shares its host), and glibc keeps freed buffers for reuse (``vflcore.memory``). torch is
     imported here, not at module level, so that a config error is reported before the seconds
     torch takes to import.
     """
@@ -165,15 +164,6 @@ def prepare_compute(torch_threads: int) -> None:
 
     torch.set_num_threads(torch_threads)
     keep_freed_memory()
-
-
-def choose_x25519(setting: str) -> None:
-    """Resolve ``[psi] x25519`` on this host and log the choice with its reason (``psi_x25519``).
-
-    ConfigError, naming why, for "multibuffer" where Intel's library cannot run: the daemons exit 2.
-    """
-    choice = x25519.use(setting)
-    structlog.get_logger(__name__).info("psi_x25519", setting=setting, chosen=choice.name, reason=choice.reason)
 
 
 def check_device(device: str) -> None:

@@ -24,8 +24,8 @@ from numpy.dtypes import StringDType
 from vflalgorithms.base import ServerAlgorithm
 from vflcore.data import id_arrays
 from vflcore.job import JobSpec
+from vflcore.memory import return_freed_memory
 from vflcore.psi.intersection import is_strictly_increasing
-from vflcore.runtime.memory import return_freed_memory
 from vflcore.wire.names import infer_embedding_name
 from vflcore.work_items import Infer
 from vflserver.federation.passive_parties import PassiveParties
