@@ -89,7 +89,7 @@ class Connection(TrainingLink):
         self._stub = pb_grpc.FederationStub(self._channel)  # type: ignore[no-untyped-call]
         #: Bytes this party sent to and received from the server, per phase (``vflcore.wire.traffic``).
         self.traffic = Traffic()
-        self._codec = MeteredTensors(self.traffic, ACTIVE_PARTY)
+        self._metered = MeteredTensors(self.traffic, ACTIVE_PARTY)
         #: The joined job's wire codecs (``[job] wire_codec``): up for a step's uploads, down for its answers.
         self._wire: tuple[WireCodec, WireCodec] = (FP32, FP32)
         self._subscription: grpc.Call | None = None
@@ -225,7 +225,7 @@ class Connection(TrainingLink):
         """Upload one tensor (chunked) for ``key``, on the call its name travels on (``upload_rpc``)."""
         rpc = upload_rpc(key.name)
         with translated(rpc):
-            getattr(self._stub, rpc)(self._codec.encode(key, array), metadata=self._metadata)
+            getattr(self._stub, rpc)(self._metered.encode(key, array), metadata=self._metadata)
 
     def receive(self, key: TensorKey) -> np.ndarray:
         """Download the tensor the server holds for ``key``; waits until the server has it."""
@@ -235,7 +235,7 @@ class Connection(TrainingLink):
             with self._downloads_lock:
                 self._downloads.add(chunks)
             try:
-                got, array = self._codec.decode(chunks)
+                got, array = self._metered.decode(chunks)
             finally:
                 with self._downloads_lock:
                     self._downloads.discard(chunks)
@@ -265,7 +265,7 @@ class Connection(TrainingLink):
         return _StreamedExchange(
             self._stub,
             self._metadata,
-            self._codec,
+            self._metered,
             job_id,
             round_,
             batches,
@@ -339,7 +339,7 @@ class _StreamedExchange(TensorExchange):
         self,
         stub: pb_grpc.FederationStub,
         metadata: tuple[tuple[str, str], ...],
-        codec: MeteredTensors,
+        metered: MeteredTensors,
         job_id: str,
         round_: int,
         batches: int,
@@ -356,10 +356,10 @@ class _StreamedExchange(TensorExchange):
         start = TensorKey(job_id, round_, first, down[0])
         request = pb.TensorRequest(key=wire.key_to_proto(start), count=batches - first, names=list(down))
         self._download = getattr(stub, self._rpc)(request, metadata=metadata)
-        self._codec = codec
+        self._metered = metered
         # A step's answers come as float32, or in the job's down codec; nothing else is taken.
         allowed = {"float32", wire_down.dtype}
-        self._arrivals = codec.decode_stream(self._download, functools.partial(_only_dtypes, allowed))
+        self._arrivals = metered.decode_stream(self._download, functools.partial(_only_dtypes, allowed))
         self._upload = stub.SendEmbeddings.future(iter(self._outbox.get, None), metadata=metadata)
         self._upload.add_done_callback(self._stop_downloads_if_refused)
 
@@ -375,7 +375,7 @@ class _StreamedExchange(TensorExchange):
     def send(self, batch: int, array: np.ndarray) -> None:
         self._raise_upload_error()
         key = TensorKey(self._job_id, self._round, batch, self._up)
-        for chunk in self._codec.encode(key, array, self._wire_up):
+        for chunk in self._metered.encode(key, array, self._wire_up):
             self._outbox.put(chunk)
 
     def receive_bundle(self, batch: int) -> dict[str, np.ndarray]:

@@ -16,7 +16,7 @@ import torch
 
 from tests.integration.conftest import run_whole_job
 from tests.integration.equivalence import TOP_HIDDEN, Comparison, assert_same_steps, compare
-from tests.integration.test_reference_equivalence import DIGITS_JOB
+from tests.integration.test_reference_equivalence import REFERENCE_JOB
 from vflalgorithms.splitnn.reference import ReferenceSplitNN
 from vflalgorithms.vimadmm.active import VIMADMMServer
 from vflclient import read_party_csv
@@ -27,12 +27,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_torch_thread
 
 # Each job is the SplitNN reference test's digits job (seed 7, 12 epochs of 15 batches of 64,
 # Adam at 0.003, the active party with features of its own) with another algorithm.
-FEDBCD_JOB = replace(DIGITS_JOB, job_id="fedbcd-digits", algorithm="fedbcd", algorithm_options={"local_steps": 3})
-FEDBCD_Q1_JOB = replace(DIGITS_JOB, job_id="fedbcd1-digits", algorithm="fedbcd", algorithm_options={"local_steps": 1})
-VIMSGD_JOB = replace(DIGITS_JOB, job_id="vimsgd-digits", algorithm="vimsgd")
+FEDBCD_JOB = replace(REFERENCE_JOB, job_id="fedbcd-digits", algorithm="fedbcd", algorithm_options={"local_steps": 3})
+FEDBCD_Q1_JOB = replace(
+    REFERENCE_JOB, job_id="fedbcd1-digits", algorithm="fedbcd", algorithm_options={"local_steps": 1}
+)
+VIMSGD_JOB = replace(REFERENCE_JOB, job_id="vimsgd-digits", algorithm="vimsgd")
 # 7 epochs: 105 rounds, each with an exact z solve and τ = 10 local steps on every party.
 VIMADMM_JOB = replace(
-    DIGITS_JOB,
+    REFERENCE_JOB,
     job_id="vimadmm-digits",
     algorithm="vimadmm",
     epochs=7,
@@ -79,15 +81,15 @@ class TestFedBCD:
     ) -> None:
         """FedBCD with Q = 1 gives SplitNN's losses, step for step, bit for bit."""
         run = _run(FEDBCD_Q1_JOB, pki, digits_data, tmp_path_factory)
-        splitnn = _run(replace(DIGITS_JOB, job_id="splitnn-for-q1"), pki, digits_data, tmp_path_factory)
+        splitnn = _run(replace(REFERENCE_JOB, job_id="splitnn-for-q1"), pki, digits_data, tmp_path_factory)
         assert np.array_equal(np.array(run.federated_losses), np.array(splitnn.federated_losses))
 
     def test_local_steps_lower_the_loss_per_communication_round(self, fedbcd: Comparison, digits_data: Path) -> None:
         """The point of Q > 1: over the first two epochs (30 rounds), the mean training loss per
         round is well below SplitNN's on the same job (seen: 1.23 against 2.01)."""
         tables = {1: read_party_csv(digits_data / "party1.csv", label_column="label")}
-        tables.update({p: read_party_csv(digits_data / f"party{p}.csv") for p in DIGITS_JOB.passive_parties})
-        splitnn = ReferenceSplitNN.from_tables(DIGITS_JOB, tables, top_hidden=TOP_HIDDEN)
+        tables.update({p: read_party_csv(digits_data / f"party{p}.csv") for p in REFERENCE_JOB.passive_parties})
+        splitnn = ReferenceSplitNN.from_tables(REFERENCE_JOB, tables, top_hidden=TOP_HIDDEN)
         for epoch in range(2):
             splitnn.train_epoch(epoch)
         rounds = len(splitnn.step_losses)

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from tests.integration.equivalence import Comparison, assert_same_steps, compare
-from tests.integration.test_reference_equivalence import DIGITS_JOB
+from tests.integration.test_reference_equivalence import REFERENCE_JOB
 from vflclient import read_party_csv
 from vflcore.errors import ConfigError
 from vflserver.inference.artifact import FEATURES, LABEL, PROBABILITIES
@@ -41,7 +41,7 @@ APFED_ACCURACY_BAR = 0.62
 def run(
     request: pytest.FixtureRequest, pki: Pki, digits_data: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Comparison:
-    job = replace(DIGITS_JOB, job_id=f"{request.param}-digits", algorithm=request.param)
+    job = replace(REFERENCE_JOB, job_id=f"{request.param}-digits", algorithm=request.param)
     return compare(job, digits_data, pki, tmp_path_factory.mktemp(job.job_id))
 
 
@@ -83,4 +83,4 @@ def test_a_labels_only_active_party_is_refused_before_training(digits_data: Path
     """APFed predicts from the active party's own features, so a file without any is a config error."""
     table = read_party_csv(digits_data / "party1.csv", label_column="label", feature_columns=())
     with pytest.raises(ConfigError, match="needs feature columns on the active party"):
-        ActiveParty(replace(DIGITS_JOB, algorithm="apfed_c"), table)
+        ActiveParty(replace(REFERENCE_JOB, algorithm="apfed_c"), table)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.conftest import run_whole_job
-from tests.integration.test_reference_equivalence import DIGITS_JOB
+from tests.integration.test_reference_equivalence import REFERENCE_JOB
 from vflalgorithms.asynchronous.active import AsyncServer
 from vflalgorithms.base import ServerAlgorithm
 from vflcore.job import JobSpec
@@ -22,9 +22,9 @@ from vfltesting.pki import Pki
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_torch_thread")]
 
 MAX_STALENESS = 3
-ASYNC_JOB = replace(DIGITS_JOB, job_id="async-digits", algorithm="async", epochs=12)
+ASYNC_JOB = replace(REFERENCE_JOB, job_id="async-digits", algorithm="async", epochs=12)
 DELAYED_JOB = replace(
-    DIGITS_JOB,
+    REFERENCE_JOB,
     job_id="async-delayed",
     algorithm="async",
     epochs=2,

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from tests.integration.conftest import run_whole_job
-from tests.integration.test_reference_equivalence import DIGITS_JOB
+from tests.integration.test_reference_equivalence import REFERENCE_JOB
 from vflserver.training.importance import JSON_NAME, PNG_NAME
 from vfltesting.pki import Pki
 
@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_torch_thread
 
 NOISY_PARTY = 3
 JOB = replace(
-    DIGITS_JOB, job_id="denoising", algorithm="vimadmm", epochs=4, algorithm_options={"local_steps": 10, "rho": 1.0}
+    REFERENCE_JOB, job_id="denoising", algorithm="vimadmm", epochs=4, algorithm_options={"local_steps": 10, "rho": 1.0}
 )
 
 
@@ -62,7 +62,7 @@ def test_noise_party_gets_the_smallest_head(pki: Pki, digits_data: Path, tmp_pat
 
 def test_splitnn_reports_no_importance(pki: Pki, digits_data: Path, tmp_path: Path) -> None:
     """Only the VIM family has per-party heads; SplitNN writes no importance report."""
-    job = replace(DIGITS_JOB, job_id="no-importance", epochs=1)
+    job = replace(REFERENCE_JOB, job_id="no-importance", epochs=1)
     summary = run_whole_job(pki, digits_data, tmp_path, job).summary()
     assert summary.client_importance is None
     assert summary.run_dir is not None and not (summary.run_dir / JSON_NAME).exists()

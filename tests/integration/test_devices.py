@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from tests.integration.conftest import run_whole_job
-from tests.integration.test_reference_equivalence import DIGITS_JOB
+from tests.integration.test_reference_equivalence import REFERENCE_JOB
 from vfltesting.pki import Pki
 from vfltesting.service import toml_text
 
@@ -79,7 +79,7 @@ def test_splitnn_with_a_gpu_party_and_cpu_parties_trains_like_the_cpu_run(
     server: str, clients: str, pki: Pki, digits_data: Path, tmp_path: Path, one_torch_thread: None
 ) -> None:
     """Mixed devices train together: per-step losses near the all-CPU run's, accuracy within 2 points."""
-    job = replace(DIGITS_JOB, job_id=f"devices-{server}-{clients}")
+    job = replace(REFERENCE_JOB, job_id=f"devices-{server}-{clients}")
     on_cpu = run_whole_job(pki, digits_data, tmp_path / "cpu", replace(job, job_id="devices-cpu"))
     mixed = run_whole_job(pki, digits_data, tmp_path / "mixed", job, device=server, passive_device=clients)
     cpu_losses = np.array(on_cpu.active.algorithm.step_losses)

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.equivalence import TOP_HIDDEN, Comparison, assert_same_losses, assert_same_steps, compare
-from tests.integration.test_reference_equivalence import DIGITS_JOB
+from tests.integration.test_reference_equivalence import REFERENCE_JOB
 from vflalgorithms.base import algorithm_spec
 from vflclient import read_party_csv
 from vflcore.job import JobSpec
@@ -28,9 +28,12 @@ from vfltesting.pki import Pki
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_torch_thread")]
 
 PARTS = 5
-SPLITNN_JOB = replace(DIGITS_JOB, job_id="micro-splitnn", algorithm_options={"micro_batches": PARTS})
+SPLITNN_JOB = replace(REFERENCE_JOB, job_id="micro-splitnn", algorithm_options={"micro_batches": PARTS})
 FEDBCD_JOB = replace(
-    DIGITS_JOB, job_id="micro-fedbcd", algorithm="fedbcd", algorithm_options={"local_steps": 3, "micro_batches": PARTS}
+    REFERENCE_JOB,
+    job_id="micro-fedbcd",
+    algorithm="fedbcd",
+    algorithm_options={"local_steps": 3, "micro_batches": PARTS},
 )
 
 
@@ -74,7 +77,7 @@ class TestMicroBatches:
 
 
 #: Two batches sent ahead of the gradient awaited, with the parts: the staleness option.
-PIPELINED_JOB = replace(DIGITS_JOB, job_id="pipelined", algorithm_options={"pipeline_depth": 2, "micro_batches": 2})
+PIPELINED_JOB = replace(REFERENCE_JOB, job_id="pipelined", algorithm_options={"pipeline_depth": 2, "micro_batches": 2})
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import InferInput, model_config_pb2
 
 from tests.integration.equivalence import Comparison, assert_same_steps, compare
-from tests.integration.test_reference_equivalence import DIGITS_JOB
+from tests.integration.test_reference_equivalence import REFERENCE_JOB
 from tests.servables import triton_grpc_client
 from vflclient import JobClient, read_party_csv
 from vflcore.errors import VflError
@@ -56,7 +56,7 @@ def run(
     tmp_path_factory: pytest.TempPathFactory,
     one_torch_thread: None,
 ) -> Comparison:
-    job = replace(DIGITS_JOB, job_id=f"own-{request.param}", algorithm=request.param)
+    job = replace(REFERENCE_JOB, job_id=f"own-{request.param}", algorithm=request.param)
     return compare(job, digits_data, pki, tmp_path_factory.mktemp(job.job_id), factories=EQUIVALENT[request.param])
 
 

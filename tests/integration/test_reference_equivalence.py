@@ -28,7 +28,7 @@ ACCURACY_BAR = 0.93
 # The example digits give each party 85-90 % of the 1797 samples; PSI finds the ~1170 they share.
 # 20 % held out: 936 training rows = 15 batches of 64 per epoch, 180 steps in 12 epochs (12 rather
 # than fewer so that the accuracy bar is met with a margin: 0.97 on the 234 held-out digits).
-DIGITS_JOB = replace(jobs.DIGITS_JOB, job_id="reference-digits", seed=7, epochs=12)
+REFERENCE_JOB = replace(jobs.DIGITS_JOB, job_id="reference-digits", seed=7, epochs=12)
 # 442 diabetes rows, 20 % held out: 354 training rows = 12 batches of 32 per epoch, 108 steps in 9.
 DIABETES_JOB = JobSpec(
     job_id="reference-diabetes",
@@ -47,14 +47,14 @@ DIABETES_JOB = JobSpec(
 # The regularisers: an L2 penalty on every party's optimizer and dropout in the server's top.
 # 7 epochs of SGD = 105 steps; the dropout masks come from the job's seed on both sides.
 REGULARISED_JOB = replace(
-    DIGITS_JOB, job_id="reference-regularised", epochs=7, optimizer="sgd", learning_rate=0.05, weight_decay=1e-3
+    REFERENCE_JOB, job_id="reference-regularised", epochs=7, optimizer="sgd", learning_rate=0.05, weight_decay=1e-3
 )
 TOP_DROPOUT = 0.3
 
 
 @pytest.fixture(scope="module")
 def digits(pki: Pki, digits_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Comparison:
-    return compare(DIGITS_JOB, digits_data, pki, tmp_path_factory.mktemp("digits-run"))
+    return compare(REFERENCE_JOB, digits_data, pki, tmp_path_factory.mktemp("digits-run"))
 
 
 @pytest.fixture(scope="module")

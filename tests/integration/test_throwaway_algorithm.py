@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from tests.integration.conftest import run_whole_job
-from tests.integration.test_reference_equivalence import DIGITS_JOB
+from tests.integration.test_reference_equivalence import REFERENCE_JOB
 from tests.integration.throwaway.spec import NAME, SPEC
 from vflalgorithms.base import algorithm_options, algorithm_spec, algorithms
 from vflcore.errors import ConfigError
@@ -25,7 +25,7 @@ from vfltesting.service import job_document
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_torch_thread")]
 
-JOB = replace(DIGITS_JOB, job_id="throwaway-digits", algorithm=NAME, epochs=10, algorithm_options={})
+JOB = replace(REFERENCE_JOB, job_id="throwaway-digits", algorithm=NAME, epochs=10, algorithm_options={})
 
 
 class TestThrowawayAlgorithm:

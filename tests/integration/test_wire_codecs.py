@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.conftest import run_whole_job
-from tests.integration.test_reference_equivalence import DIGITS_JOB
+from tests.integration.test_reference_equivalence import REFERENCE_JOB
 from vflserver.training.reports import RunSummary
 from vfltesting.pki import Pki
 
@@ -31,7 +31,7 @@ def runs(
     """The reference test's digits job (12 epochs of SplitNN), once per codec."""
     out = {}
     for codec in CODECS:
-        job = replace(DIGITS_JOB, job_id=f"codec-{codec}", wire_codec=codec)
+        job = replace(REFERENCE_JOB, job_id=f"codec-{codec}", wire_codec=codec)
         out[codec] = run_whole_job(pki, digits_data, tmp_path_factory.mktemp(codec), job).summary()
     return out
 

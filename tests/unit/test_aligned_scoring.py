@@ -1,6 +1,6 @@
 """Scoring aligned rows by ID and writing the held-out predictions, without a Python object per row.
 
-``Scorer`` finds IDs by binary search in sorted numpy strings and ``write_predictions`` writes
+``AlignedPredictor`` finds IDs by binary search in sorted numpy strings and ``write_predictions`` writes
 through Arrow; both are checked here against what the per-row versions they replaced did (a dict
 of every aligned ID, and a loop of f-strings), on small tables.
 """
@@ -18,17 +18,17 @@ import torch
 from vflalgorithms.base import ActiveContext, ServerAlgorithm, algorithm_spec
 from vflcore.job import JobSpec
 from vflserver.federation.passive_parties import PassiveParties
-from vflserver.training import scoring
+from vflserver.training import aligned_predictions
+from vflserver.training.aligned_predictions import AlignedPredictor
 from vflserver.training.reports import write_predictions
-from vflserver.training.scoring import Scorer
 
 ROWS = 60
 #: Aligned IDs in no sorted order, with the awkward cases: unicode, numeric-looking, prefixes.
 IDS = [f"c{(i * 37) % ROWS:03d}" for i in range(ROWS - 6)] + ["Zoë", "東京", "7", "07", "c00", 'comma, "quoted"']
 
 
-def standalone_scorer(ids: Sequence[str] | np.ndarray) -> tuple[Scorer, ServerAlgorithm]:
-    """A Scorer over an APFed-R active half: a real model that predicts without any passive party."""
+def standalone_scorer(ids: Sequence[str] | np.ndarray) -> tuple[AlignedPredictor, ServerAlgorithm]:
+    """A AlignedPredictor over an APFed-R active half: a real model that predicts without any passive party."""
     job = JobSpec("scoring-test", algorithm="apfed_r", num_rows=len(ids), num_outputs=3)
     parties = PassiveParties(job)
     features = torch.randn(len(ids), 4, generator=torch.Generator().manual_seed(0))
@@ -42,11 +42,11 @@ def standalone_scorer(ids: Sequence[str] | np.ndarray) -> tuple[Scorer, ServerAl
         top_hidden=(8,),
     )
     algorithm = algorithm_spec(job.algorithm).active_half()(context)
-    return Scorer(job, parties, algorithm, ids), algorithm
+    return AlignedPredictor(job, parties, algorithm, ids), algorithm
 
 
 def dict_rows(aligned: Sequence[str], wanted: Sequence[object]) -> np.ndarray:
-    """What the Scorer used to do: a dict of every aligned ID."""
+    """What the AlignedPredictor used to do: a dict of every aligned ID."""
     row_of_id = {str(i): n for n, i in enumerate(aligned)}
     return np.asarray([row_of_id[str(i)] for i in wanted], dtype=np.int64)
 
@@ -104,7 +104,7 @@ class TestScorerLookup:
     def test_large_requests_are_served_block_by_block(self, monkeypatch: pytest.MonkeyPatch) -> None:
         """Above BLOCK_ROWS rows the output is each block's output, in order, row for row."""
         scorer, algorithm = standalone_scorer(IDS)
-        monkeypatch.setattr(scoring, "BLOCK_ROWS", 7)
+        monkeypatch.setattr(aligned_predictions, "BLOCK_ROWS", 7)
         rows = np.random.default_rng(2).permutation(ROWS)
         blocks = [algorithm.predict(rows[start : start + 7], {}).numpy() for start in range(0, ROWS, 7)]
         np.testing.assert_array_equal(scorer.predict_rows(rows), np.concatenate(blocks))

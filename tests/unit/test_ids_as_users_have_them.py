@@ -10,7 +10,7 @@ dicts of ``str`` give:
 - PSI with the real curve arithmetic, three parties, each uploading in its secret order; the
   aligned order; every party's aligned list and its digest; the saved alignment reloaded, and
   a passive party's table put into that order from it;
-- scoring by ID (``Scorer.rows_of``), the IDs arriving as KServe BYTES elements;
+- scoring by ID (``AlignedPredictor.rows_of``), the IDs arriving as KServe BYTES elements;
 - ``aligned_ids.csv`` and ``test_predictions.csv``, read back with the csv module.
 
 The gRPC and REST endpoints and ``vfl-score`` are exercised by the integration suite.
@@ -45,8 +45,8 @@ from vflcore.psi.order import UploadOrder
 from vflcore.wire.oip import array_from_values, decode_bytes_elements, encode_bytes_elements
 from vflserver.federation.passive_parties import PassiveParties
 from vflserver.inference.federated import _as_text
+from vflserver.training.aligned_predictions import AlignedPredictor
 from vflserver.training.reports import write_predictions
-from vflserver.training.scoring import Scorer
 
 JOB = "ids-as-users-have-them"
 DOMAIN = "@retail-banking.customers.example-group.co.uk"  # 46 bytes every e-mail ID shares
@@ -124,8 +124,8 @@ def _psi(tables: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
     return rows
 
 
-def _scorer(aligned: np.ndarray) -> Scorer:
-    """A Scorer over a real APFed-R active half (it predicts without any passive party)."""
+def _scorer(aligned: np.ndarray) -> AlignedPredictor:
+    """A AlignedPredictor over a real APFed-R active half (it predicts without any passive party)."""
     job = JobSpec(JOB, algorithm="apfed_r", num_rows=len(aligned), num_outputs=2)
     parties = PassiveParties(job)
     context = ActiveContext(
@@ -137,7 +137,7 @@ def _scorer(aligned: np.ndarray) -> Scorer:
         num_outputs=2,
         top_hidden=(4,),
     )
-    return Scorer(job, parties, algorithm_spec(job.algorithm).active_half()(context), aligned)
+    return AlignedPredictor(job, parties, algorithm_spec(job.algorithm).active_half()(context), aligned)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

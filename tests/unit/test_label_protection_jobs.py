@@ -27,7 +27,7 @@ from vflprivacy.label_defences import keep_probability
 from vflprivacy.noise import KEY_FILE
 from vflserver.jobs.plan import JobPlan, check_models, plan_from_document
 from vflserver.training.active_party import ActiveParty
-from vflserver.training.label_privacy import protect_labels
+from vflserver.training.training_labels import labels_to_train_on
 
 #: The algorithms whose passive parties are sent per-row tensors computed from the labels (∂L/∂h, or
 #: λ_B and s_B): the ones a label defence applies to.
@@ -102,11 +102,11 @@ class TestSubmission:
 
 
 class TestTrainingLabels:
-    """``protect_labels``: the labels the active half trains on, and the key, in the party's job folder."""
+    """``labels_to_train_on``: the labels the active half trains on, and the key, in the party's job folder."""
 
     def test_no_protection_leaves_the_labels_and_makes_no_key(self, tmp_path: Path) -> None:
         labels = torch.arange(100) % 2
-        found = protect_labels(JobSpec("j", num_outputs=2), labels, np.arange(80), tmp_path)
+        found = labels_to_train_on(JobSpec("j", num_outputs=2), labels, np.arange(80), tmp_path)
         assert found.labels is labels and found.key is None and not (tmp_path / KEY_FILE).exists()
 
     def test_label_dp_randomises_the_training_rows_only_and_the_same_way_again(self, tmp_path: Path) -> None:
@@ -114,13 +114,13 @@ class TestTrainingLabels:
         labels = torch.from_numpy(np.random.default_rng(0).integers(0, 2, 4000))
         train, held_out = np.arange(3000), np.arange(3000, 4000)
         job = JobSpec("j", num_outputs=2, privacy=PrivacySpec(label_dp_epsilon=0.5))
-        first = protect_labels(job, labels, train, tmp_path)
+        first = labels_to_train_on(job, labels, train, tmp_path)
         assert torch.equal(first.labels[held_out], labels[held_out])
         kept = int((first.labels[train] == labels[train]).sum())
         p = keep_probability(0.5, 2)
         assert abs(kept - 3000 * p) < 5 * np.sqrt(3000 * p * (1 - p))
         assert first.key is not None and (tmp_path / KEY_FILE).stat().st_mode & 0o777 == 0o600
-        again = protect_labels(job, labels, train, tmp_path)
+        again = labels_to_train_on(job, labels, train, tmp_path)
         assert torch.equal(again.labels, first.labels) and again.key == first.key
         flipped = 3000 - kept
         assert first.report["label_dp"] == {
@@ -135,7 +135,7 @@ class TestTrainingLabels:
         """ε = 12 on 100 rows keeps every label (each with probability 1 - 6e-6): the report says so."""
         labels = torch.arange(100) % 2
         job = JobSpec("j", num_outputs=2, privacy=PrivacySpec(label_dp_epsilon=12.0))
-        found = protect_labels(job, labels, np.arange(100), tmp_path)
+        found = labels_to_train_on(job, labels, np.arange(100), tmp_path)
         assert torch.equal(found.labels, labels)
         assert found.report["label_dp"]["flipped"] == 0
         assert found.report["label_dp"]["note"].startswith("no training label was flipped")
@@ -143,7 +143,7 @@ class TestTrainingLabels:
     def test_a_gradient_defence_alone_keeps_the_labels_but_makes_the_key(self, tmp_path: Path) -> None:
         labels = torch.arange(100) % 2
         job = JobSpec("j", num_outputs=2, privacy=PrivacySpec(label_defence="marvell"))
-        found = protect_labels(job, labels, np.arange(80), tmp_path)
+        found = labels_to_train_on(job, labels, np.arange(80), tmp_path)
         assert torch.equal(found.labels, labels) and found.key is not None
         assert "label_dp" not in found.report and found.report["label_defence"] == "marvell"
 

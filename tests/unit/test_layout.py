@@ -157,7 +157,7 @@ def test_vflcore_folders_import_only_their_own_floor_and_below() -> None:
         own = _core_floor(parts[1])
         for line, name in _imports(path):
             target = name.split(".")
-            if target[0] == "vflcore" and len(target) > 1 and target[1] != parts[1]:
-                if _core_floor(target[1]) > own:
-                    wrong.append(f"{path.relative_to(ROOT)}:{line} imports {name} (a floor above)")
+            inside = target[0] == "vflcore" and len(target) > 1 and target[1] != parts[1]
+            if inside and _core_floor(target[1]) > own:
+                wrong.append(f"{path.relative_to(ROOT)}:{line} imports {name} (a floor above)")
     assert not wrong, "\n".join(wrong)

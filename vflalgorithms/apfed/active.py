@@ -152,7 +152,7 @@ def _embedding_protection(ctx: ActiveContext) -> tuple[EmbeddingNoise | None, Re
     if ctx.privacy_key is None or ctx.folder is None:
         raise ConfigError(
             "[privacy] active_embedding_clip needs the active party's noise key and job folder; "
-            "ActiveParty gives both (vflserver.training.label_privacy)"
+            "ActiveParty gives both (vflserver.training.training_labels)"
         )
     noise = EmbeddingNoise(
         ctx.privacy_key, ACTIVE_PARTY, spec.active_embedding_clip, spec.active_embedding_noise_multiplier

@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 from vflcore.data.columns import TableColumns, check_header, is_parquet, missing_file, resolve_columns
 from vflcore.data.csv_lines import data_row_lines
 from vflcore.data.exact_scan import TableArrays
-from vflcore.data.id_arrays import MAX_ID_BYTES, find_repeats, id_bytes, string_column
+from vflcore.data.id_arrays import MAX_ID_BYTES, find_repeats, string_column, utf8_chunks
 from vflcore.data.repeats import warn_repeats
 from vflcore.errors import DataError
 from vflcore.memory import return_freed_memory
@@ -115,7 +115,7 @@ def _ids_are_clean(ids: pa.ChunkedArray) -> bool:
         if pc.any(pc.utf8_is_space(chunk)).as_py():
             return False
     # UTF-8 never uses bytes below 0x80 inside a multi-byte character: a byte check is a character check
-    return not any(len(data) and (int(data.min()) < 32 or np.count_nonzero(data == 127)) for data in id_bytes(ids))
+    return not any(len(data) and (int(data.min()) < 32 or np.count_nonzero(data == 127)) for data in utf8_chunks(ids))
 
 
 def _keep_rows(values: np.ndarray, keep: np.ndarray) -> np.ndarray:

@@ -141,7 +141,7 @@ def from_utf8_buffers(ends: np.ndarray, data: np.ndarray) -> np.ndarray:
     return string_column(values)  # a slice at a time: the padded copy of all 8M held 0.3 GB
 
 
-def id_bytes(values: pa.Array | pa.ChunkedArray) -> Iterator[np.ndarray]:
+def utf8_chunks(values: pa.Array | pa.ChunkedArray) -> Iterator[np.ndarray]:
     """The UTF-8 bytes of the IDs (all of them, no separator), one uint8 array per chunk."""
     for chunk in _string_chunks(values):
         offsets = _offsets(chunk)
@@ -303,11 +303,11 @@ def csv_lines(ids: np.ndarray) -> Iterator[memoryview]:
         quoted = pc.binary_join_element_wise(_QUOTE, pc.replace_substring(values, '"', '""'), _QUOTE, _NOTHING)
         needs = pc.or_(pc.match_substring_regex(values, '[,"\r\n]'), pc.equal(pc.binary_length(values), 0))
         rows = pc.binary_join_element_wise(pc.if_else(needs, quoted, values), _CRLF, _NOTHING)
-        yield from (part.data for part in id_bytes(rows))
+        yield from (part.data for part in utf8_chunks(rows))
 
 
 def _update_lines(digest: _Hash, values: pa.Array) -> None:
-    for part in id_bytes(pc.binary_join_element_wise(values, _NEWLINE, _NOTHING)):
+    for part in utf8_chunks(pc.binary_join_element_wise(values, _NEWLINE, _NOTHING)):
         digest.update(part.data)
 
 

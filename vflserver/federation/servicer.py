@@ -335,10 +335,10 @@ class FederationService(pb_grpc.FederationServicer):
             if not context.is_active():
                 raise JobAborted(f"party {party} cancelled its download")
 
-        codec = MeteredTensors(parties.traffic, party)
+        metered = MeteredTensors(parties.traffic, party)
         for key in keys:
             array = parties.collect(party, key, timeout_s=timeout, check=still_wanted)
-            yield from codec.encode(key, array, parties.download_codec(party, key))
+            yield from metered.encode(key, array, parties.download_codec(party, key))
 
     @_handler
     def FetchHead(self, request_iterator: Iterator[pb.TensorChunk], context: grpc.ServicerContext) -> pb.SendAck:

@@ -38,16 +38,16 @@ from vflcore.work_items import Checkpoint, Evaluate
 from vflprivacy.label_defences import check_classes
 from vflserver.federation.alignment import AlignmentResult, align_active
 from vflserver.federation.passive_parties import PassiveParties
+from vflserver.training.aligned_predictions import AlignedPredictor, in_blocks
 from vflserver.training.distill_settings import DistillSpec, require_own_features, student_factory
 from vflserver.training.distillation import Distillation
 from vflserver.training.export import MODEL_REPOSITORY, export_model
 from vflserver.training.importance import write_client_importance
-from vflserver.training.label_privacy import protect_labels
 from vflserver.training.readmission import Readmission
 from vflserver.training.reports import EpochReport, RunSummary, write_predictions, write_summary
 from vflserver.training.resume import load_newest, roll_back, save_checkpoint
-from vflserver.training.scoring import Scorer, in_blocks
 from vflserver.training.served_again import NotServableAgain, read_served, write_served
+from vflserver.training.training_labels import labels_to_train_on
 
 #: Names that lived here before the active party's jobs were split into modules.
 __all__ = ["MODEL_REPOSITORY", "ActiveParty", "EpochReport", "RunSummary"]
@@ -137,7 +137,7 @@ class ActiveParty:
         self.schedule: Schedule
         self.labels: torch.Tensor
         self.algorithm: ServerAlgorithm
-        self.scorer: Scorer
+        self.predictor: AlignedPredictor
         self._summary = RunSummary(job_id=self.job.job_id)  # the running job's, once run() starts
         self._readmission: Readmission | None = None  # while the model is kept served after training
 
@@ -152,26 +152,26 @@ class ActiveParty:
         labels, _ = label_tensor(self.job.task, torch.from_numpy(np.asarray(aligned.labels, dtype=np.float64)))
         self.labels = labels  # the true labels: what evaluation scores against
         # The labels the algorithm trains on (randomised with label DP) and the key of its noise.
-        protection = protect_labels(self.job, labels, self.schedule.train_rows, self.run_dir)
-        self._summary.privacy = protection.report
+        trained = labels_to_train_on(self.job, labels, self.schedule.train_rows, self.run_dir)
+        self._summary.privacy = trained.report
         self.algorithm = algorithm_spec(self.job.algorithm).active_half()(
             ActiveContext(
                 job=self.job,
                 schedule=self.schedule,
                 parties=self.parties,
                 features=torch.from_numpy(np.ascontiguousarray(aligned.features, dtype=np.float32)).to(self.device),
-                labels=protection.labels.to(self.device),
+                labels=trained.labels.to(self.device),
                 num_outputs=self.job.num_outputs,
                 top_hidden=self.top_hidden,
                 top_dropout=self.top_dropout,
                 after_step=self._after_step,
                 factories=self.factories,
                 device=self.device,
-                privacy_key=protection.key,
+                privacy_key=trained.key,
                 folder=self.run_dir,
             )
         )
-        self.scorer = Scorer(self.job, self.parties, self.algorithm, aligned.ids)
+        self.predictor = AlignedPredictor(self.job, self.parties, self.algorithm, aligned.ids)
 
     def align(self) -> AlignmentResult:
         """PSI with every passive party (or its saved result); the rows are then ready to train.
@@ -377,16 +377,16 @@ class ActiveParty:
     # ---- inference --------------------------------------------------------------------------
 
     def predict_rows(self, rows: np.ndarray, *, substitutes: Mapping[int, np.ndarray] | None = None) -> np.ndarray:
-        """Inference on aligned rows (``Scorer.predict_rows``)."""
-        return self.scorer.predict_rows(rows, substitutes=substitutes)
+        """Inference on aligned rows (``AlignedPredictor.predict_rows``)."""
+        return self.predictor.predict_rows(rows, substitutes=substitutes)
 
     def predict_ids(self, ids: Sequence[str], *, substitutes: Mapping[int, np.ndarray] | None = None) -> np.ndarray:
-        """Inference by sample ID (``Scorer.predict_ids``); KeyError if any ID is not among the aligned rows."""
-        return self.scorer.predict_ids(ids, substitutes=substitutes)
+        """Inference by sample ID (``AlignedPredictor.predict_ids``); KeyError for an ID not among the aligned rows."""
+        return self.predictor.predict_ids(ids, substitutes=substitutes)
 
     def representation_means(self) -> dict[int, np.ndarray]:
         """Each passive party's mean representation over the training rows (the TVFL-A stand-in)."""
-        return self.scorer.representation_means(self.schedule.train_rows)
+        return self.predictor.representation_means(self.schedule.train_rows)
 
     def _distil(self, spec: DistillSpec, test_output: np.ndarray | None, *, afresh: bool) -> RunSummary:
         """The student of ``[distill]`` (``distillation``); ``afresh`` when this attempt trained the teacher."""

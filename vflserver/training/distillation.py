@@ -38,11 +38,11 @@ from vflcore.job import JobSpec, Position, Schedule, mid_epoch_checkpoint_due
 from vflcore.ml.losses import task_loss
 from vflcore.ml.metrics import task_metrics
 from vflcore.ml.models import seed_dropout
+from vflserver.training.aligned_predictions import in_blocks
 from vflserver.training.distill_settings import DistillSpec
 from vflserver.training.export import export_model
 from vflserver.training.reports import EpochReport, RunSummary, write_predictions, write_summary
 from vflserver.training.resume import load_newest, save_checkpoint
-from vflserver.training.scoring import in_blocks
 from vflserver.training.student import Student, new_student, student_job
 
 __all__ = ["STUDENT_DIR", "TEACHER_FILE", "Distillation"]
@@ -54,7 +54,7 @@ STUDENT_DIR = "student"
 #: The teacher's outputs on every aligned row (rows × outputs, float32), as NumPy's ``.npy``.
 TEACHER_FILE = "teacher.npy"
 
-#: Predicts aligned rows with the federated model (``Scorer.predict_rows``): the teacher.
+#: Predicts aligned rows with the federated model (``AlignedPredictor.predict_rows``): the teacher.
 Teacher = Callable[[np.ndarray], np.ndarray]
 
 

@@ -65,7 +65,7 @@ class RunSummary:
     #: The Triton model folder of the standalone model (``model_repository/<job>``), else None.
     model_repository: Path | None = None
     #: The job's ``[privacy]`` settings as this party applied them, with ε of its label DP
-    #: (``vflserver.training.label_privacy.privacy_report``).
+    #: (``vflserver.training.training_labels.privacy_report``).
     privacy: dict[str, Any] = field(default_factory=dict)
     #: The distilled student's own summary (``[distill]``, ``vflserver.training.distillation``), else None.
     student: RunSummary | None = None
@@ -93,7 +93,7 @@ def write_predictions(
             rows = slice(start, start + _SLICE_ROWS)
             fields = _csv_field(id_arrays.arrow_ids(ids[rows])), _text(labels[rows]), _text(predicted[rows])
             line = pc.binary_join_element_wise(pc.binary_join_element_wise(*fields, _COMMA), _NEWLINE, _NOTHING)
-            for part in id_arrays.id_bytes(line):
+            for part in id_arrays.utf8_chunks(line):
                 fh.write(part.data)
 
 

@@ -1,4 +1,4 @@
-"""The active party's label protection for one job: its noise key, the labels it trains on, what it reports.
+"""The labels the active party trains one job on (randomised with label DP), its noise key, and what it reports.
 
 The job's ``[privacy]`` says how the labels are protected (``vflcore.privacy``); this party applies
 it, in its own process, before training starts:
@@ -42,7 +42,7 @@ NOTHING_FLIPPED = (
 
 
 @dataclass(frozen=True)
-class LabelPrivacy:
+class TrainingLabels:
     """What the active half trains with: its labels (randomised if asked), the noise key, and the report."""
 
     labels: torch.Tensor
@@ -51,7 +51,7 @@ class LabelPrivacy:
     report: dict[str, Any] = field(default_factory=dict)
 
 
-def protect_labels(job: JobSpec, labels: torch.Tensor, train_rows: np.ndarray, folder: Path) -> LabelPrivacy:
+def labels_to_train_on(job: JobSpec, labels: torch.Tensor, train_rows: np.ndarray, folder: Path) -> TrainingLabels:
     """The labels to train on and the key for ``job``, from the aligned ``labels``; unchanged without protection.
 
     ``folder`` is this party's job folder, where the key is kept (mode 0600).
@@ -59,7 +59,7 @@ def protect_labels(job: JobSpec, labels: torch.Tensor, train_rows: np.ndarray, f
     spec = job.privacy
     report = privacy_report(job)
     if not spec.needs_noise_key:
-        return LabelPrivacy(labels, None, report)
+        return TrainingLabels(labels, None, report)
     key = noise_key(folder)
     trained = labels
     if spec.label_dp_epsilon > 0:
@@ -74,7 +74,7 @@ def protect_labels(job: JobSpec, labels: torch.Tensor, train_rows: np.ndarray, f
             log.warning("label_dp_flipped_nothing", epsilon=spec.label_dp_epsilon, training_rows=len(rows))
     if spec.protects_labels:
         log.info("label_protection", **report)
-    return LabelPrivacy(trained, key, report)
+    return TrainingLabels(trained, key, report)
 
 
 def privacy_report(job: JobSpec) -> dict[str, Any]:
@@ -90,4 +90,4 @@ def privacy_report(job: JobSpec) -> dict[str, Any]:
     return report
 
 
-__all__ = ["LABEL_DP_NOISE", "NOTHING_FLIPPED", "LabelPrivacy", "privacy_report", "protect_labels"]
+__all__ = ["LABEL_DP_NOISE", "NOTHING_FLIPPED", "TrainingLabels", "labels_to_train_on", "privacy_report"]

@@ -1,4 +1,4 @@
-"""Scoring aligned rows with a job's trained model: what the inference endpoint serves by sample ID.
+"""Predicting aligned rows with a job's trained model: what the inference endpoint serves by sample ID.
 
 A federated model asks each online passive party for its representation of the rows (an ``Infer``
 task) and stands in a fixed one for a party that is offline, when the degraded modes allow it
@@ -52,7 +52,7 @@ def in_blocks(rows: np.ndarray, predict: Callable[[np.ndarray], T]) -> list[T]:
     return parts
 
 
-class Scorer:
+class AlignedPredictor:
     """Predictions for aligned rows, by row or by sample ID, one federated request at a time."""
 
     def __init__(
