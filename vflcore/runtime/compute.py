@@ -82,7 +82,7 @@ LOCAL: Final = ComputeEngine()
 
 
 class ConfigTable(Protocol):
-    """What the readers below use of a config table (``config._Section``): its keys, and its file."""
+    """What the readers below use of a config table (``config.Section``): its keys, and its file."""
 
     @property
     def raw(self) -> Mapping[str, Any]: ...

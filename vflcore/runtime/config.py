@@ -69,7 +69,7 @@ def load_toml(path: Path, what: str = "config file") -> dict[str, Any]:
         raise ConfigError(f"{what} {path} is not valid TOML: {exc}") from exc
 
 
-class _Section:
+class Section:
     """Typed access to one table of a config file, with errors that name file and key."""
 
     def __init__(self, doc: Mapping[str, Any], name: str, source: Path | str | None) -> None:
@@ -110,7 +110,7 @@ class _Section:
         return p if p.is_absolute() else self.base / p
 
 
-def _at_least_one(sec: _Section, key: str, default: int) -> int:
+def at_least_one(sec: Section, key: str, default: int) -> int:
     """A whole number of at least 1 (a count of calls, threads, ...)."""
     value = sec.raw.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -118,7 +118,7 @@ def _at_least_one(sec: _Section, key: str, default: int) -> int:
     return value
 
 
-def _positive(sec: _Section, key: str, default: float) -> float:
+def positive(sec: Section, key: str, default: float) -> float:
     """A number of seconds that must be above zero."""
     value = float(sec.number(key, default))
     if not value > 0:
@@ -126,7 +126,7 @@ def _positive(sec: _Section, key: str, default: float) -> float:
     return value
 
 
-def _keep_checkpoints(sec: _Section, key: str = "keep_checkpoints", default: int = 2) -> int:
+def _keep_checkpoints(sec: Section, key: str = "keep_checkpoints", default: int = 2) -> int:
     """``keep_checkpoints`` in ``[server]`` or ``[client]``: a whole number of epochs, at least 1."""
     keep = sec.raw.get(key, default)
     if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:  # bool: TOML true is not a count
@@ -137,14 +137,14 @@ def _keep_checkpoints(sec: _Section, key: str = "keep_checkpoints", default: int
     return keep
 
 
-def _psi_workers(sec: _Section, key: str = "workers", default: int | None = None) -> int | None:
+def _psi_workers(sec: Section, key: str = "workers", default: int | None = None) -> int | None:
     workers: int | None = sec.integer(key, default)
     if workers is not None and workers < 1:
         raise ConfigError(f"{sec.where}: [psi] workers must be at least 1 (or left out: one per core)")
     return workers
 
 
-def _x25519(sec: _Section, key: str = "x25519", default: str = "auto") -> str:
+def _x25519(sec: Section, key: str = "x25519", default: str = "auto") -> str:
     """``[psi] x25519``: "auto", "multibuffer" or "openssl" (``vflcore.psi.x25519``).
 
     What this host can run is checked at start (``vflcore.psi.x25519.choose_at_start``), not here.
@@ -156,7 +156,7 @@ def _x25519(sec: _Section, key: str = "x25519", default: str = "auto") -> str:
     return value
 
 
-def _device(sec: _Section, key: str = "device", default: str = "cpu") -> str:
+def _device(sec: Section, key: str = "device", default: str = "cpu") -> str:
     """``[compute] device``: "cpu", "cuda" or "cuda:N"; whether the host has it is checked at start."""
     unknown = sorted(set(sec.raw) - set(COMPUTE_KEYS))
     if unknown:
@@ -169,7 +169,7 @@ def _device(sec: _Section, key: str = "device", default: str = "cpu") -> str:
     return device
 
 
-def _flag(sec: _Section, key: str, default: bool) -> bool:
+def _flag(sec: Section, key: str, default: bool) -> bool:
     value = sec.raw.get(key, default)
     if not isinstance(value, bool):
         raise ConfigError(f"{sec.where}: [{sec.name}] {key} = {value!r} must be true or false")
@@ -177,7 +177,7 @@ def _flag(sec: _Section, key: str, default: bool) -> bool:
 
 
 #: How one setting is read and checked: (its table, its key, its default) -> its value.
-Reader = Callable[[_Section, str, Any], Any]
+Reader = Callable[[Section, str, Any], Any]
 #: The reader of a setting that declares none, by the field's type.
 _BY_TYPE: dict[Any, Reader] = {
     str: lambda sec, key, default: sec.text(key, default),
@@ -213,18 +213,18 @@ class ServerSettings:
     store: Path | None = field(default=None, metadata=_setting("server", unset="<run_dir>/jobs.sqlite"))
     port_file: Path | None = field(default=None, metadata=_setting("server", unset="none"))
     #: How long a job waits for every passive party to join; a job file may set its own.
-    join_timeout_s: float = field(default=300.0, metadata=_setting("server", read=_positive))
-    step_timeout_s: float = field(default=300.0, metadata=_setting("server", read=_positive))
+    join_timeout_s: float = field(default=300.0, metadata=_setting("server", read=positive))
+    step_timeout_s: float = field(default=300.0, metadata=_setting("server", read=positive))
     #: How many epochs' checkpoints the active party keeps per job (the newest).
     keep_checkpoints: int = field(default=2, metadata=_setting("server", read=_keep_checkpoints))
     #: How long a job waits for a lost party to come back before it fails (docs/operations.md).
-    party_timeout_s: float = field(default=600.0, metadata=_setting("server", read=_positive))
+    party_timeout_s: float = field(default=600.0, metadata=_setting("server", read=positive))
     #: A party silent this long (no heartbeat) counts as lost, even if its TCP stream looks open.
-    heartbeat_timeout_s: float = field(default=60.0, metadata=_setting("server", read=_positive))
+    heartbeat_timeout_s: float = field(default=60.0, metadata=_setting("server", read=positive))
     #: Calls the federation server runs at once (more get RESOURCE_EXHAUSTED), and per party.
-    max_rpcs: int = field(default=64, metadata=_setting("server", read=_at_least_one))
-    max_party_rpcs: int = field(default=16, metadata=_setting("server", read=_at_least_one))
-    torch_threads: int = field(default=1, metadata=_setting("server", read=_at_least_one))
+    max_rpcs: int = field(default=64, metadata=_setting("server", read=at_least_one))
+    max_party_rpcs: int = field(default=16, metadata=_setting("server", read=at_least_one))
+    torch_threads: int = field(default=1, metadata=_setting("server", read=at_least_one))
     #: Processes for PSI's curve arithmetic; None: one per core.
     psi_workers: int | None = field(
         default=None, metadata=_setting("psi", key="workers", read=_psi_workers, unset="one per CPU core")
@@ -232,7 +232,7 @@ class ServerSettings:
     #: Which X25519 PSI runs: Intel's multi-buffer where it can, or OpenSSL's (``vflcore.psi.x25519``).
     psi_x25519: str = field(default="auto", metadata=_setting("psi", key="x25519", read=_x25519))
     #: IDs per chunk of PSI's exchange (``vflcore.psi.chunks``); every passive party is told it.
-    psi_chunk_ids: int = field(default=DEFAULT_CHUNK_IDS, metadata=_setting("psi", key="chunk_ids", read=_at_least_one))
+    psi_chunk_ids: int = field(default=DEFAULT_CHUNK_IDS, metadata=_setting("psi", key="chunk_ids", read=at_least_one))
     #: Where the active party trains every job ("cpu", "cuda", "cuda:N"); checked at start.
     device: str = field(default="cpu", metadata=_setting("compute", read=_device))
     #: Where PSI's curve arithmetic runs: this host, or the party's Ray cluster (``vflcore.runtime.compute``).
@@ -268,7 +268,7 @@ def server_settings_from(doc: Mapping[str, Any], source: Path | None = None) -> 
     for spec in fields(ServerSettings):
         table, key = setting_key(spec)
         read = spec.metadata["read"] or _BY_TYPE[types[spec.name]]
-        values[spec.name] = read(_Section(doc, table, source), key, spec.default)
+        values[spec.name] = read(Section(doc, table, source), key, spec.default)
     return ServerSettings(**values)
 
 
@@ -336,8 +336,8 @@ def dataset_named(datasets: Mapping[str, DataSource], name: str, owner: str) -> 
         ) from None
 
 
-def _tls(doc: Mapping[str, Any], source: Path | None, default_stem: str) -> TlsFiles:
-    sec = _Section(doc, "tls", source)
+def tls_files(doc: Mapping[str, Any], source: Path | None, default_stem: str) -> TlsFiles:
+    sec = Section(doc, "tls", source)
     certs = Path("certs")
     return TlsFiles(
         ca=sec.path("ca", certs / "ca.pem") or certs / "ca.pem",
@@ -352,7 +352,7 @@ def job_from_document(doc: Mapping[str, Any], source: Path | str | None = None) 
     ``source`` is the file the document came from (relative paths resolve against its folder),
     or a label for a document that has no file, such as a job submitted over the Control API.
     """
-    sec = _Section(doc, "job", source)
+    sec = Section(doc, "job", source)
     readers: dict[Any, Any] = {str: sec.text, int: sec.integer, float: sec.number, tuple[int, ...]: sec.integers}
     types = get_type_hints(JobSpec)
     values: dict[str, Any] = {}
@@ -373,12 +373,14 @@ def server_config_from(doc: Mapping[str, Any], source: Path | None = None) -> Se
         raise ConfigError(
             f"{where}: no data: [data] path is required (the active party's CSV), or name datasets under [datasets]"
         )
-    return ServerConfig(tls=_tls(doc, source, "server"), datasets=datasets, settings=server_settings_from(doc, source))
+    return ServerConfig(
+        tls=tls_files(doc, source, "server"), datasets=datasets, settings=server_settings_from(doc, source)
+    )
 
 
 def client_config_from(doc: Mapping[str, Any], source: Path | None = None, party: int | None = None) -> ClientConfig:
     """Build a ClientConfig from a parsed TOML document; ``party`` (the flag) wins over the file."""
-    cli = _Section(doc, "client", source)
+    cli = Section(doc, "client", source)
     party = party if party is not None else cli.integer("party")
     if party is None:
         raise ConfigError(f"{cli.where}: no party id: pass --party N or set [client] party")
@@ -397,17 +399,17 @@ def client_config_from(doc: Mapping[str, Any], source: Path | None = None, party
     return ClientConfig(
         server=cli.text("server", f"127.0.0.1:{DEFAULT_PORT}"),
         party=party,
-        tls=_tls(doc, source, f"party-{party}"),
+        tls=tls_files(doc, source, f"party-{party}"),
         datasets=datasets,
         retry_initial_s=retry_initial,
         retry_max_s=retry_max,
         run_dir=cli.path("run_dir", Path("runs")) or Path("runs"),
-        model_factory=_Section(doc, "model", source).text("factory"),
+        model_factory=Section(doc, "model", source).text("factory"),
         heartbeat_s=cli.number("heartbeat_s", 10.0),
         connect_timeout_s=cli.number("connect_timeout_s", 60.0),
         torch_threads=cli.integer("torch_threads", 1),
-        psi_workers=_psi_workers(_Section(doc, "psi", source)),
-        psi_x25519=_x25519(_Section(doc, "psi", source)),
+        psi_workers=_psi_workers(Section(doc, "psi", source)),
+        psi_x25519=_x25519(Section(doc, "psi", source)),
         keep_checkpoints=_keep_checkpoints(cli),
         models=_models(doc, source),
         device=compute_device(doc, source),
@@ -421,19 +423,19 @@ def compute_device(doc: Mapping[str, Any], source: Path | None) -> str:
 
     Each organisation's own hardware choice, so it lives in the daemon's config, never in a job.
     """
-    return _device(_Section(doc, "compute", source))
+    return _device(Section(doc, "compute", source))
 
 
 def compute_engine(doc: Mapping[str, Any], source: Path | str | None) -> ComputeEngine:
     """``[compute] engine`` and ``ray_address`` (``vflcore.runtime.compute``); ``_device`` refuses unknown keys."""
-    sec = _Section(doc, "compute", source)
+    sec = Section(doc, "compute", source)
     _device(sec)
     return ComputeEngine(engine_setting(sec), ray_address_setting(sec))
 
 
 def _models(doc: Mapping[str, Any], source: Path | None) -> dict[str, str]:
     """``[models]``: name = "module:function", the factories a job may name for this party."""
-    sec = _Section(doc, "models", source)
+    sec = Section(doc, "models", source)
     models: dict[str, str] = {}
     for name, spec in sec.raw.items():
         if not isinstance(spec, str) or ":" not in spec:
@@ -447,7 +449,7 @@ def _models(doc: Mapping[str, Any], source: Path | None) -> dict[str, str]:
 def _datasets(doc: Mapping[str, Any], source: Path | None, *, label_column: str | None) -> dict[str, DataSource]:
     """``[datasets]`` (name = { path, id_column, label_column }) plus ``[data]`` as the dataset "default"."""
     found: dict[str, DataSource] = {}
-    data = _Section(doc, "data", source)
+    data = Section(doc, "data", source)
     if data.raw:
         path = data.path("path")
         if path is None:
@@ -455,13 +457,13 @@ def _datasets(doc: Mapping[str, Any], source: Path | None, *, label_column: str 
         found[DEFAULT_DATASET] = DataSource(
             path, data.text("id_column", "id"), data.text("label_column", label_column) if label_column else None
         )
-    tables = _Section(doc, "datasets", source)
+    tables = Section(doc, "datasets", source)
     for name, entry in tables.raw.items():
         if not isinstance(entry, Mapping):
             raise ConfigError(
                 f'{tables.where}: [datasets] {name} must be a table: {{ path = "...", id_column = "id" }}'
             )
-        sec = _Section({name: entry}, name, source)
+        sec = Section({name: entry}, name, source)
         path = sec.path("path")
         if path is None:
             raise ConfigError(f"{tables.where}: [datasets] {name} needs a path")

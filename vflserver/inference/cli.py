@@ -24,7 +24,7 @@ import structlog
 from vflcore.errors import ConfigError, VflError
 from vflcore.runtime import cli_flags as flags
 from vflcore.runtime import daemon
-from vflcore.runtime.config import _tls
+from vflcore.runtime.config import tls_files
 from vflcore.security.tls import TlsConfigError
 from vflserver.inference.config import serving_config_from
 from vflserver.inference.onnx_model import load_servable
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         document = flags.document(args)
         serving = serving_config_from(document, args.config)
-        tls = None if args.insecure else _tls(document, args.config, "server")
+        tls = None if args.insecure else tls_files(document, args.config, "server")
         servable = load_servable(args.model, name=args.name)
     except (ConfigError, TlsConfigError, VflError, ValueError) as exc:
         print(f"vfl-serve: {exc}", file=sys.stderr)

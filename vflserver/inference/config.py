@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from vflcore.errors import ConfigError
-from vflcore.runtime.config import _at_least_one, _positive, _Section
+from vflcore.runtime.config import Section, at_least_one, positive
 
 CLIENT_AUTH = ("required", "optional")
 #: What stands in for an offline passive party in federated inference (``serving.federated``):
@@ -66,7 +66,7 @@ class ServingConfig:
 
 def serving_config_from(doc: Mapping[str, Any], source: Path | None = None) -> ServingConfig:
     """Build a ServingConfig from a parsed TOML document; a missing ``[serving]`` table gives the defaults."""
-    sec = _Section(doc, "serving", source)
+    sec = Section(doc, "serving", source)
     unknown = sorted(set(sec.raw) - set(_KEYS))
     if unknown:
         raise ConfigError(f"{sec.where}: [serving] has no key {unknown[0]!r}; the keys are {list(_KEYS)}")
@@ -103,12 +103,11 @@ def serving_config_from(doc: Mapping[str, Any], source: Path | None = None) -> S
     return config
 
 
-def _rest_limits(sec: _Section) -> RestLimits:
+def _rest_limits(sec: Section) -> RestLimits:
     """The REST endpoint's limits: whole numbers of connections and bytes, seconds above 0."""
     defaults = RestLimits()
     values: dict[str, Any] = {
-        key: (_positive if key.endswith("_s") else _at_least_one)(sec, key, getattr(defaults, key))
-        for key in _LIMIT_KEYS
+        key: (positive if key.endswith("_s") else at_least_one)(sec, key, getattr(defaults, key)) for key in _LIMIT_KEYS
     }
     return RestLimits(**values)
 

@@ -44,7 +44,7 @@ from vflcore.data.tables import PartyTable, read_party_csv
 from vflcore.errors import ConfigError
 from vflcore.job import ACTIVE_PARTY, JobSpec, settable_fields
 from vflcore.ml.losses import label_tensor
-from vflcore.runtime.config import DEFAULT_DATASET, DataSource, _Section, dataset_named, job_from_document
+from vflcore.runtime.config import DEFAULT_DATASET, DataSource, Section, dataset_named, job_from_document
 from vflprivacy.label_defences import check_classes
 from vflserver.inference.config import DEGRADED_MODES
 from vflserver.training.distill_settings import (
@@ -109,8 +109,8 @@ def plan_from_document(doc: Mapping[str, Any], *, default_join_timeout_s: float,
             f"{where}: [job] checkpoint_every_steps = {job.checkpoint_every_steps}: {job.algorithm} resumes only "
             "at the end of an epoch (it checkpoints every epoch); remove the key or set it to 0"
         )
-    sec = _Section(doc, "job", where)
-    model = _Section(doc, "model", where)
+    sec = Section(doc, "job", where)
+    model = Section(doc, "model", where)
     top_dropout = float(model.number("top_dropout", 0.0))
     if not 0.0 <= top_dropout < 1.0:
         raise ConfigError(f"{where}: [model] top_dropout = {top_dropout}; give a rate in [0, 1) (0 turns it off)")
@@ -120,7 +120,7 @@ def plan_from_document(doc: Mapping[str, Any], *, default_join_timeout_s: float,
     psi_only = sec.raw.get("psi_only", False)
     if not isinstance(psi_only, bool):
         raise ConfigError(f"{where}: [job] psi_only = {psi_only!r} must be true or false")
-    serving = _Section(doc, "serving", where)
+    serving = Section(doc, "serving", where)
     extra = sorted(set(serving.raw) - set(_SERVING_KEYS))
     if extra:
         raise ConfigError(
@@ -220,7 +220,7 @@ def _refuse_unknown(doc: Mapping[str, Any], table: str, known: tuple[str, ...], 
         raise ConfigError(f"{where}: [{table}] has no key {unknown[0]!r}; the keys are {sorted(known)}")
 
 
-def _datasets(sec: _Section, job: JobSpec) -> dict[int, str]:
+def _datasets(sec: Section, job: JobSpec) -> dict[int, str]:
     """Each party's dataset name: ``[job] dataset`` for all, ``[job.datasets]`` for exceptions."""
     return _names_by_party(
         sec,
@@ -233,7 +233,7 @@ def _datasets(sec: _Section, job: JobSpec) -> dict[int, str]:
     )
 
 
-def _models(sec: _Section, job: JobSpec) -> dict[int, str]:
+def _models(sec: Section, job: JobSpec) -> dict[int, str]:
     """Each passive party's model name: ``[job] model`` for all, ``[job.models]`` for exceptions.
 
     The names mean something only in each party's own ``[models]`` table; the party resolves its
@@ -252,7 +252,7 @@ def _models(sec: _Section, job: JobSpec) -> dict[int, str]:
 
 
 def _names_by_party(
-    sec: _Section, table: str, parties: tuple[int, ...], every: str, *, what: str, outside: str, rule: str
+    sec: Section, table: str, parties: tuple[int, ...], every: str, *, what: str, outside: str, rule: str
 ) -> dict[int, str]:
     """``every`` for each of ``parties`` (nobody if it is ""), then ``[job.<table>]``'s party id = name exceptions."""
     names = dict.fromkeys(parties, every) if every else {}
