@@ -38,11 +38,12 @@ OTHER_EPOCHS = 3
 ASYNC_EPOCHS = 10
 #: Its reference is the lowest of this many fault-free runs, less ``ASYNC_POINTS``.
 #: Six of them on a quiet machine spanned 0.953-0.962 (2 of 234 test rows); under xdist, with
-#: another worker's daemons beside them, arrival orders spread further, and a resumed run 1.1
-#: points (2.7 rows) under the mean of three was seen twice: a mean-based 1-point check failed
-#: with no fault in the resume, as a single-run reference would.
+#: another worker's daemons beside them, arrival orders spread further. Sound resumes were seen
+#: 1.1 points (2.7 rows) under the mean of three, twice, and, in the whole suite on 2 cores,
+#: 0.949 against three fault-free runs of 0.962 (3 rows, 1.3 points) in both tests of this file,
+#: which passed alone. 2 points (4.7 rows) still fails a resume that loses an epoch's work.
 ASYNC_REFERENCE_RUNS = 3
-ASYNC_POINTS = 0.01
+ASYNC_POINTS = 0.02
 
 
 def _no_worse_than_reference(accuracy: float, references: list[float]) -> bool:
