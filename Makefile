@@ -27,7 +27,7 @@ help:
 	@echo "make bench-inference KServe v2 endpoint: 8 callers at batch 1, 30 s gRPC + 30 s REST, p50/p99 and req/s"
 	@echo "make bench-service   30 one-epoch SplitNN jobs on one long-running server + 2 daemons: RSS, fds, threads, latency"
 	@echo "make bench-recovery  SplitNN, 20 epochs, party 3 killed 3 times: loss difference and restart-to-training time"
-	@echo "make bench-privacy   attack probes x algorithms x defences over mTLS: attack AUC vs utility, plot (~15 min)"
+	@echo "make bench-privacy   attack probes x every algorithm x its defences over mTLS, 5 seeds a cell: attack AUC vs cost (~22 min)"
 	@echo "make fuzz            the fuzz campaign as a test, FUZZ_CASES=$(FUZZ_CASES) cases at every RPC while a job trains"
 	@echo "make bench-fuzz      10,000 fuzz cases against a live service: cases and statuses per RPC, failures"
 	@echo "make bench-psi       PSI 1M x 1M: vfl-server --psi-only + vfl-client over mTLS (several minutes)"
