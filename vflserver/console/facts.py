@@ -28,6 +28,8 @@ from vflserver.jobs.store import EpochRecord, JobEvent, JobRecord, JobStore
 
 #: An absolute POSIX path in a message: what ``redact_paths`` shortens.
 _PATH = re.compile(r"(?<![\w.])/(?:[^\s'\"(),;:]+/)*[^\s'\"(),;:]*")
+#: The states a job never leaves.
+_FINAL = frozenset({"finished", "failed", "cancelled"})
 #: Jobs shown on the jobs page, newest first.
 JOBS_SHOWN = 200
 
@@ -58,6 +60,8 @@ class Sources:
     #: Listener name -> address ("federation and control" -> "0.0.0.0:50051", ...), as bound.
     listeners: Callable[[], Mapping[str, str]]
     metrics_url: Callable[[], str | None] = lambda: None
+    #: The phases of jobs that have ended, which cannot change: the jobs page reads each once.
+    ended_phases: dict[str, list[Phase]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -97,8 +101,15 @@ class PartyFacts:
 
 def jobs(sources: Sources) -> list[tuple[JobRecord, list[Phase]]]:
     """The newest jobs, each with the time spent in each of its phases."""
-    records = sources.store.list(limit=JOBS_SHOWN)
-    return [(r, phases(sources.store.events(r.job_id), r)) for r in records]
+    found = []
+    for record in sources.store.list(limit=JOBS_SHOWN):
+        spent = sources.ended_phases.get(record.job_id)
+        if spent is None:
+            spent = phases(sources.store.events(record.job_id), record)
+            if record.state in _FINAL:  # not "interrupted": that one is queued again at the next start
+                sources.ended_phases[record.job_id] = spent
+        found.append((record, spent))
+    return found
 
 
 def phases(events: Sequence[JobEvent], record: JobRecord) -> list[Phase]:
@@ -246,7 +257,24 @@ def service_version() -> str:
         return "unknown (not installed)"
 
 
+#: How long the run folder's size is reused: walking a folder of many jobs' checkpoints every 2 s
+#: (the server page's refresh) would cost the server more than the page is worth.
+FOLDER_SIZE_TTL_S = 60.0
+_sizes: dict[Path, tuple[float, int]] = {}
+
+
 def _folder_bytes(folder: Path) -> int:
+    """The bytes under ``folder``, walked at most once a ``FOLDER_SIZE_TTL_S``."""
+    now = time.monotonic()
+    cached = _sizes.get(folder)
+    if cached is not None and now - cached[0] < FOLDER_SIZE_TTL_S:
+        return cached[1]
+    total = _walk_bytes(folder)
+    _sizes[folder] = (now, total)
+    return total
+
+
+def _walk_bytes(folder: Path) -> int:
     total = 0
     for path in folder.rglob("*"):
         try:
