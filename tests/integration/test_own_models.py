@@ -194,8 +194,14 @@ def test_vfl_serve_serves_the_triton_repository(conv_job: Path, pki: Pki, digits
         assert _triton_labels(grpc_port, pki, features) == final
     finally:
         serve.terminate()
-        _, err = serve.communicate(timeout=30)
-    assert serve.returncode == 0, err.decode(errors="replace")[-2000:]
+        # Past the daemon's own stop deadline (45 s: it writes every thread's stack and exits 1), so
+        # that a stop that hangs fails here with its stacks rather than with a bare timeout.
+        try:
+            _, err = serve.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            serve.kill()
+            _, err = serve.communicate()
+    assert serve.returncode == 0, err.decode(errors="replace")[-6000:]
 
 
 @pytest.mark.parametrize(
