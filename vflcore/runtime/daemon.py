@@ -103,19 +103,30 @@ class ShutdownSignals:
     The handler only records the signal, arms the stop deadline and writes one byte to a pipe
     (``os.write``: no Python lock); the ``shutdown-signals`` thread, blocked reading the pipe,
     calls ``on_signal``.
+
+    Nor does the stop wait for Python's handler at all. In CI a ``vfl-serve`` took no notice of
+    SIGTERM for minutes (py-spy: the main thread in ``serve_until``'s ``Event.wait()``, the relay
+    thread still reading): Python's handler had not run. Why was not found (a signal taken by
+    another thread does not reproduce it here). So the pipe is also the interpreter's wakeup fd
+    (``signal.set_wakeup_fd``), which CPython's C-level handler writes the signal's number to, in
+    whichever thread took it, before any Python code runs: the relay thread wakes on that,
+    records the signal and stops the daemon; Python's handler, if it runs, finds it recorded.
     """
 
     def __init__(self, on_signal: Callable[[], None]) -> None:
         self.exit_code: int | None = None
         self._on_signal = on_signal
         self._fired = False
+        self._lock = threading.RLock()  # the handler may interrupt the main thread inside _record
         self._wake: int | None = None
 
     def install(self) -> ShutdownSignals:
         read_end, self._wake = os.pipe()
+        os.set_blocking(self._wake, False)  # set_wakeup_fd's rule: the C handler must never block
         threading.Thread(target=self._relay, args=(read_end,), name="shutdown-signals", daemon=True).start()
         signal.signal(signal.SIGINT, self._handle)
         signal.signal(signal.SIGTERM, self._handle)
+        signal.set_wakeup_fd(self._wake, warn_on_full_buffer=False)
         return self
 
     @property
@@ -123,16 +134,27 @@ class ShutdownSignals:
         return self._fired
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if self._fired:
-            return
-        self._fired = True
+        """Python's handler, on the main thread: the relay may have recorded the signal already."""
+        self._record(signum)
+
+    def _record(self, signum: int) -> bool:
+        """Note the first stop signal (exit code, stop deadline); False if one was noted before."""
+        with self._lock:
+            if self._fired:
+                return False
+            self._fired = True
         self.exit_code = EXIT_SIGINT if signum == signal.SIGINT else EXIT_SIGTERM
         arm_stop_deadline()  # a stop that hangs leaves every thread's stack and exit 1, not a SIGKILL
-        assert self._wake is not None
-        os.write(self._wake, b"!")
+        return True
 
     def _relay(self, read_end: int) -> None:
-        os.read(read_end, 1)
+        stops = {int(signal.SIGINT), int(signal.SIGTERM)}
+        while True:
+            got = os.read(read_end, 64)
+            signums = [b for b in got if b in stops]
+            if signums:
+                break
+        self._record(signums[0])
         self._on_signal()
 
 
