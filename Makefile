@@ -92,42 +92,42 @@ proto-check: proto
 	@test -z "$$(git status --porcelain -- vflcore/proto)" || { echo "untracked generated files in vflcore/proto: run 'make proto' and commit"; git status --porcelain -- vflcore/proto; exit 1; }
 
 bench-overhead: venv certs
-	$(PY) -m bench.overhead
+	$(PY) -m bench.operations.overhead
 
 bench-psi: venv
 	$(PY) -m bench.psi
 
 bench-psi-10m: venv
-	$(PY) -m bench.psi_10m
+	$(PY) -m bench.psi.psi_10m
 bench-data: venv
-	$(PY) -m bench.data
+	$(PY) -m bench.scale.data
 
 bench-train-10m: venv
-	$(PY) -m bench.train_10m
+	$(PY) -m bench.scale.train_10m
 
 bench-comm: venv
-	$(PY) -m bench.comm
+	$(PY) -m bench.algorithms.comm
 
 bench-fedbcd: venv
-	$(PY) -m bench.fedbcd
+	$(PY) -m bench.algorithms.fedbcd
 
 bench-async: venv
-	$(PY) -m bench.asynchronous
+	$(PY) -m bench.algorithms.asynchronous
 
 bench-apfed: venv
-	$(PY) -m bench.apfed
+	$(PY) -m bench.algorithms.apfed
 
 bench-distill: venv
-	$(PY) -m bench.distill
+	$(PY) -m bench.algorithms.distill
 
 bench-adptvfedconv: venv
-	$(PY) -m bench.adptvfedconv
+	$(PY) -m bench.algorithms.adptvfedconv
 
 bench-inference: venv
-	$(PY) -m bench.inference
+	$(PY) -m bench.operations.inference
 
 bench-wan: venv
-	$(PY) -m bench.wan
+	$(PY) -m bench.operations.wan
 
 FUZZ_CASES ?= 3000
 
@@ -135,19 +135,19 @@ fuzz: venv
 	FUZZ_CASES=$(FUZZ_CASES) $(PY) -m pytest -q tests/integration/test_fuzz.py
 
 bench-fuzz: venv
-	$(PY) -m bench.fuzz
+	$(PY) -m bench.operations.fuzz
 
 bench-service: venv
-	$(PY) -m bench.service
+	$(PY) -m bench.operations.service
 
 bench-recovery: venv
-	$(PY) -m bench.recovery
+	$(PY) -m bench.operations.recovery
 
 bench-privacy: venv
 	$(PY) -m bench.privacy
 
 bench-score: venv
-	$(PY) -m bench.scoring
+	$(PY) -m bench.scale.scoring
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .mypy_cache .ruff_cache

@@ -1,1 +1,1 @@
-"""Benchmarks: each prints its figures and ends with one BENCH line (see the README); run with make bench-<name>."""
+"""Benchmarks, a folder per family (bench/README.md): each prints its figures, then a BENCH line; make bench-<name>."""

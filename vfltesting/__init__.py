@@ -3,6 +3,6 @@
 ``datasets`` writes vertically split example data; ``localrun`` starts the daemons as local
 processes; ``pki`` issues a throwaway CA and party certificates with the product's own tooling;
 ``jobs`` holds the digits job that tests and benchmarks derive theirs from.
-Run from the repository root (``python -m pytest``, ``python -m bench.x``), or with the root on
+Run from the repository root (``python -m pytest``, ``python -m bench.<family>.<bench>``), or with the root on
 ``PYTHONPATH`` (the Makefile does this for ``examples/``).
 """

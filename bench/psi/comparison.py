@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from bench.common.machine import children_cpu_seconds
 from bench.psi.inputs import PARTY
 from bench.psi.monitor import busy_cpu_seconds
 from bench.psi.report import mib
@@ -22,12 +22,6 @@ from bench.psi.report import mib
 OMPSI_VENV = Path("/tmp/ompsi-venv")
 OMPSI_CALIBRATION_IDS = 50_000
 RUNNER = Path(__file__).with_name("openmined.py")  # run by path: that venv does not have this project
-
-
-def _children_cpu_seconds() -> float:
-    """CPU of this process's reaped children: the runner and its two forked sides."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
 
 
 def ensure_ompsi() -> tuple[Path | None, str]:
@@ -85,7 +79,7 @@ def time_openmined(python: Path, root: Path, data: Path, n: int, mode: str, budg
         argv = ["--synthetic", str(size)] if size < n else [str(data / "party1.csv"), str(data / f"party{PARTY}.csv")]
     flush_start = time.perf_counter()
     sys.stdout.flush()
-    busy0, children0 = busy_cpu_seconds(), _children_cpu_seconds()
+    busy0, children0 = busy_cpu_seconds(), children_cpu_seconds()
     got = run_ompsi(python, root, argv, timeout_s=max(2 * budget_s, 3 * projected * size / n) + 120)
     span = time.perf_counter() - flush_start
     wall = float(got["wall_s"])  # type: ignore[arg-type]
@@ -107,7 +101,7 @@ def time_openmined(python: Path, root: Path, data: Path, n: int, mode: str, budg
         f"{client['get_intersection_s']:.1f} s; peak RSS {mib(int(client['maxrss_kib']))}; sends "
         f"{int(client['request_bytes']):,} B"
     )
-    theirs_cpu = _children_cpu_seconds() - children0  # the runner and its two processes, reaped
+    theirs_cpu = children_cpu_seconds() - children0  # the runner and its two processes, reaped
     others = max(0.0, (busy_cpu_seconds() - busy0 - theirs_cpu) / span)
     print(
         f"    CPU {theirs_cpu:.0f} s in all (incl. start-up and reading the two CSVs, 1-2 s); other processes "

@@ -16,12 +16,12 @@ from __future__ import annotations
 import json
 import math
 import os
-import resource
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.common.machine import children_cpu_seconds
 from bench.psi.inputs import PARTY
 from bench.psi.monitor import busy_cpu_seconds
 from bench.psi.report import mib
@@ -175,12 +175,6 @@ def ensure_spu() -> tuple[Path | None, str]:
     return python, "installed now"
 
 
-def _children_cpu_seconds() -> float:
-    """CPU of this process's reaped descendants: the runner and the two parties it reaped."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
 def timeout_for(n: int) -> float:
     """Seconds one protocol may take for n IDs a party before its parties are killed."""
     return 120.0 + 900.0 * n / 1_000_000
@@ -196,7 +190,7 @@ def run_protocol(
     workdir = root / "secretflow" / protocol
     csvs = [str(data / "party1.csv"), str(data / f"party{PARTY}.csv")]
     timeout_s = timeout_for(n)
-    busy0, children0, t0 = busy_cpu_seconds(), _children_cpu_seconds(), os.times().elapsed
+    busy0, children0, t0 = busy_cpu_seconds(), children_cpu_seconds(), os.times().elapsed
     done = subprocess.run(
         [str(python), str(RUNNER), "run", protocol, *csvs, str(workdir), str(timeout_s)],
         capture_output=True,
@@ -207,7 +201,7 @@ def run_protocol(
     if done.returncode != 0:
         raise RuntimeError(f"runner exited {done.returncode}: {done.stderr.strip()[-600:]}")
     run = parse_runner_output(done.stdout, n // 2 if expected is None else expected)
-    others = max(0.0, (busy_cpu_seconds() - busy0 - (_children_cpu_seconds() - children0)) / span) if span else 0.0
+    others = max(0.0, (busy_cpu_seconds() - busy0 - (children_cpu_seconds() - children0)) / span) if span else 0.0
     return SecretFlowRun(run.protocol, run.version, run.wall_s, run.parties, others)
 
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 from sklearn.datasets import load_digits
 
-from bench.adptvfedconv_runs import party_pieces
+from bench.algorithms.adptvfedconv_runs import party_pieces
 from vflalgorithms.adptvfedconv import maths as conv
 from vflalgorithms.base import algorithm_options
 from vflcore.errors import ConfigError

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.distill import main
-from bench.distill_report import bench_line
-from bench.distill_runs import METHODS, TASKS
+from bench.algorithms.distill import main
+from bench.algorithms.distill_report import bench_line
+from bench.algorithms.distill_runs import METHODS, TASKS
 
 BENCH = re.compile(r"^BENCH distill_vs_best_active_only -?\d+\.\d+ pts target >= 0 (MET|MISSED)$")
 CELL = re.compile(r"^-?\d+\.\d+ ± \d+\.\d+$")

@@ -1,4 +1,4 @@
-"""The privacy bench's plan, cells and verdict (``bench.privacy``, ``bench.privacy_cells``, ``bench.privacy_report``).
+"""The privacy bench's plan, cells and verdict (``bench.privacy``: ``plan``, ``cells``, ``report``).
 
 Nothing here runs a job: the outcomes are made by hand, so the arithmetic of the means, the
 intervals, the paired costs and the per-algorithm verdict can be checked exactly.
@@ -10,10 +10,10 @@ import math
 
 import pytest
 
-from bench.privacy import ALGORITHMS, SETTINGS, SETTINGS_OF, plan
-from bench.privacy_cells import Estimate, cells
-from bench.privacy_report import verdict
-from bench.privacy_runs import Outcome, Run
+from bench.privacy.cells import Estimate, cells
+from bench.privacy.plan import ALGORITHMS, SETTINGS, SETTINGS_OF, plan
+from bench.privacy.report import verdict
+from bench.privacy.runs import Outcome, Run
 
 
 def _outcome(

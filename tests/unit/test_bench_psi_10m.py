@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.psi.inputs import IdSets, write_numbered_csv
+from bench.psi.psi_10m import floor_seconds
 from bench.psi.speed import Speed
-from bench.psi_10m import floor_seconds
 
 
 class TestIdSets:

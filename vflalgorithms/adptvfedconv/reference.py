@@ -5,7 +5,7 @@ The same networks, seeds, optimizers, batch schedule and losses as the federated
 W_clst seeded as party 1's "bottom" and "head", each W_g^k as party k's "head", W_s as party 1's
 "top"; every phase walks ``schedule.batches(epoch)`` from epoch 0. The broadcast of W_e^1 is a
 copy here, the upload of H^k a tensor in memory, so a federated run can be checked against this
-one, and the AdptVFedConv experiment (``bench.adptvfedconv``) measures the algorithm without
+one, and the AdptVFedConv experiment (``bench.algorithms.adptvfedconv``) measures the algorithm without
 paying for the wire.
 
 One ablation of 003 §4.3 lives here because it changes a phase rather than an option:

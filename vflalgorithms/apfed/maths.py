@@ -2,7 +2,7 @@
 
 In APFed the active party sends its representation h^A = f_A(x^A_B) to every passive party; a
 passive party scores h^A against its own view of the same rows and returns ∂L_p/∂h^A. Both the
-product's client half and the in-process experiment (``bench.apfed``) compute L_p through these
+product's client half and the in-process experiment (``bench.algorithms.apfed``) compute L_p through these
 functions, so the two cannot drift apart.
 
 - APFed-R (Eq. 12): reconstruct the party's own features from h^A with a decoder, L2 loss.

@@ -3,7 +3,7 @@
 The same models (shapes and seeds), optimizers, batch schedule and losses as the federated
 algorithm (``vflalgorithms.apfed.active`` and ``vflalgorithms.apfed.passive``), with h^A cut out of
 the graph where the wire cuts it, so that a federated run agrees with this one step for step.
-The APFed experiment (``bench.apfed``) trains with it too: with every λ_p = 0 it is SingleVL,
+The APFed experiment (``bench.algorithms.apfed``) trains with it too: with every λ_p = 0 it is SingleVL,
 the active party alone.
 """
 

@@ -228,7 +228,7 @@ class ParallelBlinder(OpenedInWith):
     ``start_method`` is ``"forkserver"`` (default) or ``"spawn"``; both start workers from a
     clean single-threaded process, so a pool may be opened while gRPC threads run. Start-up costs
     a fresh interpreter per worker (spawn) or one per process lifetime plus a fork per worker
-    (forkserver): measured in ``bench/psi_primitives.py``. Keep one pool for a whole PSI job.
+    (forkserver): measured in ``bench/psi/primitives.py``. Keep one pool for a whole PSI job.
     """
 
     def __init__(
