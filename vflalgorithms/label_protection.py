@@ -40,7 +40,7 @@ from vflcore.job import JobSpec
 from vflcore.privacy import PrivacySpec
 from vflcore.wire.names import GRADIENT
 from vflprivacy.embedding_noise import name_position
-from vflprivacy.label_defences import check_classes, protect_gradients
+from vflprivacy.label_defences import protect_gradients
 from vflprivacy.noise import noise_generator
 
 #: The defence's name in ``noise_generator``: its noise never coincides with another defence's.
@@ -72,14 +72,16 @@ class LabelProtection:
     labels: torch.Tensor
 
     @classmethod
-    def of(cls, ctx: ActiveContext, half: type[ServerAlgorithm]) -> LabelProtection | None:
-        """The job's label defence for ``half``; None when it has none."""
+    def of(cls, ctx: ActiveContext) -> LabelProtection | None:
+        """The job's label defence; None when it has none.
+
+        Whether the algorithm can take it (``check_privacy_applies``) was checked once, when the
+        job's plan was made, and whether the labels suit it (Marvell: two classes) by the active
+        party when it read its table.
+        """
         spec = ctx.job.privacy
         if spec.label_defence == "none":
             return None
-        check_privacy_applies(ctx.job, half)
-        if ctx.job.task == "classification":
-            check_classes(spec, ctx.num_outputs)
         if ctx.privacy_key is None:
             raise ConfigError(
                 f"[privacy] label_defence = {spec.label_defence!r} needs the active party's noise key; "

@@ -35,6 +35,7 @@ from vflcore.data.checkpoints import (
 from vflcore.data.tables import PartyTable, write_aligned_ids
 from vflcore.errors import ArtifactError, ConfigError, JobAborted, JoinRejected, PartyUnavailable, ServerUnavailable
 from vflcore.job import ACTIVE_PARTY, JobSpec, Position, check_job_id, mid_epoch_checkpoint_due
+from vflcore.job_rules import validate_job
 from vflcore.ml.onnx_export import MODEL_FILE, PROBE_ROWS, export_onnx, part_metadata
 from vflcore.ml.state import restore_rng, rng_state
 from vflcore.party_privacy import PartyPrivacy, refusal
@@ -129,6 +130,7 @@ class PassiveParty:
             resumable_psi=resumable_keys(self.run_dir.glob(f"*/party-{self.party}/psi")),
         )
         _own_folder_name(job.job_id)
+        _meets_the_rules(job)
         _passive_half(job.algorithm)  # refuse an algorithm this client lacks before any work
         self._refuse_weaker_privacy(connection, job)
         self.job = job
@@ -322,6 +324,18 @@ def _own_folder_name(job_id: str) -> None:
         check_job_id(job_id)
     except ValueError as exc:
         raise JoinRejected(f"the server's {exc}; this party keeps each job in a folder of that name") from None
+
+
+def _meets_the_rules(job: JobSpec) -> None:
+    """Refuse a job no party can run, by the rules the server checks at submission (``validate_job``).
+
+    The same function, so a server that skipped them (an older one, or one built in code) is
+    refused in the same words, before this party does any work for the job.
+    """
+    try:
+        validate_job(job, "the server's job")
+    except ConfigError as exc:
+        raise JoinRejected(f"{exc}; this party refuses the job") from None
 
 
 def _passive_half(algorithm: str) -> type[ClientAlgorithm]:

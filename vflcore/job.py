@@ -16,12 +16,13 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import Field, dataclass, field, fields
+from dataclasses import Field, dataclass, field
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from vflcore.privacy import PrivacySpec
+from vflcore.settings import declared, setting
 
 #: The learning tasks of ``[job] task`` (not the work items of ``vflcore.work_items``).
 TASKS = ("classification", "regression")
@@ -51,42 +52,44 @@ def new_job_id() -> str:
     return f"job-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
 
 
-#: Fields the active party fills in from its data; no config file sets them.
-SET_BY_ACTIVE_PARTY = frozenset({"num_rows", "num_outputs"})
+#: A ``JobSpec`` field that ``[job]`` sets. The others are set by a table of their own
+#: (``algorithm_options``: ``[algorithm]``; ``privacy``: ``[privacy]``), or by the active party
+#: from its data (``num_rows``, ``num_outputs``).
+_JOB = setting("job")
 
 
 @dataclass(frozen=True)
 class JobSpec:
     """Settings shared by every party of a job."""
 
-    job_id: str
-    algorithm: str = "splitnn"
-    task: str = "classification"
-    seed: int = 0
-    batch_size: int = 64
-    epochs: int = 10
-    embedding_dim: int = 16
-    bottom_hidden: tuple[int, ...] = (64,)
-    optimizer: str = "adam"
-    learning_rate: float = 1e-3
+    job_id: str = field(metadata=_JOB)
+    algorithm: str = field(default="splitnn", metadata=_JOB)
+    task: str = field(default="classification", metadata=_JOB)
+    seed: int = field(default=0, metadata=_JOB)
+    batch_size: int = field(default=64, metadata=_JOB)
+    epochs: int = field(default=10, metadata=_JOB)
+    embedding_dim: int = field(default=16, metadata=_JOB)
+    bottom_hidden: tuple[int, ...] = field(default=(64,), metadata=_JOB)
+    optimizer: str = field(default="adam", metadata=_JOB)
+    learning_rate: float = field(default=1e-3, metadata=_JOB)
     #: The L2 penalty every party's optimizer adds to its gradients (0: none).
-    weight_decay: float = 0.0
-    test_fraction: float = 0.2
+    weight_decay: float = field(default=0.0, metadata=_JOB)
+    test_fraction: float = field(default=0.2, metadata=_JOB)
     num_rows: int = 0
-    passive_parties: tuple[int, ...] = (2, 3)
+    passive_parties: tuple[int, ...] = field(default=(2, 3), metadata=_JOB)
     algorithm_options: dict[str, Any] = field(default_factory=dict)
     #: The model's output width (classes, or 1 for regression); the active party sets it from its
     #: label column, for algorithms whose passive parties hold a head of their own (VIMADMM-J).
     num_outputs: int = 0
     #: Also checkpoint every this many training steps (batches), not only at each epoch's end
     #: (0: epochs only). A resumed job then replays at most this many steps.
-    checkpoint_every_steps: int = 0
+    checkpoint_every_steps: int = field(default=0, metadata=_JOB)
     #: How the tensors of a training step are encoded on the wire (``vflcore.wire.codecs``):
     #: "fp32" (exact), "bf16", "fp16", "int8" or "topk:<fraction>"; per direction, the two below
     #: override it ("": as ``wire_codec``). Up is what passive parties send, down what they get.
-    wire_codec: str = "fp32"
-    wire_codec_up: str = ""
-    wire_codec_down: str = ""
+    wire_codec: str = field(default="fp32", metadata=_JOB)
+    wire_codec_up: str = field(default="", metadata=_JOB)
+    wire_codec_down: str = field(default="", metadata=_JOB)
     #: The defences each party applies to what it sends (``[privacy]``, ``vflcore.privacy``); all off by default.
     privacy: PrivacySpec = field(default_factory=PrivacySpec)
 
@@ -103,17 +106,9 @@ class JobSpec:
         return Schedule(self)
 
 
-#: Fields set by a table of their own rather than by ``[job]``.
-_OWN_TABLES = frozenset({"algorithm_options", "privacy"})
-
-
 def settable_fields() -> tuple[Field[Any], ...]:
-    """The ``JobSpec`` fields a ``[job]`` table sets: not ``algorithm_options`` (``[algorithm]``), ``privacy``
-    (``[privacy]``), nor the rest.
-
-    The rest (``SET_BY_ACTIVE_PARTY``) the active party fills in from its data.
-    """
-    return tuple(f for f in fields(JobSpec) if f.name not in SET_BY_ACTIVE_PARTY and f.name not in _OWN_TABLES)
+    """The ``JobSpec`` fields a ``[job]`` table sets, each read by its type (``vflcore.settings``)."""
+    return declared(JobSpec, "job")
 
 
 class Offer(NamedTuple):

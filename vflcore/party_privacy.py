@@ -15,11 +15,18 @@ what the operator audits, and what the privacy bench reports.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field
 from typing import Any
 
-from vflcore.errors import ConfigError
 from vflcore.privacy import PrivacySpec
+from vflcore.settings import Section, finite, read_settings, refuse_unknown, setting, table_keys
+
+
+def _at_least_zero(sec: Section, key: str, default: float) -> float:
+    value = finite(sec, key, default)
+    if value < 0:
+        raise sec.wrong(key, value, "; give a number, at least 0 (0: no requirement)")
+    return value
 
 
 @dataclass(frozen=True)
@@ -28,7 +35,7 @@ class PartyPrivacy:
 
     #: The smallest ``[privacy] embedding_noise_multiplier`` a job may ask for (0: no requirement).
     #: Above 0, the job must also clip (``embedding_clip`` > 0), or the noise would have no scale.
-    min_embedding_noise_multiplier: float = 0.0
+    min_embedding_noise_multiplier: float = field(default=0.0, metadata=setting("privacy", read=_at_least_zero))
     #: Where the requirement was read from, for the refusal's message: the config file, or the SDK call.
     source: str = "PassiveParty(privacy=...)"
 
@@ -39,28 +46,14 @@ class PartyPrivacy:
 
 def party_privacy_keys() -> tuple[str, ...]:
     """Every key a party's ``[privacy]`` table may hold."""
-    return tuple(f.name for f in fields(PartyPrivacy) if f.name != "source")
+    return table_keys(PartyPrivacy, "privacy")
 
 
 def party_privacy_from_table(table: Mapping[str, Any], source: str = "this party's config") -> PartyPrivacy:
     """A party config's ``[privacy]`` table, checked; a ConfigError names the file and the key."""
-    if not isinstance(table, Mapping):
-        raise ConfigError(f"{source}: [privacy] must be a table ({', '.join(party_privacy_keys())})")
-    unknown = sorted(set(table) - set(party_privacy_keys()))
-    if unknown:
-        raise ConfigError(
-            f"{source}: [privacy] {unknown[0]} is not a party's privacy setting (a party's config takes "
-            f"{list(party_privacy_keys())}; the job's own settings go in the job file's [privacy] table)"
-        )
-    values: dict[str, float] = {}
-    for key in party_privacy_keys():
-        if key not in table:
-            continue
-        value = table[key]
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-            raise ConfigError(f"{source}: [privacy] {key} = {value!r}; give a number, at least 0 (0: no requirement)")
-        values[key] = float(value)
-    return PartyPrivacy(**values, source=source)
+    sec = Section({"privacy": table}, "privacy", source)
+    refuse_unknown(sec, party_privacy_keys(), what="; the job's own settings go in the job file's [privacy] table")
+    return PartyPrivacy(**read_settings(PartyPrivacy, {"privacy": table}, source), source=source)
 
 
 def refusal(required: PartyPrivacy, job: PrivacySpec, party: int) -> str | None:

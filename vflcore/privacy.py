@@ -23,10 +23,11 @@ so that the job (``vflcore.job``) can carry them.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from vflcore.errors import ConfigError
+from vflcore.settings import Section, read_settings, refuse_unknown, setting, table_keys
 
 #: ``label_defence``: what the active party does to each gradient before it answers.
 LABEL_DEFENCES = ("none", "marvell", "max_norm", "gaussian")
@@ -41,6 +42,8 @@ _NON_NEGATIVE = (
     "active_embedding_noise_multiplier",
 )
 _ACTIVE_EMBEDDING_KEYS = ("active_embedding_clip", "active_embedding_noise_multiplier")
+#: Every field below is a key of the job's ``[privacy]`` table, read by its type (``vflcore.settings``).
+_PRIVACY = setting("privacy")
 
 
 @dataclass(frozen=True)
@@ -51,27 +54,27 @@ class PrivacySpec:
     #: noise shaped so the two classes' gradient distributions overlap, Li et al. ICLR 2022),
     #: "max_norm" (every row's gradient brought to the batch's largest norm, plus noise) or
     #: "gaussian" (isotropic noise, ``gradient_noise`` × the batch's mean gradient norm).
-    label_defence: str = "none"
+    label_defence: str = field(default="none", metadata=_PRIVACY)
     #: Marvell's bound on the symmetrised KL divergence between the two classes' perturbed
     #: gradient distributions, per batch: smaller is stronger protection and more noise.
-    marvell_sum_kl: float = 0.25
+    marvell_sum_kl: float = field(default=0.25, metadata=_PRIVACY)
     #: "gaussian": the noise's standard deviation, relative to the batch's mean gradient norm.
-    gradient_noise: float = 1.0
+    gradient_noise: float = field(default=1.0, metadata=_PRIVACY)
     #: Randomised response on the training labels, ε-label-DP (0: off): each label is kept with
     #: probability e^ε / (e^ε + K - 1), else replaced by one of the K - 1 others.
-    label_dp_epsilon: float = 0.0
+    label_dp_epsilon: float = field(default=0.0, metadata=_PRIVACY)
     #: Each passive party clips every row's embedding to this L2 norm before it sends (0: off).
-    embedding_clip: float = 0.0
+    embedding_clip: float = field(default=0.0, metadata=_PRIVACY)
     #: Gaussian noise on each clipped embedding: standard deviation = this × ``embedding_clip``.
-    embedding_noise_multiplier: float = 0.0
+    embedding_noise_multiplier: float = field(default=0.0, metadata=_PRIVACY)
     #: The δ at which ε is reported for the embedding noise (opacus's RDP accountant).
-    dp_delta: float = 1e-5
+    dp_delta: float = field(default=1e-5, metadata=_PRIVACY)
     #: APFed: the active party clips every row of its own embedding h^A to this L2 norm before it
     #: sends it to the passive parties (0: off). h^A reveals the labels through the active party's
     #: features, which no label defence changes.
-    active_embedding_clip: float = 0.0
+    active_embedding_clip: float = field(default=0.0, metadata=_PRIVACY)
     #: Gaussian noise on each clipped row of h^A: standard deviation = this × ``active_embedding_clip``.
-    active_embedding_noise_multiplier: float = 0.0
+    active_embedding_noise_multiplier: float = field(default=0.0, metadata=_PRIVACY)
 
     @property
     def protects_active_embedding(self) -> bool:
@@ -96,32 +99,17 @@ class PrivacySpec:
 
 def privacy_keys() -> tuple[str, ...]:
     """Every key ``[privacy]`` may hold."""
-    return tuple(f.name for f in fields(PrivacySpec))
+    return table_keys(PrivacySpec, "privacy")
 
 
 def privacy_from_table(table: Mapping[str, Any], where: str = "job") -> PrivacySpec:
-    """``[privacy]`` checked and completed with the defaults; a ConfigError names the key at fault."""
-    if not isinstance(table, Mapping):
-        raise ConfigError(f"{where}: [privacy] must be a table of settings ({', '.join(privacy_keys())})")
-    unknown = sorted(set(table) - set(privacy_keys()))
-    if unknown:
-        raise ConfigError(
-            f"{where}: [privacy] {unknown[0]} is not a privacy setting (the settings: {list(privacy_keys())})"
-        )
-    values: dict[str, Any] = {}
-    for f in fields(PrivacySpec):
-        if f.name not in table:
-            continue
-        value = table[f.name]
-        if isinstance(f.default, str):
-            if not isinstance(value, str):
-                raise ConfigError(f"{where}: [privacy] {f.name} = {value!r} must be a string")
-        elif isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(f"{where}: [privacy] {f.name} = {value!r} must be a number")
-        values[f.name] = value if isinstance(f.default, str) else float(value)
-    spec = PrivacySpec(**values)
-    check_privacy(spec, where)
-    return spec
+    """``[privacy]`` read and completed with the defaults; a ConfigError names a key unknown or of the wrong type.
+
+    Its rules are checked with the rest of the job (``check_privacy``, from ``vflcore.job_rules``),
+    since some depend on the job's task.
+    """
+    refuse_unknown(Section({"privacy": table}, "privacy", where), privacy_keys())
+    return PrivacySpec(**read_settings(PrivacySpec, {"privacy": table}, where))
 
 
 def check_privacy(spec: PrivacySpec, where: str = "job", *, task: str = "classification") -> None:

@@ -38,11 +38,12 @@ from vflserver.federation.alignment import AlignmentResult
 from vflserver.inference.config import serving_config_from
 from vflserver.inference.run import write_ports
 from vflserver.jobs.app import Service
-from vflserver.jobs.plan import TABLES, check_models, plan_from_document, read_active_table
+from vflserver.jobs.plan import check_models, read_active_table
 from vflserver.jobs.runner import JobListener
 from vflserver.jobs.store import ENDED, JobRecord, JobStore
 from vflserver.training.active_party import ActiveParty
 from vflserver.training.distill_settings import refuse_student_names
+from vflserver.training.job_plan import TABLES, plan_from_document
 from vflserver.training.reports import EpochReport, RunSummary
 
 log = structlog.get_logger(__name__)

@@ -23,6 +23,7 @@ from vflserver.federation.board import JobBoard
 from vflserver.federation.server import build_server
 from vflserver.jobs.app import Service
 from vflserver.training.active_party import ActiveParty
+from vflserver.training.job_plan import JobPlan
 from vflserver.training.reports import RunSummary
 from vfltesting.forked import Launcher
 from vfltesting.jobs import DIGITS_JOB
@@ -87,13 +88,16 @@ def start_job(
     step_timeout_s: float = 60,
     **kwargs: Any,
 ) -> RunningJob:
-    """Serve ``data/party1.csv`` as the active party; ``kwargs`` go to ``ActiveParty``, or to its ``ServerSettings``."""
+    """Serve ``data/party1.csv`` as the active party; ``kwargs`` go to its ``JobPlan``, its ``ServerSettings``,
+    or ``ActiveParty`` itself."""
     table = read_party_csv(data / "party1.csv", label_column=label_column)
     names = {f.name for f in fields(ServerSettings)}
     settings = ServerSettings(
         run_dir=tmp_path / "runs", step_timeout_s=step_timeout_s, **{k: v for k, v in kwargs.items() if k in names}
     )
-    active = ActiveParty(job, table, settings, **{k: v for k, v in kwargs.items() if k not in names})
+    planned = {f.name for f in fields(JobPlan)}
+    plan = JobPlan(job, **{k: v for k, v in kwargs.items() if k in planned})
+    active = ActiveParty(plan, table, settings, **{k: v for k, v in kwargs.items() if k not in names | planned})
     server, port = build_server(JobBoard.single(active.parties), "127.0.0.1:0", pki.server_files())
     server.start()
     outcome: dict[str, Any] = {}

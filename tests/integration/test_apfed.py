@@ -23,6 +23,7 @@ from vflcore.errors import ConfigError
 from vflserver.inference.artifact import FEATURES, LABEL, PROBABILITIES
 from vflserver.inference.onnx_model import OnnxServable
 from vflserver.training.active_party import ActiveParty
+from vflserver.training.job_plan import JobPlan
 from vfltesting.pki import Pki
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_torch_thread")]
@@ -83,4 +84,4 @@ def test_a_labels_only_active_party_is_refused_before_training(digits_data: Path
     """APFed predicts from the active party's own features, so a file without any is a config error."""
     table = read_party_csv(digits_data / "party1.csv", label_column="label", feature_columns=())
     with pytest.raises(ConfigError, match="needs feature columns on the active party"):
-        ActiveParty(replace(REFERENCE_JOB, algorithm="apfed_c"), table)
+        ActiveParty(JobPlan(replace(REFERENCE_JOB, algorithm="apfed_c")), table)

@@ -34,6 +34,7 @@ from vflcore.security.tls import channel_credentials
 from vflserver.federation.board import JobBoard
 from vflserver.federation.server import build_server
 from vflserver.training.active_party import ActiveParty
+from vflserver.training.job_plan import JobPlan
 from vfltesting.datasets import write_vertical_split
 from vfltesting.leaks import Leak, find_leaks, party_secrets
 from vfltesting.pki import Pki
@@ -164,7 +165,7 @@ class TestCancelledUpload:
     ) -> None:
         """Party 2 opens SendEmbeddings and cancels it: one info line, rpc_cancelled, and status CANCELLED."""
         active = ActiveParty(
-            SMALL_JOB,
+            JobPlan(SMALL_JOB),
             read_party_csv(digits_data / "party1.csv", label_column="label"),
             ServerSettings(run_dir=tmp_path / "runs"),
         )

@@ -27,9 +27,10 @@ from vflcore.job import JobSpec, Position
 from vflcore.ml.losses import label_tensor
 from vflcore.runtime.config import DataSource
 from vflserver.inference.onnx_model import is_standalone, read_info
-from vflserver.jobs.plan import check_models, plan_from_document, read_active_table
+from vflserver.jobs.plan import check_models, read_active_table
 from vflserver.training.distill_settings import DistillSpec, distill_from_table
 from vflserver.training.distillation import STUDENT_DIR, TEACHER_FILE, Distillation
+from vflserver.training.job_plan import plan_from_document
 from vflserver.training.student import distillation_loss
 
 JOB = JobSpec(job_id="distil", seed=3, epochs=4, batch_size=64, embedding_dim=8, bottom_hidden=(32,), num_outputs=10)
@@ -70,7 +71,7 @@ class TestSettings:
     @pytest.mark.parametrize(
         ("table", "job", "message"),
         [
-            ({"temprature": 2}, {}, r"\[distill\] temprature is not a distillation setting"),
+            ({"temprature": 2}, {}, r"\[distill\] has no key 'temprature'; the keys are"),
             ({"temperature": 0}, {}, r"\[distill\] temperature = 0; give a number above 0"),
             ({"temperature": "hot"}, {}, r"\[distill\] temperature = 'hot' must be a finite number"),
             ({"temperature": float("inf")}, {}, r"\[distill\] temperature = inf must be a finite number"),

@@ -6,9 +6,9 @@ import tomllib
 from dataclasses import fields
 
 from vflcore.job import JobSpec, settable_fields
+from vflcore.job_rules import job_from_document
 from vflcore.privacy import PrivacySpec
 from vflcore.proto import federation_pb2 as pb
-from vflcore.runtime.config import job_from_document
 from vflcore.wire import serde
 
 

@@ -25,8 +25,9 @@ from vflcore.job import JobSpec
 from vflcore.privacy import PrivacySpec, privacy_keys
 from vflprivacy.label_defences import keep_probability
 from vflprivacy.noise import KEY_FILE
-from vflserver.jobs.plan import JobPlan, check_models, plan_from_document
+from vflserver.jobs.plan import check_models
 from vflserver.training.active_party import ActiveParty
+from vflserver.training.job_plan import JobPlan, plan_from_document
 from vflserver.training.training_labels import labels_to_train_on
 
 #: The algorithms whose passive parties are sent per-row tensors computed from the labels (∂L/∂h, or
@@ -92,13 +93,13 @@ class TestSubmission:
             check_models(plan, _table(tmp_path, 10))
         check_models(plan, _table(tmp_path, 2))
         with pytest.raises(ConfigError, match=r"party1\.csv: \[privacy\] label_defence = 'marvell'.* 10 classes"):
-            ActiveParty(plan.job, _table(tmp_path, 10))
+            ActiveParty(plan, _table(tmp_path, 10))
 
-    def test_the_active_party_refuses_a_job_that_skipped_the_plan(self, tmp_path: Path) -> None:
-        """A job built in code, not from a document, is still checked by the party that would apply it."""
+    def test_a_plan_made_in_code_is_checked_when_it_is_made(self) -> None:
+        """A job built in code, not from a document, is checked as its plan is made: before any party has it."""
         job = JobSpec("j", algorithm="apfed_c", privacy=PrivacySpec(label_defence="gaussian"))
         with pytest.raises(ConfigError, match=r"\[privacy\] label_defence = 'gaussian': apfed_c"):
-            ActiveParty(job, _table(tmp_path, 2))
+            JobPlan(job)
 
 
 class TestTrainingLabels:

@@ -21,11 +21,11 @@ from vflserver.federation.board import JobBoard
 from vflserver.federation.passive_parties import PassiveParties
 from vflserver.federation.presence import PartyPresence
 from vflserver.jobs.job_queue import ParkedJob
-from vflserver.jobs.plan import JobPlan
 from vflserver.jobs.runner import JobRunner
 from vflserver.jobs.scheduling import Candidate, absent_since, loss_deadline, next_turn, waiting_message
 from vflserver.jobs.store import JobStore
 from vflserver.training.active_party import ActiveParty
+from vflserver.training.job_plan import JobPlan
 
 
 class _Clock:
@@ -132,7 +132,7 @@ class TestOneMessage:
             job = JobSpec("j", algorithm="splitnn", passive_parties=(3,))
             lost = PartyLost(3, "its connection to the server closed", since=time.monotonic() - 200)
             parked = ParkedJob(JobPlan(job, {}, join_timeout_s=60), _table(tmp_path), lost, lost.since + 120)
-            active = ActiveParty(job, _table(tmp_path), settings)
+            active = ActiveParty(JobPlan(job), _table(tmp_path), settings)
             with pytest.raises(PartyUnavailable) as failed:
                 active.run(join_timeout_s=0.01, late=runner._late_rejoin("j", parked, 0.01))
         finally:

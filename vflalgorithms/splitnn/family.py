@@ -123,7 +123,7 @@ class SplitNNFamilyServer(ServerAlgorithm):
         self.loss_fn = task_loss(ctx.job.task)
         self.bottom = own_bottom(ctx)
         #: The job's label defence, applied to every gradient ``_publish`` sends; None without one.
-        self.label_protection = LabelProtection.of(ctx, type(self))
+        self.label_protection = LabelProtection.of(ctx)
         if self.splits_batches:
             self.micro_batches = overlap_options(job_options(ctx.job)).micro_batches
 

@@ -9,18 +9,24 @@ field's type, default, table, key and check.
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Callable, Mapping
-from dataclasses import MISSING, Field, dataclass, field, fields
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, get_type_hints
+from typing import Any
 
 from vflcore.errors import ConfigError
-from vflcore.job import JobSpec, settable_fields
-from vflcore.job_rules import validate_job
 from vflcore.party_privacy import PartyPrivacy, party_privacy_from_table
-from vflcore.privacy import privacy_from_table
-from vflcore.runtime.compute import COMPUTE_KEYS, LOCAL, RAY_UNSET, ComputeEngine, engine_setting, ray_address_setting
+from vflcore.runtime.compute import COMPUTE_KEYS, RAY_UNSET, ComputeEngine, engine_setting, ray_address_setting
 from vflcore.security.tls import TlsFiles
+from vflcore.settings import (
+    Section,
+    at_least_one,
+    positive,
+    read_settings,
+    refuse_unknown,
+    setting,
+    table_keys,
+)
 
 DEFAULT_PORT = 50051
 
@@ -69,63 +75,6 @@ def load_toml(path: Path, what: str = "config file") -> dict[str, Any]:
         raise ConfigError(f"{what} {path} is not valid TOML: {exc}") from exc
 
 
-class Section:
-    """Typed access to one table of a config file, with errors that name file and key."""
-
-    def __init__(self, doc: Mapping[str, Any], name: str, source: Path | str | None) -> None:
-        raw = doc.get(name, {})
-        where = f"{source}" if source else "config"
-        if not isinstance(raw, Mapping):
-            raise ConfigError(f"{where}: [{name}] must be a table")
-        self.raw, self.name, self.where = raw, name, where
-        self.base = source.parent if isinstance(source, Path) else Path.cwd()
-
-    def _get(self, key: str, kind: type | tuple[type, ...], default: Any) -> Any:
-        value = self.raw.get(key, default)
-        if value is not default and not isinstance(value, kind):
-            raise ConfigError(f"{self.where}: [{self.name}] {key} = {value!r} has the wrong type")
-        return value
-
-    def text(self, key: str, default: Any = None) -> Any:
-        return self._get(key, str, default)
-
-    def integer(self, key: str, default: Any = None) -> Any:
-        return self._get(key, int, default)
-
-    def number(self, key: str, default: Any = None) -> Any:
-        value = self._get(key, (int, float), default)
-        return float(value) if value is not None else None
-
-    def integers(self, key: str, default: tuple[int, ...]) -> tuple[int, ...]:
-        value = self._get(key, list, default)
-        if not all(isinstance(v, int) for v in value):
-            raise ConfigError(f"{self.where}: [{self.name}] {key} must be a list of integers")
-        return tuple(value)
-
-    def path(self, key: str, default: Path | None = None) -> Path | None:
-        value = self.text(key)
-        if value is None:
-            return default
-        p = Path(value).expanduser()
-        return p if p.is_absolute() else self.base / p
-
-
-def at_least_one(sec: Section, key: str, default: int) -> int:
-    """A whole number of at least 1 (a count of calls, threads, ...)."""
-    value = sec.raw.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{sec.where}: [{sec.name}] {key} = {value!r}; give a whole number, at least 1")
-    return value
-
-
-def positive(sec: Section, key: str, default: float) -> float:
-    """A number of seconds that must be above zero."""
-    value = float(sec.number(key, default))
-    if not value > 0:
-        raise ConfigError(f"{sec.where}: [{sec.name}] {key} = {value:g}; give a number of seconds above 0")
-    return value
-
-
 def _keep_checkpoints(sec: Section, key: str = "keep_checkpoints", default: int = 2) -> int:
     """``keep_checkpoints`` in ``[server]`` or ``[client]``: a whole number of epochs, at least 1."""
     keep = sec.raw.get(key, default)
@@ -169,34 +118,6 @@ def _device(sec: Section, key: str = "device", default: str = "cpu") -> str:
     return device
 
 
-def _flag(sec: Section, key: str, default: bool) -> bool:
-    value = sec.raw.get(key, default)
-    if not isinstance(value, bool):
-        raise ConfigError(f"{sec.where}: [{sec.name}] {key} = {value!r} must be true or false")
-    return value
-
-
-#: How one setting is read and checked: (its table, its key, its default) -> its value.
-Reader = Callable[[Section, str, Any], Any]
-#: The reader of a setting that declares none, by the field's type.
-_BY_TYPE: dict[Any, Reader] = {
-    str: lambda sec, key, default: sec.text(key, default),
-    int: lambda sec, key, default: sec.integer(key, default),
-    float: lambda sec, key, default: float(sec.number(key, default)),
-    bool: _flag,
-    Path: lambda sec, key, default: sec.path(key, default),
-    Path | None: lambda sec, key, default: sec.path(key, default),
-}
-
-
-def _setting(table: str, *, key: str = "", read: Reader | None = None, unset: str = "") -> dict[str, Any]:
-    """A ``ServerSettings`` field's metadata: its table and key (default: the field's name), and its reader.
-
-    ``unset`` says what a default of None means, in the words of ``docs/configuration.md``.
-    """
-    return {"table": table, "key": key, "read": read, "unset": unset}
-
-
 @dataclass(frozen=True)
 class ServerSettings:
     """The server's own settings, each declared once: name, type, default, table, key and check.
@@ -206,46 +127,46 @@ class ServerSettings:
     checks ``docs/configuration.md`` against these declarations.
     """
 
-    listen: str = field(default=f"127.0.0.1:{DEFAULT_PORT}", metadata=_setting("server"))
+    listen: str = field(default=f"127.0.0.1:{DEFAULT_PORT}", metadata=setting("server"))
     #: Checkpoints, reports and alignment results go to ``<run_dir>/<job_id>/party-1/``.
-    run_dir: Path = field(default=Path("runs"), metadata=_setting("server"))
+    run_dir: Path = field(default=Path("runs"), metadata=setting("server"))
     #: The job store (SQLite); default: ``jobs.sqlite`` in the run directory (``store_path``).
-    store: Path | None = field(default=None, metadata=_setting("server", unset="<run_dir>/jobs.sqlite"))
-    port_file: Path | None = field(default=None, metadata=_setting("server", unset="none"))
+    store: Path | None = field(default=None, metadata=setting("server", unset="<run_dir>/jobs.sqlite"))
+    port_file: Path | None = field(default=None, metadata=setting("server", unset="none"))
     #: How long a job waits for every passive party to join; a job file may set its own.
-    join_timeout_s: float = field(default=300.0, metadata=_setting("server", read=positive))
-    step_timeout_s: float = field(default=300.0, metadata=_setting("server", read=positive))
+    join_timeout_s: float = field(default=300.0, metadata=setting("server", read=positive))
+    step_timeout_s: float = field(default=300.0, metadata=setting("server", read=positive))
     #: How many epochs' checkpoints the active party keeps per job (the newest).
-    keep_checkpoints: int = field(default=2, metadata=_setting("server", read=_keep_checkpoints))
+    keep_checkpoints: int = field(default=2, metadata=setting("server", read=_keep_checkpoints))
     #: How long a job waits for a lost party to come back before it fails (docs/operations.md).
-    party_timeout_s: float = field(default=600.0, metadata=_setting("server", read=positive))
+    party_timeout_s: float = field(default=600.0, metadata=setting("server", read=positive))
     #: A party silent this long (no heartbeat) counts as lost, even if its TCP stream looks open.
-    heartbeat_timeout_s: float = field(default=60.0, metadata=_setting("server", read=positive))
+    heartbeat_timeout_s: float = field(default=60.0, metadata=setting("server", read=positive))
     #: Calls the federation server runs at once (more get RESOURCE_EXHAUSTED), and per party.
-    max_rpcs: int = field(default=64, metadata=_setting("server", read=at_least_one))
-    max_party_rpcs: int = field(default=16, metadata=_setting("server", read=at_least_one))
-    torch_threads: int = field(default=1, metadata=_setting("server", read=at_least_one))
+    max_rpcs: int = field(default=64, metadata=setting("server", read=at_least_one))
+    max_party_rpcs: int = field(default=16, metadata=setting("server", read=at_least_one))
+    torch_threads: int = field(default=1, metadata=setting("server", read=at_least_one))
     #: Processes for PSI's curve arithmetic; None: one per core.
     psi_workers: int | None = field(
-        default=None, metadata=_setting("psi", key="workers", read=_psi_workers, unset="one per CPU core")
+        default=None, metadata=setting("psi", key="workers", read=_psi_workers, unset="one per CPU core")
     )
     #: Which X25519 PSI runs: Intel's multi-buffer where it can, or OpenSSL's (``vflcore.psi.x25519``).
-    psi_x25519: str = field(default="auto", metadata=_setting("psi", key="x25519", read=_x25519))
+    psi_x25519: str = field(default="auto", metadata=setting("psi", key="x25519", read=_x25519))
     #: IDs per chunk of PSI's exchange (``vflcore.psi.chunks``); every passive party is told it.
-    psi_chunk_ids: int = field(default=DEFAULT_CHUNK_IDS, metadata=_setting("psi", key="chunk_ids", read=at_least_one))
+    psi_chunk_ids: int = field(default=DEFAULT_CHUNK_IDS, metadata=setting("psi", key="chunk_ids", read=at_least_one))
     #: Where the active party trains every job ("cpu", "cuda", "cuda:N"); checked at start.
-    device: str = field(default="cpu", metadata=_setting("compute", read=_device))
+    device: str = field(default="cpu", metadata=setting("compute", read=_device))
     #: Where PSI's curve arithmetic runs: this host, or the party's Ray cluster (``vflcore.runtime.compute``).
-    engine: str = field(default="local", metadata=_setting("compute", read=engine_setting))
+    engine: str = field(default="local", metadata=setting("compute", read=engine_setting))
     ray_address: str | None = field(
-        default=None, metadata=_setting("compute", read=ray_address_setting, unset=RAY_UNSET)
+        default=None, metadata=setting("compute", read=ray_address_setting, unset=RAY_UNSET)
     )
     #: Serve Prometheus metrics on ``metrics_listen``.
-    metrics_enabled: bool = field(default=False, metadata=_setting("metrics", key="enabled"))
-    metrics_listen: str = field(default="127.0.0.1:9464", metadata=_setting("metrics", key="listen"))
+    metrics_enabled: bool = field(default=False, metadata=setting("metrics", key="enabled"))
+    metrics_listen: str = field(default="127.0.0.1:9464", metadata=setting("metrics", key="listen"))
     #: Serve the operator's console (``vflserver.console``) on ``console_listen``, over mTLS.
-    console_enabled: bool = field(default=False, metadata=_setting("console", key="enabled"))
-    console_listen: str = field(default="127.0.0.1:8443", metadata=_setting("console", key="listen"))
+    console_enabled: bool = field(default=False, metadata=setting("console", key="enabled"))
+    console_listen: str = field(default="127.0.0.1:8443", metadata=setting("console", key="listen"))
 
     @property
     def store_path(self) -> Path:
@@ -256,20 +177,13 @@ class ServerSettings:
         return ComputeEngine(self.engine, self.ray_address)
 
 
-def setting_key(spec: Field[Any]) -> tuple[str, str]:
-    """A ``ServerSettings`` field's table and key in the config file."""
-    return spec.metadata["table"], spec.metadata["key"] or spec.name
-
-
 def server_settings_from(doc: Mapping[str, Any], source: Path | None = None) -> ServerSettings:
-    """Every ``ServerSettings`` field, read from its table by its reader (or its type's)."""
-    types = get_type_hints(ServerSettings)
-    values: dict[str, Any] = {}
-    for spec in fields(ServerSettings):
-        table, key = setting_key(spec)
-        read = spec.metadata["read"] or _BY_TYPE[types[spec.name]]
-        values[spec.name] = read(Section(doc, table, source), key, spec.default)
-    return ServerSettings(**values)
+    """Every ``ServerSettings`` field, read from its table by its reader (or its type's).
+
+    ``[server]`` is the server's alone, so a key it does not declare is refused by name.
+    """
+    refuse_unknown(Section(doc, "server", source), table_keys(ServerSettings, "server"))
+    return ServerSettings(**read_settings(ServerSettings, doc, source))
 
 
 @dataclass(frozen=True)
@@ -291,32 +205,43 @@ class ServerConfig:
 class ClientConfig:
     """Everything ``vfl-client`` needs: the server, its identity, its datasets and its model."""
 
-    server: str
+    #: This party's id (``--party`` wins over ``[client] party``); it must match the certificate.
     party: int
     tls: TlsFiles | None  # None only with --insecure
     #: The tables jobs may name, by name; ``[data]`` is the one named "default".
     datasets: dict[str, DataSource]
-    run_dir: Path = Path("runs")
-    model_factory: str | None = None
-    heartbeat_s: float = 10.0
-    connect_timeout_s: float = 60.0
-    torch_threads: int = 1
-    psi_workers: int | None = None
+    #: The active party's ``host:port``.
+    server: str = field(default=f"127.0.0.1:{DEFAULT_PORT}", metadata=setting("client"))
+    run_dir: Path = field(default=Path("runs"), metadata=setting("client"))
+    model_factory: str | None = field(default=None, metadata=setting("model", key="factory", unset="none"))
+    heartbeat_s: float = field(default=10.0, metadata=setting("client", read=positive))
+    connect_timeout_s: float = field(default=60.0, metadata=setting("client", read=positive))
+    torch_threads: int = field(default=1, metadata=setting("client", read=at_least_one))
+    psi_workers: int | None = field(
+        default=None, metadata=setting("psi", key="workers", read=_psi_workers, unset="one per CPU core")
+    )
     #: ``[psi] x25519``: which X25519 this party's PSI runs (``vflcore.psi.x25519``).
-    psi_x25519: str = "auto"
+    psi_x25519: str = field(default="auto", metadata=setting("psi", key="x25519", read=_x25519))
     #: Reconnecting to an unreachable server: the first wait, doubled each try up to the cap.
-    retry_initial_s: float = RETRY_INITIAL_S
-    retry_max_s: float = RETRY_MAX_S
+    retry_initial_s: float = field(default=RETRY_INITIAL_S, metadata=setting("client", read=positive))
+    retry_max_s: float = field(default=RETRY_MAX_S, metadata=setting("client", read=positive))
     #: How many epochs' checkpoints this party keeps per job (the newest).
-    keep_checkpoints: int = 2
+    keep_checkpoints: int = field(default=2, metadata=setting("client", read=_keep_checkpoints))
     #: ``[models]``: the model factories a job may ask this party for, by name (``module:function``).
     models: dict[str, str] = field(default_factory=dict)
     #: ``[compute] device``: where this party trains ("cpu", "cuda", "cuda:N"); checked at start.
-    device: str = "cpu"
-    #: ``[compute] engine`` and ``ray_address``: where this party's PSI arithmetic runs.
-    compute_engine: ComputeEngine = LOCAL
+    device: str = field(default="cpu", metadata=setting("compute", read=_device))
+    #: ``[compute] engine`` and ``ray_address``: where this party's PSI arithmetic runs (``compute_engine``).
+    engine: str = field(default="local", metadata=setting("compute", read=engine_setting))
+    ray_address: str | None = field(
+        default=None, metadata=setting("compute", read=ray_address_setting, unset=RAY_UNSET)
+    )
     #: ``[privacy]``: what this party requires of every job (``vflcore.party_privacy``); nothing by default.
     privacy: PartyPrivacy = field(default_factory=PartyPrivacy)
+
+    @property
+    def compute_engine(self) -> ComputeEngine:
+        return ComputeEngine(self.engine, self.ray_address)
 
     @property
     def data(self) -> DataSource:
@@ -346,25 +271,6 @@ def tls_files(doc: Mapping[str, Any], source: Path | None, default_stem: str) ->
     )
 
 
-def job_from_document(doc: Mapping[str, Any], source: Path | str | None = None) -> JobSpec:
-    """The ``[job]`` table, read field by field from ``JobSpec`` itself; ``[algorithm]`` is the options.
-
-    ``source`` is the file the document came from (relative paths resolve against its folder),
-    or a label for a document that has no file, such as a job submitted over the Control API.
-    """
-    sec = Section(doc, "job", source)
-    readers: dict[Any, Any] = {str: sec.text, int: sec.integer, float: sec.number, tuple[int, ...]: sec.integers}
-    types = get_type_hints(JobSpec)
-    values: dict[str, Any] = {}
-    for spec in settable_fields():
-        default = "" if spec.default is MISSING else spec.default
-        values[spec.name] = readers[types[spec.name]](spec.name, default)
-    privacy = privacy_from_table(doc.get("privacy", {}), sec.where)
-    job = JobSpec(**values, algorithm_options=dict(doc.get("algorithm", {})), privacy=privacy)
-    validate_job(job, sec.where)
-    return job
-
-
 def server_config_from(doc: Mapping[str, Any], source: Path | None = None) -> ServerConfig:
     """Build a ServerConfig from a parsed TOML document (its job tables are read when a job is planned)."""
     datasets = _datasets(doc, source, label_column="label")
@@ -381,6 +287,7 @@ def server_config_from(doc: Mapping[str, Any], source: Path | None = None) -> Se
 def client_config_from(doc: Mapping[str, Any], source: Path | None = None, party: int | None = None) -> ClientConfig:
     """Build a ClientConfig from a parsed TOML document; ``party`` (the flag) wins over the file."""
     cli = Section(doc, "client", source)
+    refuse_unknown(cli, (*table_keys(ClientConfig, "client"), "party"))
     party = party if party is not None else cli.integer("party")
     if party is None:
         raise ConfigError(f"{cli.where}: no party id: pass --party N or set [client] party")
@@ -392,28 +299,15 @@ def client_config_from(doc: Mapping[str, Any], source: Path | None = None, party
             f"{cli.where}: no data: [data] path is required (this party's CSV; or pass --data), or name "
             "datasets under [datasets]"
         )
-    retry_initial = cli.number("retry_initial_s", RETRY_INITIAL_S)
-    retry_max = cli.number("retry_max_s", RETRY_MAX_S)
-    if not 0 < retry_initial <= retry_max:
+    values = read_settings(ClientConfig, doc, source)
+    if not values["retry_initial_s"] <= values["retry_max_s"]:
         raise ConfigError(f"{cli.where}: [client] retry_initial_s and retry_max_s must satisfy 0 < initial <= max")
     return ClientConfig(
-        server=cli.text("server", f"127.0.0.1:{DEFAULT_PORT}"),
+        **values,
         party=party,
         tls=tls_files(doc, source, f"party-{party}"),
         datasets=datasets,
-        retry_initial_s=retry_initial,
-        retry_max_s=retry_max,
-        run_dir=cli.path("run_dir", Path("runs")) or Path("runs"),
-        model_factory=Section(doc, "model", source).text("factory"),
-        heartbeat_s=cli.number("heartbeat_s", 10.0),
-        connect_timeout_s=cli.number("connect_timeout_s", 60.0),
-        torch_threads=cli.integer("torch_threads", 1),
-        psi_workers=_psi_workers(Section(doc, "psi", source)),
-        psi_x25519=_x25519(Section(doc, "psi", source)),
-        keep_checkpoints=_keep_checkpoints(cli),
         models=_models(doc, source),
-        device=compute_device(doc, source),
-        compute_engine=compute_engine(doc, source),
         privacy=party_privacy_from_table(doc.get("privacy", {}), str(source) if source else "this party's config"),
     )
 

@@ -20,43 +20,56 @@ names the file and the key, in the style of ``vflcore.runtime.config``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from vflcore.errors import ConfigError
-from vflcore.runtime.config import Section, at_least_one, positive
+from vflcore.settings import Section, at_least_one, one_of, positive, read_settings, refuse_unknown, setting, table_keys
 
 CLIENT_AUTH = ("required", "optional")
 #: What stands in for an offline passive party in federated inference (``serving.federated``):
 #: nothing (the request fails with UNAVAILABLE), zeros, or its mean representation over training.
 DEGRADED_MODES = ("none", "zeros", "mean")
-_LIMIT_KEYS = ("max_connections", "handshake_timeout_s", "header_timeout_s", "body_timeout_s", "max_body_bytes")
-_KEYS = ("enabled", "grpc_listen", "rest_listen", "client_auth", "allow_party_certificates", "degraded", *_LIMIT_KEYS)
+
+
+def _listen(sec: Section, key: str, default: str) -> str:
+    """``host:port`` (``split_listen``'s form; port 0 picks a free port)."""
+    value: str = sec.text(key, default)
+    try:
+        split_listen(value)
+    except ValueError as exc:
+        raise ConfigError(f"{sec.where}: [serving] {key}: {exc}") from None
+    return value
+
+
+def _serving(read: Any = None) -> dict[str, Any]:
+    """A key of the server config's ``[serving]`` table (``vflcore.settings``), read by ``read`` or its type."""
+    return setting("serving", read=read)
 
 
 @dataclass(frozen=True)
 class RestLimits:
     """What callers may hold of the REST endpoint (``vflserver.inference.rest``); the defaults are ``[serving]``'s."""
 
-    max_connections: int = 256
-    handshake_timeout_s: float = 5.0
-    header_timeout_s: float = 10.0
-    body_timeout_s: float = 30.0
-    max_body_bytes: int = 64 << 20
+    max_connections: int = field(default=256, metadata=_serving(at_least_one))
+    handshake_timeout_s: float = field(default=5.0, metadata=_serving(positive))
+    header_timeout_s: float = field(default=10.0, metadata=_serving(positive))
+    body_timeout_s: float = field(default=30.0, metadata=_serving(positive))
+    max_body_bytes: int = field(default=64 << 20, metadata=_serving(at_least_one))
 
 
 @dataclass(frozen=True)
 class ServingConfig:
     """Whether to serve, where the two endpoints listen, who may call, and how to answer with a party offline."""
 
-    enabled: bool = False
-    grpc_listen: str = "127.0.0.1:8001"
-    rest_listen: str = "127.0.0.1:8000"
-    client_auth: str = "required"
+    enabled: bool = field(default=False, metadata=_serving())
+    grpc_listen: str = field(default="127.0.0.1:8001", metadata=_serving(_listen))
+    rest_listen: str = field(default="127.0.0.1:8000", metadata=_serving(_listen))
+    client_auth: str = field(default="required", metadata=_serving(one_of(CLIENT_AUTH)))
     #: Whether a party's certificate may call the endpoint (``serving.access``); off by default.
-    allow_party_certificates: bool = False
-    degraded: str = "none"
+    allow_party_certificates: bool = field(default=False, metadata=_serving())
+    degraded: str = field(default="none", metadata=_serving(one_of(DEGRADED_MODES)))
     rest_limits: RestLimits = RestLimits()
 
     @property
@@ -67,49 +80,13 @@ class ServingConfig:
 def serving_config_from(doc: Mapping[str, Any], source: Path | None = None) -> ServingConfig:
     """Build a ServingConfig from a parsed TOML document; a missing ``[serving]`` table gives the defaults."""
     sec = Section(doc, "serving", source)
-    unknown = sorted(set(sec.raw) - set(_KEYS))
-    if unknown:
-        raise ConfigError(f"{sec.where}: [serving] has no key {unknown[0]!r}; the keys are {list(_KEYS)}")
-    defaults = ServingConfig()
-    flags = {}
-    for key in ("enabled", "allow_party_certificates"):
-        flags[key] = sec.raw.get(key, getattr(defaults, key))
-        if not isinstance(flags[key], bool):
-            raise ConfigError(f"{sec.where}: [serving] {key} = {flags[key]!r} must be true or false")
+    refuse_unknown(sec, (*table_keys(ServingConfig, "serving"), *table_keys(RestLimits, "serving")))
     config = ServingConfig(
-        enabled=flags["enabled"],
-        allow_party_certificates=flags["allow_party_certificates"],
-        grpc_listen=sec.text("grpc_listen", defaults.grpc_listen),
-        rest_listen=sec.text("rest_listen", defaults.rest_listen),
-        client_auth=sec.text("client_auth", defaults.client_auth),
-        degraded=sec.text("degraded", defaults.degraded),
-        rest_limits=_rest_limits(sec),
+        **read_settings(ServingConfig, doc, source), rest_limits=RestLimits(**read_settings(RestLimits, doc, source))
     )
-    for key in ("grpc_listen", "rest_listen"):
-        try:
-            split_listen(getattr(config, key))
-        except ValueError as exc:
-            raise ConfigError(f"{sec.where}: [serving] {key}: {exc}") from None
-    if config.client_auth not in CLIENT_AUTH:
-        raise ConfigError(
-            f"{sec.where}: [serving] client_auth = {config.client_auth!r}; choose one of {list(CLIENT_AUTH)}"
-        )
-    if config.degraded not in DEGRADED_MODES:
-        raise ConfigError(
-            f"{sec.where}: [serving] degraded = {config.degraded!r}; choose one of {list(DEGRADED_MODES)}"
-        )
     if config.grpc_listen == config.rest_listen and not config.grpc_listen.endswith(":0"):
         raise ConfigError(f"{sec.where}: [serving] grpc_listen and rest_listen are both {config.grpc_listen!r}")
     return config
-
-
-def _rest_limits(sec: Section) -> RestLimits:
-    """The REST endpoint's limits: whole numbers of connections and bytes, seconds above 0."""
-    defaults = RestLimits()
-    values: dict[str, Any] = {
-        key: (positive if key.endswith("_s") else at_least_one)(sec, key, getattr(defaults, key)) for key in _LIMIT_KEYS
-    }
-    return RestLimits(**values)
 
 
 def split_listen(address: str) -> tuple[str, int]:

@@ -23,16 +23,11 @@ from vflcore.proto import federation_pb2_grpc as pb_grpc
 from vflcore.runtime.config import DataSource
 from vflcore.security.identity import operator_from_auth_context
 from vflcore.status import status_for
-from vflserver.jobs.plan import (
-    active_source,
-    check_models,
-    needs_active_table,
-    plan_from_document,
-    read_active_table,
-)
+from vflserver.jobs.plan import active_source, check_models, needs_active_table, read_active_table
 from vflserver.jobs.runner import JobRunner
 from vflserver.jobs.store import ENDED, JOB_STATES, EpochRecord, JobEvent, JobRecord, JobStore
 from vflserver.training.distill_settings import refuse_student_names
+from vflserver.training.job_plan import plan_from_document
 
 log = structlog.get_logger(__name__)
 
@@ -68,17 +63,17 @@ def submit_job(
     join_timeout_s: float,
 ) -> JobRecord:
     """Check ``document``, queue it under its ``[job] job_id`` (or a new id), and wake the runner."""
-    plan = plan_from_document(document, default_join_timeout_s=join_timeout_s)
+    plan = plan_from_document(document, default_join_timeout_s=join_timeout_s, job_id=new_job_id())
     refuse_student_names(plan.job.job_id)
     active_source(plan, datasets)  # the passive parties say so at join, before PSI
     if needs_active_table(plan):  # its own models probed, and its labels checked, now: not after PSI
         check_models(plan, read_active_table(plan, datasets))
-    job_id = plan.job.job_id or new_job_id()
+    job_id = plan.job.job_id
     record = store.submit(
         job_id, dict(document), algorithm=plan.job.algorithm, epochs=plan.job.epochs, submitter=submitter
     )
     log.info("job_submitted", job=job_id, algorithm=plan.job.algorithm, submitter=submitter)
-    runner.wake()
+    runner.submitted(plan)
     return record
 
 

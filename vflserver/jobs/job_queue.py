@@ -25,9 +25,9 @@ from vflcore.errors import ConfigError, PartyLost
 from vflcore.job import ACTIVE_PARTY
 from vflcore.runtime.config import ServerSettings
 from vflserver.federation.board import JobBoard
-from vflserver.jobs.plan import JobPlan, plan_from_document
 from vflserver.jobs.scheduling import CONNECTED_MESSAGE, Candidate, absent_since, next_turn, waiting_message
 from vflserver.jobs.store import JobRecord, JobStore
+from vflserver.training.job_plan import JobPlan, plan_from_document
 
 log = structlog.get_logger(__name__)
 
@@ -59,10 +59,26 @@ class JobQueue:
         self._parked: dict[str, ParkedJob] = {}
         #: Queued job id -> its plan (None: its document no longer reads) and when it was first seen queued.
         self._plans: dict[str, tuple[JobPlan | None, float]] = {}
+        #: The job ``next_job`` picked -> its plan, until the runner takes it (``plan_to_run``).
+        self._picked: dict[str, JobPlan] = {}
         #: Queued job id -> the parties its latest message says it waits for.
         self._held: dict[str, tuple[int, ...]] = {}
 
     # ---- the runner's side (call with the lock held) -------------------------------------------
+
+    def remember(self, plan: JobPlan) -> None:
+        """The plan of a job just submitted, made and checked at submission: its run uses it as is."""
+        self._plans[plan.job.job_id] = (plan, time.monotonic())
+
+    def plan_to_run(self, record: JobRecord) -> JobPlan:
+        """The plan of the job ``next_job`` picked: the one made at submission, or, after a restart of
+        this server, made again from the stored document (a ConfigError says why it no longer reads)."""
+        known = self._picked.pop(record.job_id, None)
+        if known is not None:
+            return known
+        return plan_from_document(
+            record.document, default_join_timeout_s=self.settings.join_timeout_s, job_id=record.job_id
+        )
 
     def next_job(self) -> tuple[JobRecord, ParkedJob | None] | None:
         """The job to run now (``scheduling.next_turn``): its record, and its parked state if it was parked."""
@@ -75,6 +91,9 @@ class JobQueue:
         if turn.start is None:
             return None
         record = next(r for r in records if r.job_id == turn.start.job_id)
+        plan = self._plans.get(record.job_id, (None, 0.0))[0]
+        if plan is not None:
+            self._picked[record.job_id] = plan
         self._forget(record.job_id)
         return record, self._parked.pop(record.job_id, None)
 
@@ -165,7 +184,7 @@ class JobQueue:
         if known is None:
             try:
                 plan: JobPlan | None = plan_from_document(
-                    record.document, default_join_timeout_s=self.settings.join_timeout_s
+                    record.document, default_join_timeout_s=self.settings.join_timeout_s, job_id=record.job_id
                 )
             except (ConfigError, ValueError):
                 plan = None

@@ -20,7 +20,6 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 
 import structlog
 
@@ -41,12 +40,13 @@ from vflserver.inference.onnx_model import load_servable
 from vflserver.inference.registry import ModelRegistry
 from vflserver.jobs.job_queue import JobQueue, ParkedJob, saved_in_words
 from vflserver.jobs.metrics import ServiceMetrics
-from vflserver.jobs.plan import JobPlan, plan_from_document, read_active_table
+from vflserver.jobs.plan import read_active_table
 from vflserver.jobs.saved_models import serve_saved_models, serve_student
 from vflserver.jobs.scheduling import loss_deadline
 from vflserver.jobs.served_federated import serve_federated_again
 from vflserver.jobs.store import ENDED, EpochRecord, JobRecord, JobStore
 from vflserver.training.active_party import ActiveParty
+from vflserver.training.job_plan import JobPlan
 from vflserver.training.reports import EpochReport, RunSummary
 
 log = structlog.get_logger(__name__)
@@ -108,6 +108,12 @@ class JobRunner:
             self._serving = serve_federated_again(federated, *args)  # after a crash; retired as the next job starts
         self._thread.start()
         self._keeper.start()
+
+    def submitted(self, plan: JobPlan) -> None:
+        """A job was queued with ``plan`` (checked at submission): keep the plan for its run, and look now."""
+        with self._lock:
+            self.queue.remember(plan)
+        self.wake()
 
     def wake(self) -> None:
         """A job was queued: look at the queue now rather than at the next poll."""
@@ -214,8 +220,8 @@ class JobRunner:
         try:
             if parked is None:
                 try:
-                    plan = plan_from_document(record.document, default_join_timeout_s=self.settings.join_timeout_s)
-                    plan = replace(plan, job=replace(plan.job, job_id=job_id))
+                    with self._lock:
+                        plan = self.queue.plan_to_run(record)
                     table = read_active_table(plan, self.datasets)
                 except (ConfigError, DataError, ValueError) as exc:
                     self._end(job_id, "failed", str(exc))
@@ -253,16 +259,7 @@ class JobRunner:
             join_timeout_s = plan.join_timeout_s
             late = self._late_rejoin(job_id, lost, join_timeout_s)
         try:
-            active = ActiveParty(
-                plan.job,
-                table,
-                self.settings,
-                top_hidden=plan.top_hidden,
-                top_dropout=plan.top_dropout,
-                psi_only=plan.psi_only,
-                factories=plan.factories,
-                distill=plan.distill,
-            )
+            active = ActiveParty(plan, table, self.settings)
         except (ConfigError, DataError, ValueError) as exc:
             self._end(job_id, "failed", str(exc))
             return None

@@ -13,7 +13,6 @@ is recorded as not served; the server starts all the same.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
 
 import structlog
 
@@ -23,9 +22,10 @@ from vflcore.runtime.config import DataSource, ServerSettings
 from vflserver.federation.board import JobBoard
 from vflserver.inference.federated import FederatedServable
 from vflserver.inference.registry import ModelRegistry
-from vflserver.jobs.plan import plan_from_document, read_active_table
+from vflserver.jobs.plan import read_active_table
 from vflserver.jobs.store import JobRecord, JobStore
 from vflserver.training.active_party import ActiveParty
+from vflserver.training.job_plan import plan_from_document
 
 log = structlog.get_logger(__name__)
 
@@ -72,19 +72,10 @@ def _rebuild(
     settings: ServerSettings,
 ) -> ActiveParty:
     """The job's active party, rebuilt from its run folder, on the endpoint and open on the board."""
-    plan = plan_from_document(record.document, default_join_timeout_s=settings.join_timeout_s)
-    plan = replace(plan, job=replace(plan.job, job_id=record.job_id))
+    plan = plan_from_document(record.document, default_join_timeout_s=settings.join_timeout_s, job_id=record.job_id)
     if not algorithm_spec(plan.job.algorithm).active_half().needs_parties_to_predict:
         raise ValueError(f"its standalone model is gone from {settings.run_dir / record.job_id}/party-1")
-    active = ActiveParty(
-        plan.job,
-        read_active_table(plan, datasets),
-        settings,
-        top_hidden=plan.top_hidden,
-        top_dropout=plan.top_dropout,
-        factories=plan.factories,
-        distill=plan.distill,
-    )
+    active = ActiveParty(plan, read_active_table(plan, datasets), settings)
     active.serve_saved()
     try:
         registry.add(FederatedServable(active, name=record.job_id, degraded=plan.degraded))

@@ -22,11 +22,10 @@ import torch
 
 from vflalgorithms.base import ActiveContext, ServerAlgorithm, algorithm_spec
 from vflalgorithms.factories import resolve_factories
-from vflalgorithms.label_protection import check_privacy_applies
 from vflcore.data.checkpoints import party_dir
 from vflcore.data.tables import PartyTable, select_rows, write_aligned_ids
 from vflcore.errors import ConfigError, JobAborted, PartyLost
-from vflcore.job import ACTIVE_PARTY, JobSpec, Position, Schedule, check_job_id, mid_epoch_checkpoint_due, new_job_id
+from vflcore.job import ACTIVE_PARTY, JobSpec, Position, Schedule, mid_epoch_checkpoint_due, new_job_id
 from vflcore.ml.losses import label_tensor, task_loss
 from vflcore.ml.metrics import task_metrics
 from vflcore.ml.models import seed_dropout
@@ -43,6 +42,7 @@ from vflserver.training.distill_settings import DistillSpec, require_own_feature
 from vflserver.training.distillation import Distillation
 from vflserver.training.export import MODEL_REPOSITORY, export_model
 from vflserver.training.importance import write_client_importance
+from vflserver.training.job_plan import JobPlan
 from vflserver.training.readmission import Readmission
 from vflserver.training.reports import EpochReport, RunSummary, write_predictions, write_summary
 from vflserver.training.resume import load_newest, roll_back, save_checkpoint
@@ -58,68 +58,39 @@ log = structlog.get_logger(__name__)
 class ActiveParty:
     """The label holder's side of one job.
 
-    ``settings`` are the server's (``[server]``, ``[psi]``, ``[compute]``); the keywords are the
-    job's own, from its plan: the default top's shape, the factories of its own models, and
-    whether it only aligns IDs. ``offline_grace_s`` is how long a passive party may be gone
+    ``plan`` is the job's own (``vflserver.training.job_plan``): the job, the default top's
+    shape, the factories of its own models, whether it only aligns IDs, and its student; it was
+    checked when it was made. ``settings`` are the server's (``[server]``, ``[psi]``,
+    ``[compute]``). ``table`` is read when the job starts, so what depends on it (the classes, the
+    feature columns) is checked here. ``offline_grace_s`` is how long a passive party may be gone
     before inference stops waiting for it.
     """
 
     def __init__(
         self,
-        job: JobSpec,
+        plan: JobPlan,
         table: PartyTable,
         settings: ServerSettings | None = None,
         *,
-        top_hidden: Sequence[int] = (64,),
-        top_dropout: float = 0.0,
-        psi_only: bool = False,
-        factories: Mapping[str, str] | None = None,
-        distill: DistillSpec | None = None,
         offline_grace_s: float = 5.0,
     ) -> None:
         settings = settings or ServerSettings()
-        if settings.keep_checkpoints < 1:
-            raise ConfigError(
-                f"keep_checkpoints = {settings.keep_checkpoints}; keep at least the newest checkpoint (1)"
-            )
-        if table.labels is None and not psi_only:
-            raise ConfigError(f"{table.source}: the active party's data needs a label column")
-        if not job.job_id:
-            job = replace(job, job_id=new_job_id())
-        try:
-            check_job_id(job.job_id)
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
-        spec = algorithm_spec(job.algorithm)  # an unknown algorithm, or a bad option, fails now, not after PSI
-        spec.options(job.algorithm_options)
-        algorithm = spec.active_half()
+        job = plan.job if plan.job.job_id else replace(plan.job, job_id=new_job_id())
+        algorithm = algorithm_spec(job.algorithm).active_half()
+        if not plan.psi_only:
+            job = replace(job, num_outputs=_check_table(job, table, algorithm, plan.distill))
+        #: The job's plan, checked when it was made (at submission): this party trusts it.
+        self.plan = plan
         #: The job's own model factories, imported (checked and probed at submission already).
-        self.factories = resolve_factories(factories or {}, job.algorithm, algorithm.factory_keys)
+        self.factories = resolve_factories(plan.factories, job.algorithm, algorithm.factory_keys)
         #: ``[distill]``: train a student on this party's features after the federated model (None: no).
-        self.distill = None if psi_only else distill
+        self.distill = None if plan.psi_only else plan.distill
         self.student_factory = student_factory(self.distill)
         self.device = torch.device(settings.device)
-        if algorithm.needs_own_features and not table.features.shape[1] and not psi_only:
-            raise ConfigError(
-                f"{table.source}: {job.algorithm} needs feature columns on the active party (it predicts from "
-                "them alone), but this file has only IDs and labels"
-            )
-        if self.distill is not None:
-            require_own_features(table, f"job {job.job_id}")
-        if table.labels is not None and not psi_only:
-            # From the whole label column, not the aligned rows: a class absent from the
-            # intersection must still have an output, and every party must agree on the width.
-            _, outputs = label_tensor(job.task, torch.from_numpy(np.asarray(table.labels, dtype=np.float64)))
-            job = replace(job, num_outputs=outputs)
-            if job.task == "classification":
-                check_classes(job.privacy, outputs, str(table.source))
-        check_privacy_applies(job, algorithm, f"job {job.job_id}")
         self.job = job
         self.own_table = table
         self.settings = settings
-        self.top_hidden = tuple(top_hidden)
-        self.top_dropout = top_dropout
-        self.psi_only = psi_only
+        self.psi_only = plan.psi_only
         self.parties = PassiveParties(
             self.job,
             step_timeout_s=settings.step_timeout_s,
@@ -162,8 +133,8 @@ class ActiveParty:
                 features=torch.from_numpy(np.ascontiguousarray(aligned.features, dtype=np.float32)).to(self.device),
                 labels=trained.labels.to(self.device),
                 num_outputs=self.job.num_outputs,
-                top_hidden=self.top_hidden,
-                top_dropout=self.top_dropout,
+                top_hidden=self.plan.top_hidden,
+                top_dropout=self.plan.top_dropout,
                 after_step=self._after_step,
                 factories=self.factories,
                 device=self.device,
@@ -401,8 +372,8 @@ class ActiveParty:
             party_dir=self.run_dir,
             repository_root=self.repository_root,
             keep_checkpoints=self.settings.keep_checkpoints,
-            top_hidden=self.top_hidden,
-            top_dropout=self.top_dropout,
+            top_hidden=self.plan.top_hidden,
+            top_dropout=self.plan.top_dropout,
             factory=self.student_factory,
             stop_event=self.stop_event,
         )
@@ -424,3 +395,25 @@ class ActiveParty:
 
     def _label_array(self, rows: np.ndarray) -> np.ndarray:
         return self.labels[rows].numpy().reshape(len(rows), -1).squeeze(-1)
+
+
+def _check_table(job: JobSpec, table: PartyTable, algorithm: type[ServerAlgorithm], distill: DistillSpec | None) -> int:
+    """The model's output width from ``table``'s labels; ConfigError if the table cannot train ``job``.
+
+    From the whole label column, not the aligned rows: a class absent from the intersection must
+    still have an output, and every party must agree on the width. The plan was checked at
+    submission against the table as it was then; this is the table as it is now.
+    """
+    if table.labels is None:
+        raise ConfigError(f"{table.source}: the active party's data needs a label column")
+    if algorithm.needs_own_features and not table.features.shape[1]:
+        raise ConfigError(
+            f"{table.source}: {job.algorithm} needs feature columns on the active party (it predicts from "
+            "them alone), but this file has only IDs and labels"
+        )
+    if distill is not None:
+        require_own_features(table, f"job {job.job_id}")
+    _, outputs = label_tensor(job.task, torch.from_numpy(np.asarray(table.labels, dtype=np.float64)))
+    if job.task == "classification":
+        check_classes(job.privacy, outputs, str(table.source))
+    return outputs

@@ -11,9 +11,8 @@ Every value is checked when the job is submitted; a ConfigError names the key.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from torch import nn
@@ -21,11 +20,21 @@ from torch import nn
 from vflcore.data.tables import PartyTable
 from vflcore.errors import ConfigError
 from vflcore.ml.models import load_factory
+from vflcore.settings import Section, read_settings, refuse_unknown, setting, table_keys, whole
 
 #: The ``[distill]`` key of the student's own factory, and the factories key the student's context uses.
 STUDENT_FACTORY = "student_factory"
 #: What the served student's name adds to its job's id: job ``credit`` serves ``credit-student``.
 STUDENT_SUFFIX = "-student"
+
+
+def _factory(sec: Section, key: str, default: str) -> str:
+    value = sec.raw.get(key, default)
+    if not isinstance(value, str) or (value and ":" not in value):
+        raise sec.wrong(
+            key, value, "; give 'package.module:function' building the student from (num_features, num_outputs)"
+        )
+    return value
 
 
 @dataclass(frozen=True)
@@ -34,16 +43,18 @@ class DistillSpec:
 
     #: Softens both models' class probabilities before they are compared (classification only):
     #: above 1, the teacher's ranking of the wrong classes carries more weight.
-    temperature: float = 2.0
+    temperature: float = field(default=2.0, metadata=setting("distill"))
     #: The weight of the true labels in the student's loss, in [0, 1]; the teacher's outputs get
     #: the rest. 1 trains on the labels alone (no teacher); 0 on the teacher alone.
-    label_weight: float = 0.5
+    label_weight: float = field(default=0.5, metadata=setting("distill"))
     #: Passes over the training rows (0: as many as the job's ``[job] epochs``).
-    epochs: int = 0
+    epochs: int = field(
+        default=0, metadata=setting("distill", read=whole(0, "a whole number of epochs (0: the job's)"))
+    )
     #: ``module:function`` building the student: ``factory(num_features, num_outputs) -> nn.Module``.
     #: Empty: the active party's default, an MLP encoder (``bottom_hidden`` → ``embedding_dim``)
     #: then an MLP head (``[model] top_hidden``, ``top_dropout``), as APFed's active model.
-    student_factory: str = ""
+    student_factory: str = field(default="", metadata=setting("distill", read=_factory))
 
     def student_epochs(self, job_epochs: int) -> int:
         """The student's epochs: its own, or the job's when the table leaves them at 0."""
@@ -73,7 +84,7 @@ def refuse_student_names(job_id: str, where: str = "job") -> None:
 
 def distill_keys() -> tuple[str, ...]:
     """Every key ``[distill]`` may hold."""
-    return tuple(f.name for f in fields(DistillSpec))
+    return table_keys(DistillSpec, "distill")
 
 
 def distill_from_table(table: Any, where: str = "job", *, task: str = "classification") -> DistillSpec:
@@ -82,19 +93,9 @@ def distill_from_table(table: Any, where: str = "job", *, task: str = "classific
     The student factory is only checked for its form here; ``vflserver.jobs.plan.check_models``
     imports and probes it once the active party's table gives the shapes.
     """
-    if not isinstance(table, Mapping):
-        raise ConfigError(f"{where}: [distill] must be a table of settings ({', '.join(distill_keys())})")
-    unknown = sorted(set(table) - set(distill_keys()))
-    if unknown:
-        raise ConfigError(
-            f"{where}: [distill] {unknown[0]} is not a distillation setting (the settings: {list(distill_keys())})"
-        )
-    spec = DistillSpec(
-        temperature=_number(table, "temperature", DistillSpec.temperature, where),
-        label_weight=_number(table, "label_weight", DistillSpec.label_weight, where),
-        epochs=_whole(table, "epochs", where),
-        student_factory=_factory(table, where),
-    )
+    sec = Section({"distill": table}, "distill", where)
+    refuse_unknown(sec, distill_keys())
+    spec = DistillSpec(**read_settings(DistillSpec, {"distill": table}, where))
     if not spec.temperature > 0:
         raise ConfigError(
             f"{where}: [distill] temperature = {spec.temperature:g}; give a number above 0 (1: no softening)"
@@ -128,32 +129,6 @@ def require_own_features(table: PartyTable, where: str) -> None:
             f"{where}: [distill] trains a student on the active party's own features, and its dataset "
             f"({table.source}) has none; remove [distill] or give the active party feature columns"
         )
-
-
-def _number(table: Mapping[str, Any], key: str, default: float, where: str) -> float:
-    value = table.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ConfigError(f"{where}: [distill] {key} = {value!r} must be a finite number")
-    return float(value)
-
-
-def _whole(table: Mapping[str, Any], key: str, where: str) -> int:
-    value = table.get(key, 0)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError(
-            f"{where}: [distill] {key} = {value!r}; give a whole number of epochs, at least 1 (0: the job's epochs)"
-        )
-    return value
-
-
-def _factory(table: Mapping[str, Any], where: str) -> str:
-    value = table.get(STUDENT_FACTORY, "")
-    if not isinstance(value, str) or (value and ":" not in value):
-        raise ConfigError(
-            f"{where}: [distill] {STUDENT_FACTORY} = {value!r}; give 'package.module:function' building "
-            "the student from (num_features, num_outputs)"
-        )
-    return value
 
 
 __all__ = [
