@@ -95,7 +95,7 @@ def _sum_kl(
 
 
 @dataclass(frozen=True)
-class _Problem:
+class MarvellProblem:
     """One batch's summary, as the paper's optimisation sees it; the class of smaller variance is "lo"."""
 
     share_lo: float
@@ -192,7 +192,7 @@ def marvell_noise(gradients: np.ndarray, labels: np.ndarray, sum_kl: float) -> M
     direction = difference / math.sqrt(gap) if gap > 0 else np.zeros(d)
     lo_class = 0 if var0 <= var1 else 1  # the class of smaller variance gets the isotropic noise
     var_lo, var_hi = (var0, var1) if lo_class == 0 else (var1, var0)
-    problem = _Problem(1 - p if lo_class == 0 else p, var_lo, var_hi, d, gap)
+    problem = MarvellProblem(1 - p if lo_class == 0 else p, var_lo, var_hi, d, gap)
     before = float(problem.least_sum_kl(np.zeros(1))[0][0])
     power, after, iso, lo, hi = 0.0, before, 0.0, 0.0, 0.0
     if before > sum_kl:

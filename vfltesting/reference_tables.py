@@ -90,7 +90,7 @@ def reference_read_party_csv(
     feature_indices = [header.index(name) for name in feature_names]
 
     ids = _parse_ids(path, id_column, [row[id_index] for row in rows], line_numbers)
-    keep = _first_occurrences(path, id_column, ids, line_numbers)
+    keep = reference_first_occurrences(path, id_column, ids, line_numbers)
     if keep is not None:
         rows = [rows[i] for i in keep]
         line_numbers = [line_numbers[i] for i in keep]
@@ -299,7 +299,9 @@ def _parse_ids(path: Path, id_column: str, values: list[str], line_numbers: list
     return ids
 
 
-def _first_occurrences(path: Path, id_column: str, ids: np.ndarray, line_numbers: Sequence[int]) -> np.ndarray | None:
+def reference_first_occurrences(
+    path: Path, id_column: str, ids: np.ndarray, line_numbers: Sequence[int]
+) -> np.ndarray | None:
     """Row positions to keep when IDs repeat (the first row of each ID), or None if all are distinct.
 
     A repeated ID would be one sample with two feature rows, which no alignment can resolve;

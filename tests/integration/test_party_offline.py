@@ -13,7 +13,7 @@ import pytest
 from tests.integration.conftest import SMALL_JOB, start_job
 from vflclient import Connection, PassiveParty, RunResult, read_party_csv
 from vflcore.errors import JobAborted, PartyUnavailable
-from vflserver.federation.servicer import _status_for
+from vflserver.federation.servicer import status_of_error
 from vfltesting.pki import Pki
 
 pytestmark = pytest.mark.integration
@@ -66,7 +66,7 @@ class TestPartyOffline:
             with pytest.raises(PartyUnavailable, match="party 3") as caught:
                 running.active.predict_ids(ids)
             assert caught.value.party == 3
-            assert _status_for(caught.value) == (grpc.StatusCode.UNAVAILABLE, str(caught.value))
+            assert status_of_error(caught.value) == (grpc.StatusCode.UNAVAILABLE, str(caught.value))
             running.active.shutdown("test over")
             parties[2].thread.join(20)
             assert isinstance(parties[2].result, RunResult) and parties[2].result.success

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from vflcore.data import columnar
-from vflcore.data.columnar import _keep_rows, read_columnar
+from vflcore.data.columnar import keep_rows, read_columnar
 from vflcore.data.tables import read_party_csv
 from vfltesting.reference_tables import reference_read_party_csv
 
@@ -61,7 +61,7 @@ class TestFilling:
         values = np.arange(40, dtype=np.float32).reshape(20, 2)
         keep = np.array([0, 2, 3, 7, 8, 9, 15, 19])
         expected = values[keep].copy()
-        kept = _keep_rows(values, keep)
+        kept = keep_rows(values, keep)
         assert np.array_equal(kept, expected)
         assert np.shares_memory(kept, values)
 

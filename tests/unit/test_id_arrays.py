@@ -214,12 +214,12 @@ class TestRepeats:
 
     def test_first_occurrences_warns_as_before(self) -> None:
         """The public helper keeps the old signature (a line per row) and logs the old warning."""
-        from vfltesting.reference_tables import _first_occurrences
+        from vfltesting.reference_tables import reference_first_occurrences
 
         ids = np.array(list("abacbb"), dtype=object)
         lines = [2, 3, 5, 6, 9, 10]
         with structlog.testing.capture_logs() as old_logs:
-            old = _first_occurrences(Path("p.csv"), "id", ids, lines)
+            old = reference_first_occurrences(Path("p.csv"), "id", ids, lines)
         with structlog.testing.capture_logs() as new_logs:
             new = first_occurrences(Path("p.csv"), "id", ids.astype(STRING_IDS), lines)
         assert old is not None and new is not None and new.tolist() == old.tolist()

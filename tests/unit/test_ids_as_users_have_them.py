@@ -44,7 +44,7 @@ from vflcore.psi.matching import match, truncate
 from vflcore.psi.order import UploadOrder
 from vflcore.wire.oip import array_from_values, decode_bytes_elements, encode_bytes_elements
 from vflserver.federation.passive_parties import PassiveParties
-from vflserver.inference.federated import _as_text
+from vflserver.inference.federated import as_text
 from vflserver.training.aligned_predictions import AlignedPredictor
 from vflserver.training.reports import write_predictions
 
@@ -195,7 +195,7 @@ def test_every_path_agrees_with_python(
     scorer = _scorer(aligned[1].ids)
     asked = [common[n % len(common)] for n in range(0, 3 * len(common), 2)] + strangers
     elements = decode_bytes_elements(encode_bytes_elements(value.encode() for value in asked), len(asked))
-    decoded = [_as_text(index, element) for index, element in enumerate(elements)]
+    decoded = [as_text(index, element) for index, element in enumerate(elements)]
     assert decoded == asked
     found, missing = scorer.rows_of(decoded)
     row_of = {value: row for row, value in enumerate(common)}
@@ -212,12 +212,12 @@ def test_every_path_agrees_with_python(
 
 def test_a_request_that_is_not_utf8_names_the_element() -> None:
     """A BYTES element, or a JSON string with a lone surrogate, is refused by position, never replaced."""
-    assert _as_text(0, "ВИНО-12-ünïcødé".encode()) == "ВИНО-12-ünïcødé"
+    assert as_text(0, "ВИНО-12-ünïcødé".encode()) == "ВИНО-12-ünïcødé"
     with pytest.raises(InferenceInputError, match=r"input 'id': element 3 is not UTF-8 text"):
-        _as_text(3, b"caf\xe9")
+        as_text(3, b"caf\xe9")
     with pytest.raises(InferenceInputError, match=r"element 1 is not UTF-8 text"):
-        _as_text(1, "a\udcff")
+        as_text(1, "a\udcff")
     for lone in ("a\udcff", "\ud800b"):  # as a REST request's JSON values arrive: kept, then refused by position
         (element,) = array_from_values([lone], "BYTES", (1,)).tolist()
         with pytest.raises(InferenceInputError, match=r"element 2 is not UTF-8 text"):
-            _as_text(2, element)
+            as_text(2, element)

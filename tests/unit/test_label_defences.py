@@ -20,7 +20,7 @@ from vflcore.privacy import PrivacySpec
 from vflprivacy.attacks import norm_attack
 from vflprivacy.label_defences import (
     ZERO_ROW_FLOOR,
-    _Problem,
+    MarvellProblem,
     check_classes,
     keep_probability,
     marvell_noise,
@@ -242,7 +242,7 @@ class TestMarvellSolver:
         lo_class = 0 if var0 <= var1 else 1
         share_lo = 1 - p if lo_class == 0 else p
         low, high = (var0, var1) if lo_class == 0 else (var1, var0)
-        solved = float(_Problem(share_lo, low, high, d, gap).least_sum_kl(np.array([power]))[0][0])
+        solved = float(MarvellProblem(share_lo, low, high, d, gap).least_sum_kl(np.array([power]))[0][0])
         # Shares of the power: negatives along the difference, negatives isotropic, the same for positives.
         w = draw.dirichlet(np.ones(4), size=200_000)
         iso0, iso1 = w[:, 1] * power / ((1 - p) * d), w[:, 3] * power / (p * d)

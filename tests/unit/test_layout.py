@@ -162,3 +162,33 @@ def test_vflcore_folders_import_only_their_own_floor_and_below() -> None:
             if inside and _core_floor(target[1]) > own:
                 wrong.append(f"{path.relative_to(ROOT)}:{line} imports {name} (a floor above)")
     assert not wrong, "\n".join(wrong)
+
+
+#: The folders whose modules the rule below reads: the product, its test kit, the benches, the tests.
+_ALL_CODE = ("vflcore", "vflprivacy", "vflalgorithms", "vflserver", "vflclient", "vfltesting", "bench", "tests")
+
+
+def test_no_private_name_crosses_a_package() -> None:
+    """A ``_name`` is imported only inside its own package: what another package needs is made public and named so."""
+    ours = {"vflcore", "vflprivacy", "vflalgorithms", "vflserver", "vflclient", "vfltesting", "bench"}
+    crossing = []
+    for folder in _ALL_CODE:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            importer = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1])
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if not isinstance(node, ast.ImportFrom) or node.level or node.module is None:
+                    continue
+                if node.module.split(".")[0] not in ours:
+                    continue
+                package = (
+                    node.module.rpartition(".")[0]
+                    if (ROOT / node.module.replace(".", "/")).with_suffix(".py").exists()
+                    else node.module
+                )
+                for alias in node.names:
+                    private = alias.name.startswith("_") and not alias.name.startswith("__")
+                    if private and package != importer:
+                        crossing.append(
+                            f"{path.relative_to(ROOT)}:{node.lineno} imports {alias.name} from {node.module}"
+                        )
+    assert not crossing, "\n".join(crossing)

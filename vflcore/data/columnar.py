@@ -89,8 +89,8 @@ def _finish(path: Path, id_column: str, columns: _Columns) -> TableArrays | None
     repeats = find_repeats(ids)
     if repeats is not None:
         ids = ids.take(pa.array(repeats.keep))
-        features = _keep_rows(features, repeats.keep)
-        labels = None if labels is None else _keep_rows(labels, repeats.keep)
+        features = keep_rows(features, repeats.keep)
+        labels = None if labels is None else keep_rows(labels, repeats.keep)
     if not _all_finite(features) or (labels is not None and not _all_finite(labels)):
         return None
     if repeats is not None:  # only now: for a refused file, the exact scan warns
@@ -118,7 +118,7 @@ def _ids_are_clean(ids: pa.ChunkedArray) -> bool:
     return not any(len(data) and (int(data.min()) < 32 or np.count_nonzero(data == 127)) for data in utf8_chunks(ids))
 
 
-def _keep_rows(values: np.ndarray, keep: np.ndarray) -> np.ndarray:
+def keep_rows(values: np.ndarray, keep: np.ndarray) -> np.ndarray:
     """The rows ``keep`` (ascending), moved to the front in place a block at a time: no second copy.
 
     A kept row never moves down (``keep[i] >= i``), so no block overwrites a row a later block reads.

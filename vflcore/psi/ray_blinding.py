@@ -4,7 +4,7 @@
 ``hash_and_blind_packed`` and ``blind_packed``), so PSI's two halves take whichever
 ``blinder_on`` gives them for the party's ``[compute] engine``. The ID set is cut into chunks of
 ``chunk_size`` items; each chunk is one Ray task running the same arithmetic as a pool worker
-(``encode_many`` then X25519 through ``blinding._blind_packed``), and the results are joined in
+(``encode_many`` then X25519 through ``blinding.blind_packed``), and the results are joined in
 chunk order, so the output is byte for byte what ``SerialBlinder`` computes with the same key.
 
 The trust boundary. The private scalar must never leave the party, and it does not: it crosses
@@ -48,7 +48,7 @@ from vflcore.psi.blinding import (
     ParallelBlinder,
     Progress,
     SerialBlinder,
-    _blind_packed,
+    blind_packed,
     blinder_for,
 )
 from vflcore.psi.hash_to_curve import encode_many
@@ -72,12 +72,12 @@ BlindTask = Callable[[bytes, int, Sequence[bytes], str], bytes]
 
 def hash_and_blind_chunk(secret: bytes, offset: int, ids: Sequence[bytes], dst: bytes, x25519: str = "auto") -> bytes:
     """``k·H(id)`` for one chunk, packed: the task ``RayBlinder.hash_and_blind_packed`` runs per chunk."""
-    return _blind_packed(X25519PrivateKey.from_private_bytes(secret), encode_many(ids, dst), offset, x25519)
+    return blind_packed(X25519PrivateKey.from_private_bytes(secret), encode_many(ids, dst), offset, x25519)
 
 
 def blind_chunk(secret: bytes, offset: int, points: Sequence[bytes], x25519: str = "auto") -> bytes:
     """``k·u`` for one chunk of a peer's points, packed: the task ``RayBlinder.blind_packed`` runs per chunk."""
-    return _blind_packed(X25519PrivateKey.from_private_bytes(secret), points, offset, x25519)
+    return blind_packed(X25519PrivateKey.from_private_bytes(secret), points, offset, x25519)
 
 
 class RayBlinder(OpenedInWith):

@@ -48,14 +48,14 @@ MAX_STREAMED_TENSORS = 1 << 20
 _T = TypeVar("_T")
 
 
-def _status_for(exc: BaseException) -> tuple[grpc.StatusCode, str] | None:
+def status_of_error(exc: BaseException) -> tuple[grpc.StatusCode, str] | None:
     """The status ``exc`` becomes (``vflcore.status``, the one table) with its message; None for a server fault."""
     code = status_for(exc)
     return None if code is None else (code, str(exc))
 
 
 def _abort(exc: Exception, context: grpc.ServicerContext, rpc: str) -> NoReturn:
-    """End the call with the status ``_status_for`` gives ``exc`` (INTERNAL if none).
+    """End the call with the status ``status_of_error`` gives ``exc`` (INTERNAL if none).
 
     A caller that cancels its call (a party told to stop, a daemon shutting down, a connection
     that went) is not a fault of this server: gRPC then raises a bare ``RpcError`` from the
@@ -63,7 +63,7 @@ def _abort(exc: Exception, context: grpc.ServicerContext, rpc: str) -> NoReturn:
     came with a traceback whose frames held the party's tensors. Whatever the error, once the
     call is no longer active the caller has gone and this is the line it gets.
     """
-    mapped = _status_for(exc)
+    mapped = status_of_error(exc)
     if not context.is_active():  # the caller has gone: no status it sends reaches anyone
         mapped = (grpc.StatusCode.CANCELLED, f"{rpc} was cancelled by the caller")
         log.info("rpc_cancelled", rpc=rpc, code=mapped[0].name)

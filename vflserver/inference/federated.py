@@ -99,7 +99,7 @@ class FederatedServable:
         return self.degraded != "none" or not self.missing()
 
     def predict(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        ids = [_as_text(index, value) for index, value in enumerate(np.asarray(inputs[IDS]).reshape(-1).tolist())]
+        ids = [as_text(index, value) for index, value in enumerate(np.asarray(inputs[IDS]).reshape(-1).tolist())]
         offline = sorted(self.missing())
         if offline and self._substitutes:
             log.warning(
@@ -120,7 +120,7 @@ class FederatedServable:
         return prediction_outputs(self.active.job.task, output)
 
 
-def _as_text(index: int, value: object) -> str:
+def as_text(index: int, value: object) -> str:
     """One requested ID as text, or InferenceInputError naming its position (never its bytes).
 
     Bytes that are not UTF-8 are refused, not replaced: "a\\xff" read as "a\\ufffd" would be
