@@ -91,13 +91,13 @@ def _daemons_x25519(points: list[bytes]) -> tuple[float, str]:
     The multi-buffer path (eight points a call) is the floor's X25519 where the daemons take it
     (issue 37): measuring OpenSSL's there would put the floor above what the run can do.
     """
-    from vflcore.psi.blinding import BlindingKey, blind_packed
+    from vflcore.psi.blinding import BlindingKey, blind_with_key
     from vflcore.psi.x25519 import choose
 
     key, batch = BlindingKey.generate(), points * 8  # 16,000 points: whole calls of eight
     cpus = []
     for _ in range(3):
         c0 = time.process_time()
-        blind_packed(key._private, batch, 0, "auto")
+        blind_with_key(key._private, batch, 0, "auto")
         cpus.append((time.process_time() - c0) / len(batch))
     return statistics.median(cpus), choose("auto").name

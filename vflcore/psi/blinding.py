@@ -121,7 +121,7 @@ def _blind_with(private: X25519PrivateKey, points: Sequence[bytes], offset: int)
     return out
 
 
-def blind_packed(private: X25519PrivateKey, points: Sequence[bytes], offset: int, setting: str) -> bytes:
+def blind_with_key(private: X25519PrivateKey, points: Sequence[bytes], offset: int, setting: str) -> bytes:
     """k·u for each u-coordinate, concatenated, through the X25519 that ``setting`` comes to here
     (``vflcore.psi.x25519``): the same bytes and the same ``PsiError`` either way."""
     fast = multibuffer_for(setting, points)
@@ -151,12 +151,12 @@ def blind(points: Sequence[bytes], key: BlindingKey) -> list[bytes]:
 
     Raises :class:`PsiError` for an item that is not 32 bytes or is a low-order point.
     """
-    return _split(blind_packed(key._private, points, 0, current()))
+    return _split(blind_with_key(key._private, points, 0, current()))
 
 
 def hash_and_blind(ids: Sequence[bytes], dst: bytes, key: BlindingKey) -> list[bytes]:
     """``key·H(id)`` for every ID, in order, in this process (see :class:`ParallelBlinder`)."""
-    return _split(blind_packed(key._private, encode_many(ids, dst), 0, current()))
+    return _split(blind_with_key(key._private, encode_many(ids, dst), 0, current()))
 
 
 # --- worker side: these run in the pool's processes ---------------------------------------------
@@ -178,12 +178,12 @@ def _task_ready() -> bool:
 def _task_blind(offset: int, points: Sequence[bytes]) -> bytes:
     assert _worker_key is not None, "worker was started without a key"
     # One bytes object back instead of thousands: pickling cost is per object.
-    return blind_packed(_worker_key, points, offset, _worker_x25519)
+    return blind_with_key(_worker_key, points, offset, _worker_x25519)
 
 
 def _task_hash_and_blind(offset: int, ids: Sequence[bytes], dst: bytes) -> bytes:
     assert _worker_key is not None, "worker was started without a key"
-    return blind_packed(_worker_key, encode_many(ids, dst), offset, _worker_x25519)
+    return blind_with_key(_worker_key, encode_many(ids, dst), offset, _worker_x25519)
 
 
 # --- parent side ---------------------------------------------------------------------------------
@@ -416,10 +416,10 @@ class SerialBlinder(OpenedInWith):
         self._key = key
 
     def blind_packed(self, points: Sequence[bytes], *, progress: Progress | None = None) -> bytes:
-        return blind_packed(self._key._private, points, 0, current())
+        return blind_with_key(self._key._private, points, 0, current())
 
     def hash_and_blind_packed(self, ids: Sequence[bytes], dst: bytes, *, progress: Progress | None = None) -> bytes:
-        return blind_packed(self._key._private, encode_many(ids, dst), 0, current())
+        return blind_with_key(self._key._private, encode_many(ids, dst), 0, current())
 
 
 #: Below this many items a PSI run blinds in-process: worker start-up would dominate.

@@ -48,7 +48,7 @@ from vflcore.psi.blinding import (
     ParallelBlinder,
     Progress,
     SerialBlinder,
-    blind_packed,
+    blind_with_key,
     blinder_for,
 )
 from vflcore.psi.hash_to_curve import encode_many
@@ -72,12 +72,12 @@ BlindTask = Callable[[bytes, int, Sequence[bytes], str], bytes]
 
 def hash_and_blind_chunk(secret: bytes, offset: int, ids: Sequence[bytes], dst: bytes, x25519: str = "auto") -> bytes:
     """``k·H(id)`` for one chunk, packed: the task ``RayBlinder.hash_and_blind_packed`` runs per chunk."""
-    return blind_packed(X25519PrivateKey.from_private_bytes(secret), encode_many(ids, dst), offset, x25519)
+    return blind_with_key(X25519PrivateKey.from_private_bytes(secret), encode_many(ids, dst), offset, x25519)
 
 
 def blind_chunk(secret: bytes, offset: int, points: Sequence[bytes], x25519: str = "auto") -> bytes:
     """``k·u`` for one chunk of a peer's points, packed: the task ``RayBlinder.blind_packed`` runs per chunk."""
-    return blind_packed(X25519PrivateKey.from_private_bytes(secret), points, offset, x25519)
+    return blind_with_key(X25519PrivateKey.from_private_bytes(secret), points, offset, x25519)
 
 
 class RayBlinder(OpenedInWith):
