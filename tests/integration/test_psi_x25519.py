@@ -70,4 +70,4 @@ def test_an_unknown_value_exits_2_naming_the_key(pki: Pki, digits_data: Path, tm
         [str(BIN / "vfl-client"), "--config", str(config)], capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 2, done.stderr
-    assert "[psi] x25519 = 'fastest'" in done.stderr and '"multibuffer"' in done.stderr, done.stderr
+    assert "[psi] x25519 = 'fastest'" in done.stderr and "'multibuffer'" in done.stderr, done.stderr

@@ -21,11 +21,13 @@ from vflcore.security.tls import TlsFiles
 from vflcore.settings import (
     Section,
     at_least_one,
+    one_of,
     positive,
     read_settings,
     refuse_unknown,
     setting,
     table_keys,
+    whole,
 )
 
 DEFAULT_PORT = 50051
@@ -75,15 +77,8 @@ def load_toml(path: Path, what: str = "config file") -> dict[str, Any]:
         raise ConfigError(f"{what} {path} is not valid TOML: {exc}") from exc
 
 
-def _keep_checkpoints(sec: Section, key: str = "keep_checkpoints", default: int = 2) -> int:
-    """``keep_checkpoints`` in ``[server]`` or ``[client]``: a whole number of epochs, at least 1."""
-    keep = sec.raw.get(key, default)
-    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:  # bool: TOML true is not a count
-        raise ConfigError(
-            f"{sec.where}: [{sec.name}] {key} = {keep!r}; give a whole number of epochs, at least 1 "
-            "(the newest checkpoint is always kept)"
-        )
-    return keep
+#: ``keep_checkpoints`` in ``[server]`` or ``[client]``: a whole number of epochs, at least 1.
+_keep_checkpoints = whole(1, "a whole number of epochs, at least 1 (the newest checkpoint is always kept)")
 
 
 def _psi_workers(sec: Section, key: str = "workers", default: int | None = None) -> int | None:
@@ -93,16 +88,9 @@ def _psi_workers(sec: Section, key: str = "workers", default: int | None = None)
     return workers
 
 
-def _x25519(sec: Section, key: str = "x25519", default: str = "auto") -> str:
-    """``[psi] x25519``: "auto", "multibuffer" or "openssl" (``vflcore.psi.x25519``).
-
-    What this host can run is checked at start (``vflcore.psi.x25519.choose_at_start``), not here.
-    """
-    value: str = sec.text(key, default)
-    if value not in X25519_SETTINGS:
-        choices = ", ".join(f'"{s}"' for s in X25519_SETTINGS)
-        raise ConfigError(f"{sec.where}: [psi] x25519 = {value!r}; give {choices}")
-    return value
+#: ``[psi] x25519``: "auto", "multibuffer" or "openssl" (``vflcore.psi.x25519``). What this host can
+#: run is checked at start (``vflcore.psi.x25519.choose_at_start``), not here.
+_x25519 = one_of(X25519_SETTINGS)
 
 
 def _device(sec: Section, key: str = "device", default: str = "cpu") -> str:
