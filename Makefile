@@ -5,6 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
+CONSTRAINTS := constraints/dev.txt
 TORCH_VERSION := 2.13.0
 GRPC_TOOLS_VERSION := 1.81.1
 CERTS := certs
@@ -39,11 +40,13 @@ help:
 venv: $(STAMP)
 
 # torch goes first, pinned to the local CPU wheel: a bare torch requirement would pull CUDA builds.
-$(STAMP): pyproject.toml
+# The dev tools (hypothesis, pytest, ruff, mypy, ...) come at the exact versions in $(CONSTRAINTS),
+# so that every fresh clone draws the same fuzz cases and lints the same way (issue 41).
+$(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet torch==$(TORCH_VERSION)
-	$(PIP) install --quiet -e '.[dev,ray]'
+	$(PIP) install --quiet -c $(CONSTRAINTS) -e '.[dev,ray]'
 	touch $(STAMP)
 
 $(CERTS)/ca.pem: | $(STAMP)

@@ -47,6 +47,7 @@ from bench.algorithms.adptvfedconv_runs import (
 )
 from bench.common.paths import OUT
 from bench.common.pool import WORKERS, init_worker, run_in_pool
+from bench.common.versions import versions_line
 
 TARGET_PTS = 3.0
 SEEDS = (0, 1, 2, 3, 4)
@@ -71,6 +72,7 @@ def main() -> int:
         f"{PRETRAIN_EPOCHS} pre-train / {FINETUNE_EPOCHS} fine-tune (enc 1e-5, dec 1e-3) / {EPOCHS} W_s epochs"
     )
     print(f"   seeds {SEEDS}; {WORKERS} workers", flush=True)
+    print(versions_line("torch", "numpy", "scikit-learn"), flush=True)
     started = time.perf_counter()
     runs = sorted((Run(m, s) for m in METHODS for s in SEEDS), key=lambda r: (-_COST[r.method], r.seed))
     results = run_all(runs)

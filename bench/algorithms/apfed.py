@@ -57,6 +57,7 @@ from bench.algorithms.apfed_report import (
 from bench.algorithms.apfed_runs import SETTINGS, STRIPS, Result, Run, execute
 from bench.common.paths import OUT
 from bench.common.pool import WORKERS, init_worker, run_in_pool
+from bench.common.versions import versions_line
 
 TARGET_PTS = 0.8
 TABLE_SEEDS = (0, 1, 2, 3, 4)
@@ -107,6 +108,7 @@ def main() -> int:
     print(
         f"   table seeds {TABLE_SEEDS}; λ sweep on {SWEEP_SETTING}, seeds {SWEEP_SEEDS}; {WORKERS} workers", flush=True
     )
+    print(versions_line("torch", "numpy", "scikit-learn"), flush=True)
     started = time.perf_counter()
     results = run_all(plan())
     table = {

@@ -21,6 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from bench.common.jobs import run_jobs
+from bench.common.versions import versions_line
 from vfltesting.datasets import write_digits_split
 from vfltesting.jobs import DIGITS_JOB
 from vfltesting.pki import issue_pki
@@ -37,6 +38,7 @@ JOBS = [
 def main() -> int:
     print("== asynchronous vs synchronous VFL under the round-robin delay (one party asleep at a time, 0.2 s slots) ==")
     print("   digits, 2 passive parties x 30 updates each; vfl-server + 2 vfl-client processes over mTLS", flush=True)
+    print(versions_line("torch", "numpy", "grpcio"), flush=True)
     walls: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="vfl-bench-async-") as tmp:
         root = Path(tmp)

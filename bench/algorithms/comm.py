@@ -28,6 +28,7 @@ from sklearn.datasets import load_digits
 from bench.algorithms.curves import Curve, plot
 from bench.common.jobs import run_jobs
 from bench.common.paths import OUT
+from bench.common.versions import versions_line
 from vfltesting.datasets import write_vertical_split
 from vfltesting.jobs import DIGITS_JOB
 from vfltesting.pki import issue_pki
@@ -81,6 +82,7 @@ def main() -> int:
     print("== bytes to reach 95 % test accuracy on digits: VIMADMM vs SplitNN (and every other algorithm) ==")
     print("   4 passive clients x 2 image rows, labels-only active party, batch 256, embedding 60, Adam 0.001;")
     print("   VIMADMM tau = 20, rho = 1; each job = vfl-server + 4 vfl-client processes over mTLS", flush=True)
+    print(versions_line("torch", "numpy", "scikit-learn"), flush=True)
     curves: list[Curve] = []
     with tempfile.TemporaryDirectory(prefix="vfl-bench-comm-") as tmp:
         root = Path(tmp)

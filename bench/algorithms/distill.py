@@ -67,6 +67,7 @@ from bench.algorithms.distill_runs import (
 )
 from bench.common.paths import OUT
 from bench.common.pool import WORKERS, init_worker, run_in_pool
+from bench.common.versions import versions_line
 
 SEEDS = (0, 1, 2, 3, 4)
 QUICK_SEEDS = (0,)
@@ -129,6 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{'/'.join(map(str, SHARES['diabetes']))} columns (active/2/3); APFed bench's models and SGD, {epochs} epochs"
     )
     print(f"   student: DistillSpec() defaults; seeds {seeds}; {_where(args.workers)}", flush=True)
+    print(versions_line("torch", "numpy", "scikit-learn"), flush=True)
     started, load_before = time.perf_counter(), os.getloadavg()[0]
     results = run_all(plan(seeds, epochs), args.workers)
     table = score_table(results.values(), seeds)

@@ -24,6 +24,7 @@ import numpy as np
 from bench.algorithms.curves import Curve, plot
 from bench.common.jobs import run_jobs
 from bench.common.paths import OUT
+from bench.common.versions import versions_line
 from vflalgorithms.base import algorithm_spec, job_options
 from vflclient import read_party_csv
 from vfltesting.datasets import write_digits_split
@@ -44,6 +45,7 @@ def main() -> int:
     print("== rounds to reach 93 % test accuracy on digits: FedBCD Q=10 vs Q=1 (= SplitNN) ==")
     print("   example digits split over 3 parties, batch 64, embedding 16, Adam 0.001; each job =")
     print("   vfl-server + 2 vfl-client processes over mTLS; accuracy measured after every epoch", flush=True)
+    print(versions_line("torch", "numpy", "scikit-learn"), flush=True)
     curves: list[Curve] = []
     with tempfile.TemporaryDirectory(prefix="vfl-bench-fedbcd-") as tmp:
         root = Path(tmp)

@@ -19,6 +19,7 @@ import argparse
 import tempfile
 from pathlib import Path
 
+from bench.common.versions import versions_line
 from vfltesting.datasets import write_digits_split
 from vfltesting.fuzz.campaign import CALLER, epochs_for, failed, run_campaign
 from vfltesting.pki import issue_pki
@@ -34,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.epochs = args.epochs or epochs_for(args.cases)
     print(f"== fuzz campaign: {args.cases} cases, honest APFed-C job of {args.epochs} epochs, seed {args.seed} ==")
+    print(versions_line("hypothesis", "grpcio", "protobuf", "aiohttp"))
     with tempfile.TemporaryDirectory(prefix="vfl-bench-fuzz-") as tmp:
         root = Path(tmp)
         pki = issue_pki(root / "pki", (2, 3, 4), callers=(CALLER,))

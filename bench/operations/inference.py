@@ -52,6 +52,7 @@ import grpc
 import numpy as np
 
 from bench.common.machine import Window, measured, process_cpu_seconds
+from bench.common.versions import versions_line
 from vflcore.proto import open_inference_pb2 as pb
 from vflcore.security.tls import TlsFiles, channel_credentials
 from vflcore.wire.oip import method
@@ -389,6 +390,7 @@ def main(argv: list[str] | None = None) -> int:
         f"== inference endpoint: KServe v2 over mTLS, MLP {FEATURES} -> {list(HIDDEN)} -> {CLASSES}, batch 1, "
         f"{CALLERS} caller processes, {seconds:.0f} s per protocol =="
     )
+    print(versions_line("grpcio", "aiohttp", "onnxruntime"), flush=True)
     ctx = multiprocessing.get_context("spawn")
     with tempfile.TemporaryDirectory(prefix="vfl-bench-inference-") as tmp:
         certs = Path(tmp)

@@ -44,6 +44,7 @@ import numpy as np
 
 from bench.common.jobs import run_federated, write_configs
 from bench.common.machine import Window, measured
+from bench.common.versions import versions_line
 from vflalgorithms.splitnn.reference import ReferenceSplitNN
 from vflcore.data.tables import read_party_csv
 from vflcore.job import JobSpec
@@ -131,6 +132,7 @@ def main() -> int:
         f"epochs; medians; torch threads per process: {TORCH_THREADS}",
         flush=True,
     )
+    print(versions_line("torch", "numpy", "grpcio"), flush=True)
     # Reference blocks and federated jobs alternate (R F R F R ...), and each job is compared
     # with the blocks right before and after it: on a shared machine whose speed drifts by tens
     # of percent within minutes, that keeps each ratio's two sides in the same weather.

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.common.machine import Window, measured
+from bench.common.versions import versions_line
 from vflclient import JobClient
 from vflcore.runtime.config import RETRY_INITIAL_S, RETRY_MAX_S
 from vfltesting.datasets import write_digits_split
@@ -262,6 +263,7 @@ def _machine(window: Window) -> str:
 
 
 def main() -> None:
+    print(versions_line("torch", "numpy", "grpcio"), flush=True)
     rng = random.Random(SEED)
     with tempfile.TemporaryDirectory(prefix="bench-recovery-") as tmp:
         root = Path(tmp)

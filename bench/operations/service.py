@@ -55,6 +55,7 @@ import numpy as np
 
 from bench.common.daemons import DAEMONS, wait_for_daemons
 from bench.common.machine import Window, measured
+from bench.common.versions import versions_line
 from vflclient import JobClient, VflError
 from vflserver.jobs.store import JobStore
 from vfltesting.datasets import write_digits_split
@@ -411,6 +412,7 @@ def main() -> int:
         f"== service: {JOBS} one-epoch {ALGORITHM} jobs on digits, back to back, on one vfl-server and two "
         "vfl-client daemons started once (processes, mTLS) =="
     )
+    print(versions_line("grpcio", "torch", "numpy"))
     print(machine_line("machine before"), flush=True)
     with tempfile.TemporaryDirectory(prefix="vfl-bench-service-") as tmp:
         outcome = run_service(Path(tmp))

@@ -51,6 +51,7 @@ from typing import Any
 
 from bench.common.jobs import run_federated, write_configs
 from bench.common.machine import measured
+from bench.common.versions import versions_line
 from bench.operations.overhead import FEATURES_PER_PARTY, JOB, ROWS, TOP_HIDDEN, TORCH_THREADS
 from bench.operations.wan_reference import curve
 from vflalgorithms.splitnn.overlap import overlap_options
@@ -193,6 +194,7 @@ def main() -> int:
         "1 server + 2 clients as processes over mTLS, each client through its own link",
         flush=True,
     )
+    print(versions_line("torch", "numpy", "grpcio"), flush=True)
     rows: list[tuple[Config, ToTarget]] = []
     with tempfile.TemporaryDirectory(prefix="vfl-bench-") as tmp:
         root = Path(tmp)

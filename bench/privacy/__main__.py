@@ -44,6 +44,7 @@ from typing import Any
 
 from bench.common.machine import measured
 from bench.common.paths import OUT
+from bench.common.versions import versions_line
 from bench.privacy.cells import cells
 from bench.privacy.plan import (
     ALGORITHMS,
@@ -133,6 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"each, on one vfl-server and two recording passive parties (processes, mTLS); "
         f"attacker: party {ATTACKED_PARTY} =="
     )
+    print(versions_line("torch", "opacus", "numpy", "scikit-learn"))
     for algorithm, why in LEFT_OUT.items():
         print(f"not run: {algorithm}: {why}")
     if any(not TASKS[t]().binary for t in tasks):

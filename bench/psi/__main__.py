@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 
 import bench.psi
+from bench.common.versions import versions_line
 from bench.psi.comparison import compare_openmined
 from bench.psi.inputs import prepare_inputs
 from bench.psi.report import (
@@ -25,7 +26,7 @@ from bench.psi.report import (
 )
 from bench.psi.run import PsiRun, run_psi
 from bench.psi.secretflow import PROTOCOLS as SECRETFLOW_PROTOCOLS
-from bench.psi.secretflow_comparison import OurFigures, compare_secretflow, default_protocols, side_by_side
+from bench.psi.secretflow_comparison import SPU_VERSION, OurFigures, compare_secretflow, default_protocols, side_by_side
 from bench.psi.speed import x25519_speed
 
 DEFAULT_WORKERS = 2  # measured faster than 1 on this 2-core box with both parties running (docstring)
@@ -66,6 +67,7 @@ def main() -> int:
     args = parse_args()
     n = args.ids
     print_header(n)
+    print(versions_line("cryptography", "gmpy2", "ipp-crypto", "numpy", "grpcio", others={"spu": SPU_VERSION}))
     speed = x25519_speed()
     print_speed(speed, n)
     sys.stdout.flush()

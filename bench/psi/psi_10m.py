@@ -50,11 +50,12 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from bench.common.versions import versions_line
 from bench.psi.comparison import compare_openmined
 from bench.psi.inputs import IdSets, prepare_inputs, prepare_numbered_inputs
 from bench.psi.report import mib, print_speed, print_timeline, psi_window
 from bench.psi.run import PsiRun, run_psi
-from bench.psi.secretflow_comparison import compare_secretflow
+from bench.psi.secretflow_comparison import SPU_VERSION, compare_secretflow
 from bench.psi.speed import Speed, x25519_speed
 
 DEFAULT_IDS = 10_000_000
@@ -204,6 +205,7 @@ def main() -> int:
     ids = IdSets.with_overlap(args.ids, round(args.ids * SHARED))
     cores = min(os.cpu_count() or 1, 2 * args.workers)
     print(f"== PSI {ids.n:,} x {ids.n:,} ({len(ids.shared):,} shared): vfl-server --psi-only + vfl-client, mTLS ==")
+    print(versions_line("cryptography", "gmpy2", "ipp-crypto", "numpy", "grpcio", "ray", others={"spu": SPU_VERSION}))
     print(f"   python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start")
     before = x25519_speed()
     print_speed(before, ids.n)

@@ -42,6 +42,7 @@ from pathlib import Path
 
 from bench.common.machine import cpu_counters
 from bench.common.paths import CACHE
+from bench.common.versions import versions_line
 
 FEATURES = 30
 FULL_ROWS = (1_000_000, 10_000_000)
@@ -75,6 +76,7 @@ def main() -> int:
     print(
         f"bench-data: {', '.join(f'{n:,}' for n in sizes)} rows x {FEATURES} floats + a string ID; cache {args.cache}"
     )
+    print(versions_line("pyarrow", "numpy"), flush=True)
     files = []
     for rows in sizes:
         files += _tables(args.cache, rows)

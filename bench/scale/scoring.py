@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
+from bench.common.versions import versions_line
 from vflcore.ml.models import build_seeded, mlp
 from vflcore.ml.onnx_export import MODEL_FILE, OnnxPart, export_onnx
 from vflcore.runtime.compute import LOCAL, ComputeEngine, connect
@@ -94,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="100,000 rows: a check that the bench runs")
     args = parser.parse_args(argv)
     configure_logging(json=False, level="warning", stream=sys.stderr)  # the table below is the output
+    print(versions_line("pyarrow", "numpy", "ray", "onnxruntime"), flush=True)
     rows = 100_000 if args.quick else args.rows
     row_group = 16_384 if args.quick else args.row_group
     cores = os.cpu_count() or 1

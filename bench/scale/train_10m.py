@@ -58,6 +58,7 @@ import pyarrow.parquet as pq
 from bench.common.daemons import DAEMONS, wait_for_daemons
 from bench.common.machine import measured
 from bench.common.paths import CACHE
+from bench.common.versions import versions_line
 from vflclient import JobClient, VflError
 from vflcore.data.checkpoints import party_dir
 from vflcore.data.id_arrays import string_column
@@ -232,6 +233,7 @@ def idle_baseline(root: Path, pki: Pki, tables: Path) -> dict[str, int]:
 
 def main() -> int:
     args = parse_args()
+    print(versions_line("torch", "numpy", "pyarrow", "grpcio"), flush=True)
     tables = write_tables(args.cache, args.rows)
     root = Path(tempfile.mkdtemp(prefix="bench-train-10m-"))
     try:
