@@ -91,6 +91,8 @@ class ServiceRun:
     server_tables: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: More datasets than "digits" (``data``), by name: each a folder of ``party1.csv``, ``party2.csv``, ...
     datasets: dict[str, Path] = field(default_factory=dict)
+    #: Datasets only the active party has, by name: the file itself (the fuzz campaign rewrites it per case).
+    active_datasets: dict[str, Path] = field(default_factory=dict)
     #: The tables' file suffix in every dataset folder: ".parquet" for tables of millions of rows.
     table_suffix: str = ".csv"
     #: The address a party dials instead of the server's (a proxy in front of it), by party.
@@ -125,6 +127,10 @@ class ServiceRun:
             "datasets": {
                 name: {"path": folder / f"party1{self.table_suffix}", "id_column": "id", "label_column": "label"}
                 for name, folder in self._datasets().items()
+            }
+            | {
+                name: {"path": path, "id_column": "id", "label_column": "label"}
+                for name, path in self.active_datasets.items()
             },
         }
         document.update(self.server_tables)
@@ -214,6 +220,16 @@ class ServiceRun:
                 return int(grpc_port), int(rest_port)
             time.sleep(0.1)
         raise RuntimeError(f"the inference endpoint did not announce its ports within {timeout_s:.0f} s")
+
+    def console_port(self, timeout_s: float = 60) -> int:
+        """The console's port, from the server's ``console_started`` log line (``[console] listen`` on port 0)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for line in self.logs["server"].read_text(errors="replace").splitlines():
+                if '"console_started"' in line:
+                    return int(json.loads(line)["port"])
+            time.sleep(0.1)
+        raise RuntimeError(f"the console did not announce its port within {timeout_s:.0f} s")
 
     def stop(self, names: Iterable[str] | None = None) -> dict[str, int]:
         """SIGTERM the named processes (default: all) and return their exit codes."""

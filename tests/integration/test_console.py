@@ -15,7 +15,6 @@ array (``vfltesting.leaks``), as the logs are. Each step saves a screenshot in t
 
 from __future__ import annotations
 
-import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -52,17 +51,7 @@ SHOWN_MS = 60_000
 
 
 def _console_port(run: ServiceRun) -> int:
-    found: list[int] = []
-
-    def started() -> bool:
-        for line in run.logs["server"].read_text().splitlines():
-            if '"console_started"' in line:
-                found.append(int(json.loads(line)["port"]))
-                return True
-        return False
-
-    wait_until(started, "the console listening", run)
-    return found[-1]
+    return run.console_port(timeout_s=SHOWN_MS / 1000)
 
 
 @pytest.fixture(scope="module")

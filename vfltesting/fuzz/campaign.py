@@ -1,311 +1,209 @@
-"""Fuzz a live service while an honest job trains on it; every answer is judged as it comes back.
+"""Fuzz a live service while honest jobs train on it; every answer is judged as it comes back.
 
-``run_campaign`` starts ``vfl-server`` (with its inference endpoint) and two ``vfl-client``
-daemons as processes, trains a reference job, then trains the same job again ("the honest job")
-while Hypothesis sends random and mutated messages at every RPC under four identities:
+``run_campaign`` starts ``vfl-server`` (its inference endpoint and console on) and two
+``vfl-client`` daemons as processes, trains a reference job, then keeps honest copies of it
+training, one after another, while Hypothesis sends random and mutated inputs at every surface:
+the federation, Control and inference RPCs, PSI's chunk streams, job tables, files the server
+reads, the console (``live.py``), and, in the campaign's own process, the table reader, PSI on
+any IDs and a party's config (``offline.py``). Then it serves a federated model and sends sample
+IDs of any script and length at it by ID.
 
-- **party 4**, a certified party that is not in the job, at every federation RPC;
-- **party 3**, a member of the job, at the RPCs it can call without speaking for the honest
-  daemon: uploads (whose keys of the honest job are moved to rounds it never waits for, so no
-  mutant can be an upload it accepts), Heartbeat and Subscribe. A member that sends NextJob or
-  ReportFailure, or takes its own gradients, pauses or fails its own job by design: the
-  recovery tests cover that;
-- **operator** "alice" at every Control RPC (never naming the two jobs above);
-- **caller** "fuzz-caller" at every inference RPC and at REST, against the served reference model.
-
-A case fails if the service answers UNKNOWN or INTERNAL, HTTP 500, a refusal with no message, or
-an INVALID_ARGUMENT whose message names no field; if a daemon dies; or if the honest job's
-per-step losses differ from the reference job's by more than 1e-6 at the end.
+Each honest job must end with the reference job's per-step losses (within 1e-6: the same
+operations in the same order), the federated model's predictions for known IDs must not change
+under the by-ID cases, and no daemon may die.
 """
 
 from __future__ import annotations
 
-import contextlib
-import http.client
-import json
-import re
-import ssl
+import copy
+import csv
 import time
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
-import grpc
-from google.protobuf import text_format
-from google.protobuf.descriptor import Descriptor
-from google.protobuf.message import Message
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
-from hypothesis import strategies as st
 
 from vflclient import InferenceClient, JobClient
-from vflcore.errors import VflError
-from vflcore.proto import federation_pb2 as pb
-from vflcore.security.tls import TlsFiles, channel_credentials
-from vflcore.wire import serde as wire
-from vflcore.wire.tensors import TensorKey
-from vfltesting.fuzz import strategies as fz
+from vflcore.data.checkpoints import party_dir
+from vfltesting.fuzz.live import CALLER, FUZZ_TABLES, HONEST, OPERATOR, REFERENCE, LiveTargets, known_predictions
+from vfltesting.fuzz.offline import OfflineTargets
+from vfltesting.fuzz.report import Drawn, Report, Target
 from vfltesting.pki import Pki
 from vfltesting.recovery import job_outcome, loss_difference
-from vfltesting.rpc import CONTROL, FEDERATION, INFERENCE, Rpc
 from vfltesting.service import ServiceRun, job_document
 
-#: Statuses a refusal may carry; UNKNOWN and INTERNAL never.
-REFUSALS = {
-    grpc.StatusCode.INVALID_ARGUMENT,
-    grpc.StatusCode.PERMISSION_DENIED,
-    grpc.StatusCode.FAILED_PRECONDITION,
-    grpc.StatusCode.NOT_FOUND,
-    grpc.StatusCode.ALREADY_EXISTS,
-    grpc.StatusCode.RESOURCE_EXHAUSTED,
-    grpc.StatusCode.UNAVAILABLE,
-    grpc.StatusCode.ABORTED,
-}
-#: RPCs that may hold a call open (long polls and streams): our own short deadline ends them.
-LONG_LIVED = {"NextJob", "Subscribe", "Watch", "ReturnGradients", "PushADMMState", "PsiDownload"}
-CALL_TIMEOUT_S = 1.0
-#: Keys of the honest job that a member's mutants carry are moved to rounds from here on.
-NEVER_ROUND = 1_000_000
-REFERENCE, HONEST = "fuzz-reference", "fuzz-honest"
-CALLER = "fuzz-caller"
-TOLERANCE = 1e-6
 LIVE_STATES = ("queued", "aligning", "training", "waiting")
-#: A message "names a field" when it starts with one ("shape: ...") or mentions one.
-_FIELD_PREFIX = re.compile(r"^[\w.\[\]' -]{1,80}:")
-_DOMAIN_WORDS = ("input", "output", "job document", "request body", "key", "dataset")
-#: A config table or key, as job documents name them: "[job] epochs", "[datasets]".
-_CONFIG_KEY = re.compile(r"\[\w+\]")
+#: The served federated model the by-ID cases are sent at.
+FEDERATED = "fuzz-federated"
+#: Known IDs whose predictions the by-ID cases must not change.
+KNOWN_IDS = 20
 
 
-@dataclass
-class Verdict:
-    """What one case got back, and whether that is acceptable."""
+class HonestJobs:
+    """Copies of the reference job, submitted one behind the other so that one always trains."""
 
-    status: str
-    failure: str | None = None
+    def __init__(self, jobs: JobClient, document: dict[str, Any]) -> None:
+        self.jobs, self.document = jobs, document
+        self.submitted: list[str] = []
 
+    def submit_next(self) -> None:
+        job_id = f"{HONEST}-{len(self.submitted) + 1}"
+        document = copy.deepcopy(self.document)
+        document["job"]["job_id"] = job_id
+        self.jobs.submit(document)
+        self.submitted.append(job_id)
 
-@dataclass
-class Target:
-    """One RPC (or the REST endpoint) under one identity, with what to send it."""
+    def top_up(self) -> None:
+        """Keep one honest job queued behind the one that trains (the runner takes the oldest first)."""
+        live = [j for j in self.submitted[-2:] if self.jobs.get(j).state in LIVE_STATES]
+        if len(live) < 2:
+            self.submit_next()
 
-    label: str
-    cases: st.SearchStrategy[Any]
-    send: Callable[[Any], Verdict]
+    def training_now(self) -> bool:
+        return any(self.jobs.get(j).state == "training" for j in self.submitted[-2:])
 
-
-@dataclass
-class Report:
-    """Cases and statuses per target, the failures, and the honest job's outcome."""
-
-    cases: Counter[str] = field(default_factory=Counter)
-    statuses: dict[str, Counter[str]] = field(default_factory=dict)
-    failures: list[str] = field(default_factory=list)
-    loss_difference: float = float("nan")
-    honest_running_at_end: bool = False
-    crashed: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-
-    @property
-    def total(self) -> int:
-        return sum(self.cases.values())
-
-    def record(self, target: Target, verdict: Verdict, case: Any) -> None:
-        self.cases[target.label] += 1
-        self.statuses.setdefault(target.label, Counter())[verdict.status] += 1
-        if verdict.failure is not None and len(self.failures) < 200:
-            self.failures.append(f"{target.label}: {verdict.failure}; case {_short(case)}")
-
-    def lines(self) -> list[str]:
-        out = [f"{'target':<46} {'cases':>6}  statuses"]
-        for label, count in self.cases.items():
-            statuses = ", ".join(f"{s} {n}" for s, n in self.statuses[label].most_common())
-            out.append(f"{label:<46} {count:>6}  {statuses}")
-        return out
+    def finish(self, run_dir: Path) -> float:
+        """Cancel the one still queued, let the others end; the largest loss difference from the reference."""
+        newest = self.submitted[-1]
+        if self.jobs.get(newest).state == "queued":
+            self.jobs.cancel(newest)
+            self.submitted.pop()
+        reference = job_outcome(run_dir, REFERENCE)
+        worst = 0.0
+        for job_id in self.submitted:
+            _finish(self.jobs, job_id)
+            worst = max(worst, loss_difference(job_outcome(run_dir, job_id), reference))
+        return worst
 
 
-def _short(case: Any, limit: int = 300) -> str:
-    parts = case if isinstance(case, list) else [case]
-    text = " | ".join(
-        text_format.MessageToString(p, as_one_line=True) if isinstance(p, Message) else repr(p) for p in parts
+def run_campaign(
+    root: Path,
+    pki: Pki,
+    data: Path,
+    *,
+    cases: int,
+    seed: int = 0,
+    epochs: int = 5,
+    only: str | None = None,
+    stop_at: int | None = None,
+    log: Callable[[str], None] = print,
+) -> Report:
+    """Start the service, train the reference job, fuzz every surface while honest jobs train; the report.
+
+    ``only`` drives one target alone (a replay: ``report.replay_command``), sending its cases up
+    to index ``stop_at``.
+    """
+    report = Report()
+    tables = root / "fuzz-tables"
+    _write_valid_tables(data / "party1.csv", tables)
+    run = ServiceRun(
+        root,
+        pki,
+        data,
+        serving=True,
+        server_tables={"console": {"enabled": True, "listen": "127.0.0.1:0"}},
+        active_datasets={name: tables / f"party1{suffix}" for suffix, name in FUZZ_TABLES.items()},
     )
-    return text if len(text) <= limit else text[:limit] + "..."
-
-
-# ---- judging answers ---------------------------------------------------------------------------------
-
-
-def _field_names(descriptor: Descriptor, seen: set[str] | None = None) -> set[str]:
-    found = seen if seen is not None else set()
-    for item in descriptor.fields:
-        if item.name not in found:
-            found.add(item.name)
-            if item.message_type is not None:
-                _field_names(item.message_type, found)
-    return found
-
-
-def _judge_grpc(rpc: Rpc, call: Callable[[], object]) -> Verdict:
+    root.mkdir(parents=True, exist_ok=True)
+    run.start_server()
+    run.start_clients()
+    offline = OfflineTargets()
     try:
-        call()
-    except grpc.RpcError as exc:
-        code, details = exc.code(), exc.details() or ""
-        if code == grpc.StatusCode.DEADLINE_EXCEEDED and rpc.name in LONG_LIVED:
-            return Verdict("held open")
-        if code not in REFUSALS:
-            return Verdict(code.name, f"{code.name}: {details}")
-        if not details.strip():
-            return Verdict(code.name, f"{code.name} with no message")
-        if code == grpc.StatusCode.INVALID_ARGUMENT and not _names_a_field(details, rpc):
-            return Verdict(code.name, f"INVALID_ARGUMENT names no field: {details}")
-        return Verdict(code.name)
-    return Verdict("OK")
-
-
-def _names_a_field(details: str, rpc: Rpc) -> bool:
-    if _FIELD_PREFIX.match(details):
-        return True
-    names = _field_names(rpc.request.DESCRIPTOR)
-    if _CONFIG_KEY.search(details):
-        return True
-    return any(name in details for name in names) or any(word in details for word in _DOMAIN_WORDS)
-
-
-# ---- the targets --------------------------------------------------------------------------------------
-
-
-class Campaign:
-    """The targets of one live service, their channels, and the loop that drives Hypothesis over them."""
-
-    def __init__(self, address: str, inference: tuple[int, int], pki: Pki, model: str, width: int) -> None:
-        self.address, self.pki, self.model, self.width = address, pki, model, width
-        self.grpc_inference, self.rest_port = inference
-        self._channels: list[grpc.Channel] = []
-        self._rest: http.client.HTTPSConnection | None = None
-        self._rest_context = _context(pki.caller_files(CALLER))
-
-    def close(self) -> None:
-        for channel in self._channels:
-            channel.close()
-        if self._rest is not None:
-            self._rest.close()
-
-    def _channel(self, files: TlsFiles, port_address: str | None = None) -> grpc.Channel:
-        options = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)]
-        channel = grpc.secure_channel(port_address or self.address, channel_credentials(files), options=options)
-        self._channels.append(channel)
-        return channel
-
-    def targets(self) -> list[Target]:
-        jobs = [REFERENCE, HONEST, "", "other-job"]
-        outsider = self._channel(self.pki.party_files(4))
-        member = self._channel(self.pki.party_files(3))
-        operator = self._channel(self.pki.operator_files("alice"))
-        caller = self._channel(self.pki.caller_files(CALLER), f"127.0.0.1:{self.grpc_inference}")
-        found: list[Target] = []
-        for rpc in FEDERATION:
-            found.append(self._grpc_target(rpc, outsider, "party 4", self._federation_cases(rpc, jobs, _as_is)))
-        for rpc in FEDERATION:
-            if rpc.client_streaming or rpc.name in ("Heartbeat", "Subscribe"):
-                found.append(
-                    self._grpc_target(rpc, member, "party 3", self._federation_cases(rpc, jobs, _never_awaited))
-                )
-        valid = job_document("fuzz-valid", "apfed_c", passive_parties=[2, 3])
-        for rpc in CONTROL:
-            cases: st.SearchStrategy[Any] = fz.messages(rpc.request).map(_spare_jobs)
-            if rpc.name == "Submit":
-                cases = cases | fz.job_document_mutants(valid).map(_submit_request)
-            found.append(self._grpc_target(rpc, operator, "operator", cases.map(lambda m: [m])))
-        for rpc in INFERENCE:
-            cases = fz.messages(rpc.request)
-            if rpc.name == "ModelInfer":
-                cases = cases | fz.infer_mutants(self.model, "features", self.width)
-            found.append(self._grpc_target(rpc, caller, "caller", cases.map(lambda m: [m])))
-        found.append(Target("REST as caller", fz.rest_mutants(self.model, "features", self.width), self._rest_send))
-        return found
-
-    @staticmethod
-    def _federation_cases(
-        rpc: Rpc, jobs: list[str], safe: Callable[[TensorKey], TensorKey]
-    ) -> st.SearchStrategy[list[Message]]:
-        if rpc.client_streaming:
-            mutated = fz.chunk_mutants(jobs, safe)
-            randoms = st.lists(fz.messages(rpc.request), min_size=1, max_size=3).map(
-                lambda ms: [_safe_chunk(m, safe) for m in ms]
-            )
-            return mutated | randoms
-        if rpc.request.DESCRIPTOR.name == "TensorRequest":
-            return (fz.request_mutants(jobs, safe) | fz.messages(rpc.request)).map(lambda m: [m])
-        return fz.messages(rpc.request).map(lambda m: [m])
-
-    def _grpc_target(
-        self, rpc: Rpc, channel: grpc.Channel, who: str, cases: st.SearchStrategy[list[Message]]
-    ) -> Target:
-        def send(requests: list[Message]) -> Verdict:
-            return _judge_grpc(rpc, lambda: rpc.call(channel, requests, timeout=CALL_TIMEOUT_S))
-
-        return Target(f"{rpc} as {who}", cases, send)
-
-    def _rest_send(self, case: tuple[str, str, bytes, dict[str, str]]) -> Verdict:
-        method, path, body, headers = case
-        path = "/".join(quote(part, safe="") for part in path.split("/"))
-        for attempt in (1, 2):
-            if self._rest is None:
-                self._rest = http.client.HTTPSConnection(
-                    "127.0.0.1", self.rest_port, context=self._rest_context, timeout=10
-                )
+        with JobClient(run.address, tls=pki.operator_files(OPERATOR)) as jobs:
+            document = job_document(REFERENCE, "apfed_c", epochs=epochs, batch_size=8)
+            started = time.monotonic()
+            jobs.submit(document)
+            _finish(jobs, REFERENCE)
+            log(f"reference job {REFERENCE!r}: {epochs} epochs in {time.monotonic() - started:.1f} s")
+            honest = HonestJobs(jobs, {**document, "serving": {"enabled": False}})
+            honest.submit_next()
+            _wait(honest.training_now, "the first honest job to start training")
+            inference = run.serving_ports()
+            with InferenceClient(f"127.0.0.1:{inference[0]}", tls=pki.caller_files(CALLER)) as client:
+                width = int(client.metadata(REFERENCE).inputs[0].shape[1])
+            live = LiveTargets(run.address, inference, run.console_port(), pki, tables, width)
             try:
-                self._rest.request(method, path, body or None, headers)
-                response = self._rest.getresponse()
-                payload = response.read()
-                break
-            except (OSError, http.client.HTTPException) as exc:
-                self._rest.close()
-                self._rest = None
-                if attempt == 2:
-                    return Verdict("connection failed", f"the REST endpoint dropped the request: {exc!r}")
-        if response.getheader("Connection", "").lower() == "close" and self._rest is not None:
-            self._rest.close()
-            self._rest = None
-        status = str(response.status)
-        if response.status >= 500 and response.status != 503:
-            return Verdict(status, f"HTTP {status}: {payload[:200]!r}")
-        if response.status >= 400:
-            try:
-                message = json.loads(payload)["error"]
-            except (ValueError, KeyError, TypeError):
-                return Verdict(status, f"HTTP {status} without a JSON error: {payload[:200]!r}")
-            if not isinstance(message, str) or not message.strip():
-                return Verdict(status, f"HTTP {status} with an empty error")
-        return Verdict(status)
-
-    def run(self, cases: int, seed: int, report: Report, alive: Callable[[], dict[str, bool]]) -> None:
-        """At least ``cases`` cases, spread evenly over the targets; stops early if a daemon dies.
-
-        A target whose messages are few (an empty request) runs out of new cases early; the
-        others take up what it left, in further rounds with a new seed.
-        """
-        active, round_ = self.targets(), 0
-        while report.total < cases and active:
-            share = -(-(cases - report.total) // len(active))
-            more = []
-            for target in active:
-                before = report.cases[target.label]
-                _drive(target, share, seed + round_, report)
-                if report.cases[target.label] - before >= share:
-                    more.append(target)  # it may have new cases yet
-                dead = [name for name, up in alive().items() if not up]
-                if dead:
-                    report.crashed = dead
-                    return
-            active, round_ = more, round_ + 1
+                targets = _chosen([*live.targets(), *offline.targets()], only)
+                by_id = _chosen(live.by_id_targets(FEDERATED), only)
+                # the by-ID targets get their share of the cases after the others
+                later = cases * len(by_id) // max(1, len(targets) + len(by_id))
+                started = time.monotonic()
+                _drive_all(targets, cases - later, seed, report, run.alive, stop_at, between=honest.top_up)
+                report.honest_running_at_end = honest.training_now()
+                report.honest_jobs = len(honest.submitted)
+                report.loss_difference = honest.finish(run.root / "runs")
+                live.cancel_accepted()
+                if by_id and not report.crashed:
+                    _serve_federated(jobs, log)
+                    with InferenceClient(f"127.0.0.1:{inference[0]}", tls=pki.caller_files(CALLER)) as client:
+                        ids = _aligned_ids(run.root / "runs", FEDERATED)[:KNOWN_IDS]
+                        before = known_predictions(client, FEDERATED, ids)
+                        _drive_all(by_id, later or cases, seed, report, run.alive, stop_at)
+                        after = known_predictions(client, FEDERATED, ids)
+                    report.predictions_unchanged = (
+                        all((before[name] == after[name]).all() for name in before) and before.keys() == after.keys()
+                    )
+                report.seconds = time.monotonic() - started
+            finally:
+                live.close()
+        report.crashed = report.crashed or [name for name, up in run.alive().items() if not up]
+    finally:
+        offline.close()
+        run.close()
+    return report
 
 
-def _drive(target: Target, examples: int, seed: int, report: Report) -> None:
-    """Let Hypothesis draw ``examples`` cases for ``target``; every answer is recorded, none raises."""
+def _chosen(targets: list[Target], only: str | None) -> list[Target]:
+    return [t for t in targets if only is None or t.label == only]
+
+
+def _drive_all(
+    targets: list[Target],
+    cases: int,
+    seed: int,
+    report: Report,
+    alive: Callable[[], dict[str, bool]],
+    stop_at: int | None,
+    between: Callable[[], None] = lambda: None,
+) -> None:
+    """At least ``cases`` more cases, spread evenly over ``targets``; stops as soon as a daemon dies.
+
+    A target whose cases are few (an empty request) runs out early; the others take up what it
+    left, in further rounds with the next seed (each case's ``Drawn`` says which).
+    """
+    goal, active, round_ = report.total + cases, list(targets), 0
+    while report.total < goal and active:
+        share = cases if stop_at is not None else max(1, -(-(goal - report.total) // len(active)))
+        more = []
+        for target in active:
+            before = report.cases[target.label]
+            _drive(target, share, seed + round_, report, stop_at, between)
+            between()
+            if report.cases[target.label] - before >= share and stop_at is None:
+                more.append(target)  # it may have new cases yet
+            dead = [name for name, up in alive().items() if not up]
+            if dead:
+                report.crashed = dead
+                return
+        active, round_ = more, round_ + 1
+
+
+#: Cases between two looks at the honest jobs.
+SLICE = 200
+
+
+def _drive(
+    target: Target, examples: int, seed: int, report: Report, stop_at: int | None, between: Callable[[], None]
+) -> None:
+    """Let Hypothesis draw ``examples`` cases for ``target`` from ``seed``; every answer is recorded, none raises.
+
+    The draws depend on the seed and the example count alone, so a failure's ``Drawn`` replays it.
+    """
+    index = 0
 
     @settings(
         max_examples=examples,
@@ -317,94 +215,36 @@ def _drive(target: Target, examples: int, seed: int, report: Report) -> None:
     @hypothesis_seed(seed)
     @given(target.cases)
     def case(value: Any) -> None:
-        report.record(target, target.send(value), value)
+        nonlocal index
+        index += 1
+        if stop_at is not None and index - 1 > stop_at:
+            return
+        report.record(target, target.send(value), value, Drawn(seed, examples, index - 1))
+        if index % SLICE == 0:
+            between()
 
     case()
 
 
-def _as_is(key: TensorKey) -> TensorKey:
-    return key
+def _serve_federated(jobs: JobClient, log: Callable[[str], None]) -> None:
+    """Train and serve a small SplitNN model, answered by ID with both passive parties."""
+    started = time.monotonic()
+    jobs.submit(job_document(FEDERATED, "splitnn", epochs=2))
+    _finish(jobs, FEDERATED)
+    log(f"federated job {FEDERATED!r}: served after {time.monotonic() - started:.1f} s; the by-ID cases start")
 
 
-def _never_awaited(key: TensorKey) -> TensorKey:
-    """A key of the honest job moved to a round it never waits for; any other key unchanged."""
-    if key.job_id not in (HONEST, REFERENCE):
-        return key
-    return TensorKey(key.job_id, NEVER_ROUND + key.round % 1000, key.batch, key.name)  # uint32 on the wire
+def _aligned_ids(run_dir: Path, job_id: str) -> list[str]:
+    with (party_dir(run_dir, job_id, 1) / "aligned_ids.csv").open(newline="", encoding="utf-8") as fh:
+        rows = [row[0] for row in csv.reader(fh) if row]
+    return rows[1:] if rows and rows[0] == "id" else rows
 
 
-def _safe_chunk(message: Message, safe: Callable[[TensorKey], TensorKey]) -> Message:
-    """A random TensorChunk whose key goes through ``safe`` like a mutant's."""
-    key = message.key
-    key.CopyFrom(wire.key_to_proto(safe(wire.key_from_proto(key))))
-    return message
-
-
-def _submit_request(text: str) -> Message:
-    return pb.SubmitRequest(job_document=text)
-
-
-def _spare_jobs(message: Message) -> Message:
-    """Control requests never name the reference or the honest job (cancelling them is allowed, not a bug)."""
-    if getattr(message, "job_id", None) in (REFERENCE, HONEST):
-        message.job_id = "fuzz-" + message.job_id
-    return message
-
-
-def _context(files: TlsFiles) -> ssl.SSLContext:
-    context = ssl.create_default_context(cafile=str(files.ca))
-    context.load_cert_chain(str(files.cert), str(files.key))
-    return context
-
-
-# ---- the whole campaign ---------------------------------------------------------------------------------
-
-
-def run_campaign(
-    root: Path, pki: Pki, data: Path, *, cases: int, seed: int = 0, epochs: int = 5, log: Callable[[str], None] = print
-) -> Report:
-    """Start the service, train the reference job, fuzz while the honest job trains; the report."""
-    report = Report()
-    run = ServiceRun(root, pki, data, serving=True)
-    root.mkdir(parents=True, exist_ok=True)
-    run.start_server()
-    run.start_clients()
-    try:
-        with JobClient(run.address, tls=pki.operator_files("alice")) as jobs:
-            document = job_document(REFERENCE, "apfed_c", epochs=epochs, batch_size=8)  # small batches: a long job
-            started = time.monotonic()
-            jobs.submit(document)
-            _finish(jobs, REFERENCE)
-            log(
-                f"reference job {REFERENCE!r}: {epochs} epochs in {time.monotonic() - started:.1f} s; "
-                f"the honest job {HONEST!r} starts, and the fuzzing with it"
-            )
-            document["job"]["job_id"] = HONEST
-            jobs.submit(document)
-            _wait(lambda: jobs.get(HONEST).state == "training", "the honest job to start training")
-            inference = run.serving_ports()
-            with InferenceClient(f"127.0.0.1:{inference[0]}", tls=pki.caller_files(CALLER)) as client:
-                width = int(client.metadata(REFERENCE).inputs[0].shape[1])
-            campaign = Campaign(run.address, inference, pki, REFERENCE, width)
-            started = time.monotonic()
-            try:
-                campaign.run(cases, seed, report, run.alive)
-            finally:
-                campaign.close()
-            report.seconds = time.monotonic() - started
-            report.honest_running_at_end = jobs.get(HONEST).state == "training"
-            _finish(jobs, HONEST)
-            for info in jobs.list():  # jobs the fuzzer submitted that were valid: they must not linger
-                if info.id not in (REFERENCE, HONEST) and info.state in LIVE_STATES:
-                    with contextlib.suppress(VflError):  # it ended meanwhile
-                        jobs.cancel(info.id)
-        report.loss_difference = loss_difference(
-            job_outcome(run.root / "runs", HONEST), job_outcome(run.root / "runs", REFERENCE)
-        )
-        report.crashed = report.crashed or [name for name, up in run.alive().items() if not up]
-    finally:
-        run.close()
-    return report
+def _write_valid_tables(source: Path, folder: Path) -> None:
+    """The fuzzed datasets' files, valid until the first case rewrites them (the server starts with them)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "party1.csv").write_bytes(source.read_bytes())
+    pq.write_table(pacsv.read_csv(source), folder / "party1.parquet")
 
 
 def _finish(jobs: JobClient, job_id: str) -> None:
@@ -421,18 +261,3 @@ def _wait(condition: Callable[[], bool], what: str, timeout_s: float = 120) -> N
         if time.monotonic() > deadline:
             raise RuntimeError(f"timed out waiting for {what}")
         time.sleep(0.05)
-
-
-def epochs_for(cases: int) -> int:
-    """Epochs of an honest job that outlasts ``cases`` cases: measured here, a batch-8 APFed-C epoch
-    took 0.6 s and the campaign sent about 60 cases a second, so cases / 25 leaves some margin."""
-    return max(10, cases // 25)
-
-
-def failed(report: Report) -> list[str]:
-    """Every reason the campaign failed: bad answers, dead daemons, a disturbed honest job."""
-    reasons = list(report.failures)
-    reasons += [f"{name} died" for name in report.crashed]
-    if not report.loss_difference <= TOLERANCE:
-        reasons.append(f"the honest job's per-step losses differ from the reference by {report.loss_difference:.3g}")
-    return reasons

@@ -132,8 +132,13 @@ TENSOR_MUTATIONS = ("shape", "dtype", "offset", "total_bytes", "truncate", "exte
 
 
 @st.composite
-def chunk_mutants(draw: st.DrawFn, job_ids: list[str], safe: Callable[[TensorKey], TensorKey]) -> list[pb.TensorChunk]:
-    """A stream of TensorChunks from a valid tensor, then broken in up to three ways.
+def chunk_mutants(
+    draw: st.DrawFn,
+    job_ids: list[str],
+    safe: Callable[[TensorKey], TensorKey],
+    mutations: st.SearchStrategy[list[str]] | None = None,
+) -> list[pb.TensorChunk]:
+    """A stream of TensorChunks from a valid tensor, then broken in up to three ways (``mutations``).
 
     ``safe`` rewrites every key after the mutations (the campaign makes keys of the honest job
     ones it never waits for), so that no mutant can be an upload the job would accept.
@@ -142,7 +147,9 @@ def chunk_mutants(draw: st.DrawFn, job_ids: list[str], safe: Callable[[TensorKey
     rows, width = draw(st.integers(0, 6)), draw(st.integers(0, 6))
     array = np.zeros((rows, width), dtype=draw(st.sampled_from([np.float32, np.float64, np.int64])))
     chunks = list(wire.tensor_to_chunks(key, array, chunk_bytes=draw(st.sampled_from([8, 24, 1 << 20]))))
-    for mutation in draw(st.lists(st.sampled_from(TENSOR_MUTATIONS), max_size=3)):
+    for mutation in draw(
+        mutations if mutations is not None else st.lists(st.sampled_from(TENSOR_MUTATIONS), max_size=3)
+    ):
         _mutate_chunks(draw, chunks, mutation)
     for chunk in chunks:
         chunk.key.CopyFrom(wire.key_to_proto(safe(wire.key_from_proto(chunk.key))))
@@ -184,8 +191,10 @@ def _mutate_chunks(draw: st.DrawFn, chunks: list[pb.TensorChunk], mutation: str)
     elif mutation == "key":
         chunk.key.round = draw(_integers(0, 2**32 - 1))
         chunk.key.batch = draw(_integers(0, 2**32 - 1))
-    elif mutation == "nan" and chunk.data:
+    elif mutation == "nan":
         chunk.data = np.full(max(1, len(chunk.data) // 4), np.nan, dtype=np.float32).tobytes()
+    else:
+        raise ValueError(f"no chunk mutation {mutation!r}; the mutations are {TENSOR_MUTATIONS}")
 
 
 @st.composite
@@ -239,36 +248,58 @@ def job_document_mutants(draw: st.DrawFn, valid: dict[str, dict[str, Any]]) -> s
 # ---- inference ------------------------------------------------------------------------------------
 
 OIP_DATATYPES = ["FP32", "FP64", "INT64", "INT32", "BYTES", "BOOL", "UINT8", "FP16", "", "fp32", "XX"]
+#: The ways ``infer_mutants`` breaks a request; each is valid after any other, in any order.
+INFER_MUTATIONS = ("shape", "datatype", "raw", "typed", "name", "extra", "outputs")
 
 
 @st.composite
-def infer_mutants(draw: st.DrawFn, model: str, input_name: str, width: int) -> oip.ModelInferRequest:
-    """A ModelInferRequest for the served model, then broken: shape, datatype, contents and names disagree."""
+def infer_mutants(
+    draw: st.DrawFn,
+    model: str,
+    input_name: str,
+    width: int,
+    mutations: st.SearchStrategy[list[str]] | None = None,
+) -> oip.ModelInferRequest:
+    """A ModelInferRequest for the served model, then broken: shape, datatype, contents and names disagree.
+
+    ``mutations`` draws which breaks, in which order (default: up to three of ``INFER_MUTATIONS``).
+    """
     rows = draw(st.integers(0, 4))
     values = np.zeros((rows, width), np.float32)
     request = oip.ModelInferRequest(model_name=draw(st.sampled_from([model, "", "nope"]) | st.text(max_size=8)))
     tensor = request.inputs.add(name=input_name, datatype="FP32", shape=[rows, width])
     request.raw_input_contents.append(values.tobytes())
     for mutation in draw(
-        st.lists(st.sampled_from(["shape", "datatype", "raw", "typed", "name", "extra", "outputs"]), max_size=3)
+        mutations if mutations is not None else st.lists(st.sampled_from(INFER_MUTATIONS), max_size=3)
     ):
-        if mutation == "shape":
-            del tensor.shape[:]
-            tensor.shape.extend(draw(st.lists(_integers(-(2**63), 2**63 - 1), max_size=4)))
-        elif mutation == "datatype":
-            tensor.datatype = draw(st.sampled_from(OIP_DATATYPES))
-        elif mutation == "raw":
-            request.raw_input_contents[0] = draw(st.binary(max_size=64))
-        elif mutation == "typed":
-            del request.raw_input_contents[:]
-            tensor.contents.fp32_contents.extend(draw(st.lists(st.floats(width=32), max_size=8)))
-        elif mutation == "name":
-            tensor.name = draw(st.text(max_size=8))
-        elif mutation == "extra":
-            request.inputs.add(name=draw(st.text(max_size=8)), datatype="FP32", shape=[1])
-        elif mutation == "outputs":
-            request.outputs.add(name=draw(st.sampled_from(["label", "probabilities", "x", ""])))
+        _mutate_infer(draw, request, tensor, mutation)
     return request
+
+
+def _mutate_infer(draw: st.DrawFn, request: oip.ModelInferRequest, tensor: Any, mutation: str) -> None:
+    """One break of ``request``, whatever the breaks before it left (no raw contents, no shape, ...)."""
+    if mutation == "shape":
+        del tensor.shape[:]
+        tensor.shape.extend(draw(st.lists(_integers(-(2**63), 2**63 - 1), max_size=4)))
+    elif mutation == "datatype":
+        tensor.datatype = draw(st.sampled_from(OIP_DATATYPES))
+    elif mutation == "raw":
+        raw = draw(st.binary(max_size=64))
+        if request.raw_input_contents:  # "typed" may have removed them: then the request gets some again
+            request.raw_input_contents[0] = raw
+        else:
+            request.raw_input_contents.append(raw)
+    elif mutation == "typed":
+        del request.raw_input_contents[:]
+        tensor.contents.fp32_contents.extend(draw(st.lists(st.floats(width=32), max_size=8)))
+    elif mutation == "name":
+        tensor.name = draw(st.text(max_size=8))
+    elif mutation == "extra":
+        request.inputs.add(name=draw(st.text(max_size=8)), datatype="FP32", shape=[1])
+    elif mutation == "outputs":
+        request.outputs.add(name=draw(st.sampled_from(["label", "probabilities", "x", ""])))
+    else:
+        raise ValueError(f"no inference mutation {mutation!r}; the mutations are {INFER_MUTATIONS}")
 
 
 @st.composite
