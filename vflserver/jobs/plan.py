@@ -10,15 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import numpy as np
-import torch
-
 from vflalgorithms.base import algorithm_spec
 from vflalgorithms.factories import check_factories
 from vflcore.data.tables import PartyTable, read_party_csv
 from vflcore.errors import ConfigError
 from vflcore.job import ACTIVE_PARTY
-from vflcore.ml.losses import label_tensor
+from vflcore.ml.losses import output_width
 from vflcore.runtime.config import DataSource, dataset_named
 from vflprivacy.label_defences import check_classes
 from vflserver.training.distill_settings import STUDENT_FACTORY, DistillSpec, require_own_features
@@ -49,7 +46,7 @@ def check_models(plan: JobPlan, table: PartyTable, where: str = "job") -> None:
     if not needs_active_table(plan) or table.labels is None:
         return
     job = plan.job
-    _, outputs = label_tensor(job.task, torch.from_numpy(np.asarray(table.labels, dtype=np.float64)))
+    outputs = output_width(job.task, table.labels, table.source)
     if job.task == "classification":
         check_classes(job.privacy, outputs, where)
     if plan.distill is not None:

@@ -26,7 +26,7 @@ from vflcore.data.checkpoints import party_dir
 from vflcore.data.tables import PartyTable, select_rows, write_aligned_ids
 from vflcore.errors import ConfigError, JobAborted, PartyLost
 from vflcore.job import ACTIVE_PARTY, JobSpec, Position, Schedule, mid_epoch_checkpoint_due, new_job_id
-from vflcore.ml.losses import label_tensor, task_loss
+from vflcore.ml.losses import label_tensor, output_width, task_loss
 from vflcore.ml.metrics import task_metrics
 from vflcore.ml.models import seed_dropout
 from vflcore.runtime.config import ServerSettings
@@ -400,9 +400,8 @@ class ActiveParty:
 def _check_table(job: JobSpec, table: PartyTable, algorithm: type[ServerAlgorithm], distill: DistillSpec | None) -> int:
     """The model's output width from ``table``'s labels; ConfigError if the table cannot train ``job``.
 
-    From the whole label column, not the aligned rows: a class absent from the intersection must
-    still have an output, and every party must agree on the width. The plan was checked at
-    submission against the table as it was then; this is the table as it is now.
+    The plan was checked at submission against the table as it was then; this is the table as it
+    is now.
     """
     if table.labels is None:
         raise ConfigError(f"{table.source}: the active party's data needs a label column")
@@ -413,7 +412,7 @@ def _check_table(job: JobSpec, table: PartyTable, algorithm: type[ServerAlgorith
         )
     if distill is not None:
         require_own_features(table, f"job {job.job_id}")
-    _, outputs = label_tensor(job.task, torch.from_numpy(np.asarray(table.labels, dtype=np.float64)))
+    outputs = output_width(job.task, table.labels, table.source)
     if job.task == "classification":
         check_classes(job.privacy, outputs, str(table.source))
     return outputs
