@@ -125,3 +125,27 @@ def test_an_unknown_mutation_is_a_clear_error_not_a_silent_no_op() -> None:
             data.draw(fz.infer_mutants("m", "f", 2, mutations=st.just(["rows"])))
 
     draw()
+
+
+def test_a_replay_draws_the_same_cases_up_to_the_failing_one() -> None:
+    """A failure's replay line (seed, examples, stop-at) sends that target's cases again, in the same order."""
+    from vfltesting.fuzz.campaign import drive
+    from vfltesting.fuzz.report import Report, Target, Verdict
+
+    def run(stop_at: int | None) -> tuple[list[str], Report]:
+        sent: list[str] = []
+
+        def send(case: Any) -> Verdict:
+            sent.append(repr(case))
+            return Verdict("seen", "every case fails here" if len(sent) == 30 else None)
+
+        target = Target("tables", "files", surfaces.table_files(), send)
+        report = Report()
+        drive(target, 40, 7, report, stop_at, lambda: None)
+        return sent, report
+
+    campaign, report = run(None)
+    replay_line = report.failures[0].rsplit("replay: ", 1)[1]
+    assert replay_line.endswith("--seed 7 --cases 40 --stop-at 29")
+    replayed, _ = run(29)
+    assert len(campaign) == 40 and replayed == campaign[:30]

@@ -181,7 +181,7 @@ def _drive_all(
         more = []
         for target in active:
             before = report.cases[target.label]
-            _drive(target, share, seed + round_, report, stop_at, between)
+            drive(target, share, seed + round_, report, stop_at, between)
             between()
             if report.cases[target.label] - before >= share and stop_at is None:
                 more.append(target)  # it may have new cases yet
@@ -196,7 +196,7 @@ def _drive_all(
 SLICE = 200
 
 
-def _drive(
+def drive(
     target: Target, examples: int, seed: int, report: Report, stop_at: int | None, between: Callable[[], None]
 ) -> None:
     """Let Hypothesis draw ``examples`` cases for ``target`` from ``seed``; every answer is recorded, none raises.
