@@ -292,7 +292,7 @@ def aligned_digest(ids: np.ndarray) -> np.ndarray:
     return np.frombuffer(digest.digest(), dtype=np.uint8).copy()
 
 
-def csv_lines(ids: np.ndarray) -> Iterator[memoryview]:
+def quoted_id_lines(ids: np.ndarray) -> Iterator[memoryview]:
     """The IDs as the rows ``csv.writer`` writes (QUOTE_MINIMAL, ``\\r\\n``), in slices of bytes.
 
     An ID with a comma, quote or line break is quoted with its quotes doubled; an empty one is

@@ -190,7 +190,7 @@ def write_aligned_ids(directory: Path, ids: np.ndarray) -> Path:
     os.fchmod(fd, ALIGNED_IDS_MODE)  # also a file an older version wrote with the umask's mode
     with os.fdopen(fd, "wb") as fh:
         fh.write(b"id\r\n")  # the rows csv.writer wrote: QUOTE_MINIMAL, \r\n line ends
-        for part in id_arrays.csv_lines(np.asarray(ids)):
+        for part in id_arrays.quoted_id_lines(np.asarray(ids)):
             fh.write(part)
     return path
 
