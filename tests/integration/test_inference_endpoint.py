@@ -201,9 +201,10 @@ class TestRestWithTritonClient:
         """Plain HTTPS (what curl does): JSON errors with the right status, several requests on one connection."""
         connection = _https(pki, endpoint.ports.rest)
         try:
-            connection.request("GET", "/v2/nowhere")
-            response = connection.getresponse()
-            assert response.status == 404 and "error" in json.loads(response.read())
+            for path in ("/v2/nowhere", "/%0A]/health", "/v2/models/%0D%0A/ready"):  # line breaks: the fuzz campaign's
+                connection.request("GET", path)
+                response = connection.getresponse()
+                assert response.status == 404 and "error" in json.loads(response.read()), path
             body = json.dumps(
                 {"inputs": [{"name": "features", "shape": [1, 24], "datatype": "FP32", "data": [0] * 23}]}
             )

@@ -190,6 +190,14 @@ READ_BY_HAND = {
 }
 
 
+@pytest.mark.parametrize(("flag", "shown"), [(None, r"party2\.toml: \[client\] party = 1"), (0, "--party 0")])
+def test_a_party_id_below_2_names_where_it_came_from(tmp_path: Path, flag: int | None, shown: str) -> None:
+    """Found by the fuzz campaign (issue 41): the refusal named neither the file nor the key."""
+    doc = {"client": {"party": 1}, "data": {"path": "x.csv"}}
+    with pytest.raises(ConfigError, match=rf"(^|/){shown}: passive parties are numbered from 2"):
+        client_config_from(doc, tmp_path / "party2.toml", party=flag)
+
+
 class TestDocumentedSettings:
     """``docs/configuration.md`` documents every table's settings as their classes declare them, and no other."""
 

@@ -276,11 +276,12 @@ def client_config_from(doc: Mapping[str, Any], source: Path | None = None, party
     """Build a ClientConfig from a parsed TOML document; ``party`` (the flag) wins over the file."""
     cli = Section(doc, "client", source)
     refuse_unknown(cli, (*table_keys(ClientConfig, "client"), "party"))
+    given = "--party {}" if party is not None else f"{cli.where}: [client] party = {{}}"
     party = party if party is not None else cli.integer("party")
     if party is None:
         raise ConfigError(f"{cli.where}: no party id: pass --party N or set [client] party")
     if party < 2:
-        raise ConfigError(f"party {party}: passive parties are numbered from 2 (party 1 is the server)")
+        raise ConfigError(f"{given.format(party)}: passive parties are numbered from 2 (party 1 is the server)")
     datasets = _datasets(doc, source, label_column=None)
     if not datasets:
         raise ConfigError(

@@ -93,7 +93,8 @@ class RestServer(AppOnItsLoop):
 
     def application(self) -> web.Application:
         app = web.Application(client_max_size=self.limits.max_body_bytes)
-        app.router.add_route("*", "/{path:.*}", self._routes.dispatch)
+        # [\s\S], not ".": a path with an encoded line break (%0A) must reach the same JSON 404 (issue 41)
+        app.router.add_route("*", "/{path:[\\s\\S]*}", self._routes.dispatch)
         return app
 
     def closed(self) -> None:
