@@ -12,8 +12,8 @@ party's config; then sample IDs by ID at a served federated model.
 It prints the cases and statuses per target, the cases per surface, every failing case with the
 command that replays it, the daemons that died, and how the honest jobs and the served model
 compare. Last line: ``BENCH fuzz_failures <n> target <= 0 MET|MISSED``, where n counts failing
-cases, dead daemons, (as one) an honest job's loss difference over 1e-6, and (as one) a served
-prediction that changed. The exit code is 0 either way, 1 only if the campaign could not run.
+cases, dead daemons, (as one each) an honest job's loss or final-weight difference over 1e-6, and
+(as one) a served prediction that changed. The exit code is 0 either way, 1 only if the campaign could not run.
 
 ``--target LABEL --seed S --cases N --stop-at I`` replays one target's cases up to case I, as a
 failure's ``replay:`` line says.
@@ -84,7 +84,8 @@ def _print(report: Report) -> None:
     still = "one still training" if report.honest_running_at_end else "none training"
     print(
         f"honest jobs: {report.honest_jobs}, {still} when the last live case was sent; "
-        f"largest loss difference from the reference {report.loss_difference:.3g}"
+        f"largest difference from the reference: per-step loss {report.loss_difference:.3g}, "
+        f"final weights {report.weight_difference:.3g}"
     )
     if report.predictions_unchanged is not None:
         same = "unchanged" if report.predictions_unchanged else "CHANGED"
@@ -95,6 +96,7 @@ def _print(report: Report) -> None:
         len(report.failures)
         + len(report.crashed)
         + (not report.loss_difference <= 1e-6)
+        + (not report.weight_difference <= 1e-6)
         + (report.predictions_unchanged is False)
     )
     print(f"BENCH fuzz_failures {count} target <= 0 {'MET' if count == 0 else 'MISSED'}")

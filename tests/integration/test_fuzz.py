@@ -37,5 +37,5 @@ def test_no_crash_no_internal_error_and_the_honest_jobs_are_undisturbed(tmp_path
     # Every target and surface was reached, and each honest job was compared step by step.
     assert all(count > 0 for count in report.cases.values()) and len(report.cases) >= 40, report.lines()
     assert set(report.per_surface()) == SURFACES, report.lines()
-    assert report.honest_jobs >= 1 and report.loss_difference <= 1e-6
+    assert report.honest_jobs >= 1 and report.loss_difference <= 1e-6 and report.weight_difference <= 1e-6
     assert report.predictions_unchanged is True

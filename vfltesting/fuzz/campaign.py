@@ -8,8 +8,8 @@ reads, the console (``live.py``), and, in the campaign's own process, the table 
 any IDs and a party's config (``offline.py``). Then it serves a federated model and sends sample
 IDs of any script and length at it by ID.
 
-Each honest job must end with the reference job's per-step losses (within 1e-6: the same
-operations in the same order), the federated model's predictions for known IDs must not change
+Each honest job must end with the reference job's per-step losses and final weights (within
+1e-6: the same operations in the same order), the federated model's predictions for known IDs must not change
 under the by-ID cases, and no daemon may die.
 """
 
@@ -33,7 +33,7 @@ from vfltesting.fuzz.live import CALLER, FUZZ_TABLES, HONEST, OPERATOR, REFERENC
 from vfltesting.fuzz.offline import OfflineTargets
 from vfltesting.fuzz.report import Drawn, Report, Target
 from vfltesting.pki import Pki
-from vfltesting.recovery import job_outcome, loss_difference
+from vfltesting.recovery import job_outcome, loss_difference, weight_differences
 from vfltesting.service import ServiceRun, job_document
 
 LIVE_STATES = ("queued", "aligning", "training", "waiting")
@@ -66,18 +66,24 @@ class HonestJobs:
     def training_now(self) -> bool:
         return any(self.jobs.get(j).state == "training" for j in self.submitted[-2:])
 
-    def finish(self, run_dir: Path) -> float:
-        """Cancel the one still queued, let the others end; the largest loss difference from the reference."""
+    def finish(self, run_dir: Path) -> tuple[float, float]:
+        """Cancel the one still queued, let the others end; the largest loss and weight differences from the reference.
+
+        Per-step losses and every party's final weights: the same operations in the same order
+        give the same numbers, so an honest job that ends with another model was disturbed.
+        """
         newest = self.submitted[-1]
         if self.jobs.get(newest).state == "queued":
             self.jobs.cancel(newest)
             self.submitted.pop()
         reference = job_outcome(run_dir, REFERENCE)
-        worst = 0.0
+        losses = weights = 0.0
         for job_id in self.submitted:
             _finish(self.jobs, job_id)
-            worst = max(worst, loss_difference(job_outcome(run_dir, job_id), reference))
-        return worst
+            outcome = job_outcome(run_dir, job_id)
+            losses = max(losses, loss_difference(outcome, reference))
+            weights = max(weights, max(weight_differences(outcome, reference).values(), default=0.0))
+        return losses, weights
 
 
 def run_campaign(
@@ -135,7 +141,7 @@ def run_campaign(
                 _drive_all(targets, cases - later, seed, report, run.alive, stop_at, between=honest.top_up)
                 report.honest_running_at_end = honest.training_now()
                 report.honest_jobs = len(honest.submitted)
-                report.loss_difference = honest.finish(run.root / "runs")
+                report.loss_difference, report.weight_difference = honest.finish(run.root / "runs")
                 live.cancel_accepted()
                 if by_id and not report.crashed:
                     _serve_federated(jobs, log)

@@ -70,6 +70,8 @@ class Report:
     failures: list[str] = field(default_factory=list)
     #: The largest per-step loss difference of any honest job from the reference (inf: one did not finish).
     loss_difference: float = float("nan")
+    #: The largest difference of any party's final weights of an honest job from the reference's.
+    weight_difference: float = float("nan")
     honest_jobs: int = 0
     honest_running_at_end: bool = False
     #: The served federated model's predictions for known IDs, before and after the by-ID cases: equal?
@@ -119,6 +121,8 @@ def failed(report: Report) -> list[str]:
     reasons += [f"{name} died" for name in report.crashed]
     if not report.loss_difference <= TOLERANCE:
         reasons.append(f"an honest job's per-step losses differ from the reference by {report.loss_difference:.3g}")
+    if not report.weight_difference <= TOLERANCE:
+        reasons.append(f"an honest job's final weights differ from the reference by {report.weight_difference:.3g}")
     if report.predictions_unchanged is False:
         reasons.append("the served federated model's predictions for known IDs changed during the by-ID cases")
     return reasons
