@@ -134,7 +134,8 @@ def run_campaign(
             live = LiveTargets(run.address, inference, run.console_port(), pki, tables, width)
             try:
                 targets = _chosen([*live.targets(), *offline.targets()], only)
-                by_id = _chosen(live.by_id_targets(FEDERATED), only)
+                aligned: list[str] = []  # the federated model's aligned IDs, once it is served
+                by_id = _chosen(live.by_id_targets(FEDERATED, aligned), only)
                 # the by-ID targets get their share of the cases after the others
                 later = cases * len(by_id) // max(1, len(targets) + len(by_id))
                 started = time.monotonic()
@@ -146,7 +147,8 @@ def run_campaign(
                 if by_id and not report.crashed:
                     _serve_federated(jobs, log)
                     with InferenceClient(f"127.0.0.1:{inference[0]}", tls=pki.caller_files(CALLER)) as client:
-                        ids = _aligned_ids(run.root / "runs", FEDERATED)[:KNOWN_IDS]
+                        aligned.extend(_aligned_ids(run.root / "runs", FEDERATED))
+                        ids = aligned[:KNOWN_IDS]
                         before = known_predictions(client, FEDERATED, ids)
                         _drive_all(by_id, later or cases, seed, report, run.alive, stop_at)
                         after = known_predictions(client, FEDERATED, ids)

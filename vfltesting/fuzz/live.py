@@ -234,11 +234,16 @@ class LiveTargets:
         )
         return found
 
-    def by_id_targets(self, model: str) -> list[Target]:
-        """ModelInfer and REST by sample ID, at a served federated model (while no honest job trains)."""
+    def by_id_targets(self, model: str, aligned: list[str]) -> list[Target]:
+        """ModelInfer and REST by sample ID, at a served federated model (while no honest job trains).
+
+        ``aligned`` is filled once the model is served, before the first case is drawn: half the
+        IDs drawn are its aligned ones, so that requests are answered as well as refused.
+        """
         caller = self._channel(self.pki.caller_files(CALLER), f"127.0.0.1:{self.grpc_inference}")
         infer = next(rpc for rpc in INFERENCE if rpc.name == "ModelInfer")
-        ids = st.lists(surfaces.id_strings(), max_size=6)
+        known = st.deferred(lambda: st.sampled_from(aligned))
+        ids = st.lists(known, min_size=1, max_size=6) | st.lists(known | surfaces.id_strings(), max_size=6)
         grpc_cases = ids.map(lambda values: [_by_id_request(model, values)])
         rest_cases: st.SearchStrategy[tuple[str, str, bytes, dict[str, str]]] = ids.map(
             lambda values: ("POST", f"/v2/models/{model}/infer", _by_id_body(values), {})
