@@ -15,7 +15,7 @@ import pytest
 
 from tests.integration.test_recovery import (
     EVERY_STEPS,
-    JOB,
+    _document,
     _job_id,
     _jobs,
     _kill_inside_epoch,
@@ -25,7 +25,7 @@ from tests.integration.test_recovery import (
 )
 from vfltesting.pki import Pki
 from vfltesting.recovery import assert_same_model
-from vfltesting.service import finish_job, job_document, wait_until
+from vfltesting.service import finish_job, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -73,7 +73,7 @@ def clean_others(pki: Pki, digits_data: Path, tmp_path_factory: pytest.TempPathF
                 accuracies = []
                 for attempt in range(ASYNC_REFERENCE_RUNS if algorithm == "async" else 1):
                     job_id = _job_id(algorithm, f"other{attempt or ''}")  # the first one: the faulty run's id
-                    jobs.submit(job_document(job_id, algorithm, epochs=_epochs_for(algorithm), **JOB))
+                    jobs.submit(_document(job_id, algorithm, epochs=_epochs_for(algorithm)))
                     finish_job(jobs, run, job_id)
                     accuracies.append(jobs.get(job_id).final_metrics["accuracy"])
                 outcomes[algorithm] = (_outcome(run, job_id), accuracies)
@@ -92,7 +92,7 @@ class TestEveryOtherAlgorithm:
         job_id = _job_id(algorithm, "other")
         try:
             with _jobs(run, pki) as jobs:
-                jobs.submit(job_document(job_id, algorithm, epochs=_epochs_for(algorithm), **JOB))
+                jobs.submit(_document(job_id, algorithm, epochs=_epochs_for(algorithm)))
                 _kill_inside_epoch(run, jobs, job_id, 1)
                 _restart_after(run, "party-3")
                 lines = finish_job(jobs, run, job_id)
@@ -114,10 +114,9 @@ class TestCheckpointsInsideEpochs:
         """Async, checkpoint_every_steps = 50: each party has done 150 batches at that save; a kill resumes there."""
         run = _service(tmp_path, pki, digits_data)
         job_id = _job_id("async", "other")
-        job = {**JOB, "checkpoint_every_steps": EVERY_STEPS}
         try:
             with _jobs(run, pki) as jobs:
-                jobs.submit(job_document(job_id, "async", epochs=ASYNC_EPOCHS, **job))
+                jobs.submit(_document(job_id, "async", epochs=ASYNC_EPOCHS, checkpoint_every_steps=EVERY_STEPS))
                 folders = [run.root / "runs" / job_id / f"party-{p}" for p in (1, 2, 3)]
                 wait_until(lambda: all((f / "epoch-0001-batch-00033.pt").exists() for f in folders), "step 150", run)
                 run.kill("party-3")
