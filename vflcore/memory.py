@@ -4,8 +4,9 @@ Every step moves tensors of a few hundred KB (a 1,024 x 60 float32 embedding is 
 default glibc serves allocations that large with a fresh ``mmap`` and unmaps them on free, so
 every step pays page faults to zero-fill new pages, in the gRPC message buffers, the tensor
 codec and torch's own activations alike. On this project's 2-core machine that was about a
-third of the transport's CPU time per step (``bench/transport.py``, BRIEF: 13-18 ms down to
-about 1 ms for a 10 MB message). Raising the mmap and trim thresholds keeps freed memory in
+third of the transport's CPU time per step (shared/BRIEF.md, "measured facts": building a 10 MB
+message took 13-18 ms, and about 1 ms with these thresholds; ``make bench-overhead`` measures
+the transport as a whole). Raising the mmap and trim thresholds keeps freed memory in
 the heap for reuse. It is what ``MALLOC_MMAP_THRESHOLD_`` / ``MALLOC_TRIM_THRESHOLD_`` do, set
 from inside the process so a user need not export them.
 
