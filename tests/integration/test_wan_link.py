@@ -88,7 +88,7 @@ def test_throughput(link: LinkProfile) -> None:
     assert abs(rate - link.mbit_s) <= TOLERANCE * link.mbit_s
 
 
-def test_jitter_varies_the_delay_but_keeps_the_mean_and_the_order() -> None:
+def test_jitter_varies_the_delay_but_keeps_the_median_and_the_order() -> None:
     jittery = LinkProfile(rtt_ms=20, mbit_s=100, jitter_ms=4)
     listener, _ = _serve("echo")
     with listener, WanProxy(listener.getsockname()[:2], jittery, seed=1) as proxy, _connect(proxy) as sock:
@@ -98,7 +98,10 @@ def test_jitter_varies_the_delay_but_keeps_the_mean_and_the_order() -> None:
             sock.sendall(bytes([n]))
             assert sock.recv(1) == bytes([n])  # in order: a later ping never overtakes
             times.append((time.monotonic() - started) * 1000)
-    assert abs(statistics.mean(times) - 20) <= TOLERANCE * 20
+    # The median, as for the round trip: a busy host's scheduling delays only ever add, and the
+    # mean took every one of them (22.1 ms once, in the whole suite on 2 cores). The jitter is
+    # symmetric about the set delay, so its median is the set delay too.
+    assert abs(statistics.median(times) - 20) <= TOLERANCE * 20
     assert statistics.pstdev(times) > 1.0
 
 
