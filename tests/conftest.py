@@ -39,6 +39,16 @@ SLOWEST_FIRST = (
 )
 
 
+#: Ray Data's usage poller: a thread that Ray Data starts in the driver (here a pytest worker, in
+#: test_ray_engine's scoring tests) and never stops. Every 10 s it queries a Prometheus that is not
+#: there and logs the failure at DEBUG with its traceback, which pytest's log capture formats; on
+#: Python 3.11.7, formatting a traceback runs ``ast.parse``, and ``ast.parse`` in two threads at
+#: once can raise "SystemError: AST constructor recursion depth mismatch" (CPython gh-106905,
+#: fixed in 3.11.8). It did, in test_layout's own ``ast.parse``, in a fresh-clone CI run
+#: (2026-11-28). At INFO the poller's records are never made, so nothing is formatted.
+logging.getLogger("ray.data._internal.usage").setLevel(logging.INFO)
+
+
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto``: one worker per core, plus one.
 
