@@ -26,8 +26,13 @@ from vflcore.settings import declared, setting
 
 #: The learning tasks of ``[job] task`` (not the work items of ``vflcore.work_items``).
 TASKS = ("classification", "regression")
-#: The optimizers every party can build (``vflcore.ml.models.make_optimizer``).
-OPTIMIZERS = ("adam", "sgd")
+#: The optimizers every party can build (``vflcore.ml.optimizers.make_optimizer``): "sgd" carries
+#: momentum 0.9, "plain_sgd" none (what the VIM authors give the server and its heads).
+OPTIMIZERS = ("adam", "sgd", "plain_sgd")
+#: The roles a job's models play, each with an optimizer of its own if the job says so
+#: (``[job] top_optimizer`` ...): "top", the active party's top model and the VIM heads, wherever
+#: they live; "bottom", every party's bottom model (encoders, feature extractors, decoders).
+ROLES = ("top", "bottom")
 
 #: The active party (labels, server) is party 1; passive parties are 2, 3, ...
 ACTIVE_PARTY = 1
@@ -74,6 +79,15 @@ class JobSpec:
     learning_rate: float = field(default=1e-3, metadata=_JOB)
     #: The L2 penalty every party's optimizer adds to its gradients (0: none).
     weight_decay: float = field(default=0.0, metadata=_JOB)
+    #: The optimizer, learning rate and weight decay of one role's models (``ROLES``), where they
+    #: differ from the job's own three above (None: as those). The VIM authors, for one, give the
+    #: server and heads plain SGD and the parties' bottoms SGD with momentum (``optimizer_for``).
+    top_optimizer: str | None = field(default=None, metadata=setting("job", unset="as `optimizer`"))
+    top_learning_rate: float | None = field(default=None, metadata=setting("job", unset="as `learning_rate`"))
+    top_weight_decay: float | None = field(default=None, metadata=setting("job", unset="as `weight_decay`"))
+    bottom_optimizer: str | None = field(default=None, metadata=setting("job", unset="as `optimizer`"))
+    bottom_learning_rate: float | None = field(default=None, metadata=setting("job", unset="as `learning_rate`"))
+    bottom_weight_decay: float | None = field(default=None, metadata=setting("job", unset="as `weight_decay`"))
     test_fraction: float = field(default=0.2, metadata=_JOB)
     num_rows: int = 0
     passive_parties: tuple[int, ...] = field(default=(2, 3), metadata=_JOB)
@@ -97,6 +111,17 @@ class JobSpec:
     # and the config file (``vflcore.runtime.config``) both walk them, so a new setting is a new
     # field here, in ``JobSpec`` of ``federation.proto`` (same name) and in docs/configuration.md.
 
+    def optimizer_for(self, role: str) -> OptimizerChoice:
+        """The optimizer, learning rate and weight decay of ``role``'s models: its own keys, else the job's."""
+        if role not in ROLES:
+            raise ValueError(f"unknown model role {role!r}; the roles are {', '.join(ROLES)}")
+        name, lr, decay = (getattr(self, f"{role}_{key}") for key in ("optimizer", "learning_rate", "weight_decay"))
+        return OptimizerChoice(
+            self.optimizer if name is None else name,
+            self.learning_rate if lr is None else lr,
+            self.weight_decay if decay is None else decay,
+        )
+
     def options_json(self) -> str:
         """Algorithm options as JSON: the only encoding that crosses the wire."""
         return json.dumps(self.algorithm_options, sort_keys=True)
@@ -109,6 +134,14 @@ class JobSpec:
 def settable_fields() -> tuple[Field[Any], ...]:
     """The ``JobSpec`` fields a ``[job]`` table sets, each read by its type (``vflcore.settings``)."""
     return declared(JobSpec, "job")
+
+
+class OptimizerChoice(NamedTuple):
+    """What one role's models are trained with (``JobSpec.optimizer_for``)."""
+
+    name: str
+    learning_rate: float
+    weight_decay: float
 
 
 class Offer(NamedTuple):

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from vflcore.errors import ConfigError
-from vflcore.job import OPTIMIZERS, TASKS, JobSpec, check_job_id
+from vflcore.job import OPTIMIZERS, ROLES, TASKS, JobSpec, check_job_id
 from vflcore.privacy import check_privacy, privacy_from_table
 from vflcore.settings import Section, read_settings
 from vflcore.wire.codecs import parse_codec
@@ -54,15 +54,21 @@ def validate_job(job: JobSpec, where: str = "config") -> None:
             raise ConfigError(f"{where}: [job] job_id: {exc}") from None
     if job.task not in TASKS:
         raise ConfigError(f"{where}: [job] task = {job.task!r}; choose one of {list(TASKS)}")
-    if job.optimizer.lower() not in OPTIMIZERS:
-        raise ConfigError(f"{where}: [job] optimizer = {job.optimizer!r}; choose one of {list(OPTIMIZERS)}")
+    for prefix in ("", *(f"{role}_" for role in ROLES)):
+        name = getattr(job, f"{prefix}optimizer")
+        if name is not None and name.lower() not in OPTIMIZERS:
+            raise ConfigError(f"{where}: [job] {prefix}optimizer = {name!r}; choose one of {list(OPTIMIZERS)}")
+        lr = getattr(job, f"{prefix}learning_rate")
+        if lr is not None and not lr > 0:
+            raise ConfigError(f"{where}: [job] {prefix}learning_rate = {lr!r}; give a positive number")
+        decay = getattr(job, f"{prefix}weight_decay")
+        if decay is not None and not 0.0 <= decay < float("inf"):
+            raise ConfigError(f"{where}: [job] {prefix}weight_decay must be zero or a positive number, got {decay}")
     for key in ("batch_size", "epochs", "embedding_dim"):
         if getattr(job, key) < 1:
             raise ConfigError(f"{where}: [job] {key} must be at least 1")
     if not 0.0 <= job.test_fraction < 1.0:
         raise ConfigError(f"{where}: [job] test_fraction must be in [0, 1)")
-    if job.learning_rate <= 0:
-        raise ConfigError(f"{where}: [job] learning_rate must be positive")
     if job.checkpoint_every_steps < 0:
         raise ConfigError(
             f"{where}: [job] checkpoint_every_steps = {job.checkpoint_every_steps}; give a number of steps, "
@@ -75,8 +81,6 @@ def validate_job(job: JobSpec, where: str = "config") -> None:
                 parse_codec(value)
             except ValueError as exc:
                 raise ConfigError(f"{where}: [job] {key} = {value!r}: {exc}") from None
-    if not 0.0 <= job.weight_decay < float("inf"):
-        raise ConfigError(f"{where}: [job] weight_decay must be zero or a positive number, got {job.weight_decay}")
     if not job.passive_parties or any(p < 2 for p in job.passive_parties):
         raise ConfigError(f"{where}: [job] passive_parties must list party ids >= 2 (party 1 is the server)")
     if len(set(job.passive_parties)) != len(job.passive_parties):

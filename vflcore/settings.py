@@ -134,12 +134,18 @@ def one_of(choices: Iterable[str]) -> Reader:
     return read
 
 
+def optional_finite(sec: Section, key: str, default: float | None) -> float | None:
+    """A finite number, or None where the table leaves the key out (a setting that follows another's)."""
+    return None if key not in sec.raw and default is None else finite(sec, key, default)
+
+
 #: The reader of a setting that declares none, by the field's type.
 _BY_TYPE: dict[Any, Reader] = {
     str: lambda sec, key, default: sec.text(key, default),
     str | None: lambda sec, key, default: sec.text(key, default),
     int: lambda sec, key, default: sec.integer(key, default),
     float: finite,
+    float | None: optional_finite,
     bool: flag,
     tuple[int, ...]: lambda sec, key, default: sec.integers(key, default),
     Path: lambda sec, key, default: sec.path(key, default),

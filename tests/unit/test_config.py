@@ -56,6 +56,10 @@ class TestServerConfig:
             ({"epochs": "ten"}, "epochs"),
             ({"weight_decay": -0.1}, r"\[job\] weight_decay must be zero or a positive number"),
             ({"weight_decay": float("nan")}, "weight_decay"),
+            ({"top_optimizer": "rmsprop"}, r"\[job\] top_optimizer = 'rmsprop'; choose one of"),
+            ({"bottom_learning_rate": 0.0}, r"\[job\] bottom_learning_rate = 0.0; give a positive number"),
+            ({"top_weight_decay": -1.0}, r"\[job\] top_weight_decay must be zero or a positive number"),
+            ({"bottom_weight_decay": "none"}, "bottom_weight_decay"),
         ],
     )
     def test_bad_job_settings_are_refused(self, tmp_path: Path, job: dict[str, object], message: str) -> None:
@@ -71,6 +75,15 @@ class TestServerConfig:
         assert plan.job.weight_decay == 1e-4 and plan.top_dropout == 0.5
         defaults = plan_from_document({}, default_join_timeout_s=1)
         assert defaults.job.weight_decay == 0.0 and defaults.top_dropout == 0.0
+
+    def test_each_role_may_have_an_optimizer_of_its_own(self, tmp_path: Path) -> None:
+        """The VIM authors' settings: plain SGD for the top model and heads, SGD with momentum for the bottoms."""
+        doc = {"job": {"optimizer": "sgd", "learning_rate": 0.1, "weight_decay": 1e-3, "top_optimizer": "plain_sgd"}}
+        job = job_from_document(doc, tmp_path / "job.toml")
+        assert job.optimizer_for("top") == ("plain_sgd", 0.1, 1e-3)
+        assert job.optimizer_for("bottom") == ("sgd", 0.1, 1e-3)
+        job = job_from_document({"job": {"bottom_learning_rate": 0.5, "top_weight_decay": 0.0}}, None)
+        assert job.optimizer_for("bottom") == ("adam", 0.5, 0.0) and job.optimizer_for("top") == ("adam", 1e-3, 0.0)
 
     @pytest.mark.parametrize("rate", [1.0, -0.2])
     def test_top_dropout_out_of_range_is_refused(self, rate: float) -> None:

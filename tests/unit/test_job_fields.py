@@ -31,6 +31,12 @@ def test_every_field_survives_the_wire() -> None:
         optimizer="sgd",
         learning_rate=0.5,
         weight_decay=0.25,
+        top_optimizer="plain_sgd",
+        top_learning_rate=0.125,
+        top_weight_decay=0.0,
+        bottom_optimizer="adam",
+        bottom_learning_rate=0.0625,
+        bottom_weight_decay=0.5,
         test_fraction=0.5,
         num_rows=11,
         passive_parties=(2, 5),
@@ -55,6 +61,8 @@ def test_every_configurable_field_is_read_from_the_job_table() -> None:
         "algorithm": "fedbcd",
         "task": "regression",
         "optimizer": "sgd",
+        "top_optimizer": "plain_sgd",
+        "bottom_optimizer": "adam",
         "wire_codec": "bf16",
         "wire_codec_up": "int8",
         "wire_codec_down": "fp16",
@@ -66,7 +74,7 @@ def test_every_configurable_field_is_read_from_the_job_table() -> None:
             lines.append(f'{f.name} = "{value}"')
         elif isinstance(f.default, tuple):
             lines.append(f"{f.name} = [2, 3]")
-        elif isinstance(f.default, float):
+        elif isinstance(f.default, float) or f.name.endswith(("_learning_rate", "_weight_decay")):
             lines.append(f"{f.name} = 0.125")
         else:
             lines.append(f"{f.name} = 6")
@@ -74,6 +82,7 @@ def test_every_configurable_field_is_read_from_the_job_table() -> None:
     assert job.job_id == "x" and job.task == "regression" and job.optimizer == "sgd"
     assert job.bottom_hidden == (2, 3) and job.passive_parties == (2, 3)
     assert job.learning_rate == job.weight_decay == job.test_fraction == 0.125
+    assert job.optimizer_for("top") == ("plain_sgd", 0.125, 0.125) and job.optimizer_for("bottom")[0] == "adam"
     assert job.seed == job.batch_size == job.epochs == job.embedding_dim == job.checkpoint_every_steps == 6
     assert (job.wire_codec, job.wire_codec_up, job.wire_codec_down) == ("bf16", "int8", "fp16")
 

@@ -28,7 +28,8 @@ from vflalgorithms.factories import PROBE_ROWS, ModelSlot
 from vflcore.errors import ConfigError
 from vflcore.job import ACTIVE_PARTY, JobSpec, model_seed
 from vflcore.ml.losses import task_loss
-from vflcore.ml.models import build_seeded, job_optimizer
+from vflcore.ml.models import build_seeded
+from vflcore.ml.optimizers import role_optimizer, roles_optimizer
 from vflcore.runtime.logs import progress
 from vflcore.wire.tensors import TensorKey
 from vflcore.work_items import TrainEpoch
@@ -107,7 +108,7 @@ class AdptVFedConvServer(ServerAlgorithm):
             (*conv.full_map_shape(geo), ctx.num_outputs),
             model_seed(job.seed, ACTIVE_PARTY, "top"),
         )
-        self.optimizer = job_optimizer(job, self.classifier.parameters())
+        self.optimizer = role_optimizer(job, "top", self.classifier.parameters())
         self.loss_fn = task_loss(job.task)
         #: The full feature maps of every aligned row, once phase 2 has delivered them.
         self.maps: torch.Tensor | None = None
@@ -138,8 +139,9 @@ class AdptVFedConvServer(ServerAlgorithm):
     def _pretrain(self) -> None:
         """Phase 1 (Eq. 1): W_e^1 and W_clst on the active party's own piece and the labels."""
         ctx = self.ctx
-        params = [*self.extractor.parameters(), *self.pretrain_head.parameters()]
-        optimizer = job_optimizer(ctx.job, params)
+        optimizer = roles_optimizer(
+            ctx.job, {"bottom": self.extractor.parameters(), "top": self.pretrain_head.parameters()}
+        )
         self.extractor.train()
         for epoch in progress(range(self.pretrain_epochs), total=self.pretrain_epochs, desc="pre-training W_e^1"):
             for rows in ctx.schedule.batches(epoch):

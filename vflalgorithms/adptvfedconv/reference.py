@@ -28,7 +28,8 @@ from torch import nn
 from vflalgorithms.adptvfedconv import maths as conv
 from vflalgorithms.reference import FromTables
 from vflcore.job import ACTIVE_PARTY, JobSpec, epoch_mean, model_seed
-from vflcore.ml.models import build_seeded, job_optimizer, seed_dropout
+from vflcore.ml.models import build_seeded, seed_dropout
+from vflcore.ml.optimizers import role_optimizer, roles_optimizer
 
 
 class ReferenceAdptVFedConv(FromTables):
@@ -82,7 +83,7 @@ class ReferenceAdptVFedConv(FromTables):
             functools.partial(conv.server_classifier, geo.width, full_hw, outputs, top_hidden, dropout=top_dropout),
             model_seed(job.seed, ACTIVE_PARTY, "top"),
         )
-        self.optimizer = job_optimizer(job, self.classifier.parameters())
+        self.optimizer = role_optimizer(job, "top", self.classifier.parameters())
         #: The full maps of every aligned row (Eq. 4), once phases 1 and 2 have run.
         self.maps: torch.Tensor | None = None
         #: Mean loss per epoch of phase 1 (cross-entropy) and of each party's autoencoder (MSE).
@@ -112,8 +113,9 @@ class ReferenceAdptVFedConv(FromTables):
     def pretrain(self) -> None:
         """Phase 1 (Eq. 1): W_e^1 and W_clst on the active party's piece and the labels."""
         extractor = self.extractors[ACTIVE_PARTY]
-        params = [*extractor.parameters(), *self.pretrain_head.parameters()]
-        optimizer = job_optimizer(self.job, params)
+        optimizer = roles_optimizer(
+            self.job, {"bottom": extractor.parameters(), "top": self.pretrain_head.parameters()}
+        )
         extractor.train()
         pieces = self.pieces[ACTIVE_PARTY]
         for epoch in range(self.pretrain_epochs):

@@ -34,7 +34,8 @@ from vflalgorithms.factories import PROBE_ROWS, ModelSlot
 from vflcore.errors import ConfigError
 from vflcore.job import ACTIVE_PARTY, JobSpec, model_seed
 from vflcore.ml.losses import task_loss
-from vflcore.ml.models import job_optimizer, mlp
+from vflcore.ml.models import mlp
+from vflcore.ml.optimizers import roles_optimizer
 from vflcore.runtime.logs import progress
 from vflcore.wire.tensors import TensorKey
 from vflcore.work_items import TrainEpoch
@@ -73,8 +74,9 @@ class APFedServer(ServerAlgorithm):
             (job.embedding_dim, ctx.num_outputs),
             model_seed(job.seed, ACTIVE_PARTY, "top"),
         )
-        params = [*self.encoder.parameters(), *self.classifier.parameters()]
-        self.optimizer = job_optimizer(job, params)
+        self.optimizer = roles_optimizer(
+            job, {"bottom": self.encoder.parameters(), "top": self.classifier.parameters()}
+        )
         self.loss_fn = task_loss(job.task)
         options = algorithm_options(job.algorithm, job.algorithm_options)
         self.weights = {p: apfed.passive_weight(options, p) for p in job.passive_parties}

@@ -17,8 +17,8 @@ from vflalgorithms.apfed import maths as apfed
 from vflalgorithms.apfed.spec import ACTIVE_EMBEDDING, PASSIVE_GRADIENT
 from vflalgorithms.base import ClientAlgorithm, PassiveContext
 from vflcore.errors import VflError
-from vflcore.ml.models import job_optimizer
 from vflcore.ml.onnx_export import OnnxPart
+from vflcore.ml.optimizers import role_optimizer
 from vflcore.wire.tensors import check_shape
 
 
@@ -32,7 +32,7 @@ class APFedClient(ClientAlgorithm):
         super().__init__(ctx)
         job = ctx.job
         self.model = apfed.passive_model(job, ctx.party, ctx.features.shape[1], ctx.model_factory).to(ctx.device)
-        self.optimizer = job_optimizer(job, self.model.parameters())
+        self.optimizer = role_optimizer(job, "bottom", self.model.parameters())
         #: L_p of every step, in order, for reference tests and this party's logs.
         self.step_losses: list[float] = []
 

@@ -15,7 +15,8 @@ import torch
 from vflalgorithms.apfed import maths as apfed
 from vflalgorithms.reference import FromTables
 from vflcore.job import ACTIVE_PARTY, epoch_mean
-from vflcore.ml.models import job_optimizer, seed_dropout
+from vflcore.ml.models import seed_dropout
+from vflcore.ml.optimizers import role_optimizer, roles_optimizer
 
 
 class ReferenceAPFed(FromTables):
@@ -30,10 +31,11 @@ class ReferenceAPFed(FromTables):
         self.weights = {p: apfed.passive_weight(self.options, p) for p in self.passive}
         self.encoder = apfed.active_encoder(job, self.features[ACTIVE_PARTY].shape[1])
         self.classifier = apfed.active_classifier(job, self.top_hidden, self.num_outputs, dropout=self.top_dropout)
-        params = [*self.encoder.parameters(), *self.classifier.parameters()]
-        self.optimizer = job_optimizer(job, params)
+        self.optimizer = roles_optimizer(
+            job, {"bottom": self.encoder.parameters(), "top": self.classifier.parameters()}
+        )
         self.models = {p: apfed.passive_model(job, p, self.features[p].shape[1]) for p in self.passive}
-        self.passive_optimizers = {p: job_optimizer(job, m.parameters()) for p, m in self.models.items()}
+        self.passive_optimizers = {p: role_optimizer(job, "bottom", m.parameters()) for p, m in self.models.items()}
         #: Each passive party's L_p at every step (``step_losses`` holds L_A, what the server records).
         self.passive_losses: dict[int, list[float]] = {p: [] for p in self.passive}
         seed_dropout(job)  # dropout masks drawn as the server draws them

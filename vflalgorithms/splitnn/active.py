@@ -35,7 +35,8 @@ from vflalgorithms.splitnn.family import (
 )
 from vflalgorithms.splitnn.overlap import MicroBatches
 from vflcore.job import ACTIVE_PARTY, JobSpec, model_seed
-from vflcore.ml.models import job_optimizer, mlp
+from vflcore.ml.models import mlp
+from vflcore.ml.optimizers import roles_optimizer
 from vflcore.wire.names import EMBEDDING, GRADIENT
 
 TOP = "top_factory"
@@ -72,8 +73,8 @@ class SplitNNServer(SplitNNFamilyServer):
             model_seed(job.seed, ACTIVE_PARTY, "top"),
         )
         # One optimizer for the top and the own bottom model: they step together, once per round.
-        params = list(self.top.parameters()) + (list(self.bottom.parameters()) if self.bottom is not None else [])
-        self.optimizer = job_optimizer(job, params)
+        own = self.bottom.parameters() if self.bottom is not None else []
+        self.optimizer = roles_optimizer(job, {"top": self.top.parameters(), "bottom": own})
 
     def _models(self) -> list[nn.Module]:
         return [self.top, *super()._models()]

@@ -45,7 +45,8 @@ from vflalgorithms.label_protection import LabelProtection
 from vflalgorithms.splitnn.overlap import MicroBatches, overlap_options
 from vflcore.job import ACTIVE_PARTY, JobSpec, model_seed
 from vflcore.ml.losses import task_loss
-from vflcore.ml.models import build_seeded, job_optimizer, mlp
+from vflcore.ml.models import build_seeded, mlp
+from vflcore.ml.optimizers import role_optimizer
 from vflcore.runtime.logs import progress
 from vflcore.wire.names import EMBEDDING, GRADIENT
 from vflcore.wire.tensors import TensorKey
@@ -238,7 +239,7 @@ class SplitNNFamilyClient(ClientAlgorithm):
         self.bottom = build_seeded(
             lambda: factory(width, job.embedding_dim), model_seed(job.seed, ctx.party, "bottom")
         ).to(ctx.device)
-        self.optimizer = job_optimizer(job, self.bottom.parameters())
+        self.optimizer = role_optimizer(job, "bottom", self.bottom.parameters())
         self.delay = Delay(job, ctx.party)  # the thesis's delay scenarios, if the job asks for one
 
     def eval(self) -> None:

@@ -25,7 +25,8 @@ from torch import nn
 from vflalgorithms.reference import FromTables
 from vflalgorithms.splitnn.overlap import overlap_options, part_bounds
 from vflcore.job import ACTIVE_PARTY, epoch_mean, model_seed
-from vflcore.ml.models import build_seeded, job_optimizer, mlp, seed_dropout
+from vflcore.ml.models import build_seeded, mlp, seed_dropout
+from vflcore.ml.optimizers import role_optimizer, roles_optimizer
 
 __all__ = ["ReferenceSplitNN", "ReferenceSplitNNFamily"]
 
@@ -100,11 +101,9 @@ class ReferenceSplitNN(ReferenceSplitNNFamily):
             model_seed(job.seed, ACTIVE_PARTY, "top"),
         )
         # The active party's optimizer holds top then its own bottom, as the server's does.
-        active_params = list(self.top.parameters())
-        if ACTIVE_PARTY in self.bottoms:
-            active_params += list(self.bottoms[ACTIVE_PARTY].parameters())
-        self.optimizer = job_optimizer(job, active_params)
-        self.bottom_optimizers = {p: job_optimizer(job, self.bottoms[p].parameters()) for p in self.passive}
+        own = self.bottoms[ACTIVE_PARTY].parameters() if ACTIVE_PARTY in self.bottoms else []
+        self.optimizer = roles_optimizer(job, {"top": self.top.parameters(), "bottom": own})
+        self.bottom_optimizers = {p: role_optimizer(job, "bottom", self.bottoms[p].parameters()) for p in self.passive}
         seed_dropout(job)  # dropout masks drawn as the server draws them
 
     def _models(self) -> list[nn.Module]:

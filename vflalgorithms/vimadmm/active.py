@@ -1,10 +1,11 @@
 """VIMADMM, the active party's half (004 §3.2, steps 1-6; the maths is in ``vflalgorithms.vimadmm.maths``).
 
 Per round, with every party's embedding h^k of the batch: solve z exactly (Eq. 6), update the
-duals λ (Eq. 7), take one optimizer step on the heads (Eq. 8), and form each party's residual
-s^k with the updated heads (Eq. 9). PushADMMState then carries λ_B, s^k_B and W_k to client k,
-which takes τ local steps on Eq. 10. Only these d_c-wide tensors travel back, instead of
-SplitNN's embedding-wide gradients, and τ local steps make each round count for more.
+duals λ (Eq. 7), form each party's residual s^k from the round's outputs (Eq. 9, as the
+authors' code does: before the heads' step), and take one optimizer step on the heads (Eq. 8).
+PushADMMState then carries λ_B, s^k_B and W_k to client k, which takes τ local steps on Eq. 10.
+Only these d_c-wide tensors travel back, instead of SplitNN's embedding-wide gradients, and τ
+local steps make each round count for more.
 
 The active party's own bottom model, if it has features, takes its τ steps here, as a client
 would. The duals λ_j live here for every training row, across epochs.
@@ -41,24 +42,27 @@ class VIMADMMServer(VIMSGDServer):
         self.duals = torch.zeros(ctx.job.num_rows, ctx.num_outputs, device=ctx.device)
 
     def _server_update(self, own: list[torch.Tensor], passive: list[torch.Tensor], rows: np.ndarray) -> Round:
-        """Steps 2-5: z, the duals, one step for every head, and each party's residual under the updated heads.
+        """Steps 2-5: z, the duals, one step for every head, and each party's residual from the round's outputs.
 
         Each party's answer is λ_B, its residual s^k_B and its head W_k (the active party's too).
+        The residual is formed from the contributions h^i W_i computed *before* the heads' step,
+        as the authors' code does (``fedserver/vimadmm.py``); Eq. 9 of the paper writes the updated
+        heads, and with those the parties' joint correction overshoots and training diverges
+        (docs/algorithms.md, "Where the papers and their code differ"). W_k itself is sent updated.
         """
         labels, heads = self.ctx.labels[rows], cast(LinearHeads, self.top)
         embeddings = [h.detach() for h in own + passive]
         with torch.no_grad():
-            outputs = heads(embeddings)
+            contributions = [head(h) for head, h in zip(heads.heads, embeddings, strict=True)]
+            outputs = torch.stack(contributions).sum(dim=0)
             loss = self.loss_fn(outputs, labels)  # the model's loss on the batch, before this round
         z = solve_z(self.ctx.job.task, outputs, labels, self.duals[rows], self.rho)  # (2) Eq. 6
         duals = dual_update(self.duals[rows], outputs, z, self.rho)  # (3) Eq. 7
         self.duals[rows] = duals
+        slack = residuals(contributions, z)  # (5) Eq. 9, from the outputs before the heads' step
         self.optimizer.zero_grad()  # (4) Eq. 8, one step for every head
         torch.autograd.backward(consensus_loss(heads(embeddings), duals, z, self.rho))
         self.optimizer.step()
-        with torch.no_grad():  # (5) Eq. 9, with the updated heads
-            contributions = [head(h) for head, h in zip(heads.heads, embeddings, strict=True)]
-        slack = residuals(contributions, z)
         weights = [head.weight.detach().clone() for head in heads.linears()]
         answers = [{ADMM_DUAL: duals, ADMM_RESIDUAL: s, ADMM_HEAD: w} for s, w in zip(slack, weights, strict=True)]
         mine = len(own)

@@ -94,14 +94,16 @@ def joint_local_step(
     slack: torch.Tensor,
     rho: float,
 ) -> None:
-    """One VIMADMM-J local step of a party (004 App. A.3): its head W_k on Eq. 19, then its bottom on Eq. 20.
+    """One VIMADMM-J local step of a party: its head W_k and its bottom from one backward pass of Eq. 19-20.
 
-    ``h`` is the party's embedding of the batch with its current bottom model; the bottom's step
-    uses the head just updated.
+    The paper's Appendix A.3 steps the head first, then the bottom under the new head; the
+    authors' code (``fedclient/admmjoint.py``), which made the paper's tables, takes one backward
+    pass and steps both. With the paper's order the parties overshoot and training diverges
+    (docs/algorithms.md, "Where the papers and their code differ"). ``h`` is the party's embedding
+    of the batch under its current bottom model, with its graph.
     """
     head_optimizer.zero_grad()
-    torch.autograd.backward(consensus_loss(head(h.detach()), duals, slack, rho))
-    head_optimizer.step()
     bottom_optimizer.zero_grad()
-    torch.autograd.backward(consensus_loss(h @ head.weight.detach().T, duals, slack, rho))
+    torch.autograd.backward(consensus_loss(head(h), duals, slack, rho))
+    head_optimizer.step()
     bottom_optimizer.step()

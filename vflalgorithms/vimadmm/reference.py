@@ -30,18 +30,17 @@ class ReferenceVIMADMM(ReferenceVIMSGD):
         cut = [h.detach() for h in embeddings]
         labels = self.labels[rows]
         with torch.no_grad():
-            outputs = self.top(cut)
+            contributions = [head(h) for head, h in zip(self.top.linears(), cut, strict=True)]
+            outputs = torch.stack(contributions).sum(dim=0)
             loss = self.loss_fn(outputs, labels)
         z = admm.solve_z(self.job.task, outputs, labels, self.duals[rows], self.rho)
         duals = admm.dual_update(self.duals[rows], outputs, z, self.rho)
         self.duals[rows] = duals
+        slack = admm.residuals(contributions, z)  # from the outputs before the heads' step, as the authors'
         heads = self.heads_optimizer
         heads.zero_grad()
         torch.autograd.backward(admm.consensus_loss(self.top(cut), duals, z, self.rho))
         heads.step()
-        with torch.no_grad():
-            contributions = [head(h) for head, h in zip(self.top.linears(), cut, strict=True)]
-        slack = admm.residuals(contributions, z)
         for k, party in enumerate(parties):
             weight = self.top.linears()[k].weight.detach().clone()
             for step in range(self.local_steps):

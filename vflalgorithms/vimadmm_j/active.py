@@ -4,7 +4,7 @@ Every party holds its whole model, bottom and linear head W_k, and sends its log
 o^k = f(x^k) W_k. The server keeps only the ADMM state: per round it solves z (Eq. 16), updates
 the duals λ (Eq. 17), forms each party's residual s^k = z − Σ_{i≠k} o^i (Eq. 18), and sends λ_B
 and s^k_B back by PushADMMState. Each party then takes τ local steps, each updating its head
-(Eq. 19) and then its bottom model (Eq. 20). The prediction is Σ_k o^k.
+(Eq. 19) and its bottom model (Eq. 20) from one backward pass, as the authors' code does. The prediction is Σ_k o^k.
 
 The active party's own features, if any, are one more such party: its bottom and head live
 here and take the same τ steps. After training, the client-importance report fetches every
@@ -22,7 +22,8 @@ from vflalgorithms.splitnn.family import Answer, Round, SplitNNFamilyServer
 from vflalgorithms.vimadmm.maths import dual_update, joint_local_step, residuals, solve_z
 from vflalgorithms.vimadmm.spec import ADMM_DUAL, ADMM_RESIDUAL
 from vflcore.job import ACTIVE_PARTY, model_seed
-from vflcore.ml.models import job_optimizer, linear_head
+from vflcore.ml.models import linear_head
+from vflcore.ml.optimizers import role_optimizer
 from vflcore.wire.names import HEAD
 from vflcore.work_items import Share
 
@@ -48,8 +49,8 @@ class VIMADMMJServer(SplitNNFamilyServer):
             head = linear_head(job.embedding_dim, ctx.num_outputs, model_seed(job.seed, ACTIVE_PARTY, "head"))
             self.head = head.to(ctx.device)
             self.own_optimizers = (
-                job_optimizer(job, self.head.parameters()),
-                job_optimizer(job, self.bottom.parameters()),
+                role_optimizer(job, "top", self.head.parameters()),
+                role_optimizer(job, "bottom", self.bottom.parameters()),
             )
 
     @property
@@ -81,7 +82,7 @@ class VIMADMMJServer(SplitNNFamilyServer):
     def _local_updates(
         self, own: list[torch.Tensor], answer: Answer | None, passive: list[torch.Tensor], rows: np.ndarray
     ) -> None:
-        """The own head (Eq. 19), then the own bottom model (Eq. 20), τ times on its own answer, as a party would."""
+        """The own head (Eq. 19) and bottom model (Eq. 20) together, τ times on its own answer, as a party would."""
         if self.head is None or self.own_optimizers is None or answer is None:
             return
         head_optimizer, bottom_optimizer = self.own_optimizers

@@ -2,7 +2,7 @@
 
 The party holds its whole model: a bottom model and its own linear head W_k. Per batch it sends
 its logits o^k = f(x^k) W_k, receives the duals λ_B and its residual s^k_B by PushADMMState, and
-takes τ local steps, each updating its head (Eq. 19) and then its bottom model (Eq. 20). Its
+takes τ local steps, each updating its head (Eq. 19) and its bottom model (Eq. 20) together. Its
 head never leaves the party; for evaluation and inference it sends logits too.
 """
 
@@ -16,7 +16,8 @@ from vflalgorithms.vimadmm.maths import joint_local_step
 from vflalgorithms.vimadmm.passive import VIMADMMClient
 from vflalgorithms.vimadmm.spec import ADMM_DUAL, ADMM_RESIDUAL
 from vflcore.job import model_seed
-from vflcore.ml.models import job_optimizer, linear_head
+from vflcore.ml.models import linear_head
+from vflcore.ml.optimizers import role_optimizer
 from vflcore.wire.names import HEAD
 from vflcore.wire.tensors import TensorError
 
@@ -35,7 +36,7 @@ class VIMADMMJClient(VIMADMMClient):
             raise TensorError("job.num_outputs", "the server's job does not say how many outputs the model has")
         head = linear_head(job.embedding_dim, job.num_outputs, model_seed(job.seed, ctx.party, "head"))
         self.head_layer = head.to(ctx.device)
-        self.head_optimizer = job_optimizer(job, self.head_layer.parameters())
+        self.head_optimizer = role_optimizer(job, "top", self.head_layer.parameters())
 
     def _upload(self, h: torch.Tensor) -> np.ndarray:
         """The party's logits o^k = f(x^k) W_k."""

@@ -9,11 +9,12 @@ from torch import nn
 from vflalgorithms.splitnn.reference import ReferenceSplitNNFamily
 from vflalgorithms.vimadmm import maths as admm
 from vflcore.job import model_seed
-from vflcore.ml.models import job_optimizer, linear_head, seed_dropout
+from vflcore.ml.models import linear_head, seed_dropout
+from vflcore.ml.optimizers import role_optimizer
 
 
 class ReferenceVIMADMMJ(ReferenceSplitNNFamily):
-    """z, λ and residuals as the server computes them; τ joint local steps (head, then bottom) per party."""
+    """z, λ and residuals as the server computes them; τ joint local steps per party (head and bottom at once)."""
 
     algorithms = ("vimadmm_j",)
 
@@ -29,8 +30,10 @@ class ReferenceVIMADMMJ(ReferenceSplitNNFamily):
         self.heads: dict[int, nn.Linear] = {
             p: linear_head(job.embedding_dim, self.num_outputs, model_seed(job.seed, p, "head")) for p in self.bottoms
         }
-        self.head_optimizers = {p: job_optimizer(job, head.parameters()) for p, head in self.heads.items()}
-        self.bottom_optimizers = {p: job_optimizer(job, model.parameters()) for p, model in self.bottoms.items()}
+        self.head_optimizers = {p: role_optimizer(job, "top", head.parameters()) for p, head in self.heads.items()}
+        self.bottom_optimizers = {
+            p: role_optimizer(job, "bottom", model.parameters()) for p, model in self.bottoms.items()
+        }
         seed_dropout(job)  # dropout masks drawn as the server draws them
 
     def _models(self) -> list[nn.Module]:

@@ -9,7 +9,7 @@ SPEC = register(
         active="vflalgorithms.vimadmm_j.active:VIMADMMJServer",
         passive="vflalgorithms.vimadmm_j.passive:VIMADMMJClient",
         reference="vflalgorithms.vimadmm_j.reference:ReferenceVIMADMMJ",
-        # As VIMADMM's; each local step updates the party's head, then its bottom.
+        # As VIMADMM's; each local step updates the party's head and its bottom together.
         defaults={"rho": 1.0, "local_steps": 10},
         check=local_steps_and_rho,
     )

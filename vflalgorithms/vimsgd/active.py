@@ -7,7 +7,7 @@ parties then update their bottom models as in SplitNN (Eq. 14-15). The heads' we
 show how much the model relies on each party (client importance, 004 §4.2).
 
 The active party's own features, if any, play the part of one more client: its bottom model
-is updated from its embedding's gradient under the updated heads, like everyone else's. The
+is updated from its embedding's gradient, like everyone else's. The
 paper's regularisers (β R) are not applied; use the optimizer's own settings instead.
 """
 
@@ -22,19 +22,20 @@ from torch import nn
 from vflalgorithms.base import ActiveContext
 from vflalgorithms.splitnn.family import Answer, Round, SplitNNFamilyServer, gradient_answer
 from vflcore.job import ACTIVE_PARTY, model_seed
-from vflcore.ml.models import LinearHeads, build_seeded, job_optimizer
+from vflcore.ml.models import LinearHeads, build_seeded
+from vflcore.ml.optimizers import role_optimizer
 from vflcore.wire.names import GRADIENT
 
 
 class VIMSGDServer(SplitNNFamilyServer):
-    """Linear heads on the server, updated before the embeddings' gradients are computed.
+    """Linear heads on the server, stepped from the same backward pass as the embeddings' gradients.
 
     The heads are the method (one linear head per party, 004 Eq. 2): only the own bottom model is
     the user's (``factory_keys``).
     """
 
     name = "vimsgd"
-    #: Each party is sent ∂L/∂h^k under the updated heads (Eq. 13).
+    #: Each party is sent ∂L/∂h^k under the round's heads (Eq. 13).
     label_defended: tuple[str, ...] = (GRADIENT,)
     checkpointed: tuple[str, ...] = ("step_losses", "top", "bottom", "optimizer", "bottom_optimizer")
 
@@ -46,10 +47,12 @@ class VIMSGDServer(SplitNNFamilyServer):
             lambda: LinearHeads(parts, job.embedding_dim, ctx.num_outputs), model_seed(job.seed, ACTIVE_PARTY, "top")
         )
         self.top: nn.Module = heads.to(ctx.device)
-        # Heads first (Eq. 11), then the active party's own bottom from the updated heads (Eq. 14):
-        # two optimizers, so that neither step touches the other's parameters.
-        self.optimizer = job_optimizer(job, self.top.parameters())
-        self.bottom_optimizer = job_optimizer(job, self.bottom.parameters()) if self.bottom is not None else None
+        # The heads (Eq. 11) and the active party's own bottom (Eq. 14) step from one backward pass;
+        # two optimizers, one per role (the heads', the bottom models').
+        self.optimizer = role_optimizer(job, "top", self.top.parameters())
+        self.bottom_optimizer = (
+            role_optimizer(job, "bottom", self.bottom.parameters()) if self.bottom is not None else None
+        )
 
     def _models(self) -> list[nn.Module]:
         return [self.top, *super()._models()]
@@ -59,16 +62,20 @@ class VIMSGDServer(SplitNNFamilyServer):
         return output
 
     def _server_update(self, own: list[torch.Tensor], passive: list[torch.Tensor], rows: np.ndarray) -> Round:
-        """The heads on the embeddings as received (Eq. 11-12), then each embedding's gradient under them (Eq. 13)."""
+        """One backward pass under the heads as they are (authors' ``vimsgd_concat``): the heads' step and ∂L/∂h^k.
+
+        The paper's Appendix A.1 writes the heads' step first and the embeddings' gradients under
+        the updated heads (Eq. 11-13); the authors' code, which made the paper's tables, takes both
+        from one backward pass, and with the paper's order VIMSGD learns slower and swings late in
+        training (docs/algorithms.md, "Where the papers and their code differ").
+        """
         labels = self.ctx.labels[rows]
-        self.optimizer.zero_grad()
-        loss = self.loss_fn(self._forward([h.detach() for h in own], passive), labels)
-        loss.backward()
-        self.optimizer.step()
         self.optimizer.zero_grad()
         leaves = [h.requires_grad_(True) for h in passive]
         own_leaf = self._cut(own)
-        self.loss_fn(self._forward(own_leaf, leaves), labels).backward()
+        loss = self.loss_fn(self._forward(own_leaf, leaves), labels)
+        loss.backward()
+        self.optimizer.step()
         return Round(float(loss.item()), gradient_answer(leaves), gradient_answer(own_leaf)[0] if own_leaf else None)
 
     def _local_updates(

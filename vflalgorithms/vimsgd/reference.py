@@ -1,4 +1,4 @@
-"""VIMSGD in one process: linear heads W_k on the server, stepped before the bottom models (004 Eq. 11-15)."""
+"""VIMSGD in one process: linear heads W_k, stepped from one backward pass with the bottom models (004 Eq. 11-15)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,12 @@ from torch import nn
 
 from vflalgorithms.splitnn.reference import ReferenceSplitNNFamily
 from vflcore.job import ACTIVE_PARTY, model_seed
-from vflcore.ml.models import LinearHeads, build_seeded, job_optimizer, seed_dropout
+from vflcore.ml.models import LinearHeads, build_seeded, seed_dropout
+from vflcore.ml.optimizers import role_optimizer
 
 
 class ReferenceVIMSGD(ReferenceSplitNNFamily):
-    """The server's model is Σ_k h^k W_k; the heads step first, then every bottom model under the new heads."""
+    """The server's model is Σ_k h^k W_k; one backward pass steps the heads and every bottom model."""
 
     algorithms: tuple[str, ...] = ("vimsgd",)
 
@@ -28,8 +29,10 @@ class ReferenceVIMSGD(ReferenceSplitNNFamily):
         )
         self.top = cast(LinearHeads, heads)
         # The heads have their own optimizer, and every bottom model its own (the own one too).
-        self.heads_optimizer = job_optimizer(job, self.top.parameters())
-        self.bottom_optimizers = {p: job_optimizer(job, model.parameters()) for p, model in self.bottoms.items()}
+        self.heads_optimizer = role_optimizer(job, "top", self.top.parameters())
+        self.bottom_optimizers = {
+            p: role_optimizer(job, "bottom", model.parameters()) for p, model in self.bottoms.items()
+        }
         seed_dropout(job)  # dropout masks drawn as the server draws them
 
     def _models(self) -> list[nn.Module]:
@@ -40,16 +43,20 @@ class ReferenceVIMSGD(ReferenceSplitNNFamily):
         return output
 
     def _train_round(self, rows: np.ndarray) -> float:
-        """VIMSGD (004 Eq. 11-15): the heads step first, then every bottom model under the new heads."""
+        """VIMSGD as its authors run it: one backward pass under the round's heads, then every model steps."""
         sent = [self.bottoms[p](self.features[p][rows]) for p in self.passive]
+        received = [h.detach().requires_grad_(True) for h in sent]
+        own = [self.bottoms[ACTIVE_PARTY](self.features[ACTIVE_PARTY][rows])] if ACTIVE_PARTY in self.bottoms else []
+        own_leaf = [h.detach().requires_grad_(True) for h in own]
         heads = self.heads_optimizer
         heads.zero_grad()
-        loss = self.loss_fn(self._top(rows, [h.detach() for h in sent], own=False), self.labels[rows])
+        loss = self.loss_fn(self._forward(own_leaf, received), self.labels[rows])
         loss.backward()
         heads.step()
-        for optimizer in self.bottom_optimizers.values():
+        parties = [*([ACTIVE_PARTY] if own else []), *self.passive]
+        for party, h, leaf in zip(parties, own + sent, own_leaf + received, strict=True):
+            optimizer = self.bottom_optimizers[party]
             optimizer.zero_grad()
-        self.loss_fn(self._top(rows, sent), self.labels[rows]).backward()  # through every bottom model
-        for optimizer in self.bottom_optimizers.values():
+            h.backward(leaf.grad)
             optimizer.step()
         return float(loss.item())

@@ -10,17 +10,16 @@ from __future__ import annotations
 import importlib
 import itertools
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import cast
 
 import torch
 from torch import nn
 
 from vflcore.job import ACTIVE_PARTY, OPTIMIZERS, JobSpec, model_seed
+from vflcore.ml.optimizers import job_optimizer, make_optimizer
 
 __all__ = ["OPTIMIZERS", "build_seeded", "job_optimizer", "load_factory", "make_optimizer", "mlp", "seed_dropout"]
-
-_SGD_MOMENTUM = 0.9
 
 
 def mlp(in_features: int, hidden: Sequence[int], out_features: int, *, dropout: float = 0.0) -> nn.Sequential:
@@ -99,31 +98,6 @@ class LinearHeads(nn.Module):
     def norms(self) -> list[float]:
         """‖W_k‖_F of every head, in embedding order."""
         return [float(torch.linalg.matrix_norm(head.weight.detach())) for head in self.linears()]
-
-
-def make_optimizer(
-    name: str, params: Iterable[nn.Parameter], lr: float, *, weight_decay: float = 0.0
-) -> torch.optim.Optimizer:
-    """Create the named optimizer: "sgd" (momentum 0.9) or "adam".
-
-    ``weight_decay`` is the coefficient of an L2 penalty on the parameters, added to their
-    gradients (torch's coupled form): the r(Θ) = ‖Θ‖² regularisers of APFed's Table 1.
-    """
-    if lr <= 0:
-        raise ValueError(f"learning rate must be positive, got {lr}")
-    if not weight_decay >= 0.0:
-        raise ValueError(f"weight decay must be zero or positive, got {weight_decay}")
-    key = name.lower()
-    if key == "sgd":
-        return torch.optim.SGD(params, lr=lr, momentum=_SGD_MOMENTUM, weight_decay=weight_decay)
-    if key == "adam":
-        return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
-    raise ValueError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")
-
-
-def job_optimizer(job: JobSpec, params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
-    """The job's optimizer (name, learning rate, weight decay) over ``params``; every party builds its own this way."""
-    return make_optimizer(job.optimizer, params, job.learning_rate, weight_decay=job.weight_decay)
 
 
 _SEEDED_BUILD = threading.Lock()

@@ -101,7 +101,7 @@ class NextJobReply(_message.Message):
     def __init__(self, job: _Optional[_Union[JobSpec, _Mapping]] = ..., dataset: _Optional[str] = ..., model: _Optional[str] = ...) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ("job_id", "algorithm", "task", "seed", "batch_size", "epochs", "embedding_dim", "bottom_hidden", "optimizer", "learning_rate", "test_fraction", "num_rows", "passive_parties", "algorithm_options", "num_outputs", "weight_decay", "checkpoint_every_steps", "wire_codec", "wire_codec_up", "wire_codec_down", "privacy")
+    __slots__ = ("job_id", "algorithm", "task", "seed", "batch_size", "epochs", "embedding_dim", "bottom_hidden", "optimizer", "learning_rate", "test_fraction", "num_rows", "passive_parties", "algorithm_options", "num_outputs", "weight_decay", "checkpoint_every_steps", "wire_codec", "wire_codec_up", "wire_codec_down", "privacy", "top_optimizer", "top_learning_rate", "top_weight_decay", "bottom_optimizer", "bottom_learning_rate", "bottom_weight_decay")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ALGORITHM_FIELD_NUMBER: _ClassVar[int]
     TASK_FIELD_NUMBER: _ClassVar[int]
@@ -123,6 +123,12 @@ class JobSpec(_message.Message):
     WIRE_CODEC_UP_FIELD_NUMBER: _ClassVar[int]
     WIRE_CODEC_DOWN_FIELD_NUMBER: _ClassVar[int]
     PRIVACY_FIELD_NUMBER: _ClassVar[int]
+    TOP_OPTIMIZER_FIELD_NUMBER: _ClassVar[int]
+    TOP_LEARNING_RATE_FIELD_NUMBER: _ClassVar[int]
+    TOP_WEIGHT_DECAY_FIELD_NUMBER: _ClassVar[int]
+    BOTTOM_OPTIMIZER_FIELD_NUMBER: _ClassVar[int]
+    BOTTOM_LEARNING_RATE_FIELD_NUMBER: _ClassVar[int]
+    BOTTOM_WEIGHT_DECAY_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     algorithm: str
     task: str
@@ -144,7 +150,13 @@ class JobSpec(_message.Message):
     wire_codec_up: str
     wire_codec_down: str
     privacy: PrivacySpec
-    def __init__(self, job_id: _Optional[str] = ..., algorithm: _Optional[str] = ..., task: _Optional[str] = ..., seed: _Optional[int] = ..., batch_size: _Optional[int] = ..., epochs: _Optional[int] = ..., embedding_dim: _Optional[int] = ..., bottom_hidden: _Optional[_Iterable[int]] = ..., optimizer: _Optional[str] = ..., learning_rate: _Optional[float] = ..., test_fraction: _Optional[float] = ..., num_rows: _Optional[int] = ..., passive_parties: _Optional[_Iterable[int]] = ..., algorithm_options: _Optional[str] = ..., num_outputs: _Optional[int] = ..., weight_decay: _Optional[float] = ..., checkpoint_every_steps: _Optional[int] = ..., wire_codec: _Optional[str] = ..., wire_codec_up: _Optional[str] = ..., wire_codec_down: _Optional[str] = ..., privacy: _Optional[_Union[PrivacySpec, _Mapping]] = ...) -> None: ...
+    top_optimizer: str
+    top_learning_rate: float
+    top_weight_decay: float
+    bottom_optimizer: str
+    bottom_learning_rate: float
+    bottom_weight_decay: float
+    def __init__(self, job_id: _Optional[str] = ..., algorithm: _Optional[str] = ..., task: _Optional[str] = ..., seed: _Optional[int] = ..., batch_size: _Optional[int] = ..., epochs: _Optional[int] = ..., embedding_dim: _Optional[int] = ..., bottom_hidden: _Optional[_Iterable[int]] = ..., optimizer: _Optional[str] = ..., learning_rate: _Optional[float] = ..., test_fraction: _Optional[float] = ..., num_rows: _Optional[int] = ..., passive_parties: _Optional[_Iterable[int]] = ..., algorithm_options: _Optional[str] = ..., num_outputs: _Optional[int] = ..., weight_decay: _Optional[float] = ..., checkpoint_every_steps: _Optional[int] = ..., wire_codec: _Optional[str] = ..., wire_codec_up: _Optional[str] = ..., wire_codec_down: _Optional[str] = ..., privacy: _Optional[_Union[PrivacySpec, _Mapping]] = ..., top_optimizer: _Optional[str] = ..., top_learning_rate: _Optional[float] = ..., top_weight_decay: _Optional[float] = ..., bottom_optimizer: _Optional[str] = ..., bottom_learning_rate: _Optional[float] = ..., bottom_weight_decay: _Optional[float] = ...) -> None: ...
 
 class PrivacySpec(_message.Message):
     __slots__ = ("label_defence", "marvell_sum_kl", "gradient_noise", "label_dp_epsilon", "embedding_clip", "embedding_noise_multiplier", "dp_delta", "active_embedding_clip", "active_embedding_noise_multiplier")

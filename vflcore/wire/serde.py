@@ -178,7 +178,7 @@ def job_to_proto(job: JobSpec) -> pb.JobSpec:
             values[spec.name] = job.options_json()
         elif spec.name == "privacy":
             values[spec.name] = pb.PrivacySpec(**job.privacy.as_dict())
-        else:
+        elif value is not None:  # None: an optional field left absent (a role's optimizer as the job's)
             values[spec.name] = _to_wire(value)
     return pb.JobSpec(**values)
 
@@ -191,7 +191,9 @@ def job_from_proto(msg: pb.JobSpec) -> JobSpec:
         raise ValueError(f"job.algorithm_options is not valid JSON: {exc}") from exc
     values: dict[str, Any] = {"algorithm_options": options, "privacy": _privacy_from_proto(msg)}
     for spec in fields(JobSpec):
-        if spec.name not in values:
+        if spec.default is None and not msg.HasField(spec.name):
+            values[spec.name] = None
+        elif spec.name not in values:
             value = getattr(msg, spec.name)
             values[spec.name] = tuple(value) if isinstance(spec.default, tuple) else value
     return JobSpec(**values)
