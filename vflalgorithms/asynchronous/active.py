@@ -52,8 +52,10 @@ class AsyncServer(SplitNNServer):
         super().__init__(ctx)
         job = ctx.job
         self.max_staleness = int(job_options(job)["max_staleness"])
-        for group in self.optimizer.param_groups:
-            group["lr"] = job.learning_rate / len(job.passive_parties)
+        # The thesis divides the master's learning rate by the number of workers (002 §5.4.2).
+        for optimizer in (self.optimizer, self.bottom_optimizer):
+            for group in optimizer.param_groups if optimizer is not None else []:
+                group["lr"] = group["lr"] / len(job.passive_parties)
         self.cache = {p: torch.zeros(job.num_rows, job.embedding_dim, device=ctx.device) for p in job.passive_parties}
         self._warm = False
         #: Per processed upload: (party, batch, batches the slowest party had done then).

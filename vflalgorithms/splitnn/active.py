@@ -8,7 +8,7 @@ fills in its hooks, and FedBCD and async build on it.
 The step is ordered so that the passive parties wait as little as possible, without changing
 a single number: the active party's own forward pass runs while it waits for theirs; their
 gradients are published as soon as the top model's backward pass produces them, before the
-active party back-propagates into its own bottom model and steps its optimizer. With
+active party back-propagates into its own bottom model and steps its optimizers. With
 ``[algorithm] micro_batches`` (``vflalgorithms.splitnn.overlap``) each part of the batch is
 answered as soon as it arrives.
 """
@@ -16,7 +16,6 @@ answered as soon as it arrives.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import cast
 
 import numpy as np
 import torch
@@ -36,7 +35,7 @@ from vflalgorithms.splitnn.family import (
 from vflalgorithms.splitnn.overlap import MicroBatches
 from vflcore.job import ACTIVE_PARTY, JobSpec, model_seed
 from vflcore.ml.models import mlp
-from vflcore.ml.optimizers import roles_optimizer
+from vflcore.ml.optimizers import role_optimizer
 from vflcore.wire.names import EMBEDDING, GRADIENT
 
 TOP = "top_factory"
@@ -51,7 +50,7 @@ class SplitNNServer(SplitNNFamilyServer):
     #: Each party is sent ∂L/∂h^k of its rows (so are FedBCD's and async's, which build on this).
     label_defended: tuple[str, ...] = (GRADIENT,)
     #: Its own bottom model is None when the active party has no features.
-    checkpointed: tuple[str, ...] = ("step_losses", "top", "bottom", "optimizer")
+    checkpointed: tuple[str, ...] = ("step_losses", "top", "bottom", "optimizer", "bottom_optimizer")
 
     factory_keys: tuple[str, ...] = (OWN_BOTTOM, TOP)
 
@@ -72,9 +71,11 @@ class SplitNNServer(SplitNNFamilyServer):
             (job.embedding_dim * parts, ctx.num_outputs),
             model_seed(job.seed, ACTIVE_PARTY, "top"),
         )
-        # One optimizer for the top and the own bottom model: they step together, once per round.
-        own = self.bottom.parameters() if self.bottom is not None else []
-        self.optimizer = roles_optimizer(job, {"top": self.top.parameters(), "bottom": own})
+        # The top model steps once per round; the own bottom model, a client of its own party, steps
+        # as the passive parties' do (FedBCD's Q times): an optimizer each, each of its role.
+        self.optimizer = role_optimizer(job, "top", self.top.parameters())
+        own = self.bottom
+        self.bottom_optimizer = role_optimizer(job, "bottom", own.parameters()) if own is not None else None
 
     def _models(self) -> list[nn.Module]:
         return [self.top, *super()._models()]
@@ -86,9 +87,9 @@ class SplitNNServer(SplitNNFamilyServer):
     def _server_update(self, own: list[torch.Tensor], passive: list[torch.Tensor], rows: np.ndarray) -> Round:
         """The top model's backward pass on the whole batch: its loss, ∂L/∂h^k for each party and ∂L/∂h^1.
 
-        The optimizer steps in ``_local_updates``, once h^1's gradient has reached the own bottom model.
+        The optimizers step in ``_local_updates``, once h^1's gradient has reached the own bottom model.
         """
-        self.optimizer.zero_grad()
+        self._zero_grad()
         own_leaf = self._cut(own)
         part = self._top_backward(own_leaf, passive, rows, [(0, len(rows))], 0)
         return replace(part, own=self._own_answer(own_leaf))
@@ -106,7 +107,7 @@ class SplitNNServer(SplitNNFamilyServer):
         if len(bounds) == 1:
             return super()._exchange(epoch, batch, parts, own, rows)
         ctx, parties = self.ctx, sorted(self.ctx.job.passive_parties)
-        self.optimizer.zero_grad()
+        self._zero_grad()
         own_leaf = self._cut(own)
         received: list[list[torch.Tensor]] = []
         total = 0.0
@@ -150,26 +151,31 @@ class SplitNNServer(SplitNNFamilyServer):
         """∂L/∂h^1, once every part's backward pass has reached it; None without own features."""
         return gradient_answer(own_leaf)[0] if own_leaf else None
 
+    def _zero_grad(self) -> None:
+        self.optimizer.zero_grad()
+        if self.bottom_optimizer is not None:
+            self.bottom_optimizer.zero_grad()
+
     def _local_updates(
         self, own: list[torch.Tensor], answer: Answer | None, passive: list[torch.Tensor], rows: np.ndarray
     ) -> None:
-        """h^1's gradient into the own bottom model, the round's one optimizer step, then FedBCD's further Q - 1.
+        """The top model's one step; h^1's gradient into the own bottom model, its step, then FedBCD's further Q - 1.
 
-        The further updates reuse the round's ``passive`` embeddings, with h^1 recomputed from the
-        current weights. With one local step this is SplitNN.
+        The top model steps once per round, as in the authors' FedBCD code and the thesis (002
+        §5.4.1: only the workers loop). The own bottom model is one of those workers: its further
+        steps push the round's ∂L/∂h^1 into h^1 recomputed from its current weights, as a passive
+        party does with its own gradient. With one local step this is SplitNN.
         """
-        if own and answer is not None:
-            torch.autograd.backward(own, [answer[GRADIENT]])
         self.optimizer.step()
+        if not own or answer is None or self.bottom_optimizer is None:
+            return
+        gradient = answer[GRADIENT]
+        torch.autograd.backward(own, [gradient])
+        self.bottom_optimizer.step()
         for _ in range(1, self.local_steps):
-            self.optimizer.zero_grad()
-            own = self._own(rows)
-            own_leaf = self._cut(own)
-            loss = self.loss_fn(self._forward(own_leaf, [h.detach() for h in passive]), self.ctx.labels[rows])
-            loss.backward()
-            if own:
-                torch.autograd.backward(own, [cast(torch.Tensor, leaf.grad) for leaf in own_leaf])
-            self.optimizer.step()
+            self.bottom_optimizer.zero_grad()
+            torch.autograd.backward(self._own(rows), [gradient])
+            self.bottom_optimizer.step()
 
 
 __all__ = ["OWN_BOTTOM", "TOP", "SplitNNServer", "own_bottom", "own_bottom_slot"]

@@ -26,7 +26,7 @@ from vflalgorithms.reference import FromTables
 from vflalgorithms.splitnn.overlap import overlap_options, part_bounds
 from vflcore.job import ACTIVE_PARTY, epoch_mean, model_seed
 from vflcore.ml.models import build_seeded, mlp, seed_dropout
-from vflcore.ml.optimizers import role_optimizer, roles_optimizer
+from vflcore.ml.optimizers import role_optimizer
 
 __all__ = ["ReferenceSplitNN", "ReferenceSplitNNFamily"]
 
@@ -100,10 +100,9 @@ class ReferenceSplitNN(ReferenceSplitNNFamily):
             lambda: mlp(job.embedding_dim * parts, self.top_hidden, self.num_outputs, dropout=self.top_dropout),
             model_seed(job.seed, ACTIVE_PARTY, "top"),
         )
-        # The active party's optimizer holds top then its own bottom, as the server's does.
-        own = self.bottoms[ACTIVE_PARTY].parameters() if ACTIVE_PARTY in self.bottoms else []
-        self.optimizer = roles_optimizer(job, {"top": self.top.parameters(), "bottom": own})
-        self.bottom_optimizers = {p: role_optimizer(job, "bottom", self.bottoms[p].parameters()) for p in self.passive}
+        # The top model's optimizer, and every bottom model's (the own one too), as the parties hold them.
+        self.optimizer = role_optimizer(job, "top", self.top.parameters())
+        self.bottom_optimizers = {p: role_optimizer(job, "bottom", m.parameters()) for p, m in self.bottoms.items()}
         seed_dropout(job)  # dropout masks drawn as the server draws them
 
     def _models(self) -> list[nn.Module]:
@@ -114,22 +113,23 @@ class ReferenceSplitNN(ReferenceSplitNNFamily):
         return output
 
     def _train_round(self, rows: np.ndarray) -> float:
-        """SplitNN, or FedBCD with Q = ``local_steps``, as the daemons run it: the loss of the round's first update.
+        """SplitNN, or FedBCD with Q = ``local_steps``, as the daemons run it: the loss of the round's update.
 
         Where the wire cuts the graph, the server gets a copy of each h^k as a fresh leaf, computes
         its gradient, and each passive party pushes that gradient into its own bottom model. The
         server's operations come in the server's order: h^1 of the whole batch cut off as a leaf;
         per part of the batch (one, unless ``micro_batches``: ``vflalgorithms.splitnn.overlap``)
         the top model on that part of h^1 and of every h^k, its loss scaled by the part's share of
-        the rows, backward; then h^1's gradient into the own bottom model and one step. Each passive
-        party back-propagates its parts' gradients in order, then steps.
+        the rows, backward; then the top model's one step, and h^1's gradient into the own bottom
+        model. Every bottom model (the own one too) back-propagates its gradient and steps, then
+        takes FedBCD's Q - 1 further steps with the same gradient into h recomputed from its weights.
         """
         bounds = part_bounds(len(rows), self.micro_batches)
         whole = len(bounds) == 1
         sent = {p: [self.bottoms[p](self.features[p][rows][a:b]) for a, b in bounds] for p in self.passive}
         received = {p: [h.detach().clone().requires_grad_(True) for h in sent[p]] for p in self.passive}
-        active = self.optimizer
-        active.zero_grad()
+        for optimizer in (self.optimizer, *self.bottom_optimizers.values()):
+            optimizer.zero_grad()
         own = [self.bottoms[ACTIVE_PARTY](self.features[ACTIVE_PARTY][rows])] if ACTIVE_PARTY in self.bottoms else []
         own_leaf = [h.detach().requires_grad_(True) for h in own]
         total = 0.0
@@ -140,23 +140,21 @@ class ReferenceSplitNN(ReferenceSplitNNFamily):
                 loss = loss * ((b - a) / len(rows))
             loss.backward()
             total += loss.item()
+        self.optimizer.step()
         if own:
-            torch.autograd.backward(own, [leaf.grad for leaf in own_leaf])
-        active.step()
-        cached = [torch.cat(received[p]).detach() for p in self.passive]
-        for _ in range(1, self.local_steps):  # FedBCD: the active party again, on the cached h^k
-            active.zero_grad()
-            self.loss_fn(self._top(rows, cached), self.labels[rows]).backward()
-            active.step()
+            self._local_steps(ACTIVE_PARTY, rows, own, [own_leaf[0].grad])
         for p in self.passive:
-            gradients = [leaf.grad for leaf in received[p]]
-            self.bottom_optimizers[p].zero_grad()
-            for h, gradient in zip(sent[p], gradients, strict=True):
-                h.backward(gradient)
-            self.bottom_optimizers[p].step()
-            gradient = gradients[0] if whole else torch.cat(gradients)
-            for _ in range(1, self.local_steps):  # FedBCD: the same gradient, into h^k from the current weights
-                self.bottom_optimizers[p].zero_grad()
-                self.bottoms[p](self.features[p][rows]).backward(gradient)
-                self.bottom_optimizers[p].step()
+            self._local_steps(p, rows, sent[p], [leaf.grad for leaf in received[p]])
         return total
+
+    def _local_steps(self, party: int, rows: np.ndarray, sent: list[torch.Tensor], gradients: list) -> None:
+        """A bottom model's update from its gradients (one per part), then FedBCD's Q - 1 on the same gradient."""
+        optimizer = self.bottom_optimizers[party]
+        for h, gradient in zip(sent, gradients, strict=True):
+            h.backward(gradient)
+        optimizer.step()
+        gradient = gradients[0] if len(gradients) == 1 else torch.cat(gradients)
+        for _ in range(1, self.local_steps):
+            optimizer.zero_grad()
+            self.bottoms[party](self.features[party][rows]).backward(gradient)
+            optimizer.step()

@@ -1,9 +1,10 @@
-"""The VIM family steps in the order of its authors' code, which made the paper's tables (issue 47).
+"""The algorithms step in the order of their authors' code, which made the papers' tables (issue 47).
 
 Each test replays one round by hand in the authors' order (``AI-secure/VFL-ADMM``) and compares
 it with the in-process reference, which the equivalence tests tie to the federated run. Each
-failed on the paper-text order the project had before: VIMSGD's bottoms under the updated heads,
-VIMADMM's residual from the updated heads, VIMADMM-J's bottom stepped under its updated head.
+failed on the order the project had before: VIMSGD's bottoms under the updated heads, VIMADMM's
+residual from the updated heads, VIMADMM-J's bottom stepped under its updated head, FedBCD's top
+model stepped Q times a round.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import pytest
 import torch
 from torch import nn
 
+from vflalgorithms.fedbcd.reference import ReferenceFedBCD
 from vflalgorithms.vimadmm import maths as admm
 from vflalgorithms.vimadmm.reference import ReferenceVIMADMM
 from vflalgorithms.vimsgd.reference import ReferenceVIMSGD
@@ -124,3 +126,29 @@ def test_vimadmm_j_local_step_takes_head_and_bottom_from_one_backward_pass() -> 
 
     _assert_params(head, [w.detach() for w in expected_head])
     _assert_params(bottom, [w.detach() for w in expected_bottom])
+
+
+def test_fedbcd_steps_the_top_model_once_and_every_bottom_q_times() -> None:
+    """The authors' ``fedserver/fedbcd.py`` (and thesis 002 §5.4.1): only the workers loop, on the round's gradient."""
+    q = 3
+    features, labels = _data()
+    ref = ReferenceFedBCD(_job("fedbcd", local_steps=q), features, labels)
+    top, bottoms = copy.deepcopy(ref.top), copy.deepcopy(ref.bottoms)
+    rows = ref.schedule.batches(0)[0]
+    parties = sorted(bottoms)
+    sent = [bottoms[p](features[p][rows]) for p in parties]
+    cut = [h.detach().requires_grad_(True) for h in sent]
+    ref.loss_fn(top(torch.cat(cut, dim=1)), ref.labels[rows]).backward()
+    expected_top = [(w - LR * w.grad).detach() for w in top.parameters()]
+    for party, leaf in zip(parties, cut, strict=True):
+        optimizer = torch.optim.SGD(bottoms[party].parameters(), lr=LR)
+        for _ in range(q):
+            optimizer.zero_grad()
+            bottoms[party](features[party][rows]).backward(leaf.grad)
+            optimizer.step()
+
+    ref._train_round(rows)
+
+    _assert_params(ref.top, expected_top)
+    for party in parties:
+        _assert_params(ref.bottoms[party], _params(bottoms[party]))
