@@ -1,8 +1,10 @@
-"""FedBCD, the active party's half (thesis 002 §4.3.1, §5.4.1): Q updates per communication round.
+"""FedBCD, the active party's half (thesis 002 §4.3.1, §5.4.1): Q updates per round on every worker.
 
-The active party receives each passive party's h^k once per batch and returns ∂L/∂h^k once,
-then makes Q - 1 further updates of its top and own bottom model on the same cached h^k,
-recomputing only its own h^1. With Q = 1 it is SplitNN, step for step.
+The active party receives each passive party's h^k once per batch, returns ∂L/∂h^k once and
+steps its top model once. Only the workers loop (§5.4.1, and the authors' ``fedserver/fedbcd.py``):
+each passive party, and the active party's own bottom model if it has features, makes Q - 1
+further updates with the round's gradient, pushed into h recomputed from its current weights.
+With Q = 1 it is SplitNN, step for step.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from vflalgorithms.splitnn.active import SplitNNServer
 
 
 class FedBCDServer(SplitNNServer):
-    """SplitNN's step, repeated ``[algorithm] local_steps`` times on each round's embeddings."""
+    """SplitNN's step, with every bottom model's update repeated ``[algorithm] local_steps`` times a round."""
 
     name = "fedbcd"
 
