@@ -54,7 +54,8 @@ SPEC_C = register(
         passive="vflalgorithms.apfed.passive:APFedCClient",
         reference="vflalgorithms.apfed.reference:ReferenceAPFed",
         # APFed-C adds the temperature of its contrastive loss (Eq. 14).
-        defaults={**_WEIGHTS, "temperature": 0.5},
+        # 1.0, as in the authors' code (liujiyuan13/APFed-code_release); the paper gives no value.
+        defaults={**_WEIGHTS, "temperature": 1.0},
         check=_check_contrastive,
     )
 )
