@@ -13,6 +13,7 @@ spec by calling ``register`` when it is imported.
 from __future__ import annotations
 
 import importlib
+import math
 import pkgutil
 import threading
 from abc import ABC, abstractmethod
@@ -26,7 +27,7 @@ import torch
 from torch import nn
 
 from vflalgorithms.factories import ModelSlot
-from vflcore.errors import ConfigError
+from vflcore.errors import ConfigError, TrainingDiverged
 from vflcore.job import JobSpec, Schedule
 from vflcore.ml.models import build_seeded
 from vflcore.ml.onnx_export import OnnxPart
@@ -149,11 +150,24 @@ class ServerAlgorithm(ABC):
         return total / max(1, sum(len(rows) for rows in batches))
 
     def record_step(self, loss: float) -> float:
-        """Keep one training step's loss (what reference tests compare), tell ``on_step``; returns the loss."""
+        """Keep one training step's loss (what reference tests compare), tell ``on_step``; returns the loss.
+
+        A NaN or infinite loss is not kept: it raises TrainingDiverged (``check_loss``).
+        """
+        self.check_loss(loss)
         self.step_losses.append(loss)
         if self.on_step is not None:
             self.on_step(len(self.step_losses) - 1)
         return loss
+
+    @staticmethod
+    def check_loss(loss: float) -> None:
+        """Raise TrainingDiverged if a step's training loss is NaN or infinite.
+
+        ``record_step`` calls it; a half may call it sooner, before it sends the step's answers.
+        """
+        if not math.isfinite(loss):
+            raise TrainingDiverged(f"the training loss is {'NaN' if math.isnan(loss) else 'infinite'}")
 
     #: The ``[model]`` factories this algorithm takes (``vflalgorithms.factories``); the rest are refused.
     factory_keys: tuple[str, ...] = ()
@@ -396,6 +410,9 @@ class AlgorithmSpec:
     check: OptionsCheck = _no_check
     #: The in-process reference (``from_tables``, ``train_epoch``, ``step_losses``), if it has one.
     reference: type | str | None = None
+    #: The options that change how far a step goes (VIMADMM's ``rho``): named, with their values,
+    #: in the message of a job that diverged (``divergence_advice``), beside ``[job] learning_rate``.
+    tuning: tuple[str, ...] = ()
 
     def active_half(self) -> type[ServerAlgorithm]:
         """The active party's half."""

@@ -113,7 +113,8 @@ class Job:
 
 @dataclass(frozen=True)
 class JobEvent:
-    """One entry of a job's history: a state change (``kind`` "state") or a finished epoch ("epoch")."""
+    """One entry of a job's history: a state change (``kind`` "state"), a finished epoch ("epoch"), or a
+    warning ("warning": the job goes on, e.g. its test loss grew far past its best)."""
 
     job_id: str
     seq: int
@@ -150,6 +151,8 @@ class JobEvent:
     def __str__(self) -> str:
         if self.kind == "epoch" and self.epoch is not None:
             return f"{self.job_id} {self.epoch.describe(self.epochs)}"
+        if self.kind == "warning":
+            return f"{self.job_id} warning: {self.message}"
         line = f"{self.job_id} state {self.state}"
         if self.message:
             line += f": {self.message}"

@@ -25,6 +25,7 @@ import torch
 from vflalgorithms.base import ClientAlgorithm, ModelFactory, PassiveContext, algorithm_spec, algorithms
 from vflclient._alignment import align_passive
 from vflclient._connection import Connection
+from vflclient._divergence import CheckedLink, check_upload, checked_state
 from vflcore.data.checkpoints import (
     discard_after,
     load_position,
@@ -233,7 +234,7 @@ class PassiveParty:
                     features=torch.from_numpy(np.ascontiguousarray(self.table.features, dtype=np.float32)).to(
                         self.device
                     ),
-                    link=self.link,
+                    link=CheckedLink(self.link, self.party, self.job),  # NaN never leaves: divergence is reported
                     model_factory=self.model_factory,
                     after_step=self._after_step,
                     device=self.device,
@@ -256,7 +257,8 @@ class PassiveParty:
                 log.info("epoch_done")
                 return 1
             case Checkpoint(_, position):
-                save_position(self._dir(job), position, self._state(algorithm), keep=self.keep_checkpoints)
+                state = checked_state(self.party, job, position, self._state(algorithm))
+                save_position(self._dir(job), position, state, keep=self.keep_checkpoints)
                 if position == Position.after_epoch(job.epochs - 1):  # training is over: the model leaves
                     self.trained = True
                     self._export(algorithm, job)
@@ -265,7 +267,9 @@ class PassiveParty:
             case Restore(_, position):
                 self._restore(algorithm, position)
             case Evaluate(_, epoch, rows):
-                link.send(TensorKey(job.job_id, epoch, 0, EVAL_EMBEDDING), algorithm.embed(rows))
+                embedding = algorithm.embed(rows)
+                check_upload(self.party, job, EVAL_EMBEDDING, epoch, 0, embedding)
+                link.send(TensorKey(job.job_id, epoch, 0, EVAL_EMBEDDING), embedding)
             case Share(_, round_, name):
                 link.send(TensorKey(job.job_id, round_, 0, name), algorithm.share(name))
             case Infer(_, request_id, rows):
@@ -298,8 +302,9 @@ class PassiveParty:
         """Inside an epoch, save at the same steps as every other party (``[job] checkpoint_every_steps``)."""
         assert self.job is not None and self.algorithm is not None
         if mid_epoch_checkpoint_due(self.job, epoch, done, per_epoch):
-            state = self._state(self.algorithm)
-            save_position(self._dir(self.job), Position(epoch, done), state, keep=self.keep_checkpoints)
+            position = Position(epoch, done)
+            state = checked_state(self.party, self.job, position, self._state(self.algorithm))
+            save_position(self._dir(self.job), position, state, keep=self.keep_checkpoints)
 
     def _restore(self, algorithm: ClientAlgorithm, position: Position) -> None:
         """Continue from the checkpoint of ``position`` (``Position(0, 0)``: the start) and delete newer ones."""

@@ -11,6 +11,8 @@
     ├── JobStoreError          the job store cannot be opened: made by a newer          local
     │                          vfl-server, or not a job store
     ├── PsiError               a PSI point is malformed or low-order (malicious)        fails the job
+    ├── TrainingDiverged       a loss, output or weight became NaN or infinite: the     fails the job
+    │                          job's settings make training run away
     ├── PermissionDenied       certificate and claim disagree, or the certified party   PERMISSION_DENIED
     │                          is not part of the job
     ├── JoinRejected           the party's data does not fit this job, or it joined     FAILED_PRECONDITION
@@ -108,6 +110,49 @@ class PsiError(VflError):
     def __reduce__(self) -> tuple[type[PsiError], tuple[str, int | None]]:
         # Raised inside pool workers and re-raised in the parent: keep ``index`` across pickling.
         return (type(self), (str(self), self.index))
+
+
+class TrainingDiverged(VflError):
+    """A loss, an output or a weight became NaN or infinite during training: the job ran away.
+
+    ``what`` says what became non-finite ("the training loss is NaN"); ``epoch`` and ``batch``
+    say where, counted from 1 as users count them (None: not known there, or after an epoch's
+    evaluation); ``advice`` names the job's settings to change, with their values. The party that
+    finds it may not know all three: ``located`` fills in what the training loop knows.
+
+    A passive party that finds its own outputs non-finite reports this error as its failure,
+    before sending them; the active party raises it again with the party's words (``message``),
+    so the job's message reads the same whoever found it.
+    """
+
+    def __init__(
+        self,
+        what: str,
+        *,
+        epoch: int | None = None,
+        batch: int | None = None,
+        advice: str = "",
+        message: str | None = None,
+    ) -> None:
+        self.what, self.epoch, self.batch, self.advice = what, epoch, batch, advice
+        #: The message is a party's report, kept as given: nothing is filled in.
+        self.reported = message is not None
+        super().__init__(message if message is not None else self._words())
+
+    def _words(self) -> str:
+        where = ""
+        if self.epoch is not None:
+            where = f" at epoch {self.epoch}" + (f", batch {self.batch}" if self.batch is not None else "")
+        text = f"training diverged{where}: {self.what}"
+        return f"{text}; {self.advice}" if self.advice else text
+
+    def located(self, epoch: int | None, batch: int | None, advice: str) -> TrainingDiverged:
+        """This error with the position and the advice it lacks filled in (a party's report stays as given)."""
+        if self.reported:
+            return self
+        if self.epoch is not None:
+            epoch, batch = self.epoch, self.batch
+        return TrainingDiverged(self.what, epoch=epoch, batch=batch, advice=self.advice or advice)
 
 
 # ---- the federation: jobs, parties, tensors ---------------------------------------------------

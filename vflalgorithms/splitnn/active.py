@@ -116,6 +116,7 @@ class SplitNNServer(SplitNNFamilyServer):
             uploads = ctx.parties.gather(EMBEDDING, epoch, wire)
             received.append([ctx.tensor(uploads[p]) for p in sorted(uploads)])
             result = self._top_backward(own_leaf, received[-1], rows, bounds, part)
+            self.check_loss(result.loss)
             start, stop = bounds[part]
             self._publish(epoch, wire, parties, rows[start:stop], self._answers(result))
             total += result.loss

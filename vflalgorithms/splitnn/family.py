@@ -40,9 +40,11 @@ from torch import nn
 
 from vflalgorithms.base import ActiveContext, ClientAlgorithm, PassiveContext, Publish, ServerAlgorithm, job_options
 from vflalgorithms.delays import Delay
+from vflalgorithms.divergence import nonfinite
 from vflalgorithms.factories import PROBE_ROWS, ModelSlot
 from vflalgorithms.label_protection import LabelProtection
 from vflalgorithms.splitnn.overlap import MicroBatches, overlap_options
+from vflcore.errors import TrainingDiverged
 from vflcore.job import ACTIVE_PARTY, JobSpec, model_seed
 from vflcore.ml.losses import task_loss
 from vflcore.ml.models import build_seeded, mlp
@@ -170,6 +172,7 @@ class SplitNNFamilyServer(ServerAlgorithm):
     def _round(self, own: list[torch.Tensor], passive: list[torch.Tensor], rows: np.ndarray, publish: Publish) -> float:
         """One communication round: the server update, the answers sent down, then the local updates."""
         result = self._server_update(own, passive, rows)
+        self.check_loss(result.loss)  # a NaN loss is named as such, before its NaN answers would be sent
         publish(self._answers(result))
         self._local_updates(own, result.own, passive, rows)
         return result.loss
@@ -187,6 +190,7 @@ class SplitNNFamilyServer(ServerAlgorithm):
         for b in progress(steps, total=len(steps), desc=f"epoch {epoch + 1}"):
             rows = batches[b]
             own = self._own(rows)  # computed while the passive parties compute theirs
+            check_own(own)
             self.record_step(self._exchange(epoch, b, parts, own, rows))
             ctx.after_step(epoch, b + 1, len(batches))
         return self.epoch_loss(batches)
@@ -227,6 +231,13 @@ class SplitNNFamilyServer(ServerAlgorithm):
         return self._forward(own, [uploads[p] for p in sorted(uploads)])
 
 
+def check_own(own: list[torch.Tensor]) -> None:
+    """Raise TrainingDiverged if the active party's own bottom model output h^1 is NaN or infinite."""
+    for h in own:
+        if not bool(torch.isfinite(h).all()):
+            raise TrainingDiverged(f"the active party's own bottom model output is not finite ({nonfinite(h)})")
+
+
 class SplitNNFamilyClient(ClientAlgorithm):
     """A passive party's half in the family: a bottom model trained from the server's answers."""
 
@@ -256,6 +267,7 @@ __all__ = [
     "Round",
     "SplitNNFamilyClient",
     "SplitNNFamilyServer",
+    "check_own",
     "gradient_answer",
     "own_bottom",
     "own_bottom_slot",

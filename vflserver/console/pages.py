@@ -103,6 +103,10 @@ def job_page(facts: JobFacts) -> str:
     ]
     if facts.error:
         parts.append(f'<section class="error"><h2>Last error</h2><p id="error">{escape(facts.error)}</p></section>')
+    warnings = [e for e in facts.events if e.kind == "warning"]  # the job went on (vflserver.training.divergence)
+    if warnings:
+        said = "".join(f"<p>{_when(e.at)}: {escape(e.message)}</p>" for e in warnings)
+        parts.append(f'<section class="error" id="warnings"><h2>Warnings</h2>{said}</section>')
     if facts.psi_progress:
         parts.append("<h2>PSI, chunk by chunk</h2>")
         rows = (

@@ -16,8 +16,9 @@ from collections.abc import Callable, Iterable
 import numpy as np
 import structlog
 
+from vflalgorithms.divergence import nonfinite
 from vflcore.absence import did_not_join
-from vflcore.errors import JobAborted, JoinRejected, PartyLost, PartyUnavailable
+from vflcore.errors import JobAborted, JoinRejected, PartyLost, PartyUnavailable, TrainingDiverged, VflError
 from vflcore.job import JobSpec, Position
 from vflcore.wire.codecs import FP32, WireCodec, job_codecs
 from vflcore.wire.tensors import TensorError, TensorKey
@@ -300,7 +301,7 @@ class PassiveParties:
         """
         member = self.member(party)
         if member.failure is not None:
-            raise PartyUnavailable(party, f"it reported a failure: {member.failure}")
+            raise self._failed(party, member.failure)
         if member.lost is not None:
             raise PartyLost(party, member.lost, since=member.lost_at)
         if member.rejoin is not None or member.refused is not None:  # coming back into a served model
@@ -315,6 +316,15 @@ class PassiveParties:
             raise PartyLost(
                 party, f"no heartbeat for {silent:.0f} s ([server] heartbeat_timeout_s)", since=member.last_seen
             )
+
+    def _failed(self, party: int, failure: str) -> VflError:
+        """A reported failure as PartyUnavailable, or as TrainingDiverged (a NaN upload refused while training too)."""
+        if failure.startswith(f"{TrainingDiverged.__name__}: "):
+            return TrainingDiverged("", message=failure.removeprefix(f"{TrainingDiverged.__name__}: "))
+        if self.state == "training" and failure.startswith("TensorRejected: ") and "NaN or infinite" in failure:
+            refused = failure.removeprefix("TensorRejected: ")
+            return TrainingDiverged(f"party {party} sent NaN or infinite values, which the server refused ({refused})")
+        return PartyUnavailable(party, f"it reported a failure: {failure}")
 
     def online_parties(self) -> list[int]:
         return [p for p, m in self._members.items() if m.online]
@@ -451,7 +461,11 @@ class PassiveParties:
         """Leave a tensor for a party to collect (a gradient, say), sent in the job's down codec.
 
         ``exact``: sent as float32 whatever the codec (weights broadcast once, not a step's answer).
+        A NaN or infinite value is never sent (TrainingDiverged): training ran away.
         """
+        bad = nonfinite(array)
+        if bad is not None:
+            raise TrainingDiverged(f"the active party's {key.name} for party {party} is not finite ({bad}); not sent")
         if exact:
             with self._lock:
                 self._exact.add((party, key))

@@ -70,12 +70,12 @@ class JobRecord:
 
 @dataclass(frozen=True)
 class JobEvent:
-    """One entry of a job's history: a state change or a finished epoch."""
+    """One entry of a job's history: a state change, a finished epoch or a warning."""
 
     job_id: str
     seq: int  # 1, 2, ... per job
     at: float
-    kind: str  # "state" or "epoch"
+    kind: str  # "state", "epoch" or "warning" (the job goes on: ``vflserver.training.divergence``)
     state: str  # the job's state after the event
     message: str
     epoch: EpochRecord | None  # kind == "epoch" only

@@ -283,6 +283,7 @@ class JobRunner:
                 late=late,
                 on_aligned=lambda result: self._aligned(active, result),
                 on_epoch=lambda report: self._epoch(active, report),
+                on_warning=lambda message: self._warning(active, message),
                 keep_serving=serve_federated,
                 resume=resume,
             )
@@ -366,6 +367,10 @@ class JobRunner:
                 self.metrics.wire_bytes(party, "sent", counts.get("sent", 0))
                 self.metrics.wire_bytes(party, "received", counts.get("received", 0))
         self.listener.epoch(job_id, report)
+
+    def _warning(self, active: ActiveParty, message: str) -> None:
+        """A warning about the running job (its test loss far past its best): an event, the job goes on."""
+        self.store.record_warning(active.job.job_id, message)
 
     def _failed(self, active: ActiveParty, exc: BaseException) -> None:
         job_id = active.job.job_id

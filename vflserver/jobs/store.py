@@ -308,6 +308,12 @@ class JobStore:
             message = f"epoch {epoch.epoch + 1} of {job.epochs}"
             return _append_event(conn, job_id, time.time(), "epoch", job.state, message, epoch, {})
 
+    def record_warning(self, job_id: str, message: str) -> JobEvent:
+        """Add a "warning" event to the job's history (a test loss far past its best); its state stays."""
+        with self._write() as conn:
+            job = _fetch(conn, job_id)
+            return _append_event(conn, job_id, time.time(), "warning", job.state, message, None, {})
+
     def epochs(self, job_id: str) -> builtins.list[EpochRecord]:
         """The job's epochs in order, each as last recorded."""
         with self._changed:

@@ -24,7 +24,7 @@ from vflalgorithms.base import ActiveContext, ServerAlgorithm, algorithm_spec
 from vflalgorithms.factories import resolve_factories
 from vflcore.data.checkpoints import party_dir
 from vflcore.data.tables import PartyTable, select_rows, write_aligned_ids
-from vflcore.errors import ConfigError, JobAborted, PartyLost
+from vflcore.errors import ConfigError, JobAborted, PartyLost, TrainingDiverged
 from vflcore.job import ACTIVE_PARTY, JobSpec, Position, Schedule, mid_epoch_checkpoint_due, new_job_id
 from vflcore.ml.losses import label_tensor, output_width, task_loss
 from vflcore.ml.metrics import task_metrics
@@ -40,6 +40,7 @@ from vflserver.federation.passive_parties import PassiveParties
 from vflserver.training.aligned_predictions import AlignedPredictor, in_blocks
 from vflserver.training.distill_settings import DistillSpec, require_own_features, student_factory
 from vflserver.training.distillation import Distillation
+from vflserver.training.divergence import StepPosition, TestLossWatch, located
 from vflserver.training.export import MODEL_REPOSITORY, export_model
 from vflserver.training.importance import write_client_importance
 from vflserver.training.job_plan import JobPlan
@@ -110,6 +111,7 @@ class ActiveParty:
         self.algorithm: ServerAlgorithm
         self.predictor: AlignedPredictor
         self._summary = RunSummary(job_id=self.job.job_id)  # the running job's, once run() starts
+        self._step = StepPosition()  # the step in progress: where a divergence happened
         self._readmission: Readmission | None = None  # while the model is kept served after training
 
     def _prepare(self, aligned: PartyTable) -> None:
@@ -183,6 +185,7 @@ class ActiveParty:
         late: Callable[[list[int]], Exception] | None = None,
         on_epoch: Callable[[EpochReport], None] | None = None,
         on_aligned: Callable[[AlignmentResult], None] | None = None,
+        on_warning: Callable[[str], None] | None = None,
         keep_serving: bool = False,
         resume: bool = False,
     ) -> RunSummary:
@@ -196,6 +199,8 @@ class ActiveParty:
         on the way raises PartyLost after the others were told to rejoin (``Finish(rejoin)``).
         Parties that have not joined within ``join_timeout_s`` raise ``late(missing)`` (default:
         ``vflcore.absence.did_not_join``); every party's ``Finish`` quotes it as the job's error does.
+        Training that runs away raises TrainingDiverged, naming where and what to change
+        (``divergence``); a test loss far past its best is ``on_warning``'s, and the job goes on.
         """
         adopt_torch_threads()  # this may be any thread (the daemon's job thread, a test's)
         summary = self._summary = RunSummary(job_id=self.job.job_id, run_dir=self.run_dir)
@@ -215,12 +220,17 @@ class ActiveParty:
             seed_dropout(self.job)
             first = self._roll_back(resume, summary)
             self._announce_first_step(first, resume)
+            watch = TestLossWatch()
+            for done in summary.epochs:  # a resumed job's best so far; its old warnings are not repeated
+                watch.observe(done.epoch, done.test_loss, self.job)
             for epoch in range(first.epoch, self.job.epochs):
                 structlog.contextvars.bind_contextvars(round=epoch)
                 if self.stop_event.is_set():
                     raise JobAborted("shutdown requested")
                 started = time.perf_counter()
-                train_loss = self.algorithm.train_epoch(epoch, first.batch if epoch == first.epoch else 0)
+                first_batch = first.batch if epoch == first.epoch else 0
+                self._step.start(epoch, first_batch, len(self.algorithm.step_losses))
+                train_loss = self.algorithm.train_epoch(epoch, first_batch)
                 test_loss, metrics = self.evaluate(epoch)
                 wire_mb = fed.traffic.phase_total(f"train {epoch}") / MB
                 report = EpochReport(epoch, train_loss, test_loss, metrics, time.perf_counter() - started, wire_mb)
@@ -230,6 +240,11 @@ class ActiveParty:
                 log.info("epoch_done", train_loss=train_loss, test_loss=test_loss, **metrics)
                 if on_epoch is not None:
                     on_epoch(report)
+                warning = watch.observe(epoch, test_loss, self.job)
+                if warning is not None:
+                    log.warning("test_loss_rising", test_loss=test_loss, best=watch.best, message=warning)
+                    if on_warning is not None:
+                        on_warning(warning)
             structlog.contextvars.unbind_contextvars("round")
             fed.state = "serving"
             summary.final_metrics, test_output = self._final_inference()
@@ -257,6 +272,13 @@ class ActiveParty:
             else:
                 self.shutdown("training finished")
             return summary
+        except TrainingDiverged as exc:
+            diverged = self._located(exc)
+            log.error("training_diverged", error=str(diverged))
+            stopped = f"the active party stopped the job: {diverged}"
+            fed.finish(False, stopped)
+            fed.abort(JobAborted(stopped))  # what a party in the middle of a step reads (ABORTED)
+            raise diverged from None
         except PartyLost as exc:
             paused = f"the job pauses until it can resume: {exc}"
             fed.finish(False, paused, rejoin=True)
@@ -275,10 +297,19 @@ class ActiveParty:
             self.run_dir, position, self.algorithm, self._summary.epochs, keep=self.settings.keep_checkpoints
         )
 
+    def _located(self, exc: TrainingDiverged) -> TrainingDiverged:
+        """``exc`` with the step it happened in, the settings to change and the checkpoint kept (``divergence``)."""
+        step = self._step
+        batch = step.batch(len(self.algorithm.step_losses)) if hasattr(self, "algorithm") else None
+        return located(exc, self.job, step.epoch + 1, batch, self.run_dir)
+
     def _after_step(self, epoch: int, done: int, per_epoch: int) -> None:
         if mid_epoch_checkpoint_due(self.job, epoch, done, per_epoch):
             position = Position(epoch, done)
-            self._save(position)
+            try:
+                self._save(position)
+            except TrainingDiverged as exc:  # the weights of the step just done
+                raise exc.located(epoch + 1, done, "") from None
             if not self.algorithm.parties_in_step:  # they are idle: tell them, as at an epoch's end
                 self.parties.dispatch(functools.partial(Checkpoint, position=position))
 
@@ -334,6 +365,9 @@ class ActiveParty:
             return float("nan"), {}
         output = torch.cat(in_blocks(rows, lambda block: self._evaluate_block(epoch, block)))
         loss = float(self._loss_fn(output, self.labels[rows]))
+        if not np.isfinite(loss):  # the model ran away: its outputs are not worth a checkpoint
+            what = "NaN" if np.isnan(loss) else "infinite"
+            raise TrainingDiverged(f"the test loss after the epoch is {what}", epoch=epoch + 1)
         return loss, task_metrics(self.job.task, self._label_array(rows), output.numpy())
 
     def _evaluate_block(self, epoch: int, rows: np.ndarray) -> torch.Tensor:

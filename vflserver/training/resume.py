@@ -15,8 +15,9 @@ from typing import Any
 import structlog
 
 from vflalgorithms.base import ServerAlgorithm
+from vflalgorithms.divergence import nonfinite_state
 from vflcore.data.checkpoints import discard_after, load_position, readable_checkpoints, save_position
-from vflcore.errors import CheckpointError
+from vflcore.errors import CheckpointError, TrainingDiverged
 from vflcore.job import ACTIVE_PARTY, JobSpec, Position
 from vflcore.ml.state import restore_rng, rng_state
 from vflcore.work_items import Restore
@@ -38,9 +39,15 @@ def save_checkpoint(
     """Save the active party's state, with the epoch reports so far, as the checkpoint of ``position``.
 
     ``extra`` is kept beside them (the distilled student's: the digest of the outputs it learns from).
+    A state with a NaN or infinite value is not saved (TrainingDiverged): the newest checkpoint on
+    disk stays the newest finite one.
     """
+    own = algorithm.state()
+    bad = nonfinite_state(own)
+    if bad is not None:
+        raise TrainingDiverged(f"the active party's model is not finite ({bad}), so {position} was not saved")
     state = {
-        "algorithm": algorithm.state(),
+        "algorithm": own,
         "rng": rng_state(),
         "reports": [report.plain() for report in reports],
         **(extra or {}),

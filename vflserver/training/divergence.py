@@ -1,0 +1,89 @@
+"""Training that runs away: where it diverged, in words, and the warning of a test loss far past its best.
+
+A NaN or infinite loss, output or weight raises ``TrainingDiverged`` where it is found: the
+algorithm's ``record_step`` (the training loss), ``PassiveParties.publish`` (an answer the active
+party would send), a passive party before it sends (its report comes back through
+``PassiveParties``), ``resume.save_checkpoint`` (weights) and the evaluation (the test loss). The
+finder may not know the epoch and batch; ``StepPosition`` does, and ``located`` gives the job's
+message its position, the settings to change and the checkpoint that is kept.
+
+Before that, a test loss that grows far past its best is a warning (``TestLossWatch``): the
+job's events show it (``vfl-jobs watch``, the console), and the job goes on.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from vflalgorithms.divergence import divergence_advice, step_advice
+from vflcore.data.checkpoints import checkpoint_positions
+from vflcore.errors import TrainingDiverged
+from vflcore.job import JobSpec
+
+#: A test loss this many times its best so far is a warning...
+WARN_RATIO = 10.0
+#: ...if it also exceeds the best by this much (a tiny loss that grows tenfold is still tiny).
+WARN_MARGIN = 1.0
+
+
+@dataclass
+class StepPosition:
+    """Which step of the job the active party is in: where a divergence found inside a step happened."""
+
+    epoch: int = 0  # 0-based, as the loop counts
+    first_batch: int = 0  # the epoch's first batch in this run (> 0: resumed inside it)
+    steps_before: int = 0  # len(step_losses) when the epoch began
+
+    def start(self, epoch: int, first_batch: int, steps_so_far: int) -> None:
+        self.epoch, self.first_batch, self.steps_before = epoch, first_batch, steps_so_far
+
+    def batch(self, steps_so_far: int) -> int:
+        """The batch in progress, from 1: each recorded step is one batch of the epoch done."""
+        return self.first_batch + (steps_so_far - self.steps_before) + 1
+
+
+def located(exc: TrainingDiverged, job: JobSpec, epoch: int, batch: int | None, run_dir: Path) -> TrainingDiverged:
+    """``exc`` with its position (``epoch`` and ``batch`` from 1, unless it knows its own), the settings
+    to change and the active party's newest checkpoint, which the failure keeps."""
+    saved = checkpoint_positions(run_dir)
+    kept = f"the newest: {saved[-1]}, in {run_dir}" if saved else "none was saved yet"
+    if exc.reported:  # a passive party's words, whole: only the active party knows its checkpoints
+        return TrainingDiverged(exc.what, message=f"{exc} (the active party's checkpoints: {kept})")
+    return exc.located(epoch, batch, divergence_advice(job, kept))
+
+
+@dataclass
+class TestLossWatch:
+    """Warns when the test loss grows far past its best: ``WARN_RATIO`` times it, and ``WARN_MARGIN`` above it.
+
+    Once when it first does, then again only each time the loss reaches ``WARN_RATIO`` times the
+    loss last warned of, so a loss that keeps growing warns once per order of magnitude, not
+    every epoch. A NaN or infinite test loss is not a warning: it fails the job.
+    """
+
+    __test__ = False  # not a pytest class, whatever its name
+
+    best: float = math.inf
+    best_epoch: int = -1
+    warned: float | None = None
+
+    def observe(self, epoch: int, test_loss: float, job: JobSpec) -> str | None:
+        """Take epoch ``epoch``'s (0-based) test loss; a warning in words, or None."""
+        if not math.isfinite(test_loss):
+            return None
+        if test_loss < self.best:
+            self.best, self.best_epoch = test_loss, epoch
+            return None
+        floor = max(WARN_RATIO * self.best, self.best + WARN_MARGIN)
+        if self.warned is not None:
+            floor = max(floor, WARN_RATIO * self.warned)
+        if test_loss <= floor:
+            return None
+        self.warned = test_loss
+        return (
+            f"the test loss after epoch {epoch + 1} is {test_loss:.4g}, over {WARN_RATIO:g} times its best "
+            f"({self.best:.4g}, after epoch {self.best_epoch + 1}): training may be running away; if it goes on "
+            f"growing, {step_advice(job)}"
+        )
