@@ -136,7 +136,9 @@ def one_of(choices: Iterable[str]) -> Reader:
 
 def optional_finite(sec: Section, key: str, default: float | None) -> float | None:
     """A finite number, or None where the table leaves the key out (a setting that follows another's)."""
-    return None if key not in sec.raw and default is None else finite(sec, key, default)
+    if key not in sec.raw and default is None:
+        return None
+    return finite(sec, key, 0.0 if default is None else default)
 
 
 #: The reader of a setting that declares none, by the field's type.

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 from abc import ABC, abstractmethod
+from typing import cast
 
 import numpy as np
 import torch
@@ -147,14 +148,17 @@ class ReferenceSplitNN(ReferenceSplitNNFamily):
             self._local_steps(p, rows, sent[p], [leaf.grad for leaf in received[p]])
         return total
 
-    def _local_steps(self, party: int, rows: np.ndarray, sent: list[torch.Tensor], gradients: list) -> None:
+    def _local_steps(
+        self, party: int, rows: np.ndarray, sent: list[torch.Tensor], gradients: list[torch.Tensor | None]
+    ) -> None:
         """A bottom model's update from its gradients (one per part), then FedBCD's Q - 1 on the same gradient."""
         optimizer = self.bottom_optimizers[party]
-        for h, gradient in zip(sent, gradients, strict=True):
-            h.backward(gradient)
+        received = [cast(torch.Tensor, g) for g in gradients]
+        for h, gradient in zip(sent, received, strict=True):  # part by part, as the party does
+            torch.autograd.backward(h, gradient)
         optimizer.step()
-        gradient = gradients[0] if len(gradients) == 1 else torch.cat(gradients)
+        gradient = received[0] if len(received) == 1 else torch.cat(received)
         for _ in range(1, self.local_steps):
             optimizer.zero_grad()
-            self.bottoms[party](self.features[party][rows]).backward(gradient)
+            torch.autograd.backward(self.bottoms[party](self.features[party][rows]), gradient)
             optimizer.step()

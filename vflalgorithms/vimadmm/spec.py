@@ -18,5 +18,6 @@ SPEC = register(
         # ρ, the ADMM penalty, and τ, the local SGD steps a party takes on Eq. 10 per round.
         defaults={"rho": 1.0, "local_steps": 10},
         check=local_steps_and_rho,
+        tuning=("rho", "local_steps"),
     )
 )

@@ -12,5 +12,6 @@ SPEC = register(
         # As VIMADMM's; each local step updates the party's head and its bottom together.
         defaults={"rho": 1.0, "local_steps": 10},
         check=local_steps_and_rho,
+        tuning=("rho", "local_steps"),
     )
 )

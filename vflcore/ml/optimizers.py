@@ -13,7 +13,7 @@ class, and otherwise a ``StepTogether`` of two.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
@@ -27,7 +27,11 @@ __all__ = ["StepTogether", "job_optimizer", "make_optimizer", "role_optimizer", 
 SGD_MOMENTUM = 0.9
 
 
-def _group(name: str, lr: float, weight_decay: float) -> tuple[type[torch.optim.Optimizer], dict[str, Any]]:
+#: An optimizer class, called with parameters (or parameter groups) and its settings.
+Kind = Callable[..., torch.optim.Optimizer]
+
+
+def _group(name: str, lr: float, weight_decay: float) -> tuple[Kind, dict[str, Any]]:
     """The optimizer class and the settings of one parameter group, for the named optimizer."""
     if lr <= 0:
         raise ValueError(f"learning rate must be positive, got {lr}")
@@ -111,7 +115,7 @@ def roles_optimizer(
     class (so a job that gives no role settings has the optimizer it always had); else a
     ``StepTogether`` of one optimizer per role. Roles with no parameters are left out.
     """
-    groups: list[tuple[type[torch.optim.Optimizer], dict[str, Any]]] = []
+    groups: list[tuple[Kind, dict[str, Any]]] = []
     for role, params in params_by_role.items():
         listed = list(params)
         if listed:
