@@ -138,7 +138,7 @@ class TestOptions:
     def test_defaults(self) -> None:
         """APFed-R takes λ (one or per party); APFed-C adds the temperature of Eq. 14."""
         assert algorithm_options(APFED_R, {}) == {"weight": 1.0, "party_weights": {}}
-        assert algorithm_options(APFED_C, {}) == {"weight": 1.0, "party_weights": {}, "temperature": 1.0}
+        assert algorithm_options(APFED_C, {}) == {"weight": 1.0, "party_weights": {}, "temperature": 0.5}
 
     @pytest.mark.parametrize(
         ("algorithm", "given", "message"),
@@ -160,7 +160,7 @@ class TestOptions:
             (APFED_C, {"temperature": 0}, r"\[algorithm\] temperature must be a positive number"),
             (APFED_C, {"temperature": -0.1}, r"\[algorithm\] temperature must be a positive number"),
             (APFED_C, {"temperature": "warm"}, r"\[algorithm\] temperature must be a positive number"),
-            (APFED_R, {"temperature": 1.0}, r"\[algorithm\] temperature is not an option of 'apfed_r'"),
+            (APFED_R, {"temperature": 0.5}, r"\[algorithm\] temperature is not an option of 'apfed_r'"),
             (APFED_C, {"lambda": 1.0}, r"\[algorithm\] lambda is not an option of 'apfed_c'"),
         ],
     )
