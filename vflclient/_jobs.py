@@ -176,11 +176,12 @@ def job_document(
 
     ``job`` is a TOML job file's path, the document itself (``{"job": {...}, "algorithm": {...}}``),
     or a ``JobSpec``, whose fields become the ``[job]`` table (all but what the active party sets
-    from its data) and whose ``algorithm_options`` the ``[algorithm]`` table. A value JSON cannot
+    from its data, and those left unset) and whose ``algorithm_options`` the ``[algorithm]`` table. A value JSON cannot
     carry (a TOML date, NaN) raises ConfigError naming its key.
     """
     if isinstance(job, JobSpec):
-        table = {f.name: getattr(job, f.name) for f in settable_fields()}
+        # A setting left unset (None: a role's optimizer as the job's) is left out, as a file would.
+        table = {f.name: value for f in settable_fields() if (value := getattr(job, f.name)) is not None}
         document: Mapping[str, Any] = {"job": table, "algorithm": dict(job.algorithm_options)}
     elif isinstance(job, Mapping):
         document = job
