@@ -10,14 +10,12 @@ reports it as its failure (``PassiveParty._work``) and the server ends the job i
 
 from __future__ import annotations
 
-from types import TracebackType
-
 import numpy as np
 
 from vflalgorithms.divergence import divergence_advice, nonfinite, nonfinite_state
 from vflcore.errors import TrainingDiverged
 from vflcore.job import JobSpec, Position
-from vflcore.wire.links import TensorExchange, TrainingLink
+from vflcore.wire.links import FilteredExchange, TensorExchange, TrainingLink
 from vflcore.wire.names import EVAL_EMBEDDING
 from vflcore.wire.tensors import TensorKey
 
@@ -72,29 +70,13 @@ class CheckedLink(TrainingLink):
         return _CheckedExchange(inner, self, round_, up)
 
 
-class _CheckedExchange(TensorExchange):
+class _CheckedExchange(FilteredExchange):
     """A round's exchange whose uploads are checked before they are queued; downloads pass through."""
 
     def __init__(self, inner: TensorExchange, link: CheckedLink, round_: int, up: str) -> None:
-        self._inner, self._link, self._round, self._up = inner, link, round_, up
+        super().__init__(inner)
+        self._link, self._round, self._up = link, round_, up
 
-    def send(self, batch: int, array: np.ndarray) -> None:
+    def upload(self, batch: int, array: np.ndarray) -> np.ndarray:
         check_upload(self._link.party, self._link.job, self._up, self._round, batch, array)
-        self._inner.send(batch, array)
-
-    def receive_bundle(self, batch: int) -> dict[str, np.ndarray]:
-        return self._inner.receive_bundle(batch)
-
-    def receive(self, batch: int) -> np.ndarray:
-        return self._inner.receive(batch)
-
-    def close(self) -> None:
-        self._inner.close()
-
-    def cancel(self) -> None:
-        self._inner.cancel()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self._inner.__exit__(exc_type, exc, tb)
+        return array

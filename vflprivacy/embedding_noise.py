@@ -30,13 +30,12 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from types import TracebackType
 
 import numpy as np
 import structlog
 
 from vflcore.privacy import PrivacySpec
-from vflcore.wire.links import TensorExchange, TrainingLink
+from vflcore.wire.links import FilteredExchange, TensorExchange, TrainingLink
 from vflcore.wire.names import upload_rpc
 from vflcore.wire.tensors import TensorKey
 from vflprivacy.accounting import EmbeddingPrivacy, ReleaseLedger
@@ -123,34 +122,18 @@ class NoisyLink(TrainingLink):
         return report
 
 
-class _NoisyExchange(TensorExchange):
+class _NoisyExchange(FilteredExchange):
     """A round's exchange whose uploads are protected before they are queued; downloads pass through."""
 
     def __init__(self, inner: TensorExchange, link: NoisyLink, round_: int, up: str) -> None:
-        self._inner, self._link, self._round, self._up = inner, link, round_, up
+        super().__init__(inner)
+        self._link, self._round, self._up = link, round_, up
 
-    def send(self, batch: int, array: np.ndarray) -> None:
+    def upload(self, batch: int, array: np.ndarray) -> np.ndarray:
         if protects(self._up, array):
             array = self._link.noise.protect(array, self._round, batch, self._up)
             self._link.ledger.record(self._up, self._round)
-        self._inner.send(batch, array)
-
-    def receive_bundle(self, batch: int) -> dict[str, np.ndarray]:
-        return self._inner.receive_bundle(batch)
-
-    def receive(self, batch: int) -> np.ndarray:
-        return self._inner.receive(batch)
-
-    def close(self) -> None:
-        self._inner.close()
-
-    def cancel(self) -> None:
-        self._inner.cancel()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self._inner.__exit__(exc_type, exc, tb)
+        return array
 
 
 def protected_link(link: TrainingLink, privacy: PrivacySpec, folder: Path, party: int) -> TrainingLink:

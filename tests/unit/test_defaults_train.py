@@ -20,7 +20,7 @@ import torch
 from vflalgorithms.base import algorithm_spec
 from vflalgorithms.reference import aligned_tables
 from vflclient import read_party_csv
-from vflcore.job import JobSpec
+from vfltesting.jobs import DIGITS_JOB
 
 EPOCHS = 10
 ROWS = 500
@@ -35,17 +35,9 @@ ALGORITHMS = ["splitnn", "fedbcd", "vimsgd", "vimadmm", "vimadmm_j", "apfed_r", 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_the_demo_settings_train_every_algorithm(algorithm: str, digits_data: Path) -> None:
-    job = JobSpec(
-        job_id=f"demo-{algorithm}",
-        algorithm=algorithm,
-        epochs=EPOCHS,
-        batch_size=32,
-        embedding_dim=16,
-        bottom_hidden=(64,),
-        optimizer="adam",
-        learning_rate=0.002,
-        test_fraction=0.2,
-        passive_parties=(2, 3),
+    # The demo's job file (examples/jobs/splitnn.toml): batch 32 and Adam at 0.002.
+    job = replace(
+        DIGITS_JOB, job_id=f"demo-{algorithm}", algorithm=algorithm, epochs=EPOCHS, batch_size=32, learning_rate=0.002
     )
     tables = {1: read_party_csv(digits_data / "party1.csv", label_column="label")}
     tables.update({p: read_party_csv(digits_data / f"party{p}.csv") for p in (2, 3)})

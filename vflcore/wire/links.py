@@ -55,6 +55,41 @@ class TensorExchange(ABC):
             self.cancel()
 
 
+class FilteredExchange(TensorExchange):
+    """Another exchange whose uploads pass ``upload`` first (a check, noise); downloads pass through.
+
+    What the links that wrap a party's connection (its embedding noise, its divergence check)
+    share: each says only what it does to an upload.
+    """
+
+    def __init__(self, inner: TensorExchange) -> None:
+        self._inner = inner
+
+    @abstractmethod
+    def upload(self, batch: int, array: np.ndarray) -> np.ndarray:
+        """What is sent for ``batch`` instead of ``array`` (it may raise to send nothing)."""
+
+    def send(self, batch: int, array: np.ndarray) -> None:
+        self._inner.send(batch, self.upload(batch, array))
+
+    def receive_bundle(self, batch: int) -> dict[str, np.ndarray]:
+        return self._inner.receive_bundle(batch)
+
+    def receive(self, batch: int) -> np.ndarray:
+        return self._inner.receive(batch)
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def cancel(self) -> None:
+        self._inner.cancel()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._inner.__exit__(exc_type, exc, tb)
+
+
 class ServerLink(ABC):
     """Upload a tensor to the active party, or download the one it holds for a key."""
 
