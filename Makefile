@@ -11,7 +11,7 @@ GRPC_TOOLS_VERSION := 1.81.1
 CERTS := certs
 DATA := examples/data
 
-.PHONY: help venv certs data demo test test-unit test-integration lint typecheck proto proto-check bench-overhead bench-psi bench-psi-10m bench-data bench-train-10m bench-score bench-comm bench-fedbcd bench-async bench-apfed bench-distill bench-adptvfedconv bench-inference bench-wan bench-service bench-recovery bench-privacy bench-fuzz fuzz clean
+.PHONY: help venv certs data demo test test-unit test-integration lint typecheck proto proto-check bench-overhead bench-psi bench-psi-10m bench-data bench-train-10m bench-score bench-comm bench-oracles bench-fedbcd bench-async bench-apfed bench-distill bench-adptvfedconv bench-inference bench-wan bench-service bench-recovery bench-privacy bench-fuzz fuzz clean
 
 help:
 	@echo "make demo            set up, then run server + 2 clients over mTLS: training and inference"
@@ -19,6 +19,7 @@ help:
 	@echo "make proto           regenerate the committed gRPC code from proto/"
 	@echo "make bench-overhead  federation overhead ratio (SplitNN over mTLS vs in-process)"
 	@echo "make bench-comm      bytes to 95 % accuracy: VIMADMM vs VIMSGD vs SplitNN (digits, 4 clients)"
+	@echo "make bench-oracles   every row of shared/ORACLES.md §1 over mTLS, 3 seeds, against the authors' figures (about 25 min)"
 	@echo "make bench-fedbcd    rounds to 93 % accuracy: FedBCD Q=10 vs Q=1 (digits)"
 	@echo "make bench-async     wall time, async vs sync VFL, round-robin delayed parties"
 	@echo "make bench-apfed     APFed Table 2 on digits: APFed-R/-C vs SingleVL and TVFL, plus the λ sweep (10-15 min)"
@@ -110,6 +111,9 @@ bench-train-10m: venv
 
 bench-comm: venv
 	$(PY) -m bench.algorithms.comm
+
+bench-oracles: venv
+	$(PY) -m bench.algorithms.oracles
 
 bench-fedbcd: venv
 	$(PY) -m bench.algorithms.fedbcd

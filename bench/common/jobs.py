@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from vflcore.job import JobSpec
+from vflcore.job import ROLES, JobSpec
 from vfltesting.localrun import stop_all, wait_all, wait_for_port
 
 BIN = Path(sys.executable).parent
@@ -39,10 +39,22 @@ def write_configs(
     top_hidden: tuple[int, ...],
     top_dropout: float = 0.0,
     torch_threads: int = 1,
+    party_factory: str = "",
 ) -> None:
-    """``root/server.toml`` with the job, and ``root/party{k}.toml`` per passive party; runs go to ``root/runs``."""
+    """``root/server.toml`` with the job, and ``root/party{k}.toml`` per passive party; runs go to ``root/runs``.
+
+    ``party_factory`` ("module:callable") is every passive party's ``[model] factory``; "" leaves
+    each party the job's MLP.
+    """
     run_dir = root / "runs"
     options = "".join(f"{key} = {_toml_value(value)}\n" for key, value in sorted(job.algorithm_options.items()))
+    roles = "".join(
+        f"{key} = {_toml_value(value)}\n"
+        for role in ROLES
+        for key in (f"{role}_optimizer", f"{role}_learning_rate", f"{role}_weight_decay")
+        if (value := getattr(job, key)) is not None
+    )
+    model = f'\n[model]\nfactory = "{party_factory}"\n' if party_factory else ""
     (root / "server.toml").write_text(
         f"""[server]
 listen = "127.0.0.1:0"
@@ -74,7 +86,7 @@ bottom_hidden = {_toml_list(job.bottom_hidden)}
 optimizer = "{job.optimizer}"
 learning_rate = {job.learning_rate}
 weight_decay = {job.weight_decay}
-test_fraction = {job.test_fraction}
+{roles}test_fraction = {job.test_fraction}
 wire_codec = "{job.wire_codec}"
 
 [algorithm]
@@ -98,7 +110,7 @@ key = "{certs / f"party-{party}.key"}"
 
 [data]
 path = "{data / f"party{party}.csv"}"
-"""
+{model}"""
         )
 
 
