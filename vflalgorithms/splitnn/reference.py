@@ -61,16 +61,10 @@ class ReferenceSplitNNFamily(FromTables, ABC):
         """Every model trained here, for train and eval mode."""
         return list(self.bottoms.values())
 
-    def _top(self, rows: np.ndarray, passive: list[torch.Tensor], *, own: bool = True) -> torch.Tensor:
-        """The server's model over [own embedding, passive embeddings in party order], as the server builds it.
-
-        ``own=False`` cuts the active party's own embedding off the graph (VIMSGD's head update).
-        """
-        parts = []
-        if ACTIVE_PARTY in self.bottoms:
-            h = self.bottoms[ACTIVE_PARTY](self.features[ACTIVE_PARTY][rows])
-            parts.append(h if own else h.detach())
-        return self._forward(parts, passive)
+    def _top(self, rows: np.ndarray, passive: list[torch.Tensor]) -> torch.Tensor:
+        """The server's model over [own embedding, passive embeddings in party order], as the server builds it."""
+        own = [self.bottoms[ACTIVE_PARTY](self.features[ACTIVE_PARTY][rows])] if ACTIVE_PARTY in self.bottoms else []
+        return self._forward(own, passive)
 
     def train_epoch(self, epoch: int) -> float:
         """One epoch over the shared batch schedule; returns the row-weighted mean training loss."""
