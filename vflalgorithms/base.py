@@ -13,7 +13,6 @@ spec by calling ``register`` when it is imported.
 from __future__ import annotations
 
 import importlib
-import math
 import pkgutil
 import threading
 from abc import ABC, abstractmethod
@@ -27,7 +26,7 @@ import torch
 from torch import nn
 
 from vflalgorithms.factories import ModelSlot
-from vflcore.errors import ConfigError, TrainingDiverged
+from vflcore.errors import ConfigError, check_finite
 from vflcore.job import JobSpec, Schedule
 from vflcore.ml.models import build_seeded
 from vflcore.ml.onnx_export import OnnxPart
@@ -166,8 +165,7 @@ class ServerAlgorithm(ABC):
 
         ``record_step`` calls it; a half may call it sooner, before it sends the step's answers.
         """
-        if not math.isfinite(loss):
-            raise TrainingDiverged(f"the training loss is {'NaN' if math.isnan(loss) else 'infinite'}")
+        check_finite(loss, "the training loss")
 
     #: The ``[model]`` factories this algorithm takes (``vflalgorithms.factories``); the rest are refused.
     factory_keys: tuple[str, ...] = ()

@@ -17,12 +17,8 @@ import numpy as np
 import torch
 
 from vflalgorithms.base import algorithm_spec
-from vflcore.errors import ConfigError
+from vflcore.errors import ConfigError, nonfinite_word
 from vflcore.job import JobSpec
-
-
-def _nonfinite_word(value: float) -> str:
-    return "NaN" if math.isnan(value) else "infinite"
 
 
 def nonfinite(values: np.ndarray | torch.Tensor) -> str | None:
@@ -61,7 +57,7 @@ def nonfinite_state(state: object, path: str = "") -> str | None:
                 return found
         return None
     if isinstance(state, float):
-        return None if math.isfinite(state) else f"{path} is {_nonfinite_word(state)}"
+        return None if math.isfinite(state) else f"{path} is {nonfinite_word(state)}"
     if isinstance(state, torch.Tensor | np.ndarray):
         words = nonfinite(state)
         return None if words is None else f"{path}: {words}"

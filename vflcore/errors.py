@@ -55,6 +55,7 @@ for those still catch them. The modules that used to define a class re-export it
 
 from __future__ import annotations
 
+import math
 from typing import overload
 
 
@@ -153,6 +154,17 @@ class TrainingDiverged(VflError):
         if self.epoch is not None:
             epoch, batch = self.epoch, self.batch
         return TrainingDiverged(self.what, epoch=epoch, batch=batch, advice=self.advice or advice)
+
+
+def nonfinite_word(value: float) -> str:
+    """ "NaN" or "infinite": what a non-finite number is, in a divergence message."""
+    return "NaN" if math.isnan(value) else "infinite"
+
+
+def check_finite(value: float, what: str, *, epoch: int | None = None) -> None:
+    """Raise TrainingDiverged ("``what`` is NaN") if ``value`` is NaN or infinite: a loss that ran away."""
+    if not math.isfinite(value):
+        raise TrainingDiverged(f"{what} is {nonfinite_word(value)}", epoch=epoch)
 
 
 # ---- the federation: jobs, parties, tensors ---------------------------------------------------

@@ -24,7 +24,7 @@ from vflalgorithms.base import ActiveContext, ServerAlgorithm, algorithm_spec
 from vflalgorithms.factories import resolve_factories
 from vflcore.data.checkpoints import party_dir
 from vflcore.data.tables import PartyTable, select_rows, write_aligned_ids
-from vflcore.errors import ConfigError, JobAborted, PartyLost, TrainingDiverged
+from vflcore.errors import ConfigError, JobAborted, PartyLost, TrainingDiverged, check_finite
 from vflcore.job import ACTIVE_PARTY, JobSpec, Position, Schedule, mid_epoch_checkpoint_due, new_job_id
 from vflcore.ml.losses import label_tensor, output_width, task_loss
 from vflcore.ml.metrics import task_metrics
@@ -365,9 +365,8 @@ class ActiveParty:
             return float("nan"), {}
         output = torch.cat(in_blocks(rows, lambda block: self._evaluate_block(epoch, block)))
         loss = float(self._loss_fn(output, self.labels[rows]))
-        if not np.isfinite(loss):  # the model ran away: its outputs are not worth a checkpoint
-            what = "NaN" if np.isnan(loss) else "infinite"
-            raise TrainingDiverged(f"the test loss after the epoch is {what}", epoch=epoch + 1)
+        # The model ran away: its outputs are not worth a checkpoint.
+        check_finite(loss, "the test loss after the epoch", epoch=epoch + 1)
         return loss, task_metrics(self.job.task, self._label_array(rows), output.numpy())
 
     def _evaluate_block(self, epoch: int, rows: np.ndarray) -> torch.Tensor:
