@@ -30,13 +30,23 @@ from vflcore.data.checkpoints import (
     discard_after,
     load_position,
     party_dir,
+    pin,
     readable_checkpoints,
     save_position,
 )
 from vflcore.data.tables import PartyTable, write_aligned_ids
 from vflcore.errors import ArtifactError, ConfigError, JobAborted, JoinRejected, PartyUnavailable, ServerUnavailable
-from vflcore.job import ACTIVE_PARTY, JobSpec, Position, check_job_id, mid_epoch_checkpoint_due
+from vflcore.job import (
+    ACTIVE_PARTY,
+    JobSpec,
+    Position,
+    Schedule,
+    check_job_id,
+    mid_epoch_checkpoint_due,
+    round_score_due,
+)
 from vflcore.job_rules import validate_job
+from vflcore.ml.modes import modes_kept
 from vflcore.ml.onnx_export import MODEL_FILE, PROBE_ROWS, export_onnx, part_metadata
 from vflcore.ml.state import restore_rng, rng_state
 from vflcore.party_privacy import PartyPrivacy, refusal
@@ -48,7 +58,7 @@ from vflcore.wire.links import TrainingLink
 from vflcore.wire.names import EVAL_EMBEDDING, infer_embedding_name
 from vflcore.wire.tensors import TensorKey
 from vflcore.wire.traffic import summary_lines
-from vflcore.work_items import Align, Checkpoint, Evaluate, Finish, Infer, Restore, Share, Task, TrainEpoch
+from vflcore.work_items import Align, Checkpoint, Evaluate, Finish, HoldOut, Infer, Restore, Share, Task, TrainEpoch
 from vflprivacy.embedding_noise import NoisyLink, protected_link
 from vflprivacy.recording import LinkRecorder, RecordingLink
 
@@ -101,6 +111,9 @@ class PassiveParty:
         self.keep_checkpoints = keep_checkpoints  # per job, the newest epochs' checkpoints
         self.stop_event = threading.Event()
         self.job: JobSpec | None = None
+        #: The job's split of the aligned rows and its batches: from the seed, or around the rows the
+        #: active party holds out (``HoldOut``); set at alignment.
+        self.schedule: Schedule | None = None
         self.algorithm: ClientAlgorithm | None = None
         #: Keeps what crosses the training link, for the attack probes (``vflprivacy.recording``); off by default.
         self.recorder = recorder
@@ -207,6 +220,7 @@ class PassiveParty:
         )
         self.table = aligned
         self.job = replace(self.job, num_rows=aligned.num_rows)
+        self.schedule = self.job.schedule()
         write_aligned_ids(self._dir(self.job), aligned.ids)
         log.info(
             "aligned", rows=aligned.num_rows, reused=not task.run_psi, seconds=round(time.perf_counter() - started, 2)
@@ -222,7 +236,9 @@ class PassiveParty:
         Not at alignment: a ``--psi-only`` job ends after PSI, and a party whose CSV holds only
         its ID column (no features, so no bottom model can be built) must still finish it.
         """
-        assert self.job is not None and self.table is not None, "the server sent work before alignment"
+        assert self.job is not None and self.table is not None and self.schedule is not None, (
+            "the server sent work before alignment"
+        )
         if self.algorithm is None:
             recorded = connection if self.recorder is None else RecordingLink(connection, self.recorder)
             self.link = protected_link(recorded, self.job.privacy, self._dir(self.job), self.party)
@@ -230,7 +246,7 @@ class PassiveParty:
                 PassiveContext(
                     party=self.party,
                     job=self.job,
-                    schedule=self.job.schedule(),
+                    schedule=self.schedule,
                     features=torch.from_numpy(np.ascontiguousarray(self.table.features, dtype=np.float32)).to(
                         self.device
                     ),
@@ -247,6 +263,9 @@ class PassiveParty:
         if isinstance(task, Align):
             self._align(task, connection)
             return 0
+        if isinstance(task, HoldOut):
+            self._hold_out(task.rows)
+            return 0
         algorithm = self._algorithm(connection)
         assert self.job is not None and self.link is not None
         job, link = self.job, self.link
@@ -256,16 +275,18 @@ class PassiveParty:
                 algorithm.train_epoch(epoch, first_batch)
                 log.info("epoch_done")
                 return 1
-            case Checkpoint(_, position):
+            case Checkpoint(_, position, best):
                 state = checked_state(self.party, job, position, self._state(algorithm))
+                if best is not None:  # the best epoch by validation so far: kept beyond keep_checkpoints
+                    pin(self._dir(job), best)
                 save_position(self._dir(job), position, state, keep=self.keep_checkpoints)
-                if position == Position.after_epoch(job.epochs - 1):  # training is over: the model leaves
-                    self.trained = True
-                    self._export(algorithm, job)
-                    if self.recorder is not None:
-                        self.recorder.record_trained(algorithm.embed, job.num_rows)
-            case Restore(_, position):
-                self._restore(algorithm, position)
+                # Training is over: the model leaves (with validation, the best epoch's, at Restore(serve)).
+                if position == Position.after_epoch(job.epochs - 1) and not job.validation_fraction:
+                    self._trained(algorithm, job)
+            case Restore(_, position, serve):
+                self._restore(algorithm, position, keep_newer=serve)
+                if serve:
+                    self._trained(algorithm, job)
             case Evaluate(_, epoch, rows):
                 embedding = algorithm.embed(rows)
                 check_upload(self.party, job, EVAL_EMBEDDING, epoch, 0, embedding)
@@ -277,6 +298,26 @@ class PassiveParty:
                 log.info("inference_served", request=request_id, rows=len(rows))
         return 0
 
+    def _trained(self, algorithm: ClientAlgorithm, job: JobSpec) -> None:
+        """Training is over, and ``algorithm`` holds the model to serve: export it (and record it for the probes)."""
+        self.trained = True
+        self._export(algorithm, job)
+        if self.recorder is not None:
+            self.recorder.record_trained(algorithm.embed, job.num_rows)
+
+    def _hold_out(self, rows: np.ndarray) -> None:
+        """The active party's own test rows (its dataset's ``held_out_ids``): the split is built around them."""
+        assert self.job is not None, "the server sent held-out rows before alignment"
+        try:
+            self.schedule = self.job.schedule(rows)
+        except ValueError as exc:
+            raise ConfigError(
+                f"the server's held-out rows do not fit this party's {self.job.num_rows} rows: {exc}"
+            ) from None
+        if self.algorithm is not None:  # built at alignment, before any training step
+            self.algorithm.ctx.schedule = self.schedule
+        log.info("held_out", test_rows=len(self.schedule.test_rows))
+
     def _export(self, algorithm: ClientAlgorithm, job: JobSpec) -> None:
         """Write this party's trained part as ``model.onnx`` next to its checkpoints (it never leaves this host).
 
@@ -284,7 +325,8 @@ class PassiveParty:
         and the checkpoints hold the weights.
         """
         assert self.table is not None
-        rows = job.schedule().train_rows[:PROBE_ROWS]
+        assert self.schedule is not None
+        rows = self.schedule.train_rows[:PROBE_ROWS]
         part = algorithm.onnx_part(rows)
         path = self._dir(job) / MODEL_FILE
         try:
@@ -299,15 +341,28 @@ class PassiveParty:
         return {"algorithm": algorithm.state(), "rng": rng_state()}
 
     def _after_step(self, epoch: int, done: int, per_epoch: int) -> None:
-        """Inside an epoch, save at the same steps as every other party (``[job] checkpoint_every_steps``)."""
+        """Inside an epoch, after the same steps as every other party: send the test rows' representation
+        (``[job] eval_every_rounds``), and save (``[job] checkpoint_every_steps``)."""
         assert self.job is not None and self.algorithm is not None
+        if round_score_due(self.job, epoch, done, per_epoch) and _scored_with_parties(self.job.algorithm):
+            self._send_round_score(epoch, done)
         if mid_epoch_checkpoint_due(self.job, epoch, done, per_epoch):
             position = Position(epoch, done)
             state = checked_state(self.party, self.job, position, self._state(self.algorithm))
             save_position(self._dir(self.job), position, state, keep=self.keep_checkpoints)
 
-    def _restore(self, algorithm: ClientAlgorithm, position: Position) -> None:
-        """Continue from the checkpoint of ``position`` (``Position(0, 0)``: the start) and delete newer ones."""
+    def _send_round_score(self, epoch: int, done: int) -> None:
+        """This party's representation of the test rows after ``done`` steps of ``epoch``; training goes on."""
+        assert self.job is not None and self.algorithm is not None and self.schedule is not None
+        assert self.link is not None
+        with modes_kept(self.algorithm):
+            embedding = self.algorithm.embed(self.schedule.test_rows)
+        check_upload(self.party, self.job, EVAL_EMBEDDING, epoch, done, embedding)
+        self.link.send(TensorKey(self.job.job_id, epoch, done, EVAL_EMBEDDING), embedding)
+
+    def _restore(self, algorithm: ClientAlgorithm, position: Position, *, keep_newer: bool = False) -> None:
+        """Continue from the checkpoint of ``position`` (``Position(0, 0)``: the start) and delete newer ones
+        (``keep_newer``: keep them, as for the best epoch served after training)."""
         assert self.job is not None
         folder = self._dir(self.job)
         if position > Position(0, 0):
@@ -315,7 +370,8 @@ class PassiveParty:
             algorithm.load_state(state["algorithm"])
             restore_rng(state["rng"])
             log.info("resumed", at=str(position), epoch=position.epoch, batch=position.batch)
-        discard_after(folder, position)
+        if not keep_newer:
+            discard_after(folder, position)
 
     def _dir(self, job: JobSpec) -> Path:
         return party_dir(self.run_dir, job.job_id, self.party)
@@ -341,6 +397,11 @@ def _meets_the_rules(job: JobSpec) -> None:
         validate_job(job, "the server's job")
     except ConfigError as exc:
         raise JoinRejected(f"{exc}; this party refuses the job") from None
+
+
+def _scored_with_parties(algorithm: str) -> bool:
+    """Whether the active party needs this party's representation to score ``algorithm``'s model (not APFed's)."""
+    return algorithm_spec(algorithm).active_half().needs_parties_to_predict
 
 
 def _passive_half(algorithm: str) -> type[ClientAlgorithm]:

@@ -7,6 +7,8 @@ same numbers on every party, so no party has to tell another which rows it is wo
 The schedule: parties hold the same aligned rows in the same order and the same job seed, so
 seeding NumPy's generator with the seed (and epoch) gives each party the same split and the same
 batches. Nothing depends on process state, which is what makes the agreement hold across machines.
+The one exception is a test set the active party's dataset names (``held_out_ids``): it tells
+the passive parties those rows' positions (``HoldOut``), and the rest follows from the seed again.
 """
 
 from __future__ import annotations
@@ -89,6 +91,16 @@ class JobSpec:
     bottom_learning_rate: float | None = field(default=None, metadata=setting("job", unset="as `learning_rate`"))
     bottom_weight_decay: float | None = field(default=None, metadata=setting("job", unset="as `weight_decay`"))
     test_fraction: float = field(default=0.2, metadata=_JOB)
+    #: The share of the training rows set aside to choose the best epoch by (0: none). With it, every
+    #: epoch is also scored on them, and the weights of the epoch with the lowest validation loss are
+    #: kept, served and named in ``summary.json`` (``best_epoch``), not merely the last epoch's.
+    validation_fraction: float = field(default=0.0, metadata=_JOB)
+    #: Stop training once the validation loss has not improved for this many epochs (0: train every
+    #: epoch). Needs ``validation_fraction``.
+    patience: int = field(default=0, metadata=_JOB)
+    #: Also score the held-out test rows after every this many training steps (rounds) inside an
+    #: epoch (0: at the end of each epoch only), so that "rounds to 95 %" is measured by the round.
+    eval_every_rounds: int = field(default=0, metadata=_JOB)
     num_rows: int = 0
     passive_parties: tuple[int, ...] = field(default=(2, 3), metadata=_JOB)
     algorithm_options: dict[str, Any] = field(default_factory=dict)
@@ -126,9 +138,9 @@ class JobSpec:
         """Algorithm options as JSON: the only encoding that crosses the wire."""
         return json.dumps(self.algorithm_options, sort_keys=True)
 
-    def schedule(self) -> Schedule:
-        """The row split and batch order, derived from the seed alone."""
-        return Schedule(self)
+    def schedule(self, held_out: np.ndarray | None = None) -> Schedule:
+        """The row split and batch order: derived from the seed alone, or around ``held_out`` test rows."""
+        return Schedule(self, held_out)
 
 
 def settable_fields() -> tuple[Field[Any], ...]:
@@ -185,7 +197,21 @@ def mid_epoch_checkpoint_due(job: JobSpec, epoch: int, done: int, per_epoch: int
     Every party asks the same question after the same step, so all of them save the same
     positions without telling each other; the epoch's end is saved anyway, so it is not due here.
     """
-    every = job.checkpoint_every_steps
+    return _due_inside(job.checkpoint_every_steps, epoch, done, per_epoch)
+
+
+def round_score_due(job: JobSpec, epoch: int, done: int, per_epoch: int) -> bool:
+    """Whether ``done`` batches into ``epoch`` is an ``eval_every_rounds`` boundary inside the epoch.
+
+    As with the checkpoints, every party asks after the same step: each passive party then sends
+    its representation of the test rows, and the active party scores them. The epoch's end is
+    scored anyway, so it is not due here.
+    """
+    return _due_inside(job.eval_every_rounds, epoch, done, per_epoch)
+
+
+def _due_inside(every: int, epoch: int, done: int, per_epoch: int) -> bool:
+    """Whether the job's step count after ``done`` batches of ``epoch`` is a multiple of ``every``, inside the epoch."""
     return every > 0 and 0 < done < per_epoch and (epoch * per_epoch + done) % every == 0
 
 
@@ -196,11 +222,22 @@ def model_seed(job_seed: int, party: int, part: str) -> int:
 
 
 class Schedule:
-    """Which aligned rows are held out, and the batches of every epoch."""
+    """Which aligned rows train, which are held out to test and to validate, and the batches of every epoch.
 
-    def __init__(self, job: JobSpec) -> None:
+    The test rows are the job's seeded ``test_fraction``, or the rows the active party's dataset
+    names (``held_out``: its ``held_out_ids`` file, sent to every party as ``HoldOut``). The
+    validation rows are a seeded ``validation_fraction`` of the rest; they never train.
+    """
+
+    def __init__(self, job: JobSpec, held_out: np.ndarray | None = None) -> None:
         self.job = job
-        self.train_rows, self.test_rows = split_rows(job.num_rows, job.test_fraction, job.seed)
+        if held_out is None:
+            train_rows, self.test_rows = split_rows(job.num_rows, job.test_fraction, job.seed)
+        else:
+            train_rows, self.test_rows = rows_around(job.num_rows, held_out)
+        self.train_rows, self.valid_rows = validation_rows(train_rows, job.validation_fraction, job.seed)
+        #: Whether the test rows were given (``held_out``) rather than drawn by the seed.
+        self.given = held_out is not None
 
     def batches(self, epoch: int) -> list[np.ndarray]:
         """The batches of one epoch, identical on every party."""
@@ -242,6 +279,37 @@ def split_rows(num_rows: int, test_fraction: float, seed: int) -> tuple[np.ndarr
     test_rows = np.sort(permutation[:num_test])
     train_rows = np.sort(permutation[num_test:])
     return train_rows, test_rows
+
+
+def rows_around(num_rows: int, held_out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(train_rows, test_rows) when the test rows are given: ``held_out``, and every other row trains."""
+    test_rows = np.unique(np.asarray(held_out, dtype=np.int64))
+    if len(test_rows) and (test_rows[0] < 0 or test_rows[-1] >= num_rows):
+        raise ValueError(f"held-out rows must be positions among the {num_rows} aligned rows")
+    if len(test_rows) >= num_rows:
+        raise ValueError(f"all {num_rows} aligned rows are held out, none is left to train on")
+    mask = np.ones(num_rows, dtype=bool)
+    mask[test_rows] = False
+    return np.flatnonzero(mask).astype(np.int64), test_rows
+
+
+def validation_rows(train_rows: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(train_rows, valid_rows): a seeded ``fraction`` of ``train_rows`` set aside, each part sorted.
+
+    At least one row when ``fraction`` > 0, and at least one row left to train on. Seeded apart
+    from the test split ([seed, 1]), so a job's test rows stay the same with or without validation.
+    """
+    if not 0.0 <= fraction < 1.0:
+        raise ValueError(f"validation_fraction must be in [0, 1), got {fraction}")
+    if fraction == 0.0:
+        return train_rows, np.empty(0, dtype=np.int64)
+    count = max(1, round(len(train_rows) * fraction))
+    if len(train_rows) - count < 1:
+        raise ValueError(f"validation_fraction {fraction} leaves no training rows out of {len(train_rows)}; lower it")
+    permutation = np.random.default_rng([seed, 1]).permutation(len(train_rows))
+    valid = np.sort(train_rows[permutation[:count]])
+    train = np.sort(train_rows[permutation[count:]])
+    return train, valid
 
 
 def epoch_batches(train_rows: np.ndarray, batch_size: int, seed: int, epoch: int) -> list[np.ndarray]:

@@ -69,6 +69,25 @@ def validate_job(job: JobSpec, where: str = "config") -> None:
             raise ConfigError(f"{where}: [job] {key} must be at least 1")
     if not 0.0 <= job.test_fraction < 1.0:
         raise ConfigError(f"{where}: [job] test_fraction must be in [0, 1)")
+    if not 0.0 <= job.validation_fraction < 1.0:
+        raise ConfigError(
+            f"{where}: [job] validation_fraction = {job.validation_fraction}; give a share of the training rows "
+            "in [0, 1), e.g. 0.1, or 0 for no validation"
+        )
+    if job.patience < 0:
+        raise ConfigError(
+            f"{where}: [job] patience = {job.patience}; give a number of epochs, or 0 to never stop early"
+        )
+    if job.patience and not job.validation_fraction:
+        raise ConfigError(
+            f"{where}: [job] patience = {job.patience} stops on the validation loss, but validation_fraction is 0; "
+            "set validation_fraction (e.g. 0.1) or remove patience"
+        )
+    if job.eval_every_rounds < 0:
+        raise ConfigError(
+            f"{where}: [job] eval_every_rounds = {job.eval_every_rounds}; give a number of rounds, "
+            "or 0 to score the test rows only at the end of each epoch"
+        )
     if job.checkpoint_every_steps < 0:
         raise ConfigError(
             f"{where}: [job] checkpoint_every_steps = {job.checkpoint_every_steps}; give a number of steps, "

@@ -107,6 +107,9 @@ class Checkpoint:
 
     task_id: int
     position: Position
+    #: With ``[job] validation_fraction``: the best position so far by the validation loss. Every
+    #: party keeps its checkpoint beyond ``keep_checkpoints`` (``vflcore.data.checkpoints.pin``).
+    best: Position | None = None
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,22 @@ class Restore:
 
     task_id: int
     position: Position
+    #: Training is over and ``position`` is the best epoch's (``[job] validation_fraction``): load
+    #: it as the trained model, keep the newer checkpoints, and export it.
+    serve: bool = False
 
 
-Task = Align | TrainEpoch | Checkpoint | Restore | Evaluate | Infer | Share | Finish
+@dataclass(frozen=True, eq=False)  # eq=False: comparing numpy arrays field by field is ambiguous
+class HoldOut:
+    """The test rows the active party's dataset names (``held_out_ids``); every other aligned row trains.
+
+    Sent after alignment, before any training, whenever the job (re)starts: without it every
+    party draws the same test rows from the job's seed (``vflcore.job.Schedule``).
+    """
+
+    task_id: int
+    #: Sorted positions among the aligned rows.
+    rows: np.ndarray
+
+
+Task = Align | HoldOut | TrainEpoch | Checkpoint | Restore | Evaluate | Infer | Share | Finish

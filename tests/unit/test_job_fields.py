@@ -38,6 +38,9 @@ def test_every_field_survives_the_wire() -> None:
         bottom_learning_rate=0.0625,
         bottom_weight_decay=0.5,
         test_fraction=0.5,
+        validation_fraction=0.25,
+        patience=3,
+        eval_every_rounds=9,
         num_rows=11,
         passive_parties=(2, 5),
         algorithm_options={"local_steps": 2},
@@ -84,6 +87,7 @@ def test_every_configurable_field_is_read_from_the_job_table() -> None:
     assert job.learning_rate == job.weight_decay == job.test_fraction == 0.125
     assert job.optimizer_for("top") == ("plain_sgd", 0.125, 0.125) and job.optimizer_for("bottom")[0] == "adam"
     assert job.seed == job.batch_size == job.epochs == job.embedding_dim == job.checkpoint_every_steps == 6
+    assert job.validation_fraction == 0.125 and job.patience == job.eval_every_rounds == 6
     assert (job.wire_codec, job.wire_codec_up, job.wire_codec_down) == ("bf16", "int8", "fp16")
 
 

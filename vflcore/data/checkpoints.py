@@ -3,7 +3,8 @@
 Each party writes only its own state, under ``<run_dir>/<job_id>/party-<N>/``: ``epoch-NNNN.pt``
 at the end of epoch NNNN, ``epoch-NNNN-batch-BBBBB.pt`` after BBBBB batches of it (with
 ``[job] checkpoint_every_steps``), only the newest ``keep`` of them, and ``latest.pt``, a copy of
-the newest. Each is named by the ``Position`` it resumes at. A power cut or a
+the newest. Each is named by the ``Position`` it resumes at. With ``[job] validation_fraction``
+the best position so far is pinned (``best.json``, ``pin``) and kept beyond the newest ``keep``. A power cut or a
 ``kill -9`` never leaves a half-written file under either name (see ``atomic_write``), yet a
 disk can still hand back a truncated or damaged file, so ``readable_checkpoints`` lists only the
 epochs whose files load, and a resumed job falls back to an older epoch every party holds.
@@ -13,6 +14,7 @@ Loading uses ``weights_only=True``: no pickled code runs.
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import tempfile
@@ -29,6 +31,8 @@ log = structlog.get_logger(__name__)
 
 #: The copy of the newest checkpoint, under a name that never changes.
 LATEST = "latest.pt"
+#: The position of the best checkpoint by the validation loss, which pruning keeps (``pin``).
+BEST = "best.json"
 
 #: ``epoch-NNNN.pt``: the end of epoch NNNN; ``epoch-NNNN-batch-BBBBB.pt``: BBBBB batches into it.
 _CHECKPOINT_FILE = re.compile(r"epoch-(\d+)(?:-batch-(\d+))?\.pt")
@@ -143,6 +147,9 @@ def discard_after(directory: Path, position: Position) -> None:
         return
     for newer in (p for p in checkpoint_positions(directory) if p > position):
         position_path(directory, newer).unlink(missing_ok=True)
+    best = pinned(directory)
+    if best is not None and best > position:
+        (directory / BEST).unlink(missing_ok=True)
     kept = checkpoint_positions(directory)
     if kept:
         atomic_write(position_path(directory, kept[-1]).read_bytes(), directory / LATEST)
@@ -206,9 +213,31 @@ def _fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
+def pin(directory: Path, position: Position) -> None:
+    """Keep the checkpoint of ``position`` however many newer ones follow: the best epoch's, by validation.
+
+    Written to disk (``best.json``), so a party restarted mid-job keeps it through the saves that
+    come before the active party names the best again. One position at a time: the old best goes
+    at the next save, once it is not among the newest ``keep``.
+    """
+    if pinned(directory) == position:
+        return
+    directory.mkdir(parents=True, exist_ok=True)
+    atomic_write(json.dumps([position.epoch, position.batch]).encode(), directory / BEST)
+
+
+def pinned(directory: Path) -> Position | None:
+    """The position ``pin`` keeps in ``directory``, or None (none pinned, or a file that does not read)."""
+    try:
+        epoch, batch = json.loads((directory / BEST).read_text())
+        return Position(int(epoch), int(batch))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
 def _prune(directory: Path, keep: int, *, written: Position) -> None:
-    """Delete the checkpoints older than the newest ``keep``, and temporary files a crash left."""
-    kept = checkpoint_positions(directory)[-keep:]
+    """Delete the checkpoints older than the newest ``keep`` but the pinned one, and temporary files a crash left."""
+    kept = [*checkpoint_positions(directory)[-keep:], pinned(directory)]
     stale = [position_path(directory, p) for p in checkpoint_positions(directory) if p not in kept and p != written]
     for pattern in _TEMP_GLOBS:  # no save runs alongside this one: each party's folder has one writer
         stale += directory.glob(pattern)

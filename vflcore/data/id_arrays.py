@@ -222,6 +222,12 @@ def positions(table_ids: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, in
     return found.to_numpy().astype(np.int64), 0
 
 
+def member_positions(ids: np.ndarray, members: np.ndarray) -> np.ndarray:
+    """Positions in ``ids`` whose ID is among ``members`` (repeats allowed), ascending; one hash lookup each."""
+    found = pc.is_in(arrow_ids(ids), value_set=arrow_ids(members))
+    return np.flatnonzero(found.to_numpy(zero_copy_only=False)).astype(np.int64)
+
+
 def sorted_positions(sorted_ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     """Where each of ``wanted`` would go in ``sorted_ids`` (strictly increasing): ``bisect_left`` for each.
 

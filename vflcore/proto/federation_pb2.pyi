@@ -101,7 +101,7 @@ class NextJobReply(_message.Message):
     def __init__(self, job: _Optional[_Union[JobSpec, _Mapping]] = ..., dataset: _Optional[str] = ..., model: _Optional[str] = ...) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ("job_id", "algorithm", "task", "seed", "batch_size", "epochs", "embedding_dim", "bottom_hidden", "optimizer", "learning_rate", "test_fraction", "num_rows", "passive_parties", "algorithm_options", "num_outputs", "weight_decay", "checkpoint_every_steps", "wire_codec", "wire_codec_up", "wire_codec_down", "privacy", "top_optimizer", "top_learning_rate", "top_weight_decay", "bottom_optimizer", "bottom_learning_rate", "bottom_weight_decay")
+    __slots__ = ("job_id", "algorithm", "task", "seed", "batch_size", "epochs", "embedding_dim", "bottom_hidden", "optimizer", "learning_rate", "test_fraction", "num_rows", "passive_parties", "algorithm_options", "num_outputs", "weight_decay", "checkpoint_every_steps", "wire_codec", "wire_codec_up", "wire_codec_down", "privacy", "top_optimizer", "top_learning_rate", "top_weight_decay", "bottom_optimizer", "bottom_learning_rate", "bottom_weight_decay", "validation_fraction", "patience", "eval_every_rounds")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ALGORITHM_FIELD_NUMBER: _ClassVar[int]
     TASK_FIELD_NUMBER: _ClassVar[int]
@@ -129,6 +129,9 @@ class JobSpec(_message.Message):
     BOTTOM_OPTIMIZER_FIELD_NUMBER: _ClassVar[int]
     BOTTOM_LEARNING_RATE_FIELD_NUMBER: _ClassVar[int]
     BOTTOM_WEIGHT_DECAY_FIELD_NUMBER: _ClassVar[int]
+    VALIDATION_FRACTION_FIELD_NUMBER: _ClassVar[int]
+    PATIENCE_FIELD_NUMBER: _ClassVar[int]
+    EVAL_EVERY_ROUNDS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     algorithm: str
     task: str
@@ -156,7 +159,10 @@ class JobSpec(_message.Message):
     bottom_optimizer: str
     bottom_learning_rate: float
     bottom_weight_decay: float
-    def __init__(self, job_id: _Optional[str] = ..., algorithm: _Optional[str] = ..., task: _Optional[str] = ..., seed: _Optional[int] = ..., batch_size: _Optional[int] = ..., epochs: _Optional[int] = ..., embedding_dim: _Optional[int] = ..., bottom_hidden: _Optional[_Iterable[int]] = ..., optimizer: _Optional[str] = ..., learning_rate: _Optional[float] = ..., test_fraction: _Optional[float] = ..., num_rows: _Optional[int] = ..., passive_parties: _Optional[_Iterable[int]] = ..., algorithm_options: _Optional[str] = ..., num_outputs: _Optional[int] = ..., weight_decay: _Optional[float] = ..., checkpoint_every_steps: _Optional[int] = ..., wire_codec: _Optional[str] = ..., wire_codec_up: _Optional[str] = ..., wire_codec_down: _Optional[str] = ..., privacy: _Optional[_Union[PrivacySpec, _Mapping]] = ..., top_optimizer: _Optional[str] = ..., top_learning_rate: _Optional[float] = ..., top_weight_decay: _Optional[float] = ..., bottom_optimizer: _Optional[str] = ..., bottom_learning_rate: _Optional[float] = ..., bottom_weight_decay: _Optional[float] = ...) -> None: ...
+    validation_fraction: float
+    patience: int
+    eval_every_rounds: int
+    def __init__(self, job_id: _Optional[str] = ..., algorithm: _Optional[str] = ..., task: _Optional[str] = ..., seed: _Optional[int] = ..., batch_size: _Optional[int] = ..., epochs: _Optional[int] = ..., embedding_dim: _Optional[int] = ..., bottom_hidden: _Optional[_Iterable[int]] = ..., optimizer: _Optional[str] = ..., learning_rate: _Optional[float] = ..., test_fraction: _Optional[float] = ..., num_rows: _Optional[int] = ..., passive_parties: _Optional[_Iterable[int]] = ..., algorithm_options: _Optional[str] = ..., num_outputs: _Optional[int] = ..., weight_decay: _Optional[float] = ..., checkpoint_every_steps: _Optional[int] = ..., wire_codec: _Optional[str] = ..., wire_codec_up: _Optional[str] = ..., wire_codec_down: _Optional[str] = ..., privacy: _Optional[_Union[PrivacySpec, _Mapping]] = ..., top_optimizer: _Optional[str] = ..., top_learning_rate: _Optional[float] = ..., top_weight_decay: _Optional[float] = ..., bottom_optimizer: _Optional[str] = ..., bottom_learning_rate: _Optional[float] = ..., bottom_weight_decay: _Optional[float] = ..., validation_fraction: _Optional[float] = ..., patience: _Optional[int] = ..., eval_every_rounds: _Optional[int] = ...) -> None: ...
 
 class PrivacySpec(_message.Message):
     __slots__ = ("label_defence", "marvell_sum_kl", "gradient_noise", "label_dp_epsilon", "embedding_clip", "embedding_noise_multiplier", "dp_delta", "active_embedding_clip", "active_embedding_noise_multiplier")
@@ -245,19 +251,31 @@ class Finish(_message.Message):
     def __init__(self, success: _Optional[bool] = ..., message: _Optional[str] = ..., rejoin: _Optional[bool] = ...) -> None: ...
 
 class Checkpoint(_message.Message):
-    __slots__ = ("position",)
+    __slots__ = ("position", "best")
     POSITION_FIELD_NUMBER: _ClassVar[int]
+    BEST_FIELD_NUMBER: _ClassVar[int]
     position: Position
-    def __init__(self, position: _Optional[_Union[Position, _Mapping]] = ...) -> None: ...
+    best: Position
+    def __init__(self, position: _Optional[_Union[Position, _Mapping]] = ..., best: _Optional[_Union[Position, _Mapping]] = ...) -> None: ...
 
 class Restore(_message.Message):
-    __slots__ = ("position",)
+    __slots__ = ("position", "serve")
     POSITION_FIELD_NUMBER: _ClassVar[int]
+    SERVE_FIELD_NUMBER: _ClassVar[int]
     position: Position
-    def __init__(self, position: _Optional[_Union[Position, _Mapping]] = ...) -> None: ...
+    serve: bool
+    def __init__(self, position: _Optional[_Union[Position, _Mapping]] = ..., serve: _Optional[bool] = ...) -> None: ...
+
+class HoldOut(_message.Message):
+    __slots__ = ("rows", "num_rows")
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    NUM_ROWS_FIELD_NUMBER: _ClassVar[int]
+    rows: bytes
+    num_rows: int
+    def __init__(self, rows: _Optional[bytes] = ..., num_rows: _Optional[int] = ...) -> None: ...
 
 class Task(_message.Message):
-    __slots__ = ("task_id", "train_epoch", "evaluate", "infer", "finish", "align", "share_head", "checkpoint", "restore")
+    __slots__ = ("task_id", "train_epoch", "evaluate", "infer", "finish", "align", "share_head", "checkpoint", "restore", "hold_out")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     TRAIN_EPOCH_FIELD_NUMBER: _ClassVar[int]
     EVALUATE_FIELD_NUMBER: _ClassVar[int]
@@ -267,6 +285,7 @@ class Task(_message.Message):
     SHARE_HEAD_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
     RESTORE_FIELD_NUMBER: _ClassVar[int]
+    HOLD_OUT_FIELD_NUMBER: _ClassVar[int]
     task_id: int
     train_epoch: TrainEpoch
     evaluate: Evaluate
@@ -276,7 +295,8 @@ class Task(_message.Message):
     share_head: ShareHead
     checkpoint: Checkpoint
     restore: Restore
-    def __init__(self, task_id: _Optional[int] = ..., train_epoch: _Optional[_Union[TrainEpoch, _Mapping]] = ..., evaluate: _Optional[_Union[Evaluate, _Mapping]] = ..., infer: _Optional[_Union[Infer, _Mapping]] = ..., finish: _Optional[_Union[Finish, _Mapping]] = ..., align: _Optional[_Union[Align, _Mapping]] = ..., share_head: _Optional[_Union[ShareHead, _Mapping]] = ..., checkpoint: _Optional[_Union[Checkpoint, _Mapping]] = ..., restore: _Optional[_Union[Restore, _Mapping]] = ...) -> None: ...
+    hold_out: HoldOut
+    def __init__(self, task_id: _Optional[int] = ..., train_epoch: _Optional[_Union[TrainEpoch, _Mapping]] = ..., evaluate: _Optional[_Union[Evaluate, _Mapping]] = ..., infer: _Optional[_Union[Infer, _Mapping]] = ..., finish: _Optional[_Union[Finish, _Mapping]] = ..., align: _Optional[_Union[Align, _Mapping]] = ..., share_head: _Optional[_Union[ShareHead, _Mapping]] = ..., checkpoint: _Optional[_Union[Checkpoint, _Mapping]] = ..., restore: _Optional[_Union[Restore, _Mapping]] = ..., hold_out: _Optional[_Union[HoldOut, _Mapping]] = ...) -> None: ...
 
 class ShareHead(_message.Message):
     __slots__ = ("round",)

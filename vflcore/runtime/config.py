@@ -50,6 +50,9 @@ class DataSource:
     path: Path
     id_column: str = "id"
     label_column: str | None = None
+    #: The active party's file of test IDs, one per line (``vflcore.data.held_out``): the job's
+    #: held-out rows are these, not a seeded ``test_fraction`` of the aligned rows (None: that).
+    held_out_ids: Path | None = None
 
 
 #: The dataset a job uses when it names none, and the name a config's ``[data]`` table is known by.
@@ -337,9 +340,7 @@ def _datasets(doc: Mapping[str, Any], source: Path | None, *, label_column: str 
         path = data.path("path")
         if path is None:
             raise ConfigError(f"{data.where}: [data] path is required (this party's table)")
-        found[DEFAULT_DATASET] = DataSource(
-            path, data.text("id_column", "id"), data.text("label_column", label_column) if label_column else None
-        )
+        found[DEFAULT_DATASET] = _source(data, path, label_column)
     tables = Section(doc, "datasets", source)
     for name, entry in tables.raw.items():
         if not isinstance(entry, Mapping):
@@ -352,10 +353,22 @@ def _datasets(doc: Mapping[str, Any], source: Path | None, *, label_column: str 
             raise ConfigError(f"{tables.where}: [datasets] {name} needs a path")
         if name in found:
             raise ConfigError(f"{tables.where}: [datasets] {name} is also the [data] table's name; rename one")
-        found[name] = DataSource(
-            path, sec.text("id_column", "id"), sec.text("label_column", label_column) if label_column else None
-        )
+        found[name] = _source(sec, path, label_column)
     return found
+
+
+def _source(sec: Section, path: Path, label_column: str | None) -> DataSource:
+    """One dataset's entry; ``label_column`` None: a passive party's, which has neither labels nor held-out rows."""
+    if label_column is None:
+        if "held_out_ids" in sec.raw:
+            raise ConfigError(
+                f"{sec.where}: [{sec.name}] held_out_ids is the active party's (vfl-server) setting; "
+                "a passive party learns the held-out rows from it"
+            )
+        return DataSource(path, sec.text("id_column", "id"))
+    return DataSource(
+        path, sec.text("id_column", "id"), sec.text("label_column", label_column), sec.path("held_out_ids")
+    )
 
 
 def document_with_flags(config: Path | None, flags: Mapping[tuple[str, str], Any]) -> dict[str, Any]:

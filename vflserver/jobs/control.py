@@ -23,7 +23,7 @@ from vflcore.proto import federation_pb2_grpc as pb_grpc
 from vflcore.runtime.config import DataSource
 from vflcore.security.identity import operator_from_auth_context
 from vflcore.status import status_for
-from vflserver.jobs.plan import active_source, check_models, needs_active_table, read_active_table
+from vflserver.jobs.plan import active_source, check_models, needs_active_table, read_active_table, read_held_out
 from vflserver.jobs.runner import JobRunner
 from vflserver.jobs.store import ENDED, JOB_STATES, EpochRecord, JobEvent, JobRecord, JobStore
 from vflserver.training.distill_settings import refuse_student_names
@@ -66,6 +66,7 @@ def submit_job(
     plan = plan_from_document(document, default_join_timeout_s=join_timeout_s, job_id=new_job_id())
     refuse_student_names(plan.job.job_id)
     active_source(plan, datasets)  # the passive parties say so at join, before PSI
+    read_held_out(plan, datasets)  # a held_out_ids file that cannot be used is refused now, not after PSI
     if needs_active_table(plan):  # its own models probed, and its labels checked, now: not after PSI
         check_models(plan, read_active_table(plan, datasets))
     job_id = plan.job.job_id

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 
 from vflalgorithms.base import algorithm_spec
 from vflalgorithms.factories import check_factories
+from vflcore.data.held_out import HeldOutIds, read_held_out_ids
 from vflcore.data.tables import PartyTable, read_party_csv
 from vflcore.errors import ConfigError
 from vflcore.job import ACTIVE_PARTY
@@ -79,3 +80,12 @@ def read_active_table(plan: JobPlan, datasets: Mapping[str, DataSource]) -> Part
     if plan.psi_only:  # only the ID column matters: labels and features may be absent or anything
         return read_party_csv(source.path, id_column=source.id_column, feature_columns=())
     return read_party_csv(source.path, id_column=source.id_column, label_column=source.label_column)
+
+
+def read_held_out(plan: JobPlan, datasets: Mapping[str, DataSource]) -> HeldOutIds | None:
+    """The test IDs the active party's dataset names (``held_out_ids``), or None: the job's ``test_fraction``.
+
+    DataError names the file if it cannot be used. A PSI-only job trains nothing, so it reads none.
+    """
+    path = active_source(plan, datasets).held_out_ids
+    return None if path is None or plan.psi_only else read_held_out_ids(path)

@@ -40,7 +40,7 @@ from vflserver.inference.onnx_model import load_servable
 from vflserver.inference.registry import ModelRegistry
 from vflserver.jobs.job_queue import JobQueue, ParkedJob, saved_in_words
 from vflserver.jobs.metrics import ServiceMetrics
-from vflserver.jobs.plan import read_active_table
+from vflserver.jobs.plan import read_active_table, read_held_out
 from vflserver.jobs.saved_models import serve_saved_models, serve_student
 from vflserver.jobs.scheduling import loss_deadline
 from vflserver.jobs.served_federated import serve_federated_again
@@ -259,7 +259,7 @@ class JobRunner:
             join_timeout_s = plan.join_timeout_s
             late = self._late_rejoin(job_id, lost, join_timeout_s)
         try:
-            active = ActiveParty(plan, table, self.settings)
+            active = ActiveParty(plan, table, self.settings, held_out=read_held_out(plan, self.datasets))
         except (ConfigError, DataError, ValueError) as exc:
             self._end(job_id, "failed", str(exc))
             return None

@@ -22,7 +22,7 @@ from vflcore.runtime.config import DataSource, ServerSettings
 from vflserver.federation.board import JobBoard
 from vflserver.inference.federated import FederatedServable
 from vflserver.inference.registry import ModelRegistry
-from vflserver.jobs.plan import read_active_table
+from vflserver.jobs.plan import read_active_table, read_held_out
 from vflserver.jobs.store import JobRecord, JobStore
 from vflserver.training.active_party import ActiveParty
 from vflserver.training.job_plan import plan_from_document
@@ -75,7 +75,7 @@ def _rebuild(
     plan = plan_from_document(record.document, default_join_timeout_s=settings.join_timeout_s, job_id=record.job_id)
     if not algorithm_spec(plan.job.algorithm).active_half().needs_parties_to_predict:
         raise ValueError(f"its standalone model is gone from {settings.run_dir / record.job_id}/party-1")
-    active = ActiveParty(plan, read_active_table(plan, datasets), settings)
+    active = ActiveParty(plan, read_active_table(plan, datasets), settings, held_out=read_held_out(plan, datasets))
     active.serve_saved()
     try:
         registry.add(FederatedServable(active, name=record.job_id, degraded=plan.degraded))

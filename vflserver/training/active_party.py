@@ -23,29 +23,39 @@ import torch
 from vflalgorithms.base import ActiveContext, ServerAlgorithm, algorithm_spec
 from vflalgorithms.factories import resolve_factories
 from vflcore.data.checkpoints import party_dir
+from vflcore.data.held_out import HeldOutIds
 from vflcore.data.tables import PartyTable, select_rows, write_aligned_ids
-from vflcore.errors import ConfigError, JobAborted, PartyLost, TrainingDiverged, check_finite
-from vflcore.job import ACTIVE_PARTY, JobSpec, Position, Schedule, mid_epoch_checkpoint_due, new_job_id
-from vflcore.ml.losses import label_tensor, output_width, task_loss
+from vflcore.errors import CheckpointError, ConfigError, JobAborted, PartyLost, TrainingDiverged
+from vflcore.job import (
+    ACTIVE_PARTY,
+    JobSpec,
+    Position,
+    Schedule,
+    mid_epoch_checkpoint_due,
+    new_job_id,
+    round_score_due,
+)
+from vflcore.ml.losses import label_tensor, output_width
 from vflcore.ml.metrics import task_metrics
 from vflcore.ml.models import seed_dropout
 from vflcore.runtime.config import ServerSettings
 from vflcore.runtime.daemon import adopt_torch_threads
-from vflcore.wire.names import EVAL_EMBEDDING
 from vflcore.wire.traffic import MB
-from vflcore.work_items import Checkpoint, Evaluate
+from vflcore.work_items import Checkpoint, HoldOut, Restore
 from vflprivacy.label_defences import check_classes
 from vflserver.federation.alignment import AlignmentResult, align_active
 from vflserver.federation.passive_parties import PassiveParties
-from vflserver.training.aligned_predictions import AlignedPredictor, in_blocks
+from vflserver.training.aligned_predictions import BLOCK_ROWS, AlignedPredictor
+from vflserver.training.best_epoch import BestEpoch
 from vflserver.training.distill_settings import DistillSpec, require_own_features, student_factory
 from vflserver.training.distillation import Distillation
 from vflserver.training.divergence import StepPosition, TestLossWatch, located
+from vflserver.training.evaluation import Evaluation
 from vflserver.training.export import MODEL_REPOSITORY, export_model
 from vflserver.training.importance import write_client_importance
 from vflserver.training.job_plan import JobPlan
 from vflserver.training.readmission import Readmission
-from vflserver.training.reports import EpochReport, RunSummary, write_predictions, write_summary
+from vflserver.training.reports import EpochReport, RunSummary, split_summary, write_predictions, write_summary
 from vflserver.training.resume import load_newest, roll_back, save_checkpoint
 from vflserver.training.served_again import NotServableAgain, read_served, write_served
 from vflserver.training.training_labels import labels_to_train_on
@@ -63,8 +73,9 @@ class ActiveParty:
     shape, the factories of its own models, whether it only aligns IDs, and its student; it was
     checked when it was made. ``settings`` are the server's (``[server]``, ``[psi]``,
     ``[compute]``). ``table`` is read when the job starts, so what depends on it (the classes, the
-    feature columns) is checked here. ``offline_grace_s`` is how long a passive party may be gone
-    before inference stops waiting for it.
+    feature columns) is checked here. ``held_out`` is the dataset's own test IDs (its
+    ``held_out_ids`` file), if it names them. ``offline_grace_s`` is how long a passive party may
+    be gone before inference stops waiting for it.
     """
 
     def __init__(
@@ -73,6 +84,7 @@ class ActiveParty:
         table: PartyTable,
         settings: ServerSettings | None = None,
         *,
+        held_out: HeldOutIds | None = None,
         offline_grace_s: float = 5.0,
     ) -> None:
         settings = settings or ServerSettings()
@@ -90,6 +102,7 @@ class ActiveParty:
         self.device = torch.device(settings.device)
         self.job = job
         self.own_table = table
+        self.held_out = held_out
         self.settings = settings
         self.psi_only = plan.psi_only
         self.parties = PassiveParties(
@@ -103,13 +116,13 @@ class ActiveParty:
         self.stop_event = threading.Event()
         #: Set once every passive party has joined: a failure before it means one never came.
         self.everyone_joined = False
-        self._loss_fn = task_loss(self.job.task)
         # Set by _prepare once PSI has aligned the rows:
         self.table: PartyTable
         self.schedule: Schedule
         self.labels: torch.Tensor
         self.algorithm: ServerAlgorithm
         self.predictor: AlignedPredictor
+        self.evaluation: Evaluation
         self._summary = RunSummary(job_id=self.job.job_id)  # the running job's, once run() starts
         self._step = StepPosition()  # the step in progress: where a divergence happened
         self._readmission: Readmission | None = None  # while the model is kept served after training
@@ -119,9 +132,16 @@ class ActiveParty:
         self.job = replace(self.job, num_rows=aligned.num_rows)
         self.parties.job = self.job
         self.table = aligned
-        self.schedule = self.job.schedule()
         if self.psi_only:
+            self.schedule = self.job.schedule()
             return
+        given = None if self.held_out is None else self.held_out.rows(aligned.ids)
+        self.schedule = self.job.schedule(given)
+        if self.job.eval_every_rounds and len(self.schedule.test_rows) > BLOCK_ROWS:
+            raise ConfigError(
+                f"job {self.job.job_id}: [job] eval_every_rounds scores all {len(self.schedule.test_rows)} test rows "
+                f"at once, at most {BLOCK_ROWS}; lower test_fraction, or set eval_every_rounds = 0"
+            )
         labels, _ = label_tensor(self.job.task, torch.from_numpy(np.asarray(aligned.labels, dtype=np.float64)))
         self.labels = labels  # the true labels: what evaluation scores against
         # The labels the algorithm trains on (randomised with label DP) and the key of its noise.
@@ -145,6 +165,7 @@ class ActiveParty:
             )
         )
         self.predictor = AlignedPredictor(self.job, self.parties, self.algorithm, aligned.ids)
+        self.evaluation = Evaluation(self.job, self.schedule, self.parties, self.algorithm, self.labels)
 
     def align(self) -> AlignmentResult:
         """PSI with every passive party (or its saved result); the rows are then ready to train.
@@ -164,6 +185,9 @@ class ActiveParty:
             chunk_ids=self.settings.psi_chunk_ids,
         )
         self._prepare(result.table)
+        if self.schedule.given:  # the dataset's own test rows: every party must hold out the same
+            test_rows = self.schedule.test_rows
+            self.parties.dispatch(lambda tid: HoldOut(tid, test_rows))
         write_aligned_ids(self.run_dir, result.table.ids)
         result = replace(result, seconds=time.perf_counter() - started)
         log.info(
@@ -223,6 +247,7 @@ class ActiveParty:
             watch = TestLossWatch()
             for done in summary.epochs:  # a resumed job's best so far; its old warnings are not repeated
                 watch.observe(done.epoch, done.test_loss, self.job)
+            best = BestEpoch.of(self.job, summary.epochs)  # None: no validation rows
             for epoch in range(first.epoch, self.job.epochs):
                 structlog.contextvars.bind_contextvars(round=epoch)
                 if self.stop_event.is_set():
@@ -230,14 +255,22 @@ class ActiveParty:
                 started = time.perf_counter()
                 first_batch = first.batch if epoch == first.epoch else 0
                 self._step.start(epoch, first_batch, len(self.algorithm.step_losses))
+                self.evaluation.expect_rounds(epoch, first_batch)
                 train_loss = self.algorithm.train_epoch(epoch, first_batch)
                 test_loss, metrics = self.evaluate(epoch)
+                valid_loss, valid_metrics = self.evaluation.validation(epoch)
                 wire_mb = fed.traffic.phase_total(f"train {epoch}") / MB
-                report = EpochReport(epoch, train_loss, test_loss, metrics, time.perf_counter() - started, wire_mb)
+                seconds = time.perf_counter() - started
+                rounds = [score.plain() for score in self.evaluation.rounds]
+                report = EpochReport(
+                    epoch, train_loss, test_loss, metrics, seconds, wire_mb, valid_loss, valid_metrics, rounds
+                )
                 summary.epochs.append(report)
-                self._save(Position.after_epoch(epoch))
-                fed.dispatch(functools.partial(Checkpoint, position=Position.after_epoch(epoch)))
-                log.info("epoch_done", train_loss=train_loss, test_loss=test_loss, **metrics)
+                pinned = None if best is None or not best.observe(report) else best.position
+                self._save(Position.after_epoch(epoch), best=pinned)
+                fed.dispatch(functools.partial(Checkpoint, position=Position.after_epoch(epoch), best=pinned))
+                validation = {} if valid_loss is None else {"valid_loss": valid_loss}
+                log.info("epoch_done", train_loss=train_loss, test_loss=test_loss, **validation, **metrics)
                 if on_epoch is not None:
                     on_epoch(report)
                 warning = watch.observe(epoch, test_loss, self.job)
@@ -245,7 +278,14 @@ class ActiveParty:
                     log.warning("test_loss_rising", test_loss=test_loss, best=watch.best, message=warning)
                     if on_warning is not None:
                         on_warning(warning)
+                if best is not None and best.should_stop(epoch):
+                    summary.stopped_early = True
+                    log.info("stopped_early", epoch=epoch + 1, best=str(best.position), patience=self.job.patience)
+                    break
             structlog.contextvars.unbind_contextvars("round")
+            summary.split = split_summary(self.schedule, None if self.held_out is None else self.held_out.source)
+            if best is not None:
+                self._serve_best(best, summary)
             fed.state = "serving"
             summary.final_metrics, test_output = self._final_inference()
             summary.wire = fed.traffic.report()
@@ -266,7 +306,8 @@ class ActiveParty:
                 summary.student = self._distil(self.distill, test_output, afresh=first < Position(self.job.epochs))
             write_summary(self.run_dir, self.job, summary, self.algorithm.step_losses)
             if keep_serving:  # a party whose daemon restarts comes back into the served model
-                self._readmission = Readmission(fed, self.own_table.ids, self.table.ids)
+                served = None if best is None else best.position
+                self._readmission = Readmission(fed, self.own_table.ids, self.table.ids, position=served)
                 write_served(self.run_dir, self._readmission.terms, self._readmission.id_set_digests)
                 self._readmission.start()
             else:
@@ -291,11 +332,28 @@ class ActiveParty:
 
     # ---- checkpoints ------------------------------------------------------------------------
 
-    def _save(self, position: Position) -> None:
-        """Save this party's state as the checkpoint of ``position`` (``resume.save_checkpoint``)."""
+    def _save(self, position: Position, *, best: Position | None = None) -> None:
+        """Save this party's state as the checkpoint of ``position`` (``resume.save_checkpoint``); pin ``best``'s."""
         save_checkpoint(
-            self.run_dir, position, self.algorithm, self._summary.epochs, keep=self.settings.keep_checkpoints
+            self.run_dir, position, self.algorithm, self._summary.epochs, keep=self.settings.keep_checkpoints, best=best
         )
+
+    # ---- the served epoch -------------------------------------------------------------------
+
+    def _serve_best(self, best: BestEpoch, summary: RunSummary) -> None:
+        """Every party loads the best epoch's checkpoint (``Restore(serve=True)``): what is exported and served."""
+        served = best.best
+        if served is None:  # no epoch was trained in this run nor before it
+            return
+        position = Position.after_epoch(served.epoch)
+        if load_newest(self.run_dir, [position], self.algorithm) is None:
+            raise CheckpointError(
+                f"{self.run_dir}: the checkpoint of the best epoch ({position}) does not read, so the best model "
+                "cannot be served; submit the job again"
+            )
+        self.parties.dispatch(lambda tid: Restore(tid, position, serve=True))
+        summary.best_epoch = served.epoch
+        log.info("best_epoch_served", epoch=served.epoch + 1, valid_loss=served.valid_loss)
 
     def _located(self, exc: TrainingDiverged) -> TrainingDiverged:
         """``exc`` with the step it happened in, the settings to change and the checkpoint kept (``divergence``)."""
@@ -304,6 +362,8 @@ class ActiveParty:
         return located(exc, self.job, step.epoch + 1, batch, self.run_dir)
 
     def _after_step(self, epoch: int, done: int, per_epoch: int) -> None:
+        if round_score_due(self.job, epoch, done, per_epoch):
+            self.evaluation.score_round(epoch, done, per_epoch)
         if mid_epoch_checkpoint_due(self.job, epoch, done, per_epoch):
             position = Position(epoch, done)
             try:
@@ -359,24 +419,8 @@ class ActiveParty:
         self.parties.state = "finished"
 
     def evaluate(self, epoch: int) -> tuple[float, dict[str, float]]:
-        """Loss and task metrics on the held-out rows, with every party's current model."""
-        rows = self.schedule.test_rows
-        if len(rows) == 0:
-            return float("nan"), {}
-        output = torch.cat(in_blocks(rows, lambda block: self._evaluate_block(epoch, block)))
-        loss = float(self._loss_fn(output, self.labels[rows]))
-        # The model ran away: its outputs are not worth a checkpoint.
-        check_finite(loss, "the test loss after the epoch", epoch=epoch + 1)
-        return loss, task_metrics(self.job.task, self._label_array(rows), output.numpy())
-
-    def _evaluate_block(self, epoch: int, rows: np.ndarray) -> torch.Tensor:
-        """The model's output on some held-out rows; one block at a time, so that no party embeds 2M rows at once."""
-        if not self.algorithm.needs_parties_to_predict:
-            return self.algorithm.predict(rows, {})
-        fed = self.parties
-        fed.expect(EVAL_EMBEDDING, epoch, 0, (len(rows), self.algorithm.upload_width))
-        fed.dispatch(lambda tid: Evaluate(tid, epoch, rows))
-        return self.algorithm.predict(rows, fed.gather(EVAL_EMBEDDING, epoch, 0))
+        """Loss and task metrics on the held-out rows, with every party's current model (``Evaluation``)."""
+        return self.evaluation.after_epoch(epoch)
 
     # ---- inference --------------------------------------------------------------------------
 
@@ -421,13 +465,10 @@ class ActiveParty:
         # By row, not by ID: the held-out rows are known, and a list of their IDs would be a Python
         # object per row (2M at 10M aligned rows) only to be looked up again.
         output = self.predict_rows(rows)
-        metrics = task_metrics(self.job.task, self._label_array(rows), output)
-        write_predictions(self.run_dir, self.job.task, self.table.ids[rows], self._label_array(rows), output)
+        metrics = task_metrics(self.job.task, self.evaluation.label_array(rows), output)
+        write_predictions(self.run_dir, self.job.task, self.table.ids[rows], self.evaluation.label_array(rows), output)
         log.info("federated_inference_done", rows=len(rows), **metrics)
         return metrics, output
-
-    def _label_array(self, rows: np.ndarray) -> np.ndarray:
-        return self.labels[rows].numpy().reshape(len(rows), -1).squeeze(-1)
 
 
 def _check_table(job: JobSpec, table: PartyTable, algorithm: type[ServerAlgorithm], distill: DistillSpec | None) -> int:

@@ -34,7 +34,13 @@ class Readmission:
     """The thread that readmits reconnected parties into one served model, until ``stop``."""
 
     def __init__(
-        self, parties: PassiveParties, own_ids: np.ndarray, aligned_ids: np.ndarray, terms: RejoinTerms | None = None
+        self,
+        parties: PassiveParties,
+        own_ids: np.ndarray,
+        aligned_ids: np.ndarray,
+        terms: RejoinTerms | None = None,
+        *,
+        position: Position | None = None,
     ) -> None:
         self.parties = parties
         job = parties.job
@@ -44,7 +50,7 @@ class Readmission:
         # model served again after a server restart brings its terms from disk (``served_again``).
         self.terms = terms or RejoinTerms(
             alignment_key(job.job_id, {1: ids_digest(own_ids), **self.id_set_digests}),
-            Position.after_epoch(job.epochs - 1),
+            position or Position.after_epoch(job.epochs - 1),  # the served epoch: the best, with validation
         )
         self._digest = aligned_digest(aligned_ids)
         self._stop = threading.Event()
@@ -96,5 +102,8 @@ class Readmission:
             fed.refuse_rejoin(party, message)
             fed.dispatch(lambda tid: Finish(tid, False, message), parties=[party])
             raise PartyLost(party, message)
-        fed.dispatch(lambda tid: Restore(tid, self.terms.position), parties=[party])
+        # The best epoch (validation) may have newer checkpoints: kept, as at the end of training.
+        served = self.terms.position
+        best = served != Position.after_epoch(fed.job.epochs - 1)
+        fed.dispatch(lambda tid: Restore(tid, served, serve=best), parties=[party])
         fed.readmitted(party)

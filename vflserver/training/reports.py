@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from vflcore.data import id_arrays
-from vflcore.job import JobSpec
+from vflcore.job import JobSpec, Schedule
 from vflserver.federation.alignment import AlignmentResult
 
 
@@ -34,6 +34,11 @@ class EpochReport:
     metrics: dict[str, float]
     seconds: float
     wire_mb: float = 0.0  # training traffic of the epoch, both directions, every party
+    #: With ``[job] validation_fraction``: the loss and metrics on the validation rows (else None, {}).
+    valid_loss: float | None = None
+    valid_metrics: dict[str, float] = field(default_factory=dict)
+    #: With ``[job] eval_every_rounds``: the test scores taken inside the epoch (``RoundScore.plain``).
+    rounds: list[dict[str, Any]] = field(default_factory=list)
 
     def plain(self) -> dict[str, Any]:
         """Its fields as Python numbers (no NumPy scalars), as a checkpoint stores them."""
@@ -41,8 +46,26 @@ class EpochReport:
             **vars(self),
             "train_loss": float(self.train_loss),
             "test_loss": float(self.test_loss),
-            "metrics": {name: float(value) for name, value in self.metrics.items()},
+            "metrics": _floats(self.metrics),
+            "valid_loss": None if self.valid_loss is None else float(self.valid_loss),
+            "valid_metrics": _floats(self.valid_metrics),
         }
+
+
+@dataclass(frozen=True)
+class RoundScore:
+    """The test rows scored after ``round`` training steps of the job, inside an epoch (``eval_every_rounds``)."""
+
+    round: int
+    test_loss: float
+    metrics: dict[str, float]
+
+    def plain(self) -> dict[str, Any]:
+        return {"round": self.round, "test_loss": float(self.test_loss), "metrics": _floats(self.metrics)}
+
+
+def _floats(values: dict[str, float]) -> dict[str, float]:
+    return {name: float(value) for name, value in values.items()}
 
 
 @dataclass
@@ -69,6 +92,22 @@ class RunSummary:
     privacy: dict[str, Any] = field(default_factory=dict)
     #: The distilled student's own summary (``[distill]``, ``vflserver.training.distillation``), else None.
     student: RunSummary | None = None
+    #: With ``[job] validation_fraction``: the epoch (from 0) whose model is served, and whether
+    #: ``patience`` ended training before ``epochs``.
+    best_epoch: int | None = None
+    stopped_early: bool = False
+    #: How many aligned rows train, validate and test, and where the test rows came from.
+    split: dict[str, Any] = field(default_factory=dict)
+
+
+def split_summary(schedule: Schedule, held_out_ids: Path | None) -> dict[str, Any]:
+    """How many aligned rows trained, validated and tested, and where the test rows came from."""
+    return {
+        "train_rows": len(schedule.train_rows),
+        "validation_rows": len(schedule.valid_rows),
+        "test_rows": len(schedule.test_rows),
+        "test_rows_from": "test_fraction" if held_out_ids is None else str(held_out_ids),
+    }
 
 
 def write_predictions(
@@ -142,6 +181,9 @@ def write_summary(run_dir: Path, job: JobSpec, summary: RunSummary, step_losses:
         "algorithm": job.algorithm,
         "aligned_rows": job.num_rows,
         "psi": None if alignment is None else {"reused": alignment.reused, "pairwise": alignment.pairwise},
+        "split": summary.split,
+        "best_epoch": summary.best_epoch,
+        "stopped_early": summary.stopped_early,
         "epochs": [vars(e) for e in summary.epochs],
         "step_losses": list(step_losses),
         "final_metrics": summary.final_metrics,

@@ -16,7 +16,7 @@ import structlog
 
 from vflalgorithms.base import ServerAlgorithm
 from vflalgorithms.divergence import nonfinite_state
-from vflcore.data.checkpoints import discard_after, load_position, readable_checkpoints, save_position
+from vflcore.data.checkpoints import discard_after, load_position, pin, readable_checkpoints, save_position
 from vflcore.errors import CheckpointError, TrainingDiverged
 from vflcore.job import ACTIVE_PARTY, JobSpec, Position
 from vflcore.ml.state import restore_rng, rng_state
@@ -35,10 +35,12 @@ def save_checkpoint(
     *,
     keep: int,
     extra: Mapping[str, Any] | None = None,
+    best: Position | None = None,
 ) -> None:
     """Save the active party's state, with the epoch reports so far, as the checkpoint of ``position``.
 
     ``extra`` is kept beside them (the distilled student's: the digest of the outputs it learns from).
+    ``best`` is the best position so far by validation, whose checkpoint is kept (``checkpoints.pin``).
     A state with a NaN or infinite value is not saved (TrainingDiverged): the newest checkpoint on
     disk stays the newest finite one.
     """
@@ -52,6 +54,8 @@ def save_checkpoint(
         "reports": [report.plain() for report in reports],
         **(extra or {}),
     }
+    if best is not None:
+        pin(run_dir, best)
     save_position(run_dir, position, state, keep=keep)
 
 
