@@ -204,6 +204,10 @@ class ServerAlgorithm(ABC):
     #: take ``[job] checkpoint_every_steps``. Every algorithm here can; an algorithm added from
     #: outside must say so, and is refused the key at submission until it does.
     resumes_mid_epoch = False
+    #: Whether the test rows can be scored inside an epoch (``[job] eval_every_rounds``): every
+    #: passive half calls ``after_step`` after the same steps as this half. Not AdptVFedConv's,
+    #: whose server trains alone in phase 3; an algorithm added from outside must say so.
+    scores_inside_epoch = False
 
     @property
     def parties_in_step(self) -> bool:

@@ -60,12 +60,24 @@ class TestServerConfig:
             ({"bottom_learning_rate": 0.0}, r"\[job\] bottom_learning_rate = 0.0; give a positive number"),
             ({"top_weight_decay": -1.0}, r"\[job\] top_weight_decay must be zero or a positive number"),
             ({"bottom_weight_decay": "none"}, "bottom_weight_decay"),
+            ({"validation_fraction": 1.0}, r"\[job\] validation_fraction = 1.0; give a share of the training rows"),
+            ({"patience": -1}, r"\[job\] patience = -1; give a number of epochs"),
+            ({"patience": 5}, r"\[job\] patience = 5 stops on the validation loss, but validation_fraction is 0"),
+            ({"eval_every_rounds": -2}, r"\[job\] eval_every_rounds = -2; give a number of rounds"),
         ],
     )
     def test_bad_job_settings_are_refused(self, tmp_path: Path, job: dict[str, object], message: str) -> None:
         """Each impossible [job] setting is a ConfigError naming it."""
         with pytest.raises(ConfigError, match=message):
             job_from_document({"job": job}, tmp_path / "server.toml")
+
+    def test_scores_inside_an_epoch_are_refused_where_the_server_trains_alone(self) -> None:
+        """AdptVFedConv's phase 3 has no passive party in its steps to send the test rows' representation."""
+        document = {"job": {"algorithm": "adptvfedconv", "eval_every_rounds": 10}}
+        with pytest.raises(ConfigError, match=r"eval_every_rounds = 10: adptvfedconv scores the test rows only"):
+            plan_from_document(document, default_join_timeout_s=1)
+        document["job"]["algorithm"] = "async"
+        assert plan_from_document(document, default_join_timeout_s=1).job.eval_every_rounds == 10
 
     def test_regularisers_are_read(self) -> None:
         """[job] weight_decay reaches the job every party gets; [model] top_dropout stays with the server."""

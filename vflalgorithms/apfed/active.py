@@ -83,6 +83,7 @@ class APFedServer(ServerAlgorithm):
         self.noise, self.ledger = _embedding_protection(ctx)
 
     resumes_mid_epoch = True
+    scores_inside_epoch = True
     factory_keys: tuple[str, ...] = (apfed.ENCODER_FACTORY, apfed.HEAD_FACTORY)
 
     @classmethod

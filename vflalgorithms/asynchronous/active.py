@@ -45,6 +45,7 @@ class AsyncServer(SplitNNServer):
     checkpointed: tuple[str, ...] = (*SplitNNServer.checkpointed, "cache", "_warm", "arrivals")
     #: At the batch counts where a checkpoint is due, every party has done the same batches.
     resumes_mid_epoch = True
+    scores_inside_epoch = True
     #: One step per upload, in arrival order: batches cross whole (no ``micro_batches`` option).
     splits_batches = False
 

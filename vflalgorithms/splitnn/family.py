@@ -116,6 +116,7 @@ class SplitNNFamilyServer(ServerAlgorithm):
     micro_batches = 1
     factory_keys: tuple[str, ...] = (OWN_BOTTOM,)
     resumes_mid_epoch = True
+    scores_inside_epoch = True
 
     @classmethod
     def model_slots(cls, job: JobSpec, own_features: int, num_outputs: int) -> dict[str, ModelSlot]:

@@ -108,6 +108,11 @@ def check_plan(plan: JobPlan) -> None:
             f"{where}: [job] checkpoint_every_steps = {job.checkpoint_every_steps}: {job.algorithm} resumes only "
             "at the end of an epoch (it checkpoints every epoch); remove the key or set it to 0"
         )
+    if job.eval_every_rounds and not half.scores_inside_epoch:
+        raise ConfigError(
+            f"{where}: [job] eval_every_rounds = {job.eval_every_rounds}: {job.algorithm} scores the test rows only "
+            "at the end of an epoch; remove the key or set it to 0"
+        )
     if plan.distill is not None and plan.psi_only:
         raise ConfigError(f"{where}: [distill] needs a trained model, and a psi_only job trains none; remove one")
     try:
