@@ -7,7 +7,9 @@
 - layout: a labels-only active party and 4 passive parties of 2 image rows each;
 - models: each passive party's ``ConMLP`` (16 -> 120 -> 60, a ReLU after both), embedding 60;
 - settings: batch 256, ``optimizer = "sgd"`` (the bottoms, momentum 0.9), ``top_optimizer =
-  "plain_sgd"`` (the server's model and heads), weight decay 1e-3, rho 1, tau 20.
+  "plain_sgd"`` (the server's model and heads), weight decay 1e-3, rho 1, tau 20;
+- split: their stratified 70/30 (``random_state=0``): the service tests on their 540 rows (the
+  active party's ``held_out_ids``), and sets 10 % of the rest aside for validation, as they do.
 """
 
 from __future__ import annotations
@@ -20,12 +22,12 @@ import torch
 from torch import nn
 
 from vflcore.job import JobSpec
-from vfltesting.datasets import write_vertical_split
+from vfltesting.datasets import example_id, write_vertical_split
 
 PASSIVE = (2, 3, 4, 5)
 #: Batch 256 over the authors' 1132 training rows: 5 rounds an epoch.
 ROUNDS_PER_EPOCH = 5
-#: The rounds ORACLES.md reports accuracy after, that fall on our epoch ends.
+#: The rounds ORACLES.md reports accuracy after (the service scores every round: ``eval_every_rounds = 1``).
 ROUNDS = (5, 10, 25, 50, 100, 250, 500)
 #: The factory every passive party builds its bottom model with (``[model] factory``).
 FACTORY = "bench.algorithms.oracle_settings:ConMLP"
@@ -147,7 +149,9 @@ def oracle_job(row: Row, seed: int, epochs: int) -> JobSpec:
         top_optimizer="plain_sgd",
         learning_rate=row.learning_rate,
         weight_decay=1e-3,
-        test_fraction=0.3,
+        test_fraction=0.3,  # the size of theirs; the service's test rows are theirs (``write_oracle_data``)
+        validation_fraction=0.1,  # their 10 % of the training rows, left out of training
+        eval_every_rounds=1,  # scored every round, as their curves are
         passive_parties=PASSIVE,
         algorithm_options=dict(row.options),
     )
@@ -164,14 +168,31 @@ def _standardise(x: np.ndarray) -> np.ndarray:
     return (x - 0.3056) / 0.3761
 
 
-def write_oracle_data(out: Path) -> None:
-    """``party1.csv`` (labels only) and ``party2-5.csv`` (2 image rows each), standardised as the authors do."""
+def authors_split() -> tuple[np.ndarray, np.ndarray]:
+    """(training rows, test rows) of digits as the authors split it: stratified 70/30, ``random_state=0``.
+
+    ``train_test_split`` shuffles by the row count and the labels alone, so splitting the row
+    numbers gives the rows their split of the arrays holds.
+    """
+    from sklearn.model_selection import train_test_split
+
+    _, target = _pixels()
+    train, test = train_test_split(np.arange(len(target)), test_size=0.3, stratify=target, random_state=0)
+    return np.asarray(train), np.asarray(test)
+
+
+def write_oracle_data(out: Path) -> Path:
+    """``party1.csv`` (labels only), ``party2-5.csv`` (2 image rows each), standardised as the authors do,
+    and ``test_ids.txt``: the IDs of their 540 test rows; returns its path."""
     pixels, labels = _pixels()
     names = [f"r{row}c{col}" for row in range(8) for col in range(8)]
     columns: list[list[int]] = [[]] + [[row * 8 + col for row in rows for col in range(8)] for rows in _STRIPS]
     write_vertical_split(
         out, features=_standardise(pixels), labels=labels, feature_names=names, party_columns=columns, seed=0
     )
+    test_ids = out / "test_ids.txt"
+    test_ids.write_text("".join(f"{example_id(int(row))}\n" for row in authors_split()[1]), encoding="utf-8")
+    return test_ids
 
 
 _STRIPS = ((0, 1), (2, 3), (4, 5), (6, 7))
@@ -184,10 +205,9 @@ def oracle_tensors(seed: int) -> tuple[dict[int, torch.Tensor], torch.Tensor, in
     ``RandomState(seed)`` shuffles them are their validation rows, left out. Training rows first,
     then the 540 test rows.
     """
-    from sklearn.model_selection import train_test_split
-
     pixels, target = _pixels()
-    x_train, x_test, y_train, y_test = train_test_split(pixels, target, test_size=0.3, stratify=target, random_state=0)
+    train, test = authors_split()
+    x_train, x_test, y_train, y_test = pixels[train], pixels[test], target[train], target[test]
     order = np.random.RandomState(seed).permutation(len(x_train))[len(x_train) // 10 :]
     images = _standardise(np.concatenate([x_train[order], x_test])).reshape(-1, 8, 8)
     labels = torch.tensor(np.concatenate([y_train[order], y_test]), dtype=torch.float64)

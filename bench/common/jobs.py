@@ -40,11 +40,13 @@ def write_configs(
     top_dropout: float = 0.0,
     torch_threads: int = 1,
     party_factory: str = "",
+    held_out_ids: Path | None = None,
 ) -> None:
     """``root/server.toml`` with the job, and ``root/party{k}.toml`` per passive party; runs go to ``root/runs``.
 
     ``party_factory`` ("module:callable") is every passive party's ``[model] factory``; "" leaves
-    each party the job's MLP.
+    each party the job's MLP. ``held_out_ids`` is the active party's file of test IDs (None: the
+    job's seeded ``test_fraction``).
     """
     run_dir = root / "runs"
     options = "".join(f"{key} = {_toml_value(value)}\n" for key, value in sorted(job.algorithm_options.items()))
@@ -72,6 +74,7 @@ key = "{certs / "server.key"}"
 [data]
 path = "{data / "party1.csv"}"
 label_column = "label"
+{"" if held_out_ids is None else f'held_out_ids = "{held_out_ids}"'}
 
 [job]
 job_id = "{job.job_id}"
@@ -87,6 +90,9 @@ optimizer = "{job.optimizer}"
 learning_rate = {job.learning_rate}
 weight_decay = {job.weight_decay}
 {roles}test_fraction = {job.test_fraction}
+validation_fraction = {job.validation_fraction}
+patience = {job.patience}
+eval_every_rounds = {job.eval_every_rounds}
 wire_codec = "{job.wire_codec}"
 
 [algorithm]
