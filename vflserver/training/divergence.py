@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vflalgorithms.divergence import divergence_advice, step_advice
-from vflcore.data.checkpoints import checkpoint_positions
+from vflcore.data.checkpoints import checkpoint_positions, pinned
 from vflcore.errors import TrainingDiverged
 from vflcore.job import JobSpec
 
@@ -49,6 +49,9 @@ def located(exc: TrainingDiverged, job: JobSpec, epoch: int, batch: int | None, 
     to change and the active party's newest checkpoint, which the failure keeps."""
     saved = checkpoint_positions(run_dir)
     kept = f"the newest: {saved[-1]}, in {run_dir}" if saved else "none was saved yet"
+    best = pinned(run_dir)
+    if best is not None and best in saved and best != saved[-1]:  # [job] validation_fraction
+        kept += f"; the best by validation, {best}, is kept too"
     if exc.reported:  # a passive party's words, whole: only the active party knows its checkpoints
         return TrainingDiverged(exc.what, message=f"{exc} (the active party's checkpoints: {kept})")
     return exc.located(epoch, batch, divergence_advice(job, kept))
