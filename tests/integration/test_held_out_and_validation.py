@@ -10,6 +10,8 @@ threads, on the digits data (1,797 rows, long e-mail-like IDs).
   test metrics), and its checkpoint outlives ``keep_checkpoints = 1`` (``best.json``).
 - ``eval_every_rounds``: scores appear by the round, and the job trains exactly as without them
   (with dropout in the top model, whose mode the scoring must put back).
+- A server killed mid-job (``vfl-server`` and two ``vfl-client`` processes, ``vfltesting.service``)
+  resumes to the same best epoch and the same model as an uninterrupted run.
 """
 
 from __future__ import annotations
@@ -23,11 +25,13 @@ import numpy as np
 import pytest
 
 from tests.integration.conftest import SMALL_JOB, RunningJob, run_party_in_thread, start_job
-from vflclient import RunResult
-from vflcore.data.checkpoints import checkpoint_positions, party_dir, pinned
+from vflclient import JobClient, RunResult
+from vflcore.data.checkpoints import checkpoint_positions, epoch_path, party_dir, pinned
 from vflcore.data.held_out import read_held_out_ids
 from vflcore.job import Position
 from vfltesting.pki import Pki
+from vfltesting.recovery import assert_same_model, job_outcome
+from vfltesting.service import ServiceRun, finish_job, job_document, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -115,3 +119,35 @@ def test_scores_by_the_round_change_nothing_in_training(pki: Pki, digits_data: P
         assert rounds == [r for r in inside if r % 5 == 0], (epoch, rounds)
         assert all(0.0 <= score["metrics"]["accuracy"] <= 1.0 for score in report["rounds"])
     assert without["epochs"][0]["rounds"] == []
+
+
+def test_a_server_killed_mid_job_resumes_to_the_same_best_epoch(pki: Pki, digits_data: Path, tmp_path: Path) -> None:
+    """kill -9 of vfl-server after epoch 3's checkpoint, then a restart: the epochs it had scored come back
+    from its checkpoint, the pinned best survives, and the job stops and serves exactly as an uninterrupted run."""
+    job = {"epochs": 14, "batch_size": 64, "learning_rate": 0.05, "validation_fraction": 0.2, "patience": 3}
+    outcomes, summaries = [], []
+    for tag in ("clean", "killed"):
+        (tmp_path / tag).mkdir()
+        run = ServiceRun(tmp_path / tag, pki, digits_data, serving=False, server_settings={"keep_checkpoints": 1})
+        try:
+            run.start_server()
+            run.start_clients()
+            with JobClient(run.address, tls=pki.operator_files("alice")) as jobs:
+                jobs.submit(job_document("best-resumed", "splitnn", **job))
+                if tag == "killed":
+                    saved = epoch_path(party_dir(run.root / "runs", "best-resumed", 1), 2)
+                    wait_until(saved.exists, "the server's checkpoint of epoch 3", run)
+                    run.kill("server")
+                    run.start_server(f"127.0.0.1:{run.port}")
+            with JobClient(run.address, tls=pki.operator_files("alice")) as jobs:
+                lines = finish_job(jobs, run, "best-resumed")
+            outcomes.append(job_outcome(run.root / "runs", "best-resumed"))
+            summaries.append(json.loads((party_dir(run.root / "runs", "best-resumed", 1) / "summary.json").read_text()))
+        finally:
+            run.close()
+    assert any("resuming after" in line for line in lines), lines
+    clean, killed = summaries
+    assert killed["best_epoch"] == clean["best_epoch"] and killed["stopped_early"] == clean["stopped_early"]
+    assert [e["valid_loss"] for e in killed["epochs"]] == pytest.approx([e["valid_loss"] for e in clean["epochs"]])
+    assert killed["final_metrics"] == pytest.approx(clean["final_metrics"], rel=1e-6)
+    assert_same_model(outcomes[1], outcomes[0])
