@@ -28,8 +28,11 @@ from vfltesting.service import ServiceRun, finish_job, job_document, wait_until
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 EPOCHS = 5
-#: Small batches make an epoch long enough (117 steps) to be killed in its middle.
-JOB = {"batch_size": 8, "join_timeout_s": 60}
+#: Batches of 16: 59 steps an epoch, enough to be frozen and killed inside one (``frozen_inside_epoch``
+#: and the checkpoint waits below find the moment by events, not by time, so a short epoch is as
+#: good as a long one). At batch 8 (117 steps) every job cost twice the training CPU: these files
+#: were a quarter of the suite's CPU on 2 cores (measured 2026-11-28).
+JOB = {"batch_size": 16, "join_timeout_s": 60}
 ALGORITHMS = ("splitnn", "vimadmm", "apfed_c")
 #: Short limits, so that a frozen party is noticed in seconds, not minutes.
 SERVER = {"party_timeout_s": 60, "heartbeat_timeout_s": 3}
@@ -294,14 +297,22 @@ def _logged_at(event: dict[str, Any]) -> float:
     return datetime.fromisoformat(event["timestamp"]).timestamp()
 
 
-#: Batches per epoch of these jobs: 936 training rows in batches of 8.
-BATCHES_PER_EPOCH = 117
+#: Batches per epoch of these jobs: 936 training rows in batches of 16 (the last one of 8).
+BATCHES_PER_EPOCH = 59
 EVERY_STEPS = 50
+#: The step after which a party is killed in the checkpoint tests: 41 batches into epoch 2 (from 0: 1).
+KILL_STEP = 2 * EVERY_STEPS
+
+
+def step_checkpoint(step: int) -> str:
+    """The file name of the checkpoint saved after ``step`` steps, e.g. ``epoch-0001-batch-00041.pt``."""
+    epoch, batch = divmod(step, BATCHES_PER_EPOCH)
+    return f"epoch-{epoch:04d}-batch-{batch:05d}.pt"
 
 
 def _micro_batched_run(root: Path, pki: Pki, data: Path, *, kill: bool) -> JobOutcome:
     """SplitNN, 3 epochs, every batch in 3 parts, checkpoints every 50 steps; with ``kill``, party 3 is
-    killed once step 150 (batch 33 of epoch 2) is saved on both ends, and the job must resume there."""
+    killed once step 100 (batch 41 of epoch 2) is saved on both ends, and the job must resume there."""
     run = _service(root, pki, data)
     job_id = _job_id("splitnn", "micro")
     job = {"checkpoint_every_steps": EVERY_STEPS, "algorithm_options": {"micro_batches": 3}}
@@ -310,7 +321,8 @@ def _micro_batched_run(root: Path, pki: Pki, data: Path, *, kill: bool) -> JobOu
         with _jobs(run, pki) as jobs:
             jobs.submit(_document(job_id, "splitnn", epochs=3, **job))
             if kill:
-                wait_until(lambda: all((f / "epoch-0001-batch-00033.pt").exists() for f in folders), "step 150", run)
+                kill_at = step_checkpoint(KILL_STEP)
+                wait_until(lambda: all((f / kill_at).exists() for f in folders), f"step {KILL_STEP}", run)
                 time.sleep(0.05)
                 run.kill("party-3")
                 _restart_after(run, "party-3")
@@ -318,7 +330,7 @@ def _micro_batched_run(root: Path, pki: Pki, data: Path, *, kill: bool) -> JobOu
         if kill:
             events = [json.loads(line) for line in run.logs["server"].read_text().splitlines()]
             [resumed] = [e for e in events if e["event"] == "resumed"]
-            assert (resumed["epoch"], resumed["batch"]) == (1, 33), resumed
+            assert (resumed["epoch"], resumed["batch"]) == divmod(KILL_STEP, BATCHES_PER_EPOCH) == (1, 41), resumed
         return _outcome(run, job_id)
     finally:
         run.close()
@@ -336,9 +348,10 @@ class TestCheckpointsInsideEpochs:
         try:
             with _jobs(run, pki) as jobs:
                 jobs.submit(_document(job_id, algorithm, **job))
-                # Step 150 is 33 batches into epoch 2: kill once both ends have saved it.
+                # Step 100 is 41 batches into epoch 2: kill once both ends have saved it.
                 folders = [run.root / "runs" / job_id / f"party-{p}" for p in (1, 3)]
-                wait_until(lambda: all((f / "epoch-0001-batch-00033.pt").exists() for f in folders), "step 150", run)
+                kill_at = step_checkpoint(KILL_STEP)
+                wait_until(lambda: all((f / kill_at).exists() for f in folders), f"step {KILL_STEP}", run)
                 time.sleep(0.05)
                 run.kill("party-3")
                 _restart_after(run, "party-3")
@@ -347,18 +360,18 @@ class TestCheckpointsInsideEpochs:
             [lost] = [e["steps_done"] for e in events if e["event"] == "job_waiting"]
             [resumed] = [e for e in events if e["event"] == "resumed"]
             at = resumed["epoch"] * BATCHES_PER_EPOCH + resumed["batch"]
-            assert (resumed["epoch"], resumed["batch"]) == (1, 33), resumed  # inside epoch 2, not at its start
+            assert (resumed["epoch"], resumed["batch"]) == (1, 41), resumed  # inside epoch 2, not at its start
             assert 0 <= lost - at < EVERY_STEPS, (lost, resumed)
             saved = sorted(p.name for p in (run.root / "runs" / job_id / "party-3").glob("epoch-*.pt"))
-            # The newest two: 550 steps (11 x 50) is 82 batches into epoch 5, then that epoch's end.
-            assert saved == ["epoch-0004-batch-00082.pt", "epoch-0004.pt"], saved
+            # The newest two: 250 steps (5 x 50) is 14 batches into epoch 5, then that epoch's end.
+            assert saved == ["epoch-0004-batch-00014.pt", "epoch-0004.pt"], saved
             assert_same_model(_outcome(run, job_id), clean[algorithm])
         finally:
             run.close()
 
     def test_micro_batches_resume_inside_an_epoch(self, pki: Pki, digits_data: Path, tmp_path: Path) -> None:
-        """SplitNN with every batch in 3 parts (``micro_batches``): a kill after step 150 resumes at batch 33 of
-        epoch 2, whose first part travels as wire index 99, and ends with the fault-free run's model."""
+        """SplitNN with every batch in 3 parts (``micro_batches``): a kill after step 100 resumes at batch 41 of
+        epoch 2, whose first part travels as wire index 123, and ends with the fault-free run's model."""
         clean = _micro_batched_run(tmp_path / "clean", pki, digits_data, kill=False)
         faulty = _micro_batched_run(tmp_path / "fault", pki, digits_data, kill=True)
         assert_same_model(faulty, clean)

@@ -25,8 +25,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 
 #: AdptVFedConv on digits quadrants, one per party (003): its passive parties work only in epoch 1.
+#: Batches of 16 (90 an epoch), as ``test_recovery``'s jobs: the kills wait for events, not time.
 CONV_OPTIONS = {"pretrain_epochs": 3, "finetune_epochs": 2, "channels": 8}
-CONV_JOB = {"batch_size": 8, "join_timeout_s": 60, "passive_parties": [2, 3, 4], "seed": 3, "learning_rate": 0.003}
+CONV_JOB = {"batch_size": 16, "join_timeout_s": 60, "passive_parties": [2, 3, 4], "seed": 3, "learning_rate": 0.003}
 
 
 def _adptvfedconv(
