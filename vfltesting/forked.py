@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import gc
 import json
 import os
 import select
@@ -275,4 +276,11 @@ def _preload() -> None:
 
 if __name__ == "__main__":
     _preload()
+    # Everything preloaded goes to the collector's permanent generation before the first fork, as
+    # the gc module's documentation advises for fork without exec: a child's collections (its
+    # warm-up's gc.collect, and every one after) then never walk the launcher's objects, and so
+    # never write to their pages. Measured (2026-11-28, 2 cores): a forked vfl-client's start
+    # fell from 0.56 to 0.36 CPU-s, a vfl-server's from 0.75 to 0.54; the suite forks about 240.
+    gc.collect()
+    gc.freeze()
     serve(Path(sys.argv[1]))
