@@ -44,10 +44,21 @@ from vfltesting.service import job_document
 pytestmark = MARKS
 
 
+#: The server's wait for one party's tensor (``[server] step_timeout_s``): 15 s, not the separate-hosts
+#: 120 s. A federated inference request that the server handed to the parties just as their sessions
+#: died (a link down) waits this long for their answer, holding every later request by ID behind it
+#: (``AlignedPredictor``'s lock), although the parties rejoined within seconds: at 120 s the server's
+#: 5 s outage took 120.7 s to recover from, in every run (2026-11-28), party 3's now and then too, and
+#: that wait was most of this file's time; at 30 s, 30.2 and 30.7 s. Every step and PSI upload over
+#: the 2 Mbit/s link takes well under a second.
+STEP_TIMEOUT_S = 15
+
+
 @pytest.fixture(scope="module")
 def hosts(tmp_path_factory: pytest.TempPathFactory, digits_data: Path) -> Iterator[Deployment]:
     root = tmp_path_factory.mktemp("hosts")
-    with deployed(root, wheel_folder(tmp_path_factory.getbasetemp()), digits_data) as deployment:
+    server = {"step_timeout_s": STEP_TIMEOUT_S}
+    with deployed(root, wheel_folder(tmp_path_factory.getbasetemp()), digits_data, server=server) as deployment:
         yield deployment
 
 
