@@ -112,7 +112,9 @@ def test_a_segfault_leaves_a_trace_and_the_job_resumes_to_the_same_model(
         grpc_port, _ = run.serving_ports()
         aligned = (run.root / "runs" / JOB_ID / "party-1" / "aligned_ids.csv").read_text().splitlines()[1:6]
         with InferenceClient(f"127.0.0.1:{grpc_port}", tls=pki.caller_files("test-caller")) as client:
-            wait_until(lambda: client.model_ready(JOB_ID), "the resumed job's federated model to be ready", run)
+            wait_until(
+                lambda: client.model_ready(JOB_ID), "the resumed job's federated model to be ready", run, every_s=0.05
+            )
             answer = client.infer(JOB_ID, {IDS: np.array([i.encode() for i in aligned], dtype=object)})
         assert len(answer["label"]) == len(aligned)
     # At debug, the libraries' own debug records stay out (VFL_LIBRARY_LOG_LEVEL lets them in):

@@ -221,7 +221,13 @@ class TestNetwork:
             with _jobs(run, pki) as jobs:
                 jobs.submit(_document(job_id, "splitnn"))
                 with frozen_inside_epoch(run, jobs, job_id, 1):  # SIGSTOP inside epoch 2 or later; SIGCONT after
-                    wait_until(lambda: jobs.get(job_id).state == "waiting", "the job to wait for party 3", run, 30)
+                    wait_until(
+                        lambda: jobs.get(job_id).state == "waiting",
+                        "the job to wait for party 3",
+                        run,
+                        30,
+                        every_s=0.05,
+                    )
                 lines = finish_job(jobs, run, job_id)
             waits = [line for line in lines if "waiting for party 3" in line]
             assert waits and "heartbeat" in waits[0], lines
