@@ -324,13 +324,20 @@ def event_time(event: Mapping[str, Any]) -> float:
     return datetime.fromisoformat(str(event["timestamp"]).replace("Z", "+00:00")).timestamp()
 
 
-def wait_until(condition: Callable[[], bool], what: str, run: ServiceRun, timeout_s: float = 120) -> None:
-    """Poll ``condition`` every 10 ms; past ``timeout_s``, fail naming ``what``, with the daemons' log tails."""
+def wait_until(
+    condition: Callable[[], bool], what: str, run: ServiceRun, timeout_s: float = 120, *, every_s: float = 0.01
+) -> None:
+    """Poll ``condition`` every ``every_s``; past ``timeout_s``, fail naming ``what``, with the daemons' log tails.
+
+    10 ms suits a look at a file. A condition that makes an RPC costs the server and the caller
+    about 2 ms of CPU each time (measured 2026-11-28): 16 % of a core at 10 ms, for the whole
+    wait; such a wait, where 50 ms later changes nothing, passes ``every_s=0.05``.
+    """
     deadline = time.monotonic() + timeout_s
     while not condition():
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}\n{run.tail()}")
-        time.sleep(0.01)
+        time.sleep(every_s)
 
 
 def finish_job(jobs: JobClient, run: ServiceRun, job_id: str) -> list[str]:

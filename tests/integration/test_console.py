@@ -160,7 +160,7 @@ class TestAnOperatorWatches:
         parties, job = context.new_page(), context.new_page()
         with JobClient(service.address, tls=pki.operator_files("alice")) as jobs:
             jobs.submit(job_document("console-kill", "splitnn", epochs=EPOCHS))
-            wait_until(lambda: jobs.get("console-kill").epochs_done >= 1, "an epoch done", service)
+            wait_until(lambda: jobs.get("console-kill").epochs_done >= 1, "an epoch done", service, every_s=0.05)
             parties.goto(f"{console}/parties")
             job.goto(f"{console}/jobs/console-kill")
             row = parties.locator("tr", has_text="party 3")

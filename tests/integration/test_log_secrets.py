@@ -97,16 +97,25 @@ class TestDaemonLogs:
             run.start_clients()
             with JobClient(run.address, tls=pki.operator_files("alice")) as jobs:
                 jobs.submit(job_document("paused-then-cancelled", "splitnn", **JOB))
-                wait_until(lambda: jobs.get("paused-then-cancelled").epochs_done >= 2, "two epochs", run)
+                wait_until(lambda: jobs.get("paused-then-cancelled").epochs_done >= 2, "two epochs", run, every_s=0.05)
                 run.kill("party-3")  # a pause: the job waits for party 3, then resumes
-                wait_until(lambda: jobs.get("paused-then-cancelled").state == "waiting", "the pause", run)
+                wait_until(lambda: jobs.get("paused-then-cancelled").state == "waiting", "the pause", run, every_s=0.05)
                 run.start_client(3)
                 resumed_at = jobs.get("paused-then-cancelled").epochs_done
-                wait_until(lambda: jobs.get("paused-then-cancelled").epochs_done > resumed_at, "an epoch after", run)
+                wait_until(
+                    lambda: jobs.get("paused-then-cancelled").epochs_done > resumed_at,
+                    "an epoch after",
+                    run,
+                    every_s=0.05,
+                )
                 jobs.cancel("paused-then-cancelled")
-                wait_until(lambda: jobs.get("paused-then-cancelled").state == "cancelled", "the cancel", run)
+                wait_until(
+                    lambda: jobs.get("paused-then-cancelled").state == "cancelled", "the cancel", run, every_s=0.05
+                )
                 jobs.submit(job_document("stopped", "splitnn", **JOB))
-                wait_until(lambda: jobs.get("stopped").epochs_done >= 1, "an epoch of the second job", run)
+                wait_until(
+                    lambda: jobs.get("stopped").epochs_done >= 1, "an epoch of the second job", run, every_s=0.05
+                )
             assert run.stop(["server"]) == {"server": 0}
             run.stop()
         finally:

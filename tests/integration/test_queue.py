@@ -38,12 +38,14 @@ def test_a_lost_party_holds_only_the_jobs_that_need_it(pki: Pki, digits_data: Pa
         run.start_clients()
         with JobClient(run.address, tls=pki.operator_files("alice")) as jobs:
             jobs.submit(job_document("trains", "splitnn", epochs=2, **TRAINS))
-            wait_until(lambda: jobs.get("trains").state == "training", "the first job to train", run)
+            wait_until(lambda: jobs.get("trains").state == "training", "the first job to train", run, every_s=0.05)
             jobs.submit(job_document("needs-3", "splitnn"))
             jobs.submit(job_document("only-2", "splitnn", passive_parties=[2]))
             run.kill("party-3")
             # A "did not hang" guard only: before the rule, this waited for party_timeout_s.
-            wait_until(lambda: jobs.get("only-2").state in ENDED, "the job without party 3 to end", run, 180)
+            wait_until(
+                lambda: jobs.get("only-2").state in ENDED, "the job without party 3 to end", run, 180, every_s=0.05
+            )
             assert jobs.get("only-2").state == "finished", run.tail()
             assert jobs.get("trains").state == "waiting"
             held = jobs.get("needs-3")

@@ -127,7 +127,9 @@ def test_a_federated_model_is_served_again_after_the_server_crashes(
         ], run.tail()
         grpc_port, _ = run.serving_ports()
         with InferenceClient(f"127.0.0.1:{grpc_port}", tls=pki.caller_files("test-caller")) as client:
-            wait_until(lambda: client.model_ready(FEDERATED), "the SplitNN model to be served again", run, 180)
+            wait_until(
+                lambda: client.model_ready(FEDERATED), "the SplitNN model to be served again", run, 180, every_s=0.05
+            )
             after = client.infer(FEDERATED, ids)
         np.testing.assert_array_equal(after["label"], before["label"])
         np.testing.assert_allclose(after["probabilities"], before["probabilities"], rtol=0, atol=1e-6)

@@ -159,7 +159,7 @@ class TestServiceStop:
             # party 2 only: party 3 stays in its NextJob long poll; the second job queues behind the first
             jobs.submit(job_document("stop-running", "splitnn", epochs=50, batch_size=8, passive_parties=[2]))
             jobs.submit(job_document("stop-queued", "splitnn", epochs=1, passive_parties=[2]))
-            wait_until(lambda: jobs.get("stop-running").epochs_done >= 1, "the first epoch", run)
+            wait_until(lambda: jobs.get("stop-running").epochs_done >= 1, "the first epoch", run, every_s=0.05)
             watchers = [threading.Thread(target=watch, args=(jobs, job_id)) for job_id in seen]
             for thread in watchers:
                 thread.start()
@@ -218,7 +218,9 @@ class TestServiceStop:
                 )
             try:
                 finish_job(jobs, run, jobs.submit(job_document("trained-served", "splitnn")).id)
-                wait_until(lambda: jobs.get("trained-served").serving == "serving", "the model to be served", run)
+                wait_until(
+                    lambda: jobs.get("trained-served").serving == "serving", "the model to be served", run, every_s=0.05
+                )
                 party2.send_signal(signal.SIGTERM)
                 out, _ = party2.communicate(timeout=60)
             finally:

@@ -235,7 +235,12 @@ class Deployment:
         return "\n".join(out)
 
     def wait_for(self, condition: Callable[[], bool], what: str, timeout_s: float = 120, *, watch: str = "") -> None:
-        """Check ``condition`` every 20 ms until it holds; past ``timeout_s`` (or if daemon ``watch`` exits), fail."""
+        """Check ``condition`` every 50 ms until it holds; past ``timeout_s`` (or if daemon ``watch`` exits), fail.
+
+        Not more often: most conditions ask the operator's program, which asks the server (a pipe
+        round trip, then an RPC over mTLS), and every wait here is for a job's state or a logged
+        event, whose time the tests read from the logs, not from when this noticed it.
+        """
         deadline = time.monotonic() + timeout_s
         pause = threading.Event()
         while not condition():
@@ -244,7 +249,7 @@ class Deployment:
                                      + self.tail())  # fmt: skip
             if time.monotonic() > deadline:
                 raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}\n{self.tail()}")
-            pause.wait(0.02)
+            pause.wait(0.05)
 
     def logged(self, key: str, name: str, count: int = 1) -> Callable[[], bool]:
         """A condition: host ``key``'s daemon has logged event ``name`` at least ``count`` times."""
