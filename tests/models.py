@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 from vflcore.ml.models import mlp
@@ -55,3 +56,29 @@ def one_too_wide(input_width: int, num_outputs: int) -> nn.Module:
 def not_a_model(input_width: int, num_outputs: int) -> str:
     """A broken factory: it returns no torch module at all."""
     return f"Linear({input_width}, {num_outputs})"
+
+
+class _RunsAway(nn.Module):
+    """``inner``, until it has taken ``steps`` training steps: from then on its training outputs are NaN.
+
+    A training step is a forward pass in training mode with gradients on; scoring runs without
+    them, so a party's model diverges at the same step on any CPU, for the tests of what a job
+    does when training runs away after some good epochs.
+    """
+
+    def __init__(self, inner: nn.Module, steps: int) -> None:
+        super().__init__()
+        self.inner, self.steps, self.taken = inner, steps, 0
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        out = self.inner(features)
+        if not (self.training and torch.is_grad_enabled()):
+            return out
+        self.taken += 1
+        return out * float("nan") if self.taken > self.steps else out
+
+
+def runaway_bottom(num_features: int, embedding_dim: int) -> nn.Module:
+    """The default bottom MLP, whose outputs turn NaN after 50 training steps (in the third epoch of a
+    digits job with batches of 64 and a validation split)."""
+    return _RunsAway(mlp(num_features, HIDDEN, embedding_dim), 50)

@@ -13,6 +13,8 @@
     ├── PsiError               a PSI point is malformed or low-order (malicious)        fails the job
     ├── TrainingDiverged       a loss, output or weight became NaN or infinite: the     fails the job
     │                          job's settings make training run away
+    ├── DivergedServingBest    training diverged after a best epoch by validation: the  local
+    │                          job resumes to serve that epoch
     ├── PermissionDenied       certificate and claim disagree, or the certified party   PERMISSION_DENIED
     │                          is not part of the job
     ├── JoinRejected           the party's data does not fit this job, or it joined     FAILED_PRECONDITION
@@ -155,6 +157,21 @@ class TrainingDiverged(VflError):
             epoch, batch = self.epoch, self.batch
         return TrainingDiverged(self.what, epoch=epoch, batch=batch, advice=self.advice or advice)
 
+
+
+class DivergedServingBest(VflError):
+    """Training diverged after a best epoch by validation was pinned: the job serves that epoch instead.
+
+    The passive parties left their step when it ran away, so the job pauses as it does for a lost
+    party (``Finish(rejoin)``); they join again at once, and the resumed run trains no more: every
+    party loads the best epoch's checkpoint, which is scored, exported and served
+    (``[job] validation_fraction``). ``diverged`` is the divergence's own message; ``best`` the
+    checkpoint served, in words ("the end of epoch 3").
+    """
+
+    def __init__(self, diverged: str, best: str) -> None:
+        self.diverged, self.best = diverged, best
+        super().__init__(f"{diverged}; the job resumes to serve its best epoch by validation ({best})")
 
 def nonfinite_word(value: float) -> str:
     """ "NaN" or "infinite": what a non-finite number is, in a divergence message."""

@@ -12,6 +12,8 @@ threads, on the digits data (1,797 rows, long e-mail-like IDs).
   (with dropout in the top model, whose mode the scoring must put back).
 - A server killed mid-job (``vfl-server`` and two ``vfl-client`` processes, ``vfltesting.service``)
   resumes to the same best epoch and the same model as an uninterrupted run.
+- A job whose training runs away after its best epoch (party 3's own model turns NaN in epoch 5)
+  serves that epoch, and says so, instead of failing.
 """
 
 from __future__ import annotations
@@ -151,3 +153,46 @@ def test_a_server_killed_mid_job_resumes_to_the_same_best_epoch(pki: Pki, digits
     assert [e["valid_loss"] for e in killed["epochs"]] == pytest.approx([e["valid_loss"] for e in clean["epochs"]])
     assert killed["final_metrics"] == pytest.approx(clean["final_metrics"], rel=1e-6)
     assert_same_model(outcomes[1], outcomes[0])
+
+
+def test_a_job_that_runs_away_after_its_best_epoch_serves_that_epoch(
+    pki: Pki, digits_data: Path, tmp_path: Path
+) -> None:
+    """Party 3's own model turns NaN at its 51st step (``tests.models:runaway_bottom``): party 3 reports the
+    divergence, party 2 is stopped in its step, and both come back to load and serve the best epoch."""
+    models = {"models": {"runaway": "tests.models:runaway_bottom"}}
+    job = {"epochs": 8, "batch_size": 64, "learning_rate": 0.05, "validation_fraction": 0.2, "models": {"3": "runaway"}}
+    with ServiceRun(tmp_path, pki, digits_data, serving=False, client_tables=models).started() as run:
+        with JobClient(run.address, tls=pki.operator_files("alice")) as jobs:
+            jobs.submit(job_document("runs-away", "splitnn", **job))
+            lines = finish_job(jobs, run, "runs-away")
+            record = jobs.get("runs-away")
+        after = jobs_after(run, pki)
+    summary = json.loads((party_dir(tmp_path / "runs", "runs-away", 1) / "summary.json").read_text())
+    epochs = summary["epochs"]
+    per_epoch = -(-summary["split"]["train_rows"] // 64)
+    epoch, batch = divmod(50, per_epoch)  # 50 good steps; the 51st is NaN
+    diverged = f"training diverged at epoch {epoch + 1}, batch {batch + 1}: party 3's embedding is not finite"
+    assert len(epochs) == epoch >= 2 and summary["diverged"].startswith(diverged), summary
+    best = summary["best_epoch"]
+    assert best == int(np.argmin([e["valid_loss"] for e in epochs])), summary
+    assert summary["stopped_early"], summary
+    assert record.state_message == f"training diverged; the best epoch by validation ({best + 1}) was served"
+    assert any(line.startswith("runs-away warning: " + diverged) for line in lines), lines  # `vfl-jobs watch`
+    assert any("runs-away state waiting: " + diverged in line for line in lines), lines
+    # The served model is the best epoch's: scored again on the test rows, it gives that epoch's metrics.
+    assert summary["final_metrics"] == pytest.approx(epochs[best]["metrics"], rel=1e-6)
+    for party in (1, 2, 3):
+        folder = party_dir(tmp_path / "runs", "runs-away", party)
+        assert pinned(folder) == Position.after_epoch(best), party
+        assert (folder / "model.onnx").is_file(), party
+    assert after == "finished"
+
+
+def jobs_after(run: ServiceRun, pki: Pki) -> str:
+    """The state of a plain job run next on the same daemons: they are ready for it."""
+    with JobClient(run.address, tls=pki.operator_files("alice")) as jobs:
+        jobs.submit(job_document("after-runaway", "splitnn", epochs=1, batch_size=64))
+        for _ in jobs.watch("after-runaway"):
+            pass
+        return jobs.get("after-runaway").state

@@ -20,15 +20,25 @@ from vflalgorithms.base import ServerAlgorithm
 from vflalgorithms.divergence import divergence_advice, nonfinite, nonfinite_state
 from vflclient import JobEvent
 from vflclient._divergence import CheckedLink, checked_state
-from vflcore.data.checkpoints import checkpoint_positions, save_position
-from vflcore.errors import PartyUnavailable, TrainingDiverged
+from vflcore.data.checkpoints import checkpoint_positions, pin, save_position
+from vflcore.errors import DivergedServingBest, PartyUnavailable, TrainingDiverged
 from vflcore.job import JobSpec, Position
 from vflcore.wire.links import TensorExchange, TrainingLink
 from vflcore.wire.names import EMBEDDING, EVAL_EMBEDDING, GRADIENT
 from vflcore.wire.tensors import TensorKey
 from vflserver.federation.passive_parties import PassiveParties
 from vflserver.jobs.store import JobStore
-from vflserver.training.divergence import WARN_MARGIN, StepPosition, TestLossWatch, located
+from vflserver.training.divergence import (
+    DIVERGED,
+    WARN_MARGIN,
+    StepPosition,
+    TestLossWatch,
+    best_to_serve,
+    forget,
+    located,
+    remember,
+    remembered,
+)
 from vflserver.training.resume import save_checkpoint
 
 JOB = JobSpec("runaway", optimizer="sgd", learning_rate=0.1, passive_parties=(2, 3), num_rows=10)
@@ -272,3 +282,38 @@ class TestTheTestLossWarning:
             store.close()
         shown = JobEvent("runaway", event.seq, event.at, "warning", "training", event.message, None, {})
         assert str(shown) == "runaway warning: the test loss after epoch 4 is 3.5, ..."
+
+
+class TestServingTheBestEpoch:
+    """With validation rows, a job that runs away after its best epoch pauses and comes back to serve it."""
+
+    def test_only_a_pinned_checkpoint_on_disk_is_served(self, tmp_path: Path) -> None:
+        best = Position.after_epoch(2)
+        assert best_to_serve(best, tmp_path) is None  # nothing saved
+        save_position(tmp_path, best, {"w": torch.ones(2)}, keep=1)
+        assert best_to_serve(best, tmp_path) is None  # saved, but not pinned: the parties were not told to keep it
+        pin(tmp_path, best)
+        assert best_to_serve(best, tmp_path) == best
+        assert best_to_serve(None, tmp_path) is None  # no validation rows, or no epoch scored yet
+        assert best_to_serve(Position.after_epoch(1), tmp_path) is None  # another epoch than the pinned one
+
+    def test_the_divergence_is_remembered_across_a_restart_until_a_fresh_start(self, tmp_path: Path) -> None:
+        assert remembered(tmp_path) is None
+        diverged = TrainingDiverged("party 3's embedding is not finite", epoch=5, batch=3)
+        remember(tmp_path, diverged)
+        assert (
+            remembered(tmp_path)
+            == str(diverged)
+            == "training diverged at epoch 5, batch 3: party 3's embedding is not finite"
+        )
+        forget(tmp_path)
+        assert remembered(tmp_path) is None
+        (tmp_path / DIVERGED).write_text("{not json")
+        assert remembered(tmp_path) is None  # a torn note is no divergence: the job trains on
+
+    def test_the_pause_says_what_diverged_and_what_is_served(self) -> None:
+        serving = DivergedServingBest("training diverged at epoch 5, batch 3: x", str(Position.after_epoch(3)))
+        assert str(serving) == (
+            "training diverged at epoch 5, batch 3: x; the job resumes to serve its best epoch by validation "
+            "(the end of epoch 4)"
+        )

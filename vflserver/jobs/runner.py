@@ -27,7 +27,7 @@ from vflalgorithms.base import algorithm_spec
 from vflcore.absence import did_not_come_back
 from vflcore.data.checkpoints import party_dir
 from vflcore.data.tables import DataError, PartyTable
-from vflcore.errors import ConfigError, JobAborted, JobStateError, PartyLost, VflError
+from vflcore.errors import ConfigError, DivergedServingBest, JobAborted, JobStateError, PartyLost, VflError
 from vflcore.job import ACTIVE_PARTY
 from vflcore.psi.progress import discard_all
 from vflcore.runtime.config import ServerConfig
@@ -294,6 +294,17 @@ class JobRunner:
                 deadline = loss_deadline(exc, self.settings.party_timeout_s, time.monotonic())
                 paused = ParkedJob(plan, table, exc, deadline)
                 self._wait_for(active, exc)
+        except DivergedServingBest as exc:
+            if self._stopping.is_set() or job_id in self._cancels:
+                self._failed(active, exc)
+            else:  # its parties are connected: the job resumes at once, to serve the best epoch
+                left = PartyLost(parties[0], "it left the job when training diverged", since=time.monotonic())
+                paused = ParkedJob(
+                    plan, table, left, loss_deadline(left, self.settings.party_timeout_s, time.monotonic())
+                )
+                self.store.set_state(job_id, "waiting", str(exc))
+                self.store.record_warning(job_id, exc.diverged)
+                log.warning("job_serving_best", job=job_id, best=exc.best)
         except BaseException as exc:
             self._failed(active, exc)
         else:
@@ -397,6 +408,8 @@ class JobRunner:
         except (VflError, OSError, ValueError) as exc:  # the job still finished; only serving failed
             log.warning("model_not_served", job=job_id, error=str(exc))
         message = "aligned IDs written" if plan.psi_only else "trained and evaluated"
+        if summary.diverged is not None and summary.best_epoch is not None:
+            message = f"training diverged; the best epoch by validation ({summary.best_epoch + 1}) was served"
         if summary.student is not None:  # first: the job's own metrics follow the message in every listing
             message = f"student {summary.student.job_id} distilled{_metrics_in_words(summary.student)}; {message}"
             self.store.set_student_metrics(job_id, summary.student.final_metrics)  # vfl-jobs show, in full

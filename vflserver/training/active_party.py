@@ -25,39 +25,52 @@ from vflalgorithms.factories import resolve_factories
 from vflcore.data.checkpoints import party_dir
 from vflcore.data.held_out import HeldOutIds
 from vflcore.data.tables import PartyTable, select_rows, write_aligned_ids
-from vflcore.errors import CheckpointError, ConfigError, JobAborted, PartyLost, TrainingDiverged
+from vflcore.errors import (
+    CheckpointError,
+    ConfigError,
+    DivergedServingBest,
+    JobAborted,
+    PartyLost,
+    TrainingDiverged,
+)
 from vflcore.job import (
     ACTIVE_PARTY,
-    JobSpec,
     Position,
     Schedule,
     mid_epoch_checkpoint_due,
     new_job_id,
     round_score_due,
 )
-from vflcore.ml.losses import label_tensor, output_width
-from vflcore.ml.metrics import task_metrics
+from vflcore.ml.losses import label_tensor
 from vflcore.ml.models import seed_dropout
 from vflcore.runtime.config import ServerSettings
 from vflcore.runtime.daemon import adopt_torch_threads
 from vflcore.wire.traffic import MB
 from vflcore.work_items import Checkpoint, HoldOut, Restore
-from vflprivacy.label_defences import check_classes
 from vflserver.federation.alignment import AlignmentResult, align_active
 from vflserver.federation.passive_parties import PassiveParties
 from vflserver.training.aligned_predictions import BLOCK_ROWS, AlignedPredictor
 from vflserver.training.best_epoch import BestEpoch
-from vflserver.training.distill_settings import DistillSpec, require_own_features, student_factory
+from vflserver.training.distill_settings import DistillSpec, student_factory
 from vflserver.training.distillation import Distillation
-from vflserver.training.divergence import StepPosition, TestLossWatch, located
+from vflserver.training.divergence import (
+    StepPosition,
+    TestLossWatch,
+    best_to_serve,
+    forget,
+    located,
+    remember,
+    remembered,
+)
 from vflserver.training.evaluation import Evaluation
 from vflserver.training.export import MODEL_REPOSITORY, export_model
 from vflserver.training.importance import write_client_importance
 from vflserver.training.job_plan import JobPlan
 from vflserver.training.readmission import Readmission
-from vflserver.training.reports import EpochReport, RunSummary, split_summary, write_predictions, write_summary
+from vflserver.training.reports import EpochReport, RunSummary, split_summary, write_summary
 from vflserver.training.resume import load_newest, roll_back, save_checkpoint
 from vflserver.training.served_again import NotServableAgain, read_served, write_served
+from vflserver.training.table_fit import table_outputs
 from vflserver.training.training_labels import labels_to_train_on
 
 #: Names that lived here before the active party's jobs were split into modules.
@@ -91,7 +104,7 @@ class ActiveParty:
         job = plan.job if plan.job.job_id else replace(plan.job, job_id=new_job_id())
         algorithm = algorithm_spec(job.algorithm).active_half()
         if not plan.psi_only:
-            job = replace(job, num_outputs=_check_table(job, table, algorithm, plan.distill))
+            job = replace(job, num_outputs=table_outputs(job, table, algorithm, plan.distill))
         #: The job's plan, checked when it was made (at submission): this party trusts it.
         self.plan = plan
         #: The job's own model factories, imported (checked and probed at submission already).
@@ -126,6 +139,7 @@ class ActiveParty:
         self._summary = RunSummary(job_id=self.job.job_id)  # the running job's, once run() starts
         self._step = StepPosition()  # the step in progress: where a divergence happened
         self._readmission: Readmission | None = None  # while the model is kept served after training
+        self._best: BestEpoch | None = None  # with validation rows, once training starts
 
     def _prepare(self, aligned: PartyTable) -> None:
         """Build the schedule and the algorithm's models once the aligned rows are known."""
@@ -243,51 +257,22 @@ class ActiveParty:
             fed.state = "training"
             seed_dropout(self.job)
             first = self._roll_back(resume, summary)
-            self._announce_first_step(first, resume)
-            watch = TestLossWatch()
-            for done in summary.epochs:  # a resumed job's best so far; its old warnings are not repeated
-                watch.observe(done.epoch, done.test_loss, self.job)
-            best = BestEpoch.of(self.job, summary.epochs)  # None: no validation rows
-            for epoch in range(first.epoch, self.job.epochs):
-                structlog.contextvars.bind_contextvars(round=epoch)
-                if self.stop_event.is_set():
-                    raise JobAborted("shutdown requested")
-                started = time.perf_counter()
-                first_batch = first.batch if epoch == first.epoch else 0
-                self._step.start(epoch, first_batch, len(self.algorithm.step_losses))
-                self.evaluation.expect_rounds(epoch, first_batch)
-                train_loss = self.algorithm.train_epoch(epoch, first_batch)
-                test_loss, metrics = self.evaluate(epoch)
-                valid_loss, valid_metrics = self.evaluation.validation(epoch)
-                wire_mb = fed.traffic.phase_total(f"train {epoch}") / MB
-                seconds = time.perf_counter() - started
-                rounds = [score.plain() for score in self.evaluation.rounds]
-                report = EpochReport(
-                    epoch, train_loss, test_loss, metrics, seconds, wire_mb, valid_loss, valid_metrics, rounds
-                )
-                summary.epochs.append(report)
-                pinned = None if best is None or not best.observe(report) else best.position
-                self._save(Position.after_epoch(epoch), best=pinned)
-                fed.dispatch(functools.partial(Checkpoint, position=Position.after_epoch(epoch), best=pinned))
-                validation = {} if valid_loss is None else {"valid_loss": valid_loss}
-                log.info("epoch_done", train_loss=train_loss, test_loss=test_loss, **validation, **metrics)
-                if on_epoch is not None:
-                    on_epoch(report)
-                warning = watch.observe(epoch, test_loss, self.job)
-                if warning is not None:
-                    log.warning("test_loss_rising", test_loss=test_loss, best=watch.best, message=warning)
-                    if on_warning is not None:
-                        on_warning(warning)
-                if best is not None and best.should_stop(epoch):
-                    summary.stopped_early = True
-                    log.info("stopped_early", epoch=epoch + 1, best=str(best.position), patience=self.job.patience)
-                    break
+            best = self._best = BestEpoch.of(self.job, summary.epochs)  # None: no validation rows
+            if not resume:
+                forget(self.run_dir)
+            summary.diverged = remembered(self.run_dir)
+            if summary.diverged is None:
+                self._announce_first_step(first, resume)
+                self._train(first, best, summary, on_epoch, on_warning)
+            else:  # it ran away after its best epoch, and paused (DivergedServingBest): that epoch is served
+                summary.stopped_early = True
+                log.warning("serving_best_after_divergence", best=str(best.position if best else None))
             structlog.contextvars.unbind_contextvars("round")
             summary.split = split_summary(self.schedule, None if self.held_out is None else self.held_out.source)
             if best is not None:
                 self._serve_best(best, summary)
             fed.state = "serving"
-            summary.final_metrics, test_output = self._final_inference()
+            summary.final_metrics, test_output = self.evaluation.final(self.predict_rows, self.table.ids, self.run_dir)
             summary.wire = fed.traffic.report()
             summary.client_importance = self.algorithm.client_importance()
             releases = self.algorithm.privacy_releases()
@@ -316,6 +301,13 @@ class ActiveParty:
         except TrainingDiverged as exc:
             diverged = self._located(exc)
             log.error("training_diverged", error=str(diverged))
+            served = best_to_serve(None if self._best is None else self._best.position, self.run_dir)
+            if served is not None:  # the parties left their step: they come back to serve the best epoch
+                remember(self.run_dir, diverged)
+                serving = DivergedServingBest(str(diverged), str(served))
+                fed.finish(False, str(serving), rejoin=True)
+                fed.abort(JobAborted(str(serving)))
+                raise serving from None
             stopped = f"the active party stopped the job: {diverged}"
             fed.finish(False, stopped)
             fed.abort(JobAborted(stopped))  # what a party in the middle of a step reads (ABORTED)
@@ -329,6 +321,54 @@ class ActiveParty:
             fed.finish(False, f"the active party stopped the job: {exc}")
             fed.abort(exc if isinstance(exc, Exception) else JobAborted("interrupted"))
             raise
+
+    def _train(
+        self,
+        first: Position,
+        best: BestEpoch | None,
+        summary: RunSummary,
+        on_epoch: Callable[[EpochReport], None] | None,
+        on_warning: Callable[[str], None] | None,
+    ) -> None:
+        """Train from ``first`` to the last epoch, or until ``patience`` stops it; score and save every epoch."""
+        fed = self.parties
+        watch = TestLossWatch()
+        for done in summary.epochs:  # a resumed job's best so far; its old warnings are not repeated
+            watch.observe(done.epoch, done.test_loss, self.job)
+        for epoch in range(first.epoch, self.job.epochs):
+            structlog.contextvars.bind_contextvars(round=epoch)
+            if self.stop_event.is_set():
+                raise JobAborted("shutdown requested")
+            started = time.perf_counter()
+            first_batch = first.batch if epoch == first.epoch else 0
+            self._step.start(epoch, first_batch, len(self.algorithm.step_losses))
+            self.evaluation.expect_rounds(epoch, first_batch)
+            train_loss = self.algorithm.train_epoch(epoch, first_batch)
+            test_loss, metrics = self.evaluate(epoch)
+            valid_loss, valid_metrics = self.evaluation.validation(epoch)
+            wire_mb = fed.traffic.phase_total(f"train {epoch}") / MB
+            seconds = time.perf_counter() - started
+            rounds = [score.plain() for score in self.evaluation.rounds]
+            report = EpochReport(
+                epoch, train_loss, test_loss, metrics, seconds, wire_mb, valid_loss, valid_metrics, rounds
+            )
+            summary.epochs.append(report)
+            pinned = None if best is None or not best.observe(report) else best.position
+            self._save(Position.after_epoch(epoch), best=pinned)
+            fed.dispatch(functools.partial(Checkpoint, position=Position.after_epoch(epoch), best=pinned))
+            validation = {} if valid_loss is None else {"valid_loss": valid_loss}
+            log.info("epoch_done", train_loss=train_loss, test_loss=test_loss, **validation, **metrics)
+            if on_epoch is not None:
+                on_epoch(report)
+            warning = watch.observe(epoch, test_loss, self.job)
+            if warning is not None:
+                log.warning("test_loss_rising", test_loss=test_loss, best=watch.best, message=warning)
+                if on_warning is not None:
+                    on_warning(warning)
+            if best is not None and best.should_stop(epoch):
+                summary.stopped_early = True
+                log.info("stopped_early", epoch=epoch + 1, best=str(best.position), patience=self.job.patience)
+                break
 
     # ---- checkpoints ------------------------------------------------------------------------
 
@@ -456,37 +496,3 @@ class ActiveParty:
         )
         teacher = distillation.teacher_outputs(self.predict_rows, test_output, afresh=afresh)
         return distillation.run(teacher)
-
-    def _final_inference(self) -> tuple[dict[str, float], np.ndarray | None]:
-        """Federated inference on the held-out rows: their metrics and the model's output (None: no held-out row)."""
-        rows = self.schedule.test_rows
-        if len(rows) == 0:
-            return {}, None
-        # By row, not by ID: the held-out rows are known, and a list of their IDs would be a Python
-        # object per row (2M at 10M aligned rows) only to be looked up again.
-        output = self.predict_rows(rows)
-        metrics = task_metrics(self.job.task, self.evaluation.label_array(rows), output)
-        write_predictions(self.run_dir, self.job.task, self.table.ids[rows], self.evaluation.label_array(rows), output)
-        log.info("federated_inference_done", rows=len(rows), **metrics)
-        return metrics, output
-
-
-def _check_table(job: JobSpec, table: PartyTable, algorithm: type[ServerAlgorithm], distill: DistillSpec | None) -> int:
-    """The model's output width from ``table``'s labels; ConfigError if the table cannot train ``job``.
-
-    The plan was checked at submission against the table as it was then; this is the table as it
-    is now.
-    """
-    if table.labels is None:
-        raise ConfigError(f"{table.source}: the active party's data needs a label column")
-    if algorithm.needs_own_features and not table.features.shape[1]:
-        raise ConfigError(
-            f"{table.source}: {job.algorithm} needs feature columns on the active party (it predicts from "
-            "them alone), but this file has only IDs and labels"
-        )
-    if distill is not None:
-        require_own_features(table, f"job {job.job_id}")
-    outputs = output_width(job.task, table.labels, table.source)
-    if job.task == "classification":
-        check_classes(job.privacy, outputs, str(table.source))
-    return outputs

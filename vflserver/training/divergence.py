@@ -7,20 +7,26 @@ party would send), a passive party before it sends (its report comes back throug
 finder may not know the epoch and batch; ``StepPosition`` does, and ``located`` gives the job's
 message its position, the settings to change and the checkpoint that is kept.
 
+With ``[job] validation_fraction`` a divergence after the first best epoch does not fail the
+job: the active party ``remember``s the message in its run folder and pauses the job
+(``DivergedServingBest``), and the resumed run (at once, or after a restart of the server) finds
+it and serves the best epoch instead of training on (``ActiveParty.run``).
+
 Before that, a test loss that grows far past its best is a warning (``TestLossWatch``): the
 job's events show it (``vfl-jobs watch``, the console), and the job goes on.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from vflalgorithms.divergence import divergence_advice, step_advice
-from vflcore.data.checkpoints import checkpoint_positions, pinned
+from vflcore.data.checkpoints import atomic_write, checkpoint_positions, pinned
 from vflcore.errors import TrainingDiverged
-from vflcore.job import JobSpec
+from vflcore.job import JobSpec, Position
 
 #: A test loss this many times its best so far is a warning...
 WARN_RATIO = 10.0
@@ -55,6 +61,36 @@ def located(exc: TrainingDiverged, job: JobSpec, epoch: int, batch: int | None, 
     if exc.reported:  # a passive party's words, whole: only the active party knows its checkpoints
         return TrainingDiverged(exc.what, message=f"{exc} (the active party's checkpoints: {kept})")
     return exc.located(epoch, batch, divergence_advice(job, kept))
+
+
+#: In the active party's run folder: the message of a divergence after which the job serves its best epoch.
+DIVERGED = "diverged.json"
+
+
+def best_to_serve(best: Position | None, run_dir: Path) -> Position | None:
+    """``best`` if the active party holds its checkpoint pinned (so every party was told to keep it), else None."""
+    if best is None or pinned(run_dir) != best or best not in checkpoint_positions(run_dir):
+        return None
+    return best
+
+
+def remember(run_dir: Path, diverged: TrainingDiverged) -> None:
+    """Note that training diverged: the resumed run serves the best epoch and trains no more."""
+    atomic_write(json.dumps({"message": str(diverged)}).encode(), run_dir / DIVERGED)
+
+
+def remembered(run_dir: Path) -> str | None:
+    """The divergence ``remember`` noted in ``run_dir``, or None (none, or a note that does not read)."""
+    try:
+        message = json.loads((run_dir / DIVERGED).read_text(encoding="utf-8"))["message"]
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+    return message if isinstance(message, str) else None
+
+
+def forget(run_dir: Path) -> None:
+    """A fresh start: an earlier run's divergence is not this one's."""
+    (run_dir / DIVERGED).unlink(missing_ok=True)
 
 
 @dataclass

@@ -15,6 +15,9 @@ the modes each model trains in are put back (``vflcore.ml.modes``), and no rando
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+
 import numpy as np
 import structlog
 import torch
@@ -29,7 +32,7 @@ from vflcore.wire.names import EVAL_EMBEDDING
 from vflcore.work_items import Evaluate
 from vflserver.federation.passive_parties import PassiveParties
 from vflserver.training.aligned_predictions import in_blocks
-from vflserver.training.reports import RoundScore
+from vflserver.training.reports import RoundScore, write_predictions
 
 log = structlog.get_logger(__name__)
 
@@ -105,6 +108,22 @@ class Evaluation:
         score = RoundScore(epoch * per_epoch + done, loss, metrics)
         self.rounds.append(score)
         log.info("round_scored", step=score.round, test_loss=loss, **metrics)
+
+    def final(
+        self, predict_rows: Callable[[np.ndarray], np.ndarray], ids: np.ndarray, run_dir: Path
+    ) -> tuple[dict[str, float], np.ndarray | None]:
+        """Federated inference on the test rows with the served model: their metrics and the model's output
+        (None: no test row); ``test_predictions.csv`` in ``run_dir`` holds them by ID."""
+        rows = self.schedule.test_rows
+        if len(rows) == 0:
+            return {}, None
+        # By row, not by ID: the test rows are known, and a list of their IDs would be a Python
+        # object per row (2M at 10M aligned rows) only to be looked up again.
+        output = predict_rows(rows)
+        metrics = task_metrics(self.job.task, self.label_array(rows), output)
+        write_predictions(run_dir, self.job.task, ids[rows], self.label_array(rows), output)
+        log.info("federated_inference_done", rows=len(rows), **metrics)
+        return metrics, output
 
     def label_array(self, rows: np.ndarray) -> np.ndarray:
         """The true labels of ``rows`` as a flat array (classes, or values), as the metrics take them."""

@@ -96,6 +96,9 @@ class RunSummary:
     #: ``patience`` ended training before ``epochs``.
     best_epoch: int | None = None
     stopped_early: bool = False
+    #: Why training stopped short of ``epochs`` when it ran away after a best epoch: the divergence's
+    #: message (``divergence.remember``); the best epoch was served instead. None: it did not diverge.
+    diverged: str | None = None
     #: How many aligned rows train, validate and test, and where the test rows came from.
     split: dict[str, Any] = field(default_factory=dict)
 
@@ -184,6 +187,7 @@ def write_summary(run_dir: Path, job: JobSpec, summary: RunSummary, step_losses:
         "split": summary.split,
         "best_epoch": summary.best_epoch,
         "stopped_early": summary.stopped_early,
+        "diverged": summary.diverged,
         "epochs": [vars(e) for e in summary.epochs],
         "step_losses": list(step_losses),
         "final_metrics": summary.final_metrics,
