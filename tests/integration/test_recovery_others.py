@@ -25,7 +25,7 @@ from tests.integration.test_recovery import (
 )
 from vfltesting.pki import Pki
 from vfltesting.recovery import assert_same_model
-from vfltesting.service import finish_job, wait_until
+from vfltesting.service import finish_job, log_events, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -41,26 +41,14 @@ ASYNC_EPOCHS = 10
 #: and the accuracy has not settled: eight fault-free runs on a quiet machine spanned 0.927-0.944,
 #: against 0.957-0.962 at 8 (2026-11-28).
 ASYNC_BATCH = 8
-#: Its reference is the lowest of this many fault-free runs, less ``ASYNC_POINTS``.
-#: Six of them on a quiet machine spanned 0.953-0.962 (2 of 234 test rows); under xdist, with
-#: another worker's daemons beside them, arrival orders spread further. Sound resumes were seen
-#: 1.1 points (2.7 rows) under the mean of three, twice, and, in the whole suite on 2 cores,
-#: 0.949 against three fault-free runs of 0.962 (3 rows, 1.3 points) in both tests of this file,
-#: which passed alone. The band is statistical: what proves the resume is the step count, checked
-#: through the checkpoints' names and the server's ``resumed`` line.
-ASYNC_REFERENCE_RUNS = 3
-ASYNC_POINTS = 0.02
-
-
-def _no_worse_than_reference(accuracy: float, references: list[float]) -> bool:
-    """Whether an async run's accuracy is at least the fault-free runs' lowest, less ASYNC_POINTS.
-
-    One-sided: a resume that loses or repeats work shows as a lower accuracy, never a higher one
-    (the step counts are checked through the checkpoints' names). An upper bound caught no defect
-    and failed a sound resume in a fresh-clone CI run: 0.970 (227 of 234 rows) against fault-free
-    runs of 0.953-0.957, 3 rows above the band.
-    """
-    return accuracy >= min(references) - ASYNC_POINTS
+#: Async's arrival order decides its steps, so no run equals another, with or without a fault:
+#: its resumed runs are held to an accuracy floor, and what proves the resume is the step count
+#: (the checkpoints' names and the server's ``resumed`` line). Fault-free runs on a quiet machine
+#: spanned 0.953-0.962 (six runs, 2 of 234 test rows); sound resumes, in the whole suite on 2
+#: cores, 0.949-0.970. A resume that lost or repeated work shows as a lower accuracy. The floor
+#: was once the lowest of three fault-free runs less 2 points: those runs were a third of this
+#: file's time and the floor they gave moved with them.
+ASYNC_FLOOR = 0.93
 
 
 def _settings_for(algorithm: str) -> dict[str, int]:
@@ -72,19 +60,18 @@ def _settings_for(algorithm: str) -> dict[str, int]:
 
 @pytest.fixture(scope="module")
 def clean_others(pki: Pki, digits_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """The fault-free run of each of ``OTHERS``, with its outcome and final accuracies (async: several runs)."""
+    """The fault-free run's outcome of each of ``OTHERS`` but async (``ASYNC_FLOOR``)."""
     run = _service(tmp_path_factory.mktemp("clean-others"), pki, digits_data)
     try:
         outcomes = {}
         with _jobs(run, pki) as jobs:
             for algorithm in OTHERS:
-                accuracies = []
-                for attempt in range(ASYNC_REFERENCE_RUNS if algorithm == "async" else 1):
-                    job_id = _job_id(algorithm, f"other{attempt or ''}")  # the first one: the faulty run's id
-                    jobs.submit(_document(job_id, algorithm, **_settings_for(algorithm)))
-                    finish_job(jobs, run, job_id)
-                    accuracies.append(jobs.get(job_id).final_metrics["accuracy"])
-                outcomes[algorithm] = (_outcome(run, job_id), accuracies)
+                if algorithm == "async":
+                    continue
+                job_id = _job_id(algorithm, "other")  # the faulty run's id
+                jobs.submit(_document(job_id, algorithm, **_settings_for(algorithm)))
+                finish_job(jobs, run, job_id)
+                outcomes[algorithm] = _outcome(run, job_id)
         yield outcomes
     finally:
         run.close()
@@ -106,19 +93,18 @@ class TestEveryOtherAlgorithm:
                 lines = finish_job(jobs, run, job_id)
                 accuracy = jobs.get(job_id).final_metrics["accuracy"]
             assert any("waiting for party 3" in line for line in lines), lines
-            reference, references = clean_others[algorithm]
             if algorithm == "async":  # arrival order decides the steps: not reproducible, even without faults
-                assert _no_worse_than_reference(accuracy, references), (accuracy, references)
+                assert accuracy >= ASYNC_FLOOR, accuracy
+                [resumed] = log_events(run.logs["server"], "resumed")
+                assert (resumed["epoch"], resumed["batch"]) == (1, 0), resumed  # epoch 1's checkpoint, not afresh
             else:
-                assert_same_model(_outcome(run, job_id), reference)
+                assert_same_model(_outcome(run, job_id), clean_others[algorithm])
         finally:
             run.close()
 
 
 class TestCheckpointsInsideEpochs:
-    def test_async_waits_for_every_party_at_each_checkpoint(
-        self, clean_others: dict[str, Any], pki: Pki, digits_data: Path, tmp_path: Path
-    ) -> None:
+    def test_async_waits_for_every_party_at_each_checkpoint(self, pki: Pki, digits_data: Path, tmp_path: Path) -> None:
         """Async, checkpoint_every_steps = 50: each party has done 150 batches at that save; a kill resumes there."""
         run = _service(tmp_path, pki, digits_data)
         job_id = _job_id("async", "other")
@@ -137,7 +123,6 @@ class TestCheckpointsInsideEpochs:
             for folder in folders:  # 1150 steps (23 x 50) is 97 batches into epoch 10
                 saved = sorted(p.name for p in folder.glob("epoch-*.pt"))
                 assert saved == ["epoch-0009-batch-00097.pt", "epoch-0009.pt"], (folder.name, saved)
-            _, references = clean_others["async"]
-            assert _no_worse_than_reference(accuracy, references), (accuracy, references)
+            assert accuracy >= ASYNC_FLOOR, accuracy
         finally:
             run.close()
