@@ -281,16 +281,14 @@ class PassiveParty:
                     pin(self._dir(job), best)
                 save_position(self._dir(job), position, state, keep=self.keep_checkpoints)
                 # Training is over: the model leaves (with validation, the best epoch's, at Restore(serve)).
-                if position == Position.after_epoch(job.epochs - 1) and not job.validation_fraction:
+                if position == Position.after_epoch(job.epochs - 1) and not job.serves_best_epoch:
                     self._trained(algorithm, job)
             case Restore(_, position, serve):
                 self._restore(algorithm, position, keep_newer=serve)
                 if serve:
                     self._trained(algorithm, job)
             case Evaluate(_, epoch, rows):
-                embedding = algorithm.embed(rows)
-                check_upload(self.party, job, EVAL_EMBEDDING, epoch, 0, embedding)
-                link.send(TensorKey(job.job_id, epoch, 0, EVAL_EMBEDDING), embedding)
+                self._send_embedding(epoch, 0, rows)
             case Share(_, round_, name):
                 link.send(TensorKey(job.job_id, round_, 0, name), algorithm.share(name))
             case Infer(_, request_id, rows):
@@ -343,20 +341,20 @@ class PassiveParty:
     def _after_step(self, epoch: int, done: int, per_epoch: int) -> None:
         """Inside an epoch, after the same steps as every other party: send the test rows' representation
         (``[job] eval_every_rounds``), and save (``[job] checkpoint_every_steps``)."""
-        assert self.job is not None and self.algorithm is not None
+        assert self.job is not None and self.algorithm is not None and self.schedule is not None
         if round_score_due(self.job, epoch, done, per_epoch) and _scored_with_parties(self.job.algorithm):
-            self._send_round_score(epoch, done)
+            with modes_kept(self.algorithm):  # training goes on: the models' modes are put back
+                self._send_embedding(epoch, done, self.schedule.test_rows)
         if mid_epoch_checkpoint_due(self.job, epoch, done, per_epoch):
             position = Position(epoch, done)
             state = checked_state(self.party, self.job, position, self._state(self.algorithm))
             save_position(self._dir(self.job), position, state, keep=self.keep_checkpoints)
 
-    def _send_round_score(self, epoch: int, done: int) -> None:
-        """This party's representation of the test rows after ``done`` steps of ``epoch``; training goes on."""
-        assert self.job is not None and self.algorithm is not None and self.schedule is not None
-        assert self.link is not None
-        with modes_kept(self.algorithm):
-            embedding = self.algorithm.embed(self.schedule.test_rows)
+    def _send_embedding(self, epoch: int, done: int, rows: np.ndarray) -> None:
+        """This party's representation of ``rows`` for the active party to score: after ``epoch`` (``done`` 0,
+        an Evaluate task) or after ``done`` steps inside it (``eval_every_rounds``). Never NaN (``check_upload``)."""
+        assert self.job is not None and self.algorithm is not None and self.link is not None
+        embedding = self.algorithm.embed(rows)
         check_upload(self.party, self.job, EVAL_EMBEDDING, epoch, done, embedding)
         self.link.send(TensorKey(self.job.job_id, epoch, done, EVAL_EMBEDDING), embedding)
 

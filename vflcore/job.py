@@ -123,6 +123,12 @@ class JobSpec:
     # and the config file (``vflcore.runtime.config``) both walk them, so a new setting is a new
     # field here, in ``JobSpec`` of ``federation.proto`` (same name) and in docs/configuration.md.
 
+    @property
+    def serves_best_epoch(self) -> bool:
+        """Whether the model served is the best epoch's by validation loss, which every party loads at the
+        end (``Restore(serve)``), rather than the last epoch's: the rule both sides of the wire follow."""
+        return bool(self.validation_fraction)
+
     def optimizer_for(self, role: str) -> OptimizerChoice:
         """The optimizer, learning rate and weight decay of ``role``'s models: its own keys, else the job's."""
         if role not in ROLES:

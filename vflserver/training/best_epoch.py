@@ -30,7 +30,7 @@ class BestEpoch:
     @classmethod
     def of(cls, job: JobSpec, reports: Iterable[EpochReport] = ()) -> BestEpoch | None:
         """The tracker of a job with validation rows (None: without), fed a resumed job's epochs so far."""
-        if not job.validation_fraction:
+        if not job.serves_best_epoch:
             return None
         tracker = cls(job.patience)
         for report in reports:
