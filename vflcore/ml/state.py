@@ -102,6 +102,8 @@ def _pack(value: Any) -> Any:
         return {_ARRAY: True, "dtype": value.dtype.str, "data": torch.from_numpy(np.array(value, copy=True))}
     if isinstance(value, dict):
         return {k: _pack(v) for k, v in value.items()}
+    if isinstance(value, list | tuple) and _plain(value):
+        return list(value) if isinstance(value, list) else tuple(value)
     if isinstance(value, list):
         return [_pack(v) for v in value]
     if isinstance(value, tuple):
@@ -111,6 +113,19 @@ def _pack(value: Any) -> Any:
     if isinstance(value, np.integer | np.floating):
         return value.item()
     raise TypeError(f"cannot checkpoint a {type(value).__name__}; keep state in tensors, arrays or numbers")
+
+
+#: Values ``_pack`` keeps as they are; exact types, so a subclass (a NumPy float) takes the long way.
+_PLAIN = frozenset({type(None), bool, int, float, str})
+
+
+def _plain(values: list[Any] | tuple[Any, ...]) -> bool:
+    """Whether every item is a plain number or string, so the sequence packs as a copy of itself.
+
+    Python's generator state is 625 ints: packed one call each, it took about 1 ms of every
+    checkpoint of every party (measured 2026-11-28), more than writing the file.
+    """
+    return all(type(v) in _PLAIN for v in values)
 
 
 def _unpack(value: Any) -> Any:
