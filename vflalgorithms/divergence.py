@@ -29,6 +29,8 @@ def nonfinite(values: np.ndarray | torch.Tensor) -> str | None:
     array = values.detach().cpu().numpy() if isinstance(values, torch.Tensor) else np.asarray(values)
     if not np.issubdtype(array.dtype, np.floating):
         return None
+    if np.isfinite(array).all():  # one pass for the usual case: every upload, answer and checkpointed tensor
+        return None
     nan = int(np.isnan(array).sum())
     infinite = int(np.isinf(array).sum())
     if not nan and not infinite:
@@ -39,6 +41,8 @@ def nonfinite(values: np.ndarray | torch.Tensor) -> str | None:
 
 #: Leaves that are finite by their type: ints (a generator's state words), strings, booleans, None.
 _NOTHING_TO_CHECK = frozenset({type(None), bool, int, str})
+#: Leaves a list is checked item by item without a call each: those, and plain floats.
+_SCALARS = _NOTHING_TO_CHECK | {float}
 
 
 def nonfinite_state(state: object, path: str = "") -> str | None:
@@ -57,8 +61,13 @@ def nonfinite_state(state: object, path: str = "") -> str | None:
                 return found
         return None
     if isinstance(state, list | tuple):
-        if all(type(value) in _NOTHING_TO_CHECK for value in state):
-            return None  # Python's generator state (625 ints): one call each took 1 ms of every checkpoint
+        if all(type(value) in _SCALARS for value in state):
+            # Python's generator state (625 ints), the step losses (a float per step so far): one call
+            # per item took 1-2 ms of every checkpoint of every party (measured 2026-11-28).
+            for i, value in enumerate(state):
+                if type(value) is float and not math.isfinite(value):
+                    return f"{path}[{i}] is {nonfinite_word(value)}"
+            return None
         for i, value in enumerate(state):
             found = nonfinite_state(value, f"{path}[{i}]")
             if found is not None:
