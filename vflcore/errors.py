@@ -158,7 +158,6 @@ class TrainingDiverged(VflError):
         return TrainingDiverged(self.what, epoch=epoch, batch=batch, advice=self.advice or advice)
 
 
-
 class DivergedServingBest(VflError):
     """Training diverged after a best epoch by validation was pinned: the job serves that epoch instead.
 
@@ -172,6 +171,7 @@ class DivergedServingBest(VflError):
     def __init__(self, diverged: str, best: str) -> None:
         self.diverged, self.best = diverged, best
         super().__init__(f"{diverged}; the job resumes to serve its best epoch by validation ({best})")
+
 
 def nonfinite_word(value: float) -> str:
     """ "NaN" or "infinite": what a non-finite number is, in a divergence message."""
