@@ -11,6 +11,7 @@ import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import structlog
@@ -23,11 +24,11 @@ from vfltesting.pki import Pki, issue_pki
 #: last would keep one worker busy long after the other ran out of work. A file missing here
 #: only loses its head start; order never changes what a test checks.
 SLOWEST_FIRST = (
-    # The separate-hosts files wait out 60 s link outages with little CPU: started first, beside
-    # the CPU-bound recovery files, they overlap with them instead of adding to the end.
+    # The separate-hosts files wait out 60 s link outages with little CPU: one worker runs both, as
+    # one unit (SAME_WORKER), from the start, beside the CPU-bound recovery files.
     "test_separate_hosts_training_faults.py",
-    "test_recovery.py",
     "test_separate_hosts.py",
+    "test_recovery.py",
     "test_recovery_others.py",
     "test_recovery_adptvfedconv.py",
     "test_embedding_privacy.py",
@@ -38,6 +39,14 @@ SLOWEST_FIRST = (
     "test_own_models.py",
 )
 
+#: Files that xdist hands to one worker as one unit, by the unit's name. The separate-hosts files
+#: spend most of their 400 s of wall time waiting out link outages: each on a worker of its own,
+#: two of the three workers idled at once while one worker's daemons had the two cores to
+#: themselves; together they leave two workers, one per core, for the CPU-bound files.
+SAME_WORKER = {
+    "test_separate_hosts_training_faults.py": "separate hosts",
+    "test_separate_hosts.py": "separate hosts",
+}
 
 #: Ray Data's usage poller: a thread that Ray Data starts in the driver (here a pytest worker, in
 #: test_ray_engine's scoring tests) and never stops. Every 10 s it queries a Prometheus that is not
@@ -57,6 +66,21 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     the 2-core machine (2026-11-27): the whole suite took 685 s with 2 workers, 506 s with 3.
     """
     return len(os.sched_getaffinity(0)) + 1
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile``, but the files of ``SAME_WORKER`` go to one worker as one unit."""
+    if config.getvalue("dist") != "loadfile":
+        return None  # another mode asked for on the command line: xdist's own
+    from xdist.scheduler import LoadFileScheduling
+
+    class FilesAndGroups(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return SAME_WORKER.get(path.rsplit("/", 1)[-1], path)
+
+    return FilesAndGroups(config, log)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
