@@ -64,6 +64,8 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     Why the extra one: the separate-hosts files spend minutes waiting out 60 s link outages with
     next to no CPU, and with one worker per core that worker's core idled meanwhile. Measured on
     the 2-core machine (2026-11-27): the whole suite took 685 s with 2 workers, 506 s with 3.
+    Not more: with the separate-hosts files on one worker (``SAME_WORKER``), a fresh clone's suite
+    took 852.75 s with 4 workers against 747.81 s with 3 (2-core machine, quiet, 2026-11-29).
     """
     return len(os.sched_getaffinity(0)) + 1
 
