@@ -19,6 +19,7 @@ import torch
 from vflalgorithms.base import algorithm_spec
 from vflcore.errors import ConfigError, nonfinite_word
 from vflcore.job import JobSpec
+from vflcore.ml.state import PLAIN_TYPES
 
 
 def nonfinite(values: np.ndarray | torch.Tensor) -> str | None:
@@ -42,7 +43,7 @@ def nonfinite(values: np.ndarray | torch.Tensor) -> str | None:
 #: Leaves that are finite by their type: ints (a generator's state words), strings, booleans, None.
 _NOTHING_TO_CHECK = frozenset({type(None), bool, int, str})
 #: Leaves a list is checked item by item without a call each: those, and plain floats.
-_SCALARS = _NOTHING_TO_CHECK | {float}
+_SCALARS = PLAIN_TYPES
 
 
 def nonfinite_state(state: object, path: str = "") -> str | None:

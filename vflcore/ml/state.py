@@ -116,7 +116,8 @@ def _pack(value: Any) -> Any:
 
 
 #: Values ``_pack`` keeps as they are; exact types, so a subclass (a NumPy float) takes the long way.
-_PLAIN = frozenset({type(None), bool, int, float, str})
+#: ``vflalgorithms.divergence.nonfinite_state`` checks lists of them in one loop too.
+PLAIN_TYPES = frozenset({type(None), bool, int, float, str})
 
 
 def _plain(values: list[Any] | tuple[Any, ...]) -> bool:
@@ -125,7 +126,7 @@ def _plain(values: list[Any] | tuple[Any, ...]) -> bool:
     Python's generator state is 625 ints: packed one call each, it took about 1 ms of every
     checkpoint of every party (measured 2026-11-28), more than writing the file.
     """
-    return all(type(v) in _PLAIN for v in values)
+    return all(type(v) in PLAIN_TYPES for v in values)
 
 
 def _unpack(value: Any) -> Any:
