@@ -5,12 +5,14 @@ from __future__ import annotations
 import threading
 import time
 
+import grpc
 import numpy as np
 import pytest
 
 from vflcore.absence import did_not_come_back, did_not_join
 from vflcore.errors import JobAborted, JoinRejected, PartyLost, PartyUnavailable, TensorError
 from vflcore.job import JobSpec, Position
+from vflcore.status import STATUS
 from vflcore.wire.tensors import TensorKey
 from vflcore.work_items import Finish
 from vflserver.federation.board import JobBoard
@@ -55,6 +57,44 @@ class TestTensorsAppliedOnce:
         parties.lose(3, "its link went down")
         with pytest.raises(JobAborted, match="party 3 has not joined this run"):
             parties.accept_upload(3, TensorKey("j", 0, 0, "embedding"), np.zeros((1, 2), np.float32))
+
+    def test_a_call_of_an_earlier_run_is_aborted(self) -> None:
+        """A party that has not joined the resumed run, or is lost in it, gets JobAborted for any tensor call.
+
+        A download it asked for just before the pause (PSI's, say) reached the resumed run: it waited
+        there for a tensor this run never publishes for it, holding the party away from the run until
+        ``party_timeout_s`` failed the job (seen in test_recovery, 2026-11-29). Now it ends at once.
+        """
+        resumed = PassiveParties(JOB, offline_grace_s=0.0)
+        resumed.join(2, b"", 10, frozenset(), ())
+        resumed.subscribe(2)
+        resumed.require_in_this_run(2)  # joined: its calls go on
+        with pytest.raises(JobAborted, match="party 3 has not joined this run of job 'j'"):
+            resumed.require_in_this_run(3)
+        resumed.lose(2, "its link went down")
+        with pytest.raises(JobAborted, match="party 2 has not joined this run"):
+            resumed.require_in_this_run(2)
+
+    def test_a_failure_report_of_an_earlier_run_does_not_fail_the_resumed_one(self) -> None:
+        """Only a report about this run counts: a refusal before Join (task 0), or a task of a party in it."""
+        resumed = PassiveParties(JOB, offline_grace_s=0.0)
+        resumed.join(2, b"", 10, frozenset(), ())
+        assert resumed.concerns_this_run(2, "j", 7)
+        assert resumed.concerns_this_run(3, "j", 0)  # e.g. it has no dataset of the job's name
+        assert not resumed.concerns_this_run(3, "j", 7)  # its task of the run that paused
+        assert not resumed.concerns_this_run(2, "another-job", 7)
+        assert not resumed.concerns_this_run(4, "j", 0)  # not a party of the job
+
+    def test_with_no_job_open_a_party_call_is_aborted_not_a_failure(self) -> None:
+        """Between a paused run and its resumption no job is open: an upload racing the pause is ABORTED.
+
+        It was FAILED_PRECONDITION (JoinRejected), which the party reported as its failure, and the
+        resumed run failed on that report (test_recovery_adptvfedconv, 2026-11-29).
+        """
+        board = JobBoard()
+        with pytest.raises(JobAborted, match="no job is running now; party 2 takes the next one"):
+            board.for_party(2)
+        assert STATUS[JobAborted] == grpc.StatusCode.ABORTED
 
     def test_a_tensor_sent_twice_before_use_is_taken_once(self) -> None:
         """A re-send that arrives before the loop takes the tensor replaces it: the loop sees one tensor."""

@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
-from vflcore.errors import JoinRejected, PermissionDenied
+from vflcore.errors import JobAborted, PermissionDenied
 from vflcore.job import Offer
 from vflcore.runtime.config import DEFAULT_DATASET
 from vflserver.federation.directory import PartyDirectory
@@ -90,12 +90,15 @@ class JobBoard:
     def for_party(self, party: int) -> PassiveParties:
         """The open job, if it names ``party``.
 
-        No job open: JoinRejected (FAILED_PRECONDITION, try later). A job that does not name the
-        party: PermissionDenied, since this party may not touch that job's tensors at all.
+        No job open: JobAborted (ABORTED). The call belongs to a run that has ended, or paused and
+        not yet resumed (a party's upload racing the pause); the party drops its task and asks for
+        the next job (NextJob). As FAILED_PRECONDITION the party reported it as its failure, and
+        the resumed run failed on that report. A job that does not name the party:
+        PermissionDenied, since this party may not touch that job's tensors at all.
         """
         parties = self._parties
         if parties is None:
-            raise JoinRejected(f"no job is running now; party {party} should wait for one (NextJob)")
+            raise JobAborted(f"no job is running now; party {party} takes the next one (NextJob)")
         if party not in parties.job.passive_parties:
             raise PermissionDenied(
                 f"party {party} is not a passive party of the running job {parties.job.job_id!r} "

@@ -263,6 +263,17 @@ class PassiveParties:
                 member.lost_at = now if member.online or member.offline_since is None else member.offline_since
         log.warning("party_lost", peer=party, reason=reason)
 
+    def concerns_this_run(self, party: int, job_id: str, task_id: int) -> bool:
+        """Whether a failure report of ``party`` is about this run of this job, so that it fails it.
+
+        A report of task 0 is a refusal before Join (no dataset of the job's name, weaker privacy):
+        it counts. A report of a task from a party that has not joined this run is of a task of an
+        earlier run, which paused: it does not.
+        """
+        if job_id != self.job.job_id or party not in self._members:
+            return False
+        return not task_id or self._members[party].joined
+
     def report_failure(self, party: int, message: str) -> None:
         """A party says its side of a task failed; waits on it end with that message."""
         member = self.member(party)
@@ -356,6 +367,22 @@ class PassiveParties:
             for each in [party] if party is not None else list(self._members):
                 self._expected[(each, name, round_, batch)] = Expectation(shape, dtype)
 
+    def require_in_this_run(self, party: int) -> None:
+        """Refuse a tensor call of a party that is not in this run of the job: JobAborted (ABORTED).
+
+        It is a call of an earlier run, which paused: a late upload (a link that came back, and TCP
+        delivered what it held), or a download asked for just before the pause. ABORTED, not
+        INVALID_ARGUMENT: the party drops the task and takes the job again (NextJob). Reported as its
+        failure, it would fail the resumed job; left waiting, a download would hold the party away
+        from the resumed run until ``party_timeout_s`` failed it.
+        """
+        member = self._members.get(party)
+        if member is not None and (not member.joined or member.lost is not None):
+            raise JobAborted(
+                f"party {party} has not joined this run of job {self.job.job_id!r} (it was away when the job "
+                "paused, or has not joined yet): its daemon takes the job again (NextJob) and resumes it"
+            )
+
     def check_announced(self, party: int, key: TensorKey, dtype: str, shape: tuple[int, ...]) -> None:
         """Refuse an upload whose key, dtype or shape is not what the loop waits for, naming the field.
 
@@ -367,15 +394,7 @@ class PassiveParties:
         with self._lock:
             expectation = self._expected.get((party, key.name, key.round, key.batch))
         if expectation is None:
-            member = self._members.get(party)
-            if member is not None and (not member.joined or member.lost is not None):
-                # A late upload from before a pause (a link that came back: TCP delivers what it held).
-                # ABORTED, not INVALID_ARGUMENT: the party drops the task and rejoins; reported as its
-                # failure, it would fail the resumed job.
-                raise JobAborted(
-                    f"party {party} has not joined this run of job {self.job.job_id!r} (it was away when the job "
-                    "paused, or has not joined yet): its daemon takes the job again (NextJob) and resumes it"
-                )
+            self.require_in_this_run(party)
             raise TensorError("key", f"the server expects no {key} from party {party} now")
         if dtype != expectation.dtype and not (expectation.dtype == "float32" and dtype == self.wire_up.dtype):
             allowed = expectation.dtype if expectation.dtype != "float32" else f"float32 or {self.wire_up.dtype}"

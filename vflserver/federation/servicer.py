@@ -304,6 +304,7 @@ class FederationService(pb_grpc.FederationServicer):
         first = wire.key_from_proto(request.key)
         if first.job_id != parties.job.job_id:
             raise TensorError("key.job_id", f"{first.job_id!r} is not the running job {parties.job.job_id!r}")
+        parties.require_in_this_run(party)
         names = list(request.names) or [first.name]
         for name in names:
             if download_rpc([name]) != rpc:
@@ -348,8 +349,8 @@ class FederationService(pb_grpc.FederationServicer):
     def ReportFailure(self, request: pb.FailureReport, context: grpc.ServicerContext) -> pb.FailureAck:
         party = self._identity(context)
         parties = self.board.current()
-        if parties is None or party not in parties.job.passive_parties or request.job_id != parties.job.job_id:
-            # A late report of a job that has ended already: nothing waits on it any more.
+        if parties is None or not parties.concerns_this_run(party, request.job_id, request.task_id):
+            # A late report of a job that has ended, or of an earlier run of this one: nothing waits on it.
             log.info("stale_failure_report", peer=party, job=request.job_id, reason=request.message)
             return pb.FailureAck()
         parties.report_failure(party, request.message or "no reason given")
