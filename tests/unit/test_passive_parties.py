@@ -18,6 +18,7 @@ from vflcore.work_items import Finish
 from vflserver.federation.board import JobBoard
 from vflserver.federation.passive_parties import PassiveParties
 from vflserver.federation.rejoin import RejoinTerms
+from vflserver.federation.servicer import concerns_this_run
 
 JOB = JobSpec("j", passive_parties=(2, 3), num_rows=10)
 
@@ -79,11 +80,11 @@ class TestTensorsAppliedOnce:
         """Only a report about this run counts: a refusal before Join (task 0), or a task of a party in it."""
         resumed = PassiveParties(JOB, offline_grace_s=0.0)
         resumed.join(2, b"", 10, frozenset(), ())
-        assert resumed.concerns_this_run(2, "j", 7)
-        assert resumed.concerns_this_run(3, "j", 0)  # e.g. it has no dataset of the job's name
-        assert not resumed.concerns_this_run(3, "j", 7)  # its task of the run that paused
-        assert not resumed.concerns_this_run(2, "another-job", 7)
-        assert not resumed.concerns_this_run(4, "j", 0)  # not a party of the job
+        assert concerns_this_run(resumed, 2, "j", 7)
+        assert concerns_this_run(resumed, 3, "j", 0)  # e.g. it has no dataset of the job's name
+        assert not concerns_this_run(resumed, 3, "j", 7)  # its task of the run that paused
+        assert not concerns_this_run(resumed, 2, "another-job", 7)
+        assert not concerns_this_run(resumed, 4, "j", 0)  # not a party of the job
 
     def test_with_no_job_open_a_party_call_is_aborted_not_a_failure(self) -> None:
         """Between a paused run and its resumption no job is open: an upload racing the pause is ABORTED.

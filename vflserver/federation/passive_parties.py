@@ -263,17 +263,6 @@ class PassiveParties:
                 member.lost_at = now if member.online or member.offline_since is None else member.offline_since
         log.warning("party_lost", peer=party, reason=reason)
 
-    def concerns_this_run(self, party: int, job_id: str, task_id: int) -> bool:
-        """Whether a failure report of ``party`` is about this run of this job, so that it fails it.
-
-        A report of task 0 is a refusal before Join (no dataset of the job's name, weaker privacy):
-        it counts. A report of a task from a party that has not joined this run is of a task of an
-        earlier run, which paused: it does not.
-        """
-        if job_id != self.job.job_id or party not in self._members:
-            return False
-        return not task_id or self._members[party].joined
-
     def report_failure(self, party: int, message: str) -> None:
         """A party says its side of a task failed; waits on it end with that message."""
         member = self.member(party)
@@ -368,13 +357,9 @@ class PassiveParties:
                 self._expected[(each, name, round_, batch)] = Expectation(shape, dtype)
 
     def require_in_this_run(self, party: int) -> None:
-        """Refuse a tensor call of a party that is not in this run of the job: JobAborted (ABORTED).
-
-        It is a call of an earlier run, which paused: a late upload (a link that came back, and TCP
-        delivered what it held), or a download asked for just before the pause. ABORTED, not
-        INVALID_ARGUMENT: the party drops the task and takes the job again (NextJob). Reported as its
-        failure, it would fail the resumed job; left waiting, a download would hold the party away
-        from the resumed run until ``party_timeout_s`` failed it.
+        """A tensor call of a party not in this run (not joined, or lost) is of a run that paused: JobAborted.
+        ABORTED: the party drops the task and takes the job again (NextJob). As INVALID_ARGUMENT it failed
+        the resumed job (its failure report); a download left waiting held it away until party_timeout_s.
         """
         member = self._members.get(party)
         if member is not None and (not member.joined or member.lost is not None):

@@ -304,13 +304,13 @@ class FederationService(pb_grpc.FederationServicer):
         first = wire.key_from_proto(request.key)
         if first.job_id != parties.job.job_id:
             raise TensorError("key.job_id", f"{first.job_id!r} is not the running job {parties.job.job_id!r}")
-        parties.require_in_this_run(party)
         names = list(request.names) or [first.name]
         for name in names:
             if download_rpc([name]) != rpc:
                 raise TensorError("key.name", f"{name!r} does not travel on {rpc}, but on {download_rpc([name])}")
         if request.count > MAX_STREAMED_TENSORS:
             raise TensorError("count", f"{request.count} batches in one call; ask for at most {MAX_STREAMED_TENSORS}")
+        parties.require_in_this_run(party)  # a well-formed call, but of a run that paused: ABORTED
         timeout = parties.psi_timeout_s if rpc == "PsiDownload" else None
         keys = [
             replace(first, batch=first.batch + i, name=name) for i in range(max(1, request.count)) for name in names
@@ -349,9 +349,21 @@ class FederationService(pb_grpc.FederationServicer):
     def ReportFailure(self, request: pb.FailureReport, context: grpc.ServicerContext) -> pb.FailureAck:
         party = self._identity(context)
         parties = self.board.current()
-        if parties is None or not parties.concerns_this_run(party, request.job_id, request.task_id):
+        if parties is None or not concerns_this_run(parties, party, request.job_id, request.task_id):
             # A late report of a job that has ended, or of an earlier run of this one: nothing waits on it.
             log.info("stale_failure_report", peer=party, job=request.job_id, reason=request.message)
             return pb.FailureAck()
         parties.report_failure(party, request.message or "no reason given")
         return pb.FailureAck()
+
+
+def concerns_this_run(parties: PassiveParties, party: int, job_id: str, task_id: int) -> bool:
+    """Whether ``party``'s failure report fails this run of the open job.
+
+    A refusal before Join (task 0: no dataset of the job's name, weaker privacy) does, and so does a
+    task of a party that joined this run. A task of a party that has not joined it is of an earlier
+    run, which paused: reported as a failure, a late upload's refusal failed the resumed job.
+    """
+    if job_id != parties.job.job_id or party not in parties.job.passive_parties:
+        return False
+    return not task_id or parties.member(party).joined
