@@ -131,6 +131,166 @@ def direction_attack(gradients: np.ndarray, labels: np.ndarray, known_per_class:
     return float(np.mean(aucs))
 
 
+def abs_direction_attack(gradients: np.ndarray, labels: np.ndarray, known_positives: int, seed: int) -> float:
+    """Leak AUC of ranking rows by their mean |cosine| with a few known rows of the minority class; binary only.
+
+    The sign-agnostic direction attack. A defence that balances the two classes' gradients on
+    average (Marvell) can leave each positive row aligned with the known positive in *either* sign,
+    while negatives sit near orthogonal to it: ``direction_attack`` reads that as chance, this one
+    does not. The attacker knows ``known_positives`` rows of the minority class (at least 1).
+    """
+    labels = np.asarray(labels)
+    if len(_classes(labels)) != 2:
+        return math.nan
+    positive = minority(labels)
+    candidates = np.flatnonzero(positive)
+    rng = np.random.default_rng(seed)
+    known = rng.choice(candidates, size=max(1, min(known_positives, len(candidates) - 1)), replace=False)
+    unknown = np.setdiff1d(np.arange(len(labels)), known)
+    unit = _unit_rows(gradients)
+    scores = np.abs(unit[unknown] @ unit[known].T).mean(axis=1)
+    return leak_auc(scores, positive[unknown])
+
+
+@dataclass(frozen=True)
+class RelativeNorm:
+    """The norm attack against each row's batch: a defence that scales a batch as a whole hides nothing from it."""
+
+    #: Leak AUC of a row's norm divided by its batch's median norm.
+    ratio: float
+    #: Leak AUC of |ratio - 1|: how far a row stands out of its batch, in either direction.
+    dispersion: float
+
+
+def relative_norm_attack(gradients: np.ndarray, labels: np.ndarray, batch_of_row: np.ndarray) -> RelativeNorm:
+    """Norm relative to the batch: each row's L2 norm over its batch's median, for the minority class; binary only.
+
+    A party knows which rows came in one batch (it sent them), so it can compare a row with its
+    neighbours: a per-batch noise scale or clipping floor that moves a whole batch's norms leaves
+    their ratios, and a rare row whose gradient stands out of its batch still does.
+    """
+    labels = np.asarray(labels)
+    if len(_classes(labels)) != 2:
+        return RelativeNorm(math.nan, math.nan)
+    norms = np.linalg.norm(np.asarray(gradients, dtype=np.float64).reshape(len(labels), -1), axis=1)
+    batch_of_row = np.asarray(batch_of_row)
+    ratio = np.empty_like(norms)
+    for batch in np.unique(batch_of_row):
+        rows = batch_of_row == batch
+        median = float(np.median(norms[rows]))
+        ratio[rows] = norms[rows] / median if median > 0 else 1.0
+    positive = minority(labels)
+    return RelativeNorm(leak_auc(ratio, positive), leak_auc(np.abs(ratio - 1.0), positive))
+
+
+def epoch_average(epochs: dict[int, tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's tensor averaged over every epoch given, as (rows, averages) in row order.
+
+    A passive party knows its own IDs, so it can line up what it received for one row across
+    epochs. Noise drawn afresh at every release averages away (by 1/sqrt(epochs) in scale) while
+    what the labels put in the tensor does not, if it changes slowly: the attacks then read the
+    averages. A row missing from some epochs is averaged over those it is in.
+    """
+    if not epochs:
+        return np.arange(0), np.zeros((0, 0))
+    first_rows, first_values = next(iter(epochs.values()))
+    width = np.asarray(first_values).reshape(len(first_rows), -1).shape[1]
+    size = 1 + max(int(rows.max()) for rows, _ in epochs.values() if len(rows))
+    total, count = np.zeros((size, width)), np.zeros(size)
+    for rows, values in epochs.values():
+        np.add.at(total, rows, np.asarray(values, dtype=np.float64).reshape(len(rows), -1))
+        np.add.at(count, rows, 1.0)
+    seen = np.flatnonzero(count)
+    return seen, total[seen] / count[seen, None]
+
+
+def probe_attack(values: np.ndarray, labels: np.ndarray, known: np.ndarray) -> float:
+    """A learned probe: logistic regression on the received rows with the labels of the ``known`` rows.
+
+    Plain ROC AUC of the larger label's probability on every other row for a binary task (an
+    attacker who fits the head knows which way it points), the mean one-vs-rest AUC for a
+    multi-class one. Needs a known row of every class: NaN otherwise.
+    """
+    labels = np.asarray(labels)
+    known = np.asarray(known)
+    if len(_classes(labels[known])) < 2 or len(_classes(labels)) < 2:
+        return math.nan
+    flat = np.asarray(values, dtype=np.float64).reshape(len(labels), -1)
+    others = np.setdiff1d(np.arange(len(labels)), known)
+    scaler, head = _fitted_head(flat, labels, known)
+    probabilities = head.predict_proba(scaler.transform(flat[others]))
+    truth = labels[others]
+    if probabilities.shape[1] == 2 and len(_classes(labels)) == 2:
+        return leak_auc(probabilities[:, 1], truth == head.classes_[1])
+    aucs = [
+        roc_auc_score(truth == c, probabilities[:, i])
+        for i, c in enumerate(head.classes_)
+        if 0 < (truth == c).sum() < len(truth)
+    ]
+    return float(np.mean(aucs)) if aucs else math.nan
+
+
+def known_rows(labels: np.ndarray, batch_of_row: np.ndarray | None, count: int, seed: int) -> np.ndarray:
+    """The rows whose labels a probing attacker knows: one per batch (``batch_of_row`` given), else ``count``.
+
+    Drawn at random, then one row of any class the draw missed is added, as an attacker who needs
+    both classes to fit a head would look for one: without it, an imbalanced task's draw of 10
+    rows often holds no positive and the probe would read NaN, not a leak.
+    """
+    rng = np.random.default_rng(seed)
+    labels = np.asarray(labels)
+    if batch_of_row is not None:
+        chosen = {int(rng.choice(np.flatnonzero(batch_of_row == b))) for b in np.unique(batch_of_row)}
+    else:
+        chosen = set(rng.choice(len(labels), size=min(count, len(labels) - 1), replace=False).tolist())
+    for c in _classes(labels):
+        if not any(labels[i] == c for i in chosen):
+            chosen.add(int(rng.choice(np.flatnonzero(labels == c))))
+    return np.array(sorted(chosen), dtype=np.int64)
+
+
+def cluster_attack(values: np.ndarray, labels: np.ndarray, seed: int) -> float:
+    """Unsupervised: 2-means on the received rows' directions, scored by the better labelling; binary only.
+
+    No known label at all: the attacker splits the rows in two and guesses which half is which.
+    A row's score is how much nearer it sits to one centre than to the other; ``leak_auc`` takes
+    the better of the two labellings, which one known row would settle.
+    """
+    from sklearn.cluster import KMeans  # only here: the other attacks do without it
+
+    labels = np.asarray(labels)
+    if len(_classes(labels)) != 2 or len(labels) < 3:
+        return math.nan
+    unit = _unit_rows(values)
+    centres = KMeans(n_clusters=2, n_init=10, random_state=seed).fit(unit).cluster_centers_
+    distances = np.linalg.norm(unit[:, None, :] - centres[None, :, :], axis=2)
+    return leak_auc(distances[:, 0] - distances[:, 1], labels == _classes(labels)[1])
+
+
+def label_attacks(values: np.ndarray, labels: np.ndarray, batch_of_row: np.ndarray, seed: int) -> dict[str, float]:
+    """Every label attack on one set of received rows, and ``strongest``: their maximum.
+
+    A defence is only as good as the best attack against it, so verdicts use ``strongest``. All
+    figures are leak AUCs (0.5: nothing leaks); NaN where an attack does not apply (multi-class:
+    the norm and cluster attacks), and left out of the maximum.
+    """
+    labels = np.asarray(labels)
+    relative = relative_norm_attack(values, labels, batch_of_row)
+    figures = {
+        "norm": norm_attack(values, labels),
+        "relative_norm": relative.ratio,
+        "norm_dispersion": relative.dispersion,
+        "direction_k1": direction_attack(values, labels, 1, seed),
+        "abs_direction_k1": abs_direction_attack(values, labels, 1, seed),
+        "probe_per_batch": probe_attack(values, labels, known_rows(labels, batch_of_row, 0, seed)),
+        "probe_k10": probe_attack(values, labels, known_rows(labels, None, 10, seed)),
+        "cluster": cluster_attack(values, labels, seed),
+    }
+    finite = [v for v in figures.values() if not math.isnan(v)]
+    figures["strongest"] = max(finite) if finite else math.nan
+    return figures
+
+
 def _labelled_rows(labels: np.ndarray, fraction: float, rng: np.random.Generator) -> np.ndarray:
     """``fraction`` of the rows drawn at random, plus one row of any class the draw missed."""
     count = max(1, round(fraction * len(labels)))
@@ -141,17 +301,27 @@ def _labelled_rows(labels: np.ndarray, fraction: float, rng: np.random.Generator
     return np.array(sorted(chosen), dtype=np.int64)
 
 
-def _head_score(inputs: np.ndarray, labels: np.ndarray, known: np.ndarray, others: np.ndarray) -> float:
-    """The attacker's head (standardised inputs, logistic regression) fitted on ``known``, scored on ``others``.
+def _fitted_head(
+    inputs: np.ndarray, labels: np.ndarray, known: np.ndarray
+) -> tuple[StandardScaler, LogisticRegression]:
+    """A logistic head on standardised inputs, fitted on the ``known`` rows.
 
     The scaler sees every row: the party holds all of its inputs, only the labels are scarce.
-    Binary: the plain ROC AUC of the larger label's probability; multi-class: accuracy.
     """
     scaler = StandardScaler().fit(inputs)
     head = LogisticRegression(max_iter=1000)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         head.fit(scaler.transform(inputs[known]), labels[known])
+    return scaler, head
+
+
+def _head_score(inputs: np.ndarray, labels: np.ndarray, known: np.ndarray, others: np.ndarray) -> float:
+    """The attacker's head (``_fitted_head``) fitted on ``known``, scored on ``others``.
+
+    Binary: the plain ROC AUC of the larger label's probability; multi-class: accuracy.
+    """
+    scaler, head = _fitted_head(inputs, labels, known)
     scaled = scaler.transform(inputs[others])
     classes = _classes(labels)
     if len(classes) == 2:
@@ -246,10 +416,18 @@ def inversion(embeddings: np.ndarray, features: np.ndarray, aux_fraction: float 
 __all__ = [
     "Completion",
     "Inversion",
+    "RelativeNorm",
+    "abs_direction_attack",
+    "cluster_attack",
     "direction_attack",
+    "epoch_average",
     "inversion",
+    "known_rows",
+    "label_attacks",
     "leak_auc",
     "minority",
     "model_completion",
     "norm_attack",
+    "probe_attack",
+    "relative_norm_attack",
 ]

@@ -94,7 +94,32 @@ KEYS = (
     "residual_norm_auc",
     "residual_direction_auc_k1",
     "residual_direction_auc_k1_max",
+    # The stronger attacker (issue 48): each attack on the last epoch's answers, then the strongest
+    # (the maximum over every attack, on each epoch's rows and on rows averaged over epochs) per phase.
+    "abs_direction_auc_k1",
+    "relative_norm_auc",
+    "norm_dispersion_auc",
+    "probe_auc_per_batch",
+    "probe_auc_k10",
+    "cluster_auc",
+    "averaged_strongest_auc",
+    "strongest_auc_first10",
+    "strongest_auc_last10",
+    "strongest_auc_run",
+    "residual_strongest_auc_run",
 )
+
+#: ``label_attacks``' figures reported for the last epoch, by their key in ``KEYS``.
+_LAST_EPOCH = {
+    "abs_direction_k1": "abs_direction_auc_k1",
+    "relative_norm": "relative_norm_auc",
+    "norm_dispersion": "norm_dispersion_auc",
+    "probe_per_batch": "probe_auc_per_batch",
+    "probe_k10": "probe_auc_k10",
+    "cluster": "cluster_auc",
+}
+#: A passive party lines a row up over this many of the latest epochs it received (issue 48: 10).
+AVERAGED_EPOCHS = 10
 
 
 def per_epoch_rows(
@@ -153,6 +178,55 @@ def _label_attacks(epochs: dict[int, tuple[np.ndarray, np.ndarray]], labels: np.
     }
 
 
+def batch_of_rows(job: JobSpec, epoch: int, rows: np.ndarray) -> np.ndarray:
+    """In ``epoch``'s schedule, the batch each of ``rows`` was in: the party knows what it sent together."""
+    where = np.empty(job.num_rows, dtype=np.int64)
+    for b, batch in enumerate(job.schedule().batches(epoch)):
+        where[batch] = b
+    found: np.ndarray = where[rows]
+    return found
+
+
+def _strongest(
+    epochs: dict[int, tuple[np.ndarray, np.ndarray]], labels: np.ndarray, job: JobSpec, seed: int
+) -> dict[str, float]:
+    """The stronger attacker's figures: every attack on the last epoch, the strongest per phase of training.
+
+    A phase's figure is the largest of the strongest attack on each of its epochs and, where it
+    spans more than one epoch, on its rows averaged over those epochs (``attacks.epoch_average``).
+    The first and last 10 % of the epochs recorded hold at least one epoch each; the whole run's
+    averaged attacker lines rows up over the last ``AVERAGED_EPOCHS`` epochs.
+    """
+    if not epochs:
+        return {}
+    ordered = sorted(epochs)
+    each = {
+        epoch: attacks.label_attacks(values, labels[rows], batch_of_rows(job, epoch, rows), seed)
+        for epoch, (rows, values) in epochs.items()
+    }
+
+    def phase(chosen: list[int]) -> float:
+        figures = [each[epoch]["strongest"] for epoch in chosen]
+        if len(chosen) > 1:
+            rows, averaged = attacks.epoch_average({epoch: epochs[epoch] for epoch in chosen})
+            batches = batch_of_rows(job, chosen[-1], rows)
+            figures.append(attacks.label_attacks(averaged, labels[rows], batches, seed)["strongest"])
+        return _nanmax(figures)
+
+    tenth = max(1, math.ceil(len(ordered) / 10))
+    last = each[ordered[-1]]
+    averaged = ordered[-AVERAGED_EPOCHS:]
+    rows, values = attacks.epoch_average({epoch: epochs[epoch] for epoch in averaged})
+    averaged_figure = attacks.label_attacks(values, labels[rows], batch_of_rows(job, averaged[-1], rows), seed)
+    return {
+        **{key: last[name] for name, key in _LAST_EPOCH.items()},
+        "averaged_strongest_auc": averaged_figure["strongest"],
+        "strongest_auc_first10": phase(ordered[:tenth]),
+        "strongest_auc_last10": phase(ordered[-tenth:]),
+        "strongest_auc_run": _nanmax([*(v["strongest"] for v in each.values()), averaged_figure["strongest"]]),
+    }
+
+
 def _nanmax(values: Iterable[float]) -> float:
     finite = [v for v in values if not math.isnan(v)]
     return max(finite) if finite else math.nan
@@ -181,9 +255,13 @@ def probe(folder: Path, job: JobSpec, features: np.ndarray, labels: np.ndarray, 
     answers = per_epoch_rows(recording, RECEIVED, tensors.answer, job)
     if classification:
         figures.update(_label_attacks(answers, labels, seed))
+        figures.update(_strongest(answers, labels, job, seed))
         if tensors.residual is not None:
-            residual = _label_attacks(per_epoch_rows(recording, RECEIVED, tensors.residual, job), labels, seed)
+            residuals = per_epoch_rows(recording, RECEIVED, tensors.residual, job)
+            residual = _label_attacks(residuals, labels, seed)
             figures.update({f"residual_{key}": residual.get(key, math.nan) for key in _RESIDUAL})
+            strongest = _strongest(residuals, labels, job, seed).get("strongest_auc_run", math.nan)
+            figures["residual_strongest_auc_run"] = strongest
         if tensors.complete_on_answer:
             rows, held = answers[max(answers)] if answers else (np.arange(0), None)
         else:
@@ -218,4 +296,13 @@ def _with_rows(job: JobSpec, recording: Recording) -> JobSpec:
     return replace(job, num_rows=rows)
 
 
-__all__ = ["KEYS", "NOT_APPLICABLE", "PROBED", "ProbedTensors", "per_epoch_rows", "probe"]
+__all__ = [
+    "AVERAGED_EPOCHS",
+    "KEYS",
+    "NOT_APPLICABLE",
+    "PROBED",
+    "ProbedTensors",
+    "batch_of_rows",
+    "per_epoch_rows",
+    "probe",
+]
