@@ -4,8 +4,9 @@ Everything here reads ``Outcome``s and the cells made of them (``bench.privacy.c
 trains. The verdict follows issue 38's target, per algorithm, on the imbalanced task: among the
 algorithm's settings whose mean paired utility cost is within ``UTILITY_BOUND`` (the undefended
 setting is one of them: cost 0), the best is the one with the lowest cell label attack (the
-largest mean among the norm and direction k = 1 attacks, and for VIMADMM and VIMADMM-J the same
-two on s^k_B). The value is the worst algorithm's best; it meets the target at ``TARGET_AUC`` or below.
+largest mean among ``bench.privacy.cells.LABEL_ATTACKS``: the strongest attacker over the whole run,
+issue 48's maximum over every attack, and the norm and direction k = 1 attacks, for VIMADMM and
+VIMADMM-J on s^k_B too). The value is the worst algorithm's best; it meets the target at ``TARGET_AUC`` or below.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ _SHORT = {
     "inversion_r2": "inv R2",
     "inversion_mse": "inv mse",
     "inversion_baseline_mse": "mean mse",
+    "strongest_auc_run": "strongest",
 }
 
 
@@ -86,21 +88,23 @@ def write_csv(outcomes: Sequence[Outcome], path: Path) -> Path:
 def cell_table(cells: Sequence[Cell]) -> list[str]:
     """The cells as ``docs/privacy.md`` shows them: mean [95 % interval] over the seeds."""
     rows = [
-        "| task | algorithm | setting | seeds | utility | cost (paired) | norm AUC | direction AUC k=1 | k=10 "
-        "| s^k_B norm / direction k=1 | completion 5 % (raw) | inversion R² | ε label | ε embedding |",
-        "|" + " --- |" * 14,
+        "| task | algorithm | setting | seeds | utility | cost (paired) | strongest attack | norm AUC "
+        "| direction AUC k=1 | k=10 | s^k_B norm / direction k=1 | completion 5 % (raw) | inversion R² "
+        "| ε label | ε embedding |",
+        "|" + " --- |" * 15,
     ]
     for c in cells:
         start = f"| {c.task} | {c.algorithm} | {c.setting} |"
         if not c.finished:
-            rows.append(f"{start} 0 | {c.why_not} |" + " |" * 9)
+            rows.append(f"{start} 0 | {c.why_not} |" + " |" * 10)
             continue
         a = c.attacks
         residual = "-"
         if not math.isnan(a["residual_norm_auc"].mean):
             residual = f"{a['residual_norm_auc'].text()} / {a['residual_direction_auc_k1'].text()}"
         rows.append(
-            f"{start} {c.seeds} | {c.utility.text()} | {c.cost.text()} | {a['norm_auc'].text()} "
+            f"{start} {c.seeds} | {c.utility.text()} | {c.cost.text()} | {a['strongest_auc_run'].text()} "
+            f"| {a['norm_auc'].text()} "
             f"| {a['direction_auc_k1'].text()} | {a['direction_auc_k10'].text()} | {residual} "
             f"| {a['completion_5pct'].text()} ({a['completion_raw_5pct'].text()}) | {a['inversion_r2'].text()} "
             f"| {c.label_epsilon.text()} | {c.embedding_epsilon.text()} |"
@@ -180,8 +184,9 @@ def verdict(cells: Sequence[Cell], task: str = TARGET_TASK) -> list[str]:
     mine = [c for c in cells if c.task == task]
     algorithms = list(dict.fromkeys(c.algorithm for c in mine))
     lines = [
-        f"target, per algorithm on {task}: mean norm and direction k=1 AUC both <= {TARGET_AUC:.2f} at a mean "
-        f"utility cost within {UTILITY_BOUND:.2f} (paired by seed; 95 % intervals in brackets)"
+        f"target, per algorithm on {task}: the mean strongest attack (every attack, every epoch, rows averaged "
+        f"over epochs) <= {TARGET_AUC:.2f} at a mean utility cost within {UTILITY_BOUND:.2f} "
+        "(paired by seed; 95 % intervals in brackets)"
     ]
     values: dict[str, float] = {}
     for algorithm in algorithms:
@@ -195,7 +200,8 @@ def verdict(cells: Sequence[Cell], task: str = TARGET_TASK) -> list[str]:
         mark = "meets" if best.label_attack <= TARGET_AUC else "misses"
         lines.append(
             f"  {algorithm:<10} {mark}: {best.setting} over {best.seeds} seeds, attack {best.label_attack:.3f} "
-            f"(norm {best.attacks['norm_auc'].text()}, direction {best.attacks['direction_auc_k1'].text()}), "
+            f"(strongest {best.attacks['strongest_auc_run'].text()}, norm {best.attacks['norm_auc'].text()}, "
+            f"direction {best.attacks['direction_auc_k1'].text()}), "
             f"cost {best.cost.text()}"
         )
         if best.label_attack > TARGET_AUC:

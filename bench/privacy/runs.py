@@ -45,15 +45,27 @@ ATTACKS = (
     "inversion_r2",
     "inversion_mse",
     "inversion_baseline_mse",
+    "strongest_auc_run",
 )
-#: Also in the CSV: the label attacks' highest AUC over the epochs (the table shows the last epoch's), and
-#: VIMADMM's and VIMADMM-J's attacks on the residual s^k_B.
+#: Also in the CSV: the label attacks' highest AUC over the epochs (the table shows the last epoch's),
+#: VIMADMM's and VIMADMM-J's attacks on the residual s^k_B, and the stronger attacker's figures
+#: (``vfltesting.privacy_probe``: each attack on the last epoch, the strongest per phase).
 OVER_EPOCHS = (
     "norm_auc_max",
     "direction_auc_k1_max",
     "residual_norm_auc",
     "residual_direction_auc_k1",
     "residual_direction_auc_k1_max",
+    "residual_strongest_auc_run",
+    "abs_direction_auc_k1",
+    "relative_norm_auc",
+    "norm_dispersion_auc",
+    "probe_auc_per_batch",
+    "probe_auc_k10",
+    "cluster_auc",
+    "averaged_strongest_auc",
+    "strongest_auc_first10",
+    "strongest_auc_last10",
 )
 NAN = float("nan")
 #: How long a passive party may take, after the server's job has ended, to write its end-of-job files.

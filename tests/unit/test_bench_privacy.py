@@ -69,6 +69,13 @@ class TestCells:
         admm = cells([_outcome("none", 0.9, 0.5, 0.5, algorithm="vimadmm", residual_direction_auc_k1=0.8)])
         assert admm[0].label_attack == pytest.approx(0.8)
 
+    def test_the_strongest_attacker_counts_where_it_was_probed(self) -> None:
+        """The rows averaged over epochs read 0.84 where the last epoch's norm and direction read 0.5: 0.84 counts."""
+        found = cells([_outcome("marvell-0.05", 0.9, 0.5, 0.5, strongest_auc_run=0.84)])
+        assert found[0].label_attack == pytest.approx(0.84)
+        admm = cells([_outcome("none", 0.9, 0.5, 0.5, algorithm="vimadmm", residual_strongest_auc_run=0.9)])
+        assert admm[0].label_attack == pytest.approx(0.9)
+
     def test_a_cell_with_no_finished_run_says_why(self) -> None:
         refused = _outcome("marvell-0.25", math.nan, math.nan, math.nan, state="refused")
         refused.message = "[privacy] label_defence = 'marvell': apfed_c sends ..."
