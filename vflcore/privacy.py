@@ -30,7 +30,10 @@ from vflcore.errors import ConfigError
 from vflcore.settings import Section, read_settings, refuse_unknown, setting, table_keys
 
 #: ``label_defence``: what the active party does to each gradient before it answers.
-LABEL_DEFENCES = ("none", "marvell", "max_norm", "gaussian")
+LABEL_DEFENCES = ("none", "marvell", "marvell_full", "max_norm", "gaussian")
+#: The defences bounded by ``marvell_sum_kl``, for binary labels: Marvell as its paper summarises each
+#: class (its mean and one variance), and "marvell_full", which matches each class's whole covariance.
+MARVELL = frozenset({"marvell", "marvell_full"})
 #: The settings that are scales or budgets: 0 turns each off, and none may be negative.
 _NON_NEGATIVE = (
     "marvell_sum_kl",
@@ -52,6 +55,7 @@ class PrivacySpec:
 
     #: How the active party perturbs the gradients it returns: "none", "marvell" (binary tasks:
     #: noise shaped so the two classes' gradient distributions overlap, Li et al. ICLR 2022),
+    #: "marvell_full" (the same bound, each class modelled by its whole covariance),
     #: "max_norm" (every row's gradient brought to the batch's largest norm, plus noise) or
     #: "gaussian" (isotropic noise, ``gradient_noise`` × the batch's mean gradient norm).
     label_defence: str = field(default="none", metadata=_PRIVACY)
@@ -121,16 +125,18 @@ def check_privacy(spec: PrivacySpec, where: str = "job", *, task: str = "classif
     for key in _NON_NEGATIVE:
         if getattr(spec, key) < 0:
             raise ConfigError(f"{where}: [privacy] {key} = {getattr(spec, key)} must be at least 0 (0 turns it off)")
-    if spec.label_defence == "marvell" and spec.marvell_sum_kl <= 0:
-        raise ConfigError(f"{where}: [privacy] marvell_sum_kl must be positive with label_defence = 'marvell'")
+    if spec.label_defence in MARVELL and spec.marvell_sum_kl <= 0:
+        raise ConfigError(
+            f"{where}: [privacy] marvell_sum_kl must be positive with label_defence = {spec.label_defence!r}"
+        )
     if not 0 < spec.dp_delta < 1:
         raise ConfigError(f"{where}: [privacy] dp_delta = {spec.dp_delta} must be in (0, 1)")
     for clip, noise in (("embedding_clip", "embedding_noise_multiplier"), _ACTIVE_EMBEDDING_KEYS):
         if getattr(spec, noise) > 0 and getattr(spec, clip) <= 0:
             raise ConfigError(f"{where}: [privacy] {noise} needs {clip} > 0 (the noise's scale is the clipping norm)")
-    if task != "classification" and (spec.label_defence == "marvell" or spec.label_dp_epsilon > 0):
+    if task != "classification" and (spec.label_defence in MARVELL or spec.label_dp_epsilon > 0):
         key = "label_dp_epsilon" if spec.label_dp_epsilon > 0 else "label_defence"
         raise ConfigError(f"{where}: [privacy] {key} protects class labels; a {task} job has none (remove it)")
 
 
-__all__ = ["LABEL_DEFENCES", "PrivacySpec", "check_privacy", "privacy_from_table", "privacy_keys"]
+__all__ = ["LABEL_DEFENCES", "MARVELL", "PrivacySpec", "check_privacy", "privacy_from_table", "privacy_keys"]

@@ -44,7 +44,7 @@ import numpy as np
 import torch
 
 from vflcore.errors import ConfigError
-from vflcore.privacy import PrivacySpec
+from vflcore.privacy import MARVELL, PrivacySpec
 
 #: The zoomed search over the isotropic share: points per round, and rounds (each narrows it 8-fold).
 _GRID = 33
@@ -217,6 +217,90 @@ def _marvell(gradients: np.ndarray, labels: np.ndarray, sum_kl: float, rng: np.r
     return perturbed
 
 
+@dataclass(frozen=True)
+class FullCovarianceNoise:
+    """``marvell_full``'s noise for one batch: per class, a covariance; for both, a variance along the means' gap.
+
+    Each class's gradients are modelled as a Gaussian with their own mean and whole covariance
+    (Marvell summarises the covariance by one variance averaged over the coordinates, and its bound
+    then holds for gradients of that shape only: ``tests/unit/test_stronger_attacks.py``).
+    """
+
+    #: (2, d, d): a factor F_y of each class's added covariance (F_y F_y^T), class 0 first.
+    factors: np.ndarray
+    #: The unit direction of the classes' mean difference, and the common variance added along it.
+    direction: np.ndarray
+    along: float
+    #: The expected squared norm of the noise per row, over the batch's classes.
+    power: float
+
+
+def full_covariance_noise(gradients: np.ndarray, labels: np.ndarray, sum_kl: float) -> FullCovarianceNoise:
+    """Noise that makes the two classes' Gaussian models agree in covariance, then bounds their sum-KL by ``sum_kl``.
+
+    1. Covariances: with D = Σ1 − Σ0 = V Λ V^T, class 0 gets V [Λ]+ V^T and class 1 V [−Λ]+ V^T, so
+       both become C = Σ0 + [D]+ = Σ1 + [−D]+: no direction is spread more for one class than the other.
+    2. Means: two Gaussians of covariance C whose means differ by Δ = |Δ| u have sum-KL Δ^T C^-1 Δ.
+       Variance t along u for both classes brings it to |Δ|² q / (1 + t q), q = u^T C^-1 u
+       (Sherman-Morrison): t = |Δ|² / sum_kl − 1 / q is the least that meets the bound.
+
+    A batch of one class has no contrast to measure: as ``marvell_noise`` does, the absent class is
+    the mirror of the present one (mean negated, same covariance), so only step 2 adds noise.
+    """
+    g = np.asarray(gradients, dtype=np.float64)
+    y = np.asarray(labels).reshape(-1)
+    rows, d = g.shape
+    pos, neg = g[y == 1], g[y == 0]
+    if len(pos) and len(neg):
+        mean1, mean0 = pos.mean(axis=0), neg.mean(axis=0)
+        cov1, cov0 = _covariance(pos), _covariance(neg)
+        p = len(pos) / rows
+    else:
+        present = pos if len(pos) else neg
+        mean = present.mean(axis=0)
+        mean1, mean0 = (mean, -mean) if len(pos) else (-mean, mean)
+        cov1 = cov0 = _covariance(present)
+        p = 0.5
+    eigenvalues, vectors = np.linalg.eigh(cov1 - cov0)
+    factors = np.stack(
+        [vectors * np.sqrt(np.maximum(eigenvalues, 0.0)), vectors * np.sqrt(np.maximum(-eigenvalues, 0.0))]
+    )
+    common = cov0 + factors[0] @ factors[0].T
+    difference = mean1 - mean0
+    gap = float(difference @ difference)
+    direction, along = np.zeros(d), 0.0
+    if gap > 0:
+        direction = difference / math.sqrt(gap)
+        ridge = 1e-12 * max(float(np.trace(common)) / d, gap / d, 1e-30)  # C may be singular: few rows, wide h^k
+        q = float(direction @ np.linalg.solve(common + ridge * np.eye(d), direction))
+        along = max(gap / sum_kl - 1.0 / q, 0.0)
+    power = along + (1 - p) * float((factors[0] ** 2).sum()) + p * float((factors[1] ** 2).sum())
+    return FullCovarianceNoise(factors, direction, along, power)
+
+
+def _covariance(rows: np.ndarray) -> np.ndarray:
+    """The rows' covariance (d, d), over the rows themselves (no Bessel term: a class of one row has none)."""
+    centred = rows - rows.mean(axis=0)
+    covariance: np.ndarray = centred.T @ centred / len(rows)
+    return covariance
+
+
+def _marvell_full(gradients: np.ndarray, labels: np.ndarray, sum_kl: float, rng: np.random.Generator) -> np.ndarray:
+    """Each row plus its class's covariance noise, the common noise along the gap, and Marvell's isotropic floor."""
+    noise = full_covariance_noise(gradients, labels, sum_kl)
+    rows, d = gradients.shape
+    along_draw = rng.standard_normal((rows, 1))  # every draw made for every row, whatever its class
+    iso_draw = rng.standard_normal((rows, d))
+    class_draw = rng.standard_normal((rows, d))
+    positive = np.asarray(labels).reshape(-1) == 1
+    floor = ZERO_ROW_FLOOR * float((gradients**2).sum(axis=1).mean()) / d
+    shaped = np.einsum("rij,rj->ri", noise.factors[positive.astype(np.int64)], class_draw)
+    perturbed: np.ndarray = (
+        shaped + math.sqrt(noise.along) * along_draw * noise.direction[None, :] + math.sqrt(floor) * iso_draw
+    )
+    return perturbed
+
+
 def _max_norm(gradients: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """σ_i·z_i, z_i ~ N(0, I_d), σ_i² = (max‖g‖² − ‖g_i‖²) / d: every row's expected squared norm becomes the largest.
 
@@ -250,10 +334,11 @@ def protect_gradients(
     if defence == "none" or gradients.shape[0] == 0:
         return gradients
     g = gradients.detach().to("cpu", torch.float64).numpy().reshape(gradients.shape[0], -1)
-    if defence == "marvell":
+    if defence in MARVELL:
         y = labels.detach().cpu().numpy().reshape(-1)
-        check_binary(y)
-        noise = _marvell(g, y, spec.marvell_sum_kl, rng)
+        check_binary(y, defence)
+        defend = _marvell if defence == "marvell" else _marvell_full
+        noise = defend(g, y, spec.marvell_sum_kl, rng)
     elif defence == "max_norm":
         noise = _max_norm(g, rng)
     elif defence == "gaussian":
@@ -264,20 +349,21 @@ def protect_gradients(
     return out.to(gradients.dtype).to(gradients.device)
 
 
-def check_binary(labels: np.ndarray) -> None:
+def check_binary(labels: np.ndarray, defence: str = "marvell") -> None:
     """Marvell separates two classes; a label other than 0 and 1 means a task it cannot protect."""
     if labels.size and not np.isin(labels, (0, 1)).all():
         raise ConfigError(
-            "[privacy] label_defence = 'marvell' protects binary labels (classes 0 and 1), but these rows have "
+            f"[privacy] label_defence = {defence!r} protects binary labels (classes 0 and 1), but these rows have "
             f"{int(np.max(labels)) + 1} classes; use 'max_norm' or 'gaussian', or label_dp_epsilon"
         )
 
 
 def check_classes(spec: PrivacySpec, classes: int, where: str = "job") -> None:
     """Refuse Marvell on a task of more than two classes, naming the key; the count is the model's output width."""
-    if spec.label_defence == "marvell" and classes > 2:
+    if spec.label_defence in MARVELL and classes > 2:
         raise ConfigError(
-            f"{where}: [privacy] label_defence = 'marvell' protects binary labels, but the labels have {classes} "
+            f"{where}: [privacy] label_defence = {spec.label_defence!r} protects binary labels, but the labels have "
+            f"{classes} "
             "classes; use 'max_norm' or 'gaussian', or protect them with label_dp_epsilon"
         )
 

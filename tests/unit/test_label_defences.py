@@ -120,15 +120,16 @@ class TestMarvell:
         np.testing.assert_array_equal(defended(spec, gradients, labels, 7), defended(spec, gradients, labels, 7))
         assert not np.array_equal(defended(spec, gradients, labels, 7), defended(spec, gradients, labels, 8))
 
-    def test_more_than_two_classes_is_refused_by_key(self, leaky: tuple[np.ndarray, np.ndarray]) -> None:
+    @pytest.mark.parametrize("marvell", ["marvell", "marvell_full"])
+    def test_more_than_two_classes_is_refused_by_key(self, leaky: tuple[np.ndarray, np.ndarray], marvell: str) -> None:
         """Marvell separates two classes: labels of a third class, or a 3-class model, name the key."""
         gradients, labels = leaky
-        with pytest.raises(ConfigError, match=r"\[privacy\] label_defence = 'marvell'"):
-            defended(PrivacySpec(label_defence="marvell"), gradients, labels * 2)
-        with pytest.raises(ConfigError, match=r"\[privacy\] label_defence = 'marvell'.*3 classes"):
-            check_classes(PrivacySpec(label_defence="marvell"), 3)
+        with pytest.raises(ConfigError, match=rf"\[privacy\] label_defence = '{marvell}'"):
+            defended(PrivacySpec(label_defence=marvell), gradients, labels * 2)
+        with pytest.raises(ConfigError, match=rf"\[privacy\] label_defence = '{marvell}'.*3 classes"):
+            check_classes(PrivacySpec(label_defence=marvell), 3)
         check_classes(PrivacySpec(label_defence="max_norm"), 3)
-        check_classes(PrivacySpec(label_defence="marvell"), 2)
+        check_classes(PrivacySpec(label_defence=marvell), 2)
 
 
 class TestHeuristics:
@@ -161,6 +162,7 @@ class TestHeuristics:
 #: Every gradient defence, at a setting strong enough that the norm attack should be near chance.
 STRONG = {
     "marvell": PrivacySpec(label_defence="marvell", marvell_sum_kl=0.05),
+    "marvell_full": PrivacySpec(label_defence="marvell_full", marvell_sum_kl=0.05),
     "max_norm": PrivacySpec(label_defence="max_norm"),
     "gaussian": PrivacySpec(label_defence="gaussian", gradient_noise=20.0),
 }

@@ -53,7 +53,7 @@ def _table(tmp_path: Path, classes: int, rows: int = 60) -> PartyTable:
 
 class TestSubmission:
     @pytest.mark.parametrize("algorithm", sorted(algorithms()))
-    @pytest.mark.parametrize("defence", ["marvell", "max_norm", "gaussian"])
+    @pytest.mark.parametrize("defence", ["marvell", "marvell_full", "max_norm", "gaussian"])
     def test_a_label_defence_is_refused_where_no_gradient_is_sent(self, algorithm: str, defence: str) -> None:
         """Accepted for the algorithms that send gradients; refused for the others, naming the key and the algorithm."""
         if algorithm in SENDS_GRADIENTS:

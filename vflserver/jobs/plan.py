@@ -17,6 +17,7 @@ from vflcore.data.tables import PartyTable, read_party_csv
 from vflcore.errors import ConfigError
 from vflcore.job import ACTIVE_PARTY
 from vflcore.ml.losses import output_width
+from vflcore.privacy import MARVELL
 from vflcore.runtime.config import DataSource, dataset_named
 from vflprivacy.label_defences import check_classes
 from vflserver.training.distill_settings import STUDENT_FACTORY, DistillSpec, require_own_features
@@ -34,7 +35,7 @@ def active_source(plan: JobPlan, datasets: Mapping[str, DataSource]) -> DataSour
 
 def needs_active_table(plan: JobPlan) -> bool:
     """Whether submission reads the active party's table (``check_models``): own models, Marvell, or a student."""
-    return bool(plan.factories) or plan.job.privacy.label_defence == "marvell" or plan.distill is not None
+    return bool(plan.factories) or plan.job.privacy.label_defence in MARVELL or plan.distill is not None
 
 
 def check_models(plan: JobPlan, table: PartyTable, where: str = "job") -> None:
