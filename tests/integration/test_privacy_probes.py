@@ -185,6 +185,10 @@ class TestProbesOnAnUndefendedSplitNNJob:
 #: its bound on the classes' KL caps, but does not remove, what a single statistic can separate.)
 DEFENCES: dict[str, tuple[PrivacySpec, tuple[str, ...]]] = {
     "marvell": (PrivacySpec(label_defence="marvell", marvell_sum_kl=0.05), ("norm_auc", "direction_auc_k1")),
+    "marvell_full": (
+        PrivacySpec(label_defence="marvell_full", marvell_sum_kl=0.05),
+        ("norm_auc", "direction_auc_k1", "abs_direction_auc_k1", "strongest_auc_run"),
+    ),
     "label_dp": (PrivacySpec(label_dp_epsilon=1.0), ("direction_auc_k1", "direction_auc_k10")),
     "embedding_noise": (PrivacySpec(embedding_clip=1.0, embedding_noise_multiplier=1.0), ("inversion_r2",)),
 }
