@@ -38,13 +38,18 @@ their distributions closer (data processing), so Marvell's sumKL bound still hol
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import torch
 
 from vflcore.errors import ConfigError
 from vflcore.privacy import MARVELL, PrivacySpec
+
+#: What ``_two_classes`` summarises each class's spread as: one variance (Marvell), or a covariance.
+Spread = TypeVar("Spread")
 
 #: The zoomed search over the isotropic share: points per round, and rounds (each narrows it 8-fold).
 _GRID = 33
@@ -170,20 +175,8 @@ def marvell_noise(gradients: np.ndarray, labels: np.ndarray, sum_kl: float) -> M
     no contrast to measure; the absent class is then taken as the mirror of the present one (mean
     negated, same spread, half the rows), the contrast a binary cross-entropy gradient has.
     """
-    g = np.asarray(gradients, dtype=np.float64)
-    y = np.asarray(labels).reshape(-1)
-    rows, d = g.shape
-    pos, neg = g[y == 1], g[y == 0]
-    if len(pos) and len(neg):
-        mean1, mean0 = pos.mean(axis=0), neg.mean(axis=0)
-        var1, var0 = float(pos.var(axis=0).mean()), float(neg.var(axis=0).mean())
-        p = len(pos) / rows
-    else:
-        present = pos if len(pos) else neg
-        mean = present.mean(axis=0)
-        mean1, mean0 = (mean, -mean) if len(pos) else (-mean, mean)
-        var1 = var0 = float(present.var(axis=0).mean())
-        p = 0.5
+    d = np.shape(gradients)[1]
+    (mean0, mean1), (var0, var1), p = _two_classes(gradients, labels, lambda rows: float(rows.var(axis=0).mean()))
     difference = mean1 - mean0
     gap = float(difference @ difference)
     # A floor on the variances keeps the KL finite for a class of one row (variance 0).
@@ -247,20 +240,8 @@ def full_covariance_noise(gradients: np.ndarray, labels: np.ndarray, sum_kl: flo
     A batch of one class has no contrast to measure: as ``marvell_noise`` does, the absent class is
     the mirror of the present one (mean negated, same covariance), so only step 2 adds noise.
     """
-    g = np.asarray(gradients, dtype=np.float64)
-    y = np.asarray(labels).reshape(-1)
-    rows, d = g.shape
-    pos, neg = g[y == 1], g[y == 0]
-    if len(pos) and len(neg):
-        mean1, mean0 = pos.mean(axis=0), neg.mean(axis=0)
-        cov1, cov0 = _covariance(pos), _covariance(neg)
-        p = len(pos) / rows
-    else:
-        present = pos if len(pos) else neg
-        mean = present.mean(axis=0)
-        mean1, mean0 = (mean, -mean) if len(pos) else (-mean, mean)
-        cov1 = cov0 = _covariance(present)
-        p = 0.5
+    d = np.shape(gradients)[1]
+    (mean0, mean1), (cov0, cov1), p = _two_classes(gradients, labels, _covariance)
     eigenvalues, vectors = np.linalg.eigh(cov1 - cov0)
     factors = np.stack(
         [vectors * np.sqrt(np.maximum(eigenvalues, 0.0)), vectors * np.sqrt(np.maximum(-eigenvalues, 0.0))]
@@ -276,6 +257,26 @@ def full_covariance_noise(gradients: np.ndarray, labels: np.ndarray, sum_kl: flo
         along = max(gap / sum_kl - 1.0 / q, 0.0)
     power = along + (1 - p) * float((factors[0] ** 2).sum()) + p * float((factors[1] ** 2).sum())
     return FullCovarianceNoise(factors, direction, along, power)
+
+
+def _two_classes(
+    gradients: np.ndarray, labels: np.ndarray, spread: Callable[[np.ndarray], Spread]
+) -> tuple[tuple[np.ndarray, np.ndarray], tuple[Spread, Spread], float]:
+    """Each class's mean gradient and ``spread`` (negatives first), and the share of positive rows.
+
+    A batch (or a micro-batch part) that holds one class only has no contrast to measure: the absent
+    class is the mirror of the present one (mean negated, same spread, half the rows), the contrast a
+    binary cross-entropy gradient has.
+    """
+    g = np.asarray(gradients, dtype=np.float64)
+    y = np.asarray(labels).reshape(-1)
+    pos, neg = g[y == 1], g[y == 0]
+    if len(pos) and len(neg):
+        return (neg.mean(axis=0), pos.mean(axis=0)), (spread(neg), spread(pos)), len(pos) / len(g)
+    present = pos if len(pos) else neg
+    mean = present.mean(axis=0)
+    means = (-mean, mean) if len(pos) else (mean, -mean)
+    return means, (spread(present), spread(present)), 0.5
 
 
 def _covariance(rows: np.ndarray) -> np.ndarray:

@@ -77,8 +77,8 @@ NOT_APPLICABLE: dict[tuple[str, str], str] = {
     ("adptvfedconv", "inversion"): f"not probed: {_NO_ROWS} (once, in the convolution's layout, not per batch)",
 }
 
-#: The figures ``probe`` returns, all of them always present (NaN where an attack does not apply).
-KEYS = (
+#: The norm, direction, completion and inversion figures (issues 26 and 38).
+_FIRST_KEYS = (
     "norm_auc",
     "norm_auc_max",
     "direction_auc_k1",
@@ -94,8 +94,10 @@ KEYS = (
     "residual_norm_auc",
     "residual_direction_auc_k1",
     "residual_direction_auc_k1_max",
-    # The stronger attacker (issue 48): each attack on the last epoch's answers, then the strongest
-    # (the maximum over every attack, on each epoch's rows and on rows averaged over epochs) per phase.
+)
+#: The stronger attacker (issue 48): each attack on the last epoch's answers, then the strongest
+#: (the maximum over every attack, on each epoch's rows and on rows averaged over epochs) per phase.
+STRONGER_KEYS = (
     "abs_direction_auc_k1",
     "relative_norm_auc",
     "norm_dispersion_auc",
@@ -108,6 +110,8 @@ KEYS = (
     "strongest_auc_run",
     "residual_strongest_auc_run",
 )
+#: The figures ``probe`` returns, all of them always present (NaN where an attack does not apply).
+KEYS = (*_FIRST_KEYS, *STRONGER_KEYS)
 
 #: ``label_attacks``' figures reported for the last epoch, by their key in ``KEYS``.
 _LAST_EPOCH = {
@@ -301,6 +305,7 @@ __all__ = [
     "KEYS",
     "NOT_APPLICABLE",
     "PROBED",
+    "STRONGER_KEYS",
     "ProbedTensors",
     "batch_of_rows",
     "per_epoch_rows",

@@ -30,7 +30,7 @@ from bench.privacy.tasks import ATTACKED_PARTY, Task
 from vflclient import JobClient, VflError
 from vflcore.data.checkpoints import party_dir
 from vflcore.job_rules import job_from_document
-from vfltesting.privacy_probe import probe
+from vfltesting.privacy_probe import STRONGER_KEYS, probe
 from vfltesting.service import ServiceRun, service_env
 
 #: The probe's figures, in the order the table prints them.
@@ -56,16 +56,7 @@ OVER_EPOCHS = (
     "residual_norm_auc",
     "residual_direction_auc_k1",
     "residual_direction_auc_k1_max",
-    "residual_strongest_auc_run",
-    "abs_direction_auc_k1",
-    "relative_norm_auc",
-    "norm_dispersion_auc",
-    "probe_auc_per_batch",
-    "probe_auc_k10",
-    "cluster_auc",
-    "averaged_strongest_auc",
-    "strongest_auc_first10",
-    "strongest_auc_last10",
+    *(key for key in STRONGER_KEYS if key not in ATTACKS),
 )
 NAN = float("nan")
 #: How long a passive party may take, after the server's job has ended, to write its end-of-job files.
