@@ -203,7 +203,7 @@ def _marvell(gradients: np.ndarray, labels: np.ndarray, sum_kl: float, rng: np.r
     along_draw = rng.standard_normal(rows)  # drawn for every row, whatever its class
     iso_draw = rng.standard_normal((rows, d))
     positive = np.asarray(labels).reshape(-1) == 1
-    floor = ZERO_ROW_FLOOR * float((gradients**2).sum(axis=1).mean()) / d  # the same for every row
+    floor = _floor_variance(gradients)
     along_sd = np.sqrt(np.where(positive, noise.along[1], noise.along[0]))
     iso_sd = np.sqrt(np.where(positive, noise.iso[1], noise.iso[0]) + floor)
     perturbed: np.ndarray = (along_sd * along_draw)[:, None] * noise.direction[None, :] + iso_sd[:, None] * iso_draw
@@ -294,12 +294,18 @@ def _marvell_full(gradients: np.ndarray, labels: np.ndarray, sum_kl: float, rng:
     iso_draw = rng.standard_normal((rows, d))
     class_draw = rng.standard_normal((rows, d))
     positive = np.asarray(labels).reshape(-1) == 1
-    floor = ZERO_ROW_FLOOR * float((gradients**2).sum(axis=1).mean()) / d
+    floor = _floor_variance(gradients)
     shaped = np.einsum("rij,rj->ri", noise.factors[positive.astype(np.int64)], class_draw)
     perturbed: np.ndarray = (
         shaped + math.sqrt(noise.along) * along_draw * noise.direction[None, :] + math.sqrt(floor) * iso_draw
     )
     return perturbed
+
+
+def _floor_variance(gradients: np.ndarray) -> float:
+    """Both Marvells' isotropic floor, per coordinate: the same for every row (``ZERO_ROW_FLOOR``)."""
+    width: int = gradients.shape[1]
+    return ZERO_ROW_FLOOR * float((gradients**2).sum(axis=1).mean()) / width
 
 
 def _max_norm(gradients: np.ndarray, rng: np.random.Generator) -> np.ndarray:

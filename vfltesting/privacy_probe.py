@@ -21,7 +21,6 @@ per algorithm, the tensors an attacker would use:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -175,9 +174,9 @@ def _label_attacks(epochs: dict[int, tuple[np.ndarray, np.ndarray]], labels: np.
     norm, k1, k10 = per_epoch[max(per_epoch)]
     return {
         "norm_auc": norm,
-        "norm_auc_max": _nanmax(v[0] for v in per_epoch.values()),
+        "norm_auc_max": attacks.strongest_of(v[0] for v in per_epoch.values()),
         "direction_auc_k1": k1,
-        "direction_auc_k1_max": _nanmax(v[1] for v in per_epoch.values()),
+        "direction_auc_k1_max": attacks.strongest_of(v[1] for v in per_epoch.values()),
         "direction_auc_k10": k10,
     }
 
@@ -215,7 +214,7 @@ def _strongest(
             rows, averaged = attacks.epoch_average({epoch: epochs[epoch] for epoch in chosen})
             batches = batch_of_rows(job, chosen[-1], rows)
             figures.append(attacks.label_attacks(averaged, labels[rows], batches, seed)["strongest"])
-        return _nanmax(figures)
+        return attacks.strongest_of(figures)
 
     tenth = max(1, math.ceil(len(ordered) / 10))
     last = each[ordered[-1]]
@@ -227,13 +226,10 @@ def _strongest(
         "averaged_strongest_auc": averaged_figure["strongest"],
         "strongest_auc_first10": phase(ordered[:tenth]),
         "strongest_auc_last10": phase(ordered[-tenth:]),
-        "strongest_auc_run": _nanmax([*(v["strongest"] for v in each.values()), averaged_figure["strongest"]]),
+        "strongest_auc_run": attacks.strongest_of(
+            [*(v["strongest"] for v in each.values()), averaged_figure["strongest"]]
+        ),
     }
-
-
-def _nanmax(values: Iterable[float]) -> float:
-    finite = [v for v in values if not math.isnan(v)]
-    return max(finite) if finite else math.nan
 
 
 def probe(folder: Path, job: JobSpec, features: np.ndarray, labels: np.ndarray, seed: int = 0) -> dict[str, float]:
