@@ -29,7 +29,7 @@ labels, and whatever is sent is computed from them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -40,11 +40,13 @@ from vflcore.job import JobSpec
 from vflcore.privacy import PrivacySpec
 from vflcore.wire.names import GRADIENT
 from vflprivacy.embedding_noise import name_position
-from vflprivacy.label_defences import protect_gradients
+from vflprivacy.label_defences import JobPower, protect_gradients
 from vflprivacy.noise import noise_generator
 
 #: The defence's name in ``noise_generator``: its noise never coincides with another defence's.
 LABEL_DEFENCE_NOISE = "label_defence"
+#: The checkpoint's entry for the defence's job-level floor (``JobPower``).
+LABEL_DEFENCE_POWER = "label_defence_power"
 
 
 def check_privacy_applies(job: JobSpec, half: type[ServerAlgorithm], where: str = "job") -> None:
@@ -70,6 +72,9 @@ class LabelProtection:
     key: bytes
     #: The rows' training labels (randomised ones if the job asks for label DP): what Marvell shapes by.
     labels: torch.Tensor
+    #: The job's typical row power per (party, tensor), which every defence's floor keeps to; training
+    #: state, in the active party's checkpoint (``SplitNNFamilyServer.state``).
+    power: JobPower = field(default_factory=JobPower)
 
     @classmethod
     def of(cls, ctx: ActiveContext) -> LabelProtection | None:
@@ -95,7 +100,7 @@ class LabelProtection:
         """``tensor`` (wire name ``name``) of ``rows`` as sent to ``party`` for wire batch ``batch`` of ``epoch``."""
         where = (epoch, batch, party) if name == GRADIENT else (epoch, batch, party, name_position(name))
         rng = noise_generator(self.key, LABEL_DEFENCE_NOISE, *where)
-        return protect_gradients(self.spec, tensor, self.labels[rows], rng)
+        return protect_gradients(self.spec, tensor, self.labels[rows], rng, self.power, (party, name))
 
 
-__all__ = ["LABEL_DEFENCE_NOISE", "LabelProtection", "check_privacy_applies"]
+__all__ = ["LABEL_DEFENCE_NOISE", "LABEL_DEFENCE_POWER", "LabelProtection", "check_privacy_applies"]

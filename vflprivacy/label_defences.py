@@ -33,6 +33,13 @@ the label off it. So every defence adds noise to every row, drawn the same way w
 holds: max-norm and Gaussian are additive and isotropic, and Marvell's noise gets an isotropic
 floor common to all rows (``ZERO_ROW_FLOOR``). Noise added alike to both classes can only bring
 their distributions closer (data processing), so Marvell's sumKL bound still holds.
+
+No all-zero tell either. A floor relative to the batch alone is zero on a batch whose rows are all
+zero (every output saturated: 11 such rows arrived as exact zeros under Marvell, issue 48), and
+such batches are mostly of the majority class. So the floor is taken from the larger of the
+batch's own mean squared row norm and the job's (``JobPower``: a moving average over the earlier
+batches the same party was sent the same tensor of), and every defence adds it, max-norm and
+Gaussian too: no batch leaves with exactly the values the model computed.
 """
 
 from __future__ import annotations
@@ -58,10 +65,44 @@ _ZOOMS = 6
 #: 32-fold: the power found is within 1e-4 of the least one, relatively.
 _BRACKET = np.arange(-16, 33)
 _REFINES = 3
-#: Marvell's floor: isotropic noise on every row whose total power is this fraction of the batch's
-#: mean squared gradient norm (a standard deviation of 10 % of the typical row's norm). It hides a
-#: row that is exactly zero among the rows of small norm, at 1 % more noise power.
+#: Every defence's floor: isotropic noise on every row whose total power is this fraction of the
+#: typical squared row norm (the batch's, or the job's if larger: ``JobPower``), a standard deviation
+#: of 10 % of the typical row's norm. It hides a row that is exactly zero among the rows of small
+#: norm, at 1 % more noise power.
 ZERO_ROW_FLOOR = 0.01
+#: The weight ``JobPower`` gives a stream's earlier batches: after an all-zero batch its floor is
+#: still 90 % of the one before, and it follows gradients that shrink as training converges.
+JOB_POWER_DECAY = 0.9
+
+
+class JobPower:
+    """The typical squared row norm of what the defence perturbed so far in this job, per stream (party, tensor).
+
+    The floor's scale must survive a batch of zeros, so it cannot come from the batch alone; it is
+    an exponential moving average of each batch's mean squared row norm, per party and tensor name
+    (VIMADMM's λ_B and s^k_B are of different sizes; async answers parties in arrival order, and a
+    stream per party keeps each party's floor independent of that order). It is training state:
+    the active party's checkpoint holds it (``state``, ``load``), so a resumed job draws what the
+    uninterrupted one drew.
+    """
+
+    def __init__(self) -> None:
+        self.powers: dict[tuple[int, str], float] = {}
+
+    def floor_power(self, stream: tuple[int, str], batch_power: float) -> float:
+        """The power the floor of this batch is a fraction of: the larger of the batch's and the stream's average."""
+        before = self.powers.get(stream)
+        average = batch_power if before is None else JOB_POWER_DECAY * before + (1 - JOB_POWER_DECAY) * batch_power
+        self.powers[stream] = average
+        return max(batch_power, average)
+
+    def state(self) -> list[tuple[int, str, float]]:
+        """The averages as (party, name, power), for a checkpoint (``torch.load(weights_only=True)`` reads them)."""
+        return [(party, name, power) for (party, name), power in sorted(self.powers.items())]
+
+    def load(self, state: list[tuple[int, str, float]]) -> None:
+        """The averages of ``state`` (from ``state``), replacing these."""
+        self.powers = {(int(party), str(name)): float(power) for party, name, power in state}
 
 
 @dataclass(frozen=True)
@@ -196,14 +237,15 @@ def marvell_noise(gradients: np.ndarray, labels: np.ndarray, sum_kl: float) -> M
     return MarvellNoise(direction, along, isos, power, before, after)
 
 
-def _marvell(gradients: np.ndarray, labels: np.ndarray, sum_kl: float, rng: np.random.Generator) -> np.ndarray:
+def _marvell(
+    gradients: np.ndarray, labels: np.ndarray, sum_kl: float, floor: float, rng: np.random.Generator
+) -> np.ndarray:
     """Each row plus noise of its class's covariance (``marvell_noise``): a scalar along the difference, and iso."""
     noise = marvell_noise(gradients, labels, sum_kl)
     rows, d = gradients.shape
     along_draw = rng.standard_normal(rows)  # drawn for every row, whatever its class
     iso_draw = rng.standard_normal((rows, d))
     positive = np.asarray(labels).reshape(-1) == 1
-    floor = _floor_variance(gradients)
     along_sd = np.sqrt(np.where(positive, noise.along[1], noise.along[0]))
     iso_sd = np.sqrt(np.where(positive, noise.iso[1], noise.iso[0]) + floor)
     perturbed: np.ndarray = (along_sd * along_draw)[:, None] * noise.direction[None, :] + iso_sd[:, None] * iso_draw
@@ -286,7 +328,9 @@ def _covariance(rows: np.ndarray) -> np.ndarray:
     return covariance
 
 
-def _marvell_full(gradients: np.ndarray, labels: np.ndarray, sum_kl: float, rng: np.random.Generator) -> np.ndarray:
+def _marvell_full(
+    gradients: np.ndarray, labels: np.ndarray, sum_kl: float, floor: float, rng: np.random.Generator
+) -> np.ndarray:
     """Each row plus its class's covariance noise, the common noise along the gap, and Marvell's isotropic floor."""
     noise = full_covariance_noise(gradients, labels, sum_kl)
     rows, d = gradients.shape
@@ -294,7 +338,6 @@ def _marvell_full(gradients: np.ndarray, labels: np.ndarray, sum_kl: float, rng:
     iso_draw = rng.standard_normal((rows, d))
     class_draw = rng.standard_normal((rows, d))
     positive = np.asarray(labels).reshape(-1) == 1
-    floor = _floor_variance(gradients)
     shaped = np.einsum("rij,rj->ri", noise.factors[positive.astype(np.int64)], class_draw)
     perturbed: np.ndarray = (
         shaped + math.sqrt(noise.along) * along_draw * noise.direction[None, :] + math.sqrt(floor) * iso_draw
@@ -302,10 +345,14 @@ def _marvell_full(gradients: np.ndarray, labels: np.ndarray, sum_kl: float, rng:
     return perturbed
 
 
-def _floor_variance(gradients: np.ndarray) -> float:
-    """Both Marvells' isotropic floor, per coordinate: the same for every row (``ZERO_ROW_FLOOR``)."""
-    width: int = gradients.shape[1]
-    return ZERO_ROW_FLOOR * float((gradients**2).sum(axis=1).mean()) / width
+def row_power(gradients: np.ndarray) -> float:
+    """The batch's mean squared row norm: the scale of every defence's floor."""
+    return float((gradients**2).sum(axis=1).mean())
+
+
+def _floor_variance(power: float, width: int) -> float:
+    """The isotropic floor, per coordinate, for rows of typical squared norm ``power``: the same for every row."""
+    return ZERO_ROW_FLOOR * power / width
 
 
 def _max_norm(gradients: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -330,26 +377,35 @@ def _gaussian(gradients: np.ndarray, noise: float, rng: np.random.Generator) -> 
 
 
 def protect_gradients(
-    spec: PrivacySpec, gradients: torch.Tensor, labels: torch.Tensor, rng: np.random.Generator
+    spec: PrivacySpec,
+    gradients: torch.Tensor,
+    labels: torch.Tensor,
+    rng: np.random.Generator,
+    job: JobPower | None = None,
+    stream: tuple[int, str] = (0, ""),
 ) -> torch.Tensor:
     """``gradients`` (rows, d) as ``spec.label_defence`` perturbs them, with noise from ``rng``.
 
     ``labels`` are the rows' training labels, in the rows' order (Marvell's noise depends on
-    them; the other defences ignore them). The result has the input's dtype and device.
+    them; the other defences ignore them). ``job`` holds the job's typical row power per
+    ``stream`` (party, tensor name), which the floor keeps to on a batch of small or zero rows;
+    without it the floor is the batch's own. The result has the input's dtype and device.
     """
     defence = spec.label_defence
     if defence == "none" or gradients.shape[0] == 0:
         return gradients
     g = gradients.detach().to("cpu", torch.float64).numpy().reshape(gradients.shape[0], -1)
+    power = row_power(g)
+    floor = _floor_variance(power if job is None else job.floor_power(stream, power), g.shape[1])
     if defence in MARVELL:
         y = labels.detach().cpu().numpy().reshape(-1)
         check_binary(y, defence)
         defend = _marvell if defence == "marvell" else _marvell_full
-        noise = defend(g, y, spec.marvell_sum_kl, rng)
+        noise = defend(g, y, spec.marvell_sum_kl, floor, rng)
     elif defence == "max_norm":
-        noise = _max_norm(g, rng)
+        noise = _max_norm(g, rng) + math.sqrt(floor) * rng.standard_normal(g.shape)
     elif defence == "gaussian":
-        noise = _gaussian(g, spec.gradient_noise, rng)
+        noise = _gaussian(g, spec.gradient_noise, rng) + math.sqrt(floor) * rng.standard_normal(g.shape)
     else:
         raise ConfigError(f"[privacy] label_defence = {defence!r} is not a defence this party knows")
     out = torch.from_numpy((g + noise).reshape(gradients.shape))
@@ -401,7 +457,9 @@ def randomised_response(labels: torch.Tensor, classes: int, epsilon: float, rng:
 
 
 __all__ = [
+    "JOB_POWER_DECAY",
     "ZERO_ROW_FLOOR",
+    "JobPower",
     "MarvellNoise",
     "check_binary",
     "check_classes",
@@ -409,4 +467,5 @@ __all__ = [
     "marvell_noise",
     "protect_gradients",
     "randomised_response",
+    "row_power",
 ]

@@ -16,10 +16,11 @@ defence's noise from a fresh secret key). Every run prints one line:
   the active party's on APFed's h^A) from its own accountant.
 
 Then every cell as a mean and a 95 % interval over its seeds (``bench.privacy.cells``), the
-frontier plot, and the verdict per algorithm (``bench.privacy.report``). The default plan is the
-target's: the imbalanced task, every algorithm that exchanges per-row tensors (APFed-R, whose
-h^A is APFed-C's, runs with ``--algorithms``), each with the settings that apply to it
-(``SETTINGS_OF``), ``SEEDS`` seeds each: 175 jobs, about 25 minutes on two cores.
+frontier plot (a panel per algorithm), and the verdict per algorithm (``bench.privacy.report``).
+The default plan is the target's: two binary tasks (``TASKS_JUDGED``: the imbalanced one and
+cancer), every algorithm that exchanges per-row tensors (APFed-R, whose h^A is APFed-C's, runs
+with ``--algorithms``), each with the settings that apply to it (``SETTINGS_OF``), ``SEEDS``
+seeds each: 282 jobs.
 
 Writes ``bench/out/privacy/privacy.csv`` (every run), ``privacy.md`` (the cells, for
 ``docs/privacy.md``) and ``privacy.png``. The last line is machine-readable:
@@ -58,10 +59,10 @@ from bench.privacy.plan import (
     QUICK_TASKS,
     SEEDS,
     SETTINGS,
+    TASKS_JUDGED,
     plan,
 )
 from bench.privacy.report import (
-    TARGET_TASK,
     cell_table,
     header,
     line,
@@ -112,7 +113,7 @@ def run_plan(runs: Sequence[Run], job: dict[str, Any], root: Path) -> list[Outco
 def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.privacy", description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", default=os.environ.get("PRIVACY_BENCH_QUICK") == "1")
-    p.add_argument("--tasks", nargs="+", choices=list(TASKS), help=f"default: {' '.join(TASKS)}")
+    p.add_argument("--tasks", nargs="+", choices=list(TASKS), help=f"default: {' '.join(TASKS_JUDGED)}")
     p.add_argument("--algorithms", nargs="+", choices=KNOWN_ALGORITHMS, help=f"default: {' '.join(ALGORITHMS)}")
     p.add_argument("--settings", nargs="+", choices=list(SETTINGS), help="default: the plan's tables")
     p.add_argument("--seeds", type=int, default=None, help=f"job seeds per cell (default {SEEDS}; --quick: 1)")
@@ -124,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _arguments(argv)
     if args.seeds is None:
         args.seeds = 1 if args.quick else SEEDS
-    tasks: Sequence[str] = args.tasks or (QUICK_TASKS if args.quick else (TARGET_TASK,))
+    tasks: Sequence[str] = args.tasks or (QUICK_TASKS if args.quick else TASKS_JUDGED)
     algorithms: Sequence[str] = args.algorithms or (QUICK_ALGORITHMS if args.quick else ALGORITHMS)
     runs = plan(tasks, algorithms, args.settings or (QUICK_SETTINGS if args.quick else None), args.seeds)
     job = QUICK_JOB if args.quick else JOB

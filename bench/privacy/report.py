@@ -1,9 +1,10 @@
 """The privacy bench's output: a line per run, a CSV of every run, the cells' table, the frontier plot, the verdict.
 
 Everything here reads ``Outcome``s and the cells made of them (``bench.privacy.cells``); nothing
-trains. The verdict follows issue 38's target, per algorithm, on the imbalanced task: among the
-algorithm's settings whose mean paired utility cost is within ``UTILITY_BOUND`` (the undefended
-setting is one of them: cost 0), the best is the one with the lowest cell label attack (the
+trains. The verdict follows issue 48's target, per algorithm, over every task run (by default two,
+one of them imbalanced): among the algorithm's settings whose mean paired utility cost is within
+``UTILITY_BOUND`` on every task (the undefended setting is one of them: cost 0), the best is the
+one with the lowest label attack on its worst task (a cell's label attack is the
 largest mean among ``bench.privacy.cells.LABEL_ATTACKS``: the strongest attacker over the whole run,
 issue 48's maximum over every attack, and the norm and direction k = 1 attacks, for VIMADMM and
 VIMADMM-J on s^k_B too). The value is the worst algorithm's best; it meets the target at ``TARGET_AUC`` or below.
@@ -14,6 +15,7 @@ from __future__ import annotations
 import csv
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from bench.common.plots import pyplot
@@ -22,7 +24,6 @@ from bench.privacy.runs import ATTACKS, NAN, OVER_EPOCHS, Outcome
 
 TARGET_AUC = 0.60
 UTILITY_BOUND = 0.01
-TARGET_TASK = "imbalanced"
 
 _SHORT = {
     "norm_auc": "norm",
@@ -118,44 +119,55 @@ def write_markdown(cells: Sequence[Cell], path: Path) -> Path:
     return path
 
 
-def plot(cells: Sequence[Cell], path: Path, task: str = TARGET_TASK) -> Path | None:
-    """Each algorithm's frontier on ``task``: cell label attack against mean utility cost, 95 % intervals as bars."""
-    plt = pyplot()
+def plot(cells: Sequence[Cell], path: Path) -> Path | None:
+    """Each algorithm's frontier in a panel of its own: cell label attack against mean cost, a marker per task.
 
-    shown = [c for c in cells if c.task == task and c.finished and not math.isnan(c.label_attack)]
+    Bars are the cost's 95 % interval over the seeds; the target's lines (attack ``TARGET_AUC``,
+    cost ``UTILITY_BOUND``) are drawn in every panel.
+    """
+    shown = [c for c in cells if c.finished and not math.isnan(c.label_attack)]
     if not shown:
         return None
+    plt = pyplot()
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure, axes = plt.subplots(figsize=(9, 6))
+    algorithms = list(dict.fromkeys(c.algorithm for c in shown))
+    tasks = list(dict.fromkeys(c.task for c in shown))
+    columns = min(4, len(algorithms))
+    rows = math.ceil(len(algorithms) / columns)
+    figure, grid = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.6 * rows), squeeze=False, sharey=True)
     markers = "os^vD<>pP*"
-    for index, algorithm in enumerate(dict.fromkeys(c.algorithm for c in shown)):
-        points = sorted((c for c in shown if c.algorithm == algorithm), key=lambda c: -c.cost.mean)
-        costs = [c.cost.mean for c in points]
-        attack = [c.label_attack for c in points]
-        spread = [
-            [max(c.cost.mean - c.cost.low, 0) for c in points],
-            [max(c.cost.high - c.cost.mean, 0) for c in points],
-        ]
-        axes.errorbar(
-            costs,
-            attack,
-            xerr=[[0 if math.isnan(v) else v for v in side] for side in spread],
-            marker=markers[index % len(markers)],
-            capsize=2,
-            linestyle="none",
-            label=algorithm,
-        )
-        for c in points:
-            axes.annotate(
-                c.setting, (c.cost.mean, c.label_attack), fontsize=6, xytext=(3, 3), textcoords="offset points"
+    for panel, algorithm in zip(grid.flat, algorithms, strict=False):
+        for index, task in enumerate(tasks):
+            points = [c for c in shown if c.algorithm == algorithm and c.task == task]
+            spread = [
+                [0.0 if math.isnan(c.cost.low) else max(c.cost.mean - c.cost.low, 0) for c in points],
+                [0.0 if math.isnan(c.cost.high) else max(c.cost.high - c.cost.mean, 0) for c in points],
+            ]
+            panel.errorbar(
+                [c.cost.mean for c in points],
+                [c.label_attack for c in points],
+                xerr=spread,
+                marker=markers[index % len(markers)],
+                capsize=2,
+                linestyle="none",
+                label=task,
             )
-    axes.axhline(TARGET_AUC, linestyle="--", color="grey", linewidth=1, label=f"target attack AUC <= {TARGET_AUC:.2f}")
-    axes.axvline(-UTILITY_BOUND, linestyle=":", color="grey", linewidth=1, label=f"cost bound -{UTILITY_BOUND}")
-    axes.set_xlabel("test ROC AUC cost, paired by seed (mean; bars: 95 % interval)")
-    axes.set_ylabel("label attack AUC: the largest mean of norm and direction k=1 (and s^k_B's)")
-    axes.set_title(f"{task}: what each defence costs and protects, per algorithm", fontsize=10)
-    axes.grid(alpha=0.3)
-    axes.legend(fontsize=7)
+            for c in points:
+                panel.annotate(
+                    c.setting, (c.cost.mean, c.label_attack), fontsize=5, xytext=(2, 2), textcoords="offset points"
+                )
+        panel.axhline(TARGET_AUC, linestyle="--", color="grey", linewidth=1)
+        panel.axvline(-UTILITY_BOUND, linestyle=":", color="grey", linewidth=1)
+        panel.set_title(algorithm, fontsize=9)
+        panel.grid(alpha=0.3)
+        panel.tick_params(labelsize=7)
+    for panel in list(grid.flat)[len(algorithms) :]:
+        panel.axis("off")
+    grid.flat[0].legend(fontsize=7)
+    figure.supxlabel(
+        "test ROC AUC cost, paired by seed (mean; bars: 95 % interval; dotted: the cost bound)", fontsize=8
+    )
+    figure.supylabel(f"strongest label attack AUC (mean; dashed: target {TARGET_AUC:.2f})", fontsize=8)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
@@ -172,43 +184,78 @@ def not_applicable(reasons: Mapping[tuple[str, str], str], multiclass: bool) -> 
     return lines
 
 
-def best_setting(cells: Sequence[Cell]) -> Cell | None:
-    """Among one algorithm's cells, the lowest label attack whose mean cost is within the bound (or None)."""
-    useful = [c for c in cells if c.finished and c.cost.mean >= -UTILITY_BOUND and not math.isnan(c.label_attack)]
-    return min(useful, key=lambda c: c.label_attack) if useful else None
+@dataclass(frozen=True)
+class Setting:
+    """One algorithm's setting over the judged tasks: its worst attack and worst mean cost among them."""
+
+    setting: str
+    cells: tuple[Cell, ...]
+
+    @property
+    def attack(self) -> float:
+        """The largest cell label attack over the tasks (NaN if a task has none)."""
+        values = [c.label_attack for c in self.cells]
+        return NAN if any(math.isnan(v) for v in values) else max(values)
+
+    @property
+    def cost(self) -> float:
+        """The worst (most negative) mean cost over the tasks."""
+        return min(c.cost.mean for c in self.cells)
+
+    def affordable(self) -> bool:
+        """Finished on every task, each task's mean cost within ``UTILITY_BOUND``, and an attack figure on each."""
+        return all(c.finished and c.cost.mean >= -UTILITY_BOUND for c in self.cells) and not math.isnan(self.attack)
+
+    def text(self) -> str:
+        return ", ".join(
+            f"{c.task} attack {c.label_attack:.3f} (strongest {c.attacks['strongest_auc_run'].text()}) "
+            f"cost {c.cost.text()} over {c.seeds} seeds"
+            for c in self.cells
+        )
 
 
-def verdict(cells: Sequence[Cell], task: str = TARGET_TASK) -> list[str]:
-    """Each algorithm's best setting on ``task``, then the last line:
-    ``BENCH privacy_worst_algorithm_attack_auc <v> auc target <= 0.60 MET|MISSED``."""
-    mine = [c for c in cells if c.task == task]
-    algorithms = list(dict.fromkeys(c.algorithm for c in mine))
+def settings_over_tasks(cells: Sequence[Cell], tasks: Sequence[str]) -> list[Setting]:
+    """One algorithm's settings that ran on every one of ``tasks``, each with its cells in ``tasks`` order."""
+    by = {(c.setting, c.task): c for c in cells}
+    names = dict.fromkeys(c.setting for c in cells)
+    return [Setting(n, tuple(by[(n, t)] for t in tasks)) for n in names if all((n, t) in by for t in tasks)]
+
+
+def best_setting(settings: Sequence[Setting]) -> Setting | None:
+    """The lowest attack among the affordable settings (the undefended one is, at cost 0), or None."""
+    useful = [s for s in settings if s.affordable()]
+    return min(useful, key=lambda s: s.attack) if useful else None
+
+
+def verdict(cells: Sequence[Cell]) -> list[str]:
+    """Each algorithm's best setting over every task the cells hold, then the last line:
+    ``BENCH privacy_worst_algorithm_attack_auc <v> auc target <= 0.60 MET|MISSED``.
+
+    A setting is judged by its worst task: its attack is the largest of its tasks' cell label
+    attacks, and it is affordable only if every task's mean paired cost is within ``UTILITY_BOUND``.
+    """
+    tasks = list(dict.fromkeys(c.task for c in cells))
+    algorithms = list(dict.fromkeys(c.algorithm for c in cells))
     lines = [
-        f"target, per algorithm on {task}: the mean strongest attack (every attack, every epoch, rows averaged "
-        f"over epochs) <= {TARGET_AUC:.2f} at a mean utility cost within {UTILITY_BOUND:.2f} "
-        "(paired by seed; 95 % intervals in brackets)"
+        f"target, per algorithm over {', '.join(tasks) or 'no task'}: the mean strongest attack (every attack, every "
+        f"epoch, rows averaged over epochs), worst task, <= {TARGET_AUC:.2f} at a mean utility cost within "
+        f"{UTILITY_BOUND:.2f} on every task (paired by seed; 95 % intervals in brackets)"
     ]
     values: dict[str, float] = {}
     for algorithm in algorithms:
-        own = [c for c in mine if c.algorithm == algorithm]
+        own = settings_over_tasks([c for c in cells if c.algorithm == algorithm], tasks)
         best = best_setting(own)
         if best is None:
-            lines.append(f"  {algorithm:<10} no finished setting within the cost bound")
+            lines.append(f"  {algorithm:<10} no finished setting within the cost bound on every task")
             values[algorithm] = NAN
             continue
-        values[algorithm] = best.label_attack
-        mark = "meets" if best.label_attack <= TARGET_AUC else "misses"
-        lines.append(
-            f"  {algorithm:<10} {mark}: {best.setting} over {best.seeds} seeds, attack {best.label_attack:.3f} "
-            f"(strongest {best.attacks['strongest_auc_run'].text()}, norm {best.attacks['norm_auc'].text()}, "
-            f"direction {best.attacks['direction_auc_k1'].text()}), "
-            f"cost {best.cost.text()}"
+        values[algorithm] = best.attack
+        mark = "meets" if best.attack <= TARGET_AUC else "misses"
+        lines.append(f"  {algorithm:<10} {mark}: {best.setting}, attack {best.attack:.3f}: {best.text()}")
+        frontier = sorted(own, key=lambda s: (math.isnan(s.attack), s.attack))
+        lines.extend(
+            f"      frontier: {s.setting:<17} attack {s.attack:.3f}, worst cost {s.cost:+.3f}" for s in frontier
         )
-        if best.label_attack > TARGET_AUC:
-            frontier = sorted((c for c in own if c.finished), key=lambda c: c.label_attack)
-            lines.extend(
-                f"      frontier: {c.setting:<13} attack {c.label_attack:.3f}, cost {c.cost.text()}" for c in frontier
-            )
     known = {a: v for a, v in values.items() if not math.isnan(v)}
     if not known:
         return [*lines, f"BENCH privacy_worst_algorithm_attack_auc nan auc target <= {TARGET_AUC:.2f} MISSED"]

@@ -19,7 +19,9 @@ from vflcore.errors import ConfigError
 from vflcore.privacy import PrivacySpec
 from vflprivacy.attacks import norm_attack
 from vflprivacy.label_defences import (
+    JOB_POWER_DECAY,
     ZERO_ROW_FLOOR,
+    JobPower,
     MarvellProblem,
     check_classes,
     keep_probability,
@@ -200,6 +202,41 @@ class TestNoZeroRowTell:
         assert np.linalg.norm(noisy[zero], axis=1).min() > 0
         assert np.linalg.matrix_rank(noisy[zero & (labels == 0)]) == WIDTH
         assert np.linalg.matrix_rank(noisy[zero & (labels == 1)]) == min(WIDTH, int((zero & (labels == 1)).sum()))
+
+
+class TestAllZeroBatch:
+    """Issue 48: a batch whose rows are all exactly zero (every output saturated) arrived as exact zeros.
+
+    A floor relative to the batch is zero there. With the job's typical row power (``JobPower``)
+    it is not: the batch gets the floor of the batches before it, under every defence.
+    """
+
+    @pytest.mark.parametrize("defence", ["marvell", "marvell_full", "max_norm", "gaussian"])
+    def test_an_all_zero_batch_gets_noise(self, defence: str, leaky: tuple[np.ndarray, np.ndarray]) -> None:
+        """After one ordinary batch, 11 zero rows leave with isotropic noise of the job's floor, full rank."""
+        gradients, labels = leaky
+        spec, job, stream = PrivacySpec(label_defence=defence), JobPower(), (2, "gradient")
+        protect_gradients(spec, torch.tensor(gradients), torch.tensor(labels), rng(0), job, stream)
+        zeros, zero_labels = torch.zeros((11, WIDTH), dtype=torch.float64), torch.tensor(labels[:11])
+        alone = protect_gradients(spec, zeros, zero_labels, rng(1))
+        assert not alone.any(), "without the job's power the floor of an all-zero batch is zero"
+        noisy = protect_gradients(spec, zeros, zero_labels, rng(1), job, stream).numpy()
+        assert np.linalg.norm(noisy, axis=1).min() > 0
+        assert np.linalg.matrix_rank(noisy) == WIDTH
+        floor = ZERO_ROW_FLOOR * JOB_POWER_DECAY * float((gradients**2).sum(axis=1).mean())
+        assert job.powers[stream] == pytest.approx(JOB_POWER_DECAY * float((gradients**2).sum(axis=1).mean()))
+        assert float((noisy**2).sum(axis=1).mean()) == pytest.approx(floor, rel=0.6)  # 11 rows: a rough power
+
+    def test_the_job_power_follows_each_stream_and_survives_a_checkpoint(self) -> None:
+        """A moving average per (party, tensor); its state reads back equal; a new stream starts at its batch."""
+        job = JobPower()
+        assert job.floor_power((2, "gradient"), 4.0) == 4.0
+        assert job.floor_power((2, "gradient"), 0.0) == pytest.approx(JOB_POWER_DECAY * 4.0)
+        assert job.floor_power((3, "gradient"), 1.0) == 1.0
+        assert job.floor_power((2, "gradient"), 100.0) == 100.0  # a batch above the average keeps its own
+        again = JobPower()
+        again.load(job.state())
+        assert again.powers == job.powers
 
 
 class TestRandomisedResponse:

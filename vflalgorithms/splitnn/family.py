@@ -32,7 +32,7 @@ import functools
 from abc import abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -42,7 +42,7 @@ from vflalgorithms.base import ActiveContext, ClientAlgorithm, PassiveContext, P
 from vflalgorithms.delays import Delay
 from vflalgorithms.divergence import nonfinite
 from vflalgorithms.factories import PROBE_ROWS, ModelSlot
-from vflalgorithms.label_protection import LabelProtection
+from vflalgorithms.label_protection import LABEL_DEFENCE_POWER, LabelProtection
 from vflalgorithms.splitnn.overlap import MicroBatches, overlap_options
 from vflcore.errors import TrainingDiverged
 from vflcore.job import ACTIVE_PARTY, JobSpec, model_seed
@@ -222,6 +222,19 @@ class SplitNNFamilyServer(ServerAlgorithm):
                     tensor = protection.perturb(tensor.detach(), rows, epoch, batch, party, name)
                 key = TensorKey(self.ctx.job.job_id, epoch, batch, name)
                 self.ctx.parties.publish(party, key, tensor.detach().cpu().numpy())
+
+    def state(self) -> dict[str, Any]:
+        """``checkpointed``, and the label defence's job-level floor (``JobPower``) if the job has one."""
+        state = super().state()
+        if self.label_protection is not None:
+            state[LABEL_DEFENCE_POWER] = self.label_protection.power.state()
+        return state
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """``checkpointed``, and the floor if the checkpoint holds one (an older one has none: it starts anew)."""
+        super().load_state(state)
+        if self.label_protection is not None and LABEL_DEFENCE_POWER in state:
+            self.label_protection.power.load(state[LABEL_DEFENCE_POWER])
 
     def eval(self) -> None:
         for model in self._models():
