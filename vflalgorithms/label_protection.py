@@ -14,9 +14,11 @@ answer to one sender). What is perturbed is the algorithm's ``label_defended`` t
 The noise of an answer is drawn from the active party's secret key, keyed by
 ("label_defence", epoch, batch on the wire, party), and for a tensor other than the gradient by
 its name too: a resumed job sends exactly the bytes the uninterrupted one would have, and no other
-party can regenerate the noise from the job's seed. With ``[algorithm] micro_batches`` each part
-is perturbed on its own, and Marvell's statistics (class means, spread, positive fraction) are
-those of the part.
+party can regenerate the noise from the job's seed. With ``[privacy] noise_persistence`` ρ > 0 a
+share ρ of every draw is keyed by the row instead (``vflprivacy.noise.RowNormals``): the same in
+every epoch, so a passive party that averages a row's answers over epochs cannot average it away.
+With ``[algorithm] micro_batches`` each part is perturbed on its own, and Marvell's statistics
+(class means, spread, positive fraction) are those of the part.
 
 Algorithms with no such tensor (APFed sends the active party's own embedding h^A, AdptVFedConv its
 extractor's weights once) cannot take a label defence, and a job that asks for one is refused
@@ -41,7 +43,7 @@ from vflcore.privacy import PrivacySpec
 from vflcore.wire.names import GRADIENT
 from vflprivacy.embedding_noise import name_position
 from vflprivacy.label_defences import JobPower, protect_gradients
-from vflprivacy.noise import noise_generator
+from vflprivacy.noise import RowNormals, noise_generator
 
 #: The defence's name in ``noise_generator``: its noise never coincides with another defence's.
 LABEL_DEFENCE_NOISE = "label_defence"
@@ -99,7 +101,9 @@ class LabelProtection:
     ) -> torch.Tensor:
         """``tensor`` (wire name ``name``) of ``rows`` as sent to ``party`` for wire batch ``batch`` of ``epoch``."""
         where = (epoch, batch, party) if name == GRADIENT else (epoch, batch, party, name_position(name))
-        rng = noise_generator(self.key, LABEL_DEFENCE_NOISE, *where)
+        fresh = noise_generator(self.key, LABEL_DEFENCE_NOISE, *where)
+        persistence = self.spec.noise_persistence
+        rng = RowNormals(fresh, self.key, LABEL_DEFENCE_NOISE, (party, name_position(name)), rows, persistence)
         return protect_gradients(self.spec, tensor, self.labels[rows], rng, self.power, (party, name))
 
 

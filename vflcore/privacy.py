@@ -43,6 +43,7 @@ _NON_NEGATIVE = (
     "embedding_noise_multiplier",
     "active_embedding_clip",
     "active_embedding_noise_multiplier",
+    "noise_persistence",
 )
 _ACTIVE_EMBEDDING_KEYS = ("active_embedding_clip", "active_embedding_noise_multiplier")
 #: Every field below is a key of the job's ``[privacy]`` table, read by its type (``vflcore.settings``).
@@ -79,6 +80,10 @@ class PrivacySpec:
     active_embedding_clip: float = field(default=0.0, metadata=_PRIVACY)
     #: Gaussian noise on each clipped row of h^A: standard deviation = this × ``active_embedding_clip``.
     active_embedding_noise_multiplier: float = field(default=0.0, metadata=_PRIVACY)
+    #: The share ρ (0 to below 1) of the active party's noise, its label defence's and h^A's, that is
+    #: the same for a row in every epoch (0: all fresh). A passive party lines a row's releases up by
+    #: its own IDs and averages them: fresh noise shrinks as 1/T, the row's fixed share never does.
+    noise_persistence: float = field(default=0.0, metadata=_PRIVACY)
 
     @property
     def protects_active_embedding(self) -> bool:
@@ -134,6 +139,16 @@ def check_privacy(spec: PrivacySpec, where: str = "job", *, task: str = "classif
     for clip, noise in (("embedding_clip", "embedding_noise_multiplier"), _ACTIVE_EMBEDDING_KEYS):
         if getattr(spec, noise) > 0 and getattr(spec, clip) <= 0:
             raise ConfigError(f"{where}: [privacy] {noise} needs {clip} > 0 (the noise's scale is the clipping norm)")
+    if spec.noise_persistence >= 1:
+        raise ConfigError(
+            f"{where}: [privacy] noise_persistence = {spec.noise_persistence:g} must be below 1: noise the same in "
+            "every epoch cancels out of the difference of two releases (0.5 keeps half of it fresh)"
+        )
+    if spec.noise_persistence > 0 and spec.label_defence == "none" and spec.active_embedding_noise_multiplier <= 0:
+        raise ConfigError(
+            f"{where}: [privacy] noise_persistence = {spec.noise_persistence:g} shapes the active party's noise, but "
+            "this job adds none; set label_defence, or active_embedding_noise_multiplier (APFed), or remove the key"
+        )
     if task != "classification" and (spec.label_defence in MARVELL or spec.label_dp_epsilon > 0):
         key = "label_dp_epsilon" if spec.label_dp_epsilon > 0 else "label_defence"
         raise ConfigError(f"{where}: [privacy] {key} protects class labels; a {task} job has none (remove it)")

@@ -17,6 +17,15 @@ assumptions, which ``docs/privacy.md`` repeats:
   A release sent again after a resume, at the same position, carries the same noise on the same
   embedding (``vflprivacy.noise``), so it is the same value and is counted once.
 
+- **Noise that persists** (``[privacy] noise_persistence`` ρ, the active party's h^A): each
+  release's noise is √(1−ρ)·fresh + √ρ·z_row, z_row the same in every release of the row. The T
+  releases are then one Gaussian mechanism of covariance σ²((1−ρ)I + ρ11ᵀ). Its worst case is a
+  row whose contribution alternates in sign between releases: only the fresh share hides that, so
+  ε is that of T releases at noise multiplier z·√(1−ρ) (``embedding_epsilon``; tight for even T).
+  What persistence buys is the other case, a contribution that every release repeats (a row's
+  label signature, which averaging over epochs recovers): its Mahalanobis sensitivity is
+  T/(1−ρ+ρT) releases' worth, never more than 1/ρ whatever T (``repeated_signal_epsilon``).
+
 What this does not cover: the model's weights (they never leave a passive party), VIMADMM-J's head
 W_k sent once for the client-importance report (a trained weight matrix, not a per-row release),
 and what the *labels* leak (the active party's own defences).
@@ -37,11 +46,32 @@ SENSITIVITY_IN_CLIPS = 2.0
 REPORT_FILE = "privacy.json"
 
 
-def embedding_epsilon(noise_multiplier: float, releases: int, delta: float) -> float:
+def embedding_epsilon(noise_multiplier: float, releases: int, delta: float, persistence: float = 0.0) -> float:
     """ε at ``delta`` after ``releases`` Gaussian releases of std ``noise_multiplier`` × C (clip C) per row.
 
-    0 releases: 0. No noise (``noise_multiplier`` 0) with a release: ∞, clipping alone is no DP.
+    With ``persistence`` ρ, the worst case: only the fresh share, multiplier × √(1−ρ), hides a
+    contribution that changes sign between releases. 0 releases: 0. No noise (``noise_multiplier``
+    0) with a release: ∞, clipping alone is no DP.
     """
+    return _gaussian_epsilon(noise_multiplier * math.sqrt(1 - persistence), releases, delta)
+
+
+def repeated_signal_epsilon(noise_multiplier: float, releases: int, delta: float, persistence: float) -> float:
+    """ε at ``delta`` for a contribution that is the same in every one of ``releases`` (what averaging recovers).
+
+    The T releases' noise has covariance σ²((1−ρ)I + ρ11ᵀ); a repeated difference has Mahalanobis
+    norm² T / (1−ρ+ρT) in units of one release's: one Gaussian release at multiplier × √((1−ρ+ρT)/T).
+    With ρ = 0 that is ``embedding_epsilon``'s T releases exactly; with ρ > 0 it stays below 1/ρ
+    releases' worth however many epochs run.
+    """
+    if releases <= 0:
+        return _gaussian_epsilon(noise_multiplier, 0, delta)
+    scale = math.sqrt((1 - persistence + persistence * releases) / releases)
+    return _gaussian_epsilon(noise_multiplier * scale, 1, delta)
+
+
+def _gaussian_epsilon(noise_multiplier: float, releases: int, delta: float) -> float:
+    """opacus's RDP accountant over ``releases`` unsubsampled Gaussian releases (sensitivity two clips)."""
     if not 0 < delta < 1:
         raise ValueError(f"delta = {delta} must be in (0, 1)")
     if releases <= 0:
@@ -66,11 +96,15 @@ class EmbeddingPrivacy:
     noise_multiplier: float
     clip: float
     accountant: str = "opacus.accountants.RDPAccountant (replace-one, sample_rate = 1)"
+    #: ``noise_persistence``, and ε for a contribution every release repeats (``repeated_signal_epsilon``).
+    persistence: float = 0.0
+    epsilon_repeated: float = math.nan
 
     def as_json(self) -> dict[str, object]:
         """The report as JSON can hold it: an unbounded ε (no noise) is null."""
         summary = asdict(self)
-        summary["epsilon"] = None if math.isinf(self.epsilon) else self.epsilon
+        for key in ("epsilon", "epsilon_repeated"):
+            summary[key] = None if math.isinf(summary[key]) or math.isnan(summary[key]) else summary[key]
         return summary
 
 
@@ -98,10 +132,13 @@ class ReleaseLedger:
         self._releases.add((name, round_))
         self._write({})
 
-    def report(self, noise_multiplier: float, clip: float, delta: float) -> EmbeddingPrivacy:
+    def report(self, noise_multiplier: float, clip: float, delta: float, persistence: float = 0.0) -> EmbeddingPrivacy:
         """ε for the releases so far, from the accountant; written to ``privacy.json`` beside them."""
-        epsilon = embedding_epsilon(noise_multiplier, len(self), delta)
-        report = EmbeddingPrivacy(epsilon, delta, len(self), noise_multiplier, clip)
+        epsilon = embedding_epsilon(noise_multiplier, len(self), delta, persistence)
+        repeated = repeated_signal_epsilon(noise_multiplier, len(self), delta, persistence)
+        report = EmbeddingPrivacy(
+            epsilon, delta, len(self), noise_multiplier, clip, persistence=persistence, epsilon_repeated=repeated
+        )
         self._write(report.as_json())
         return report
 
@@ -111,4 +148,11 @@ class ReleaseLedger:
         atomic_write(json.dumps(body, indent=2).encode(), self.path)
 
 
-__all__ = ["REPORT_FILE", "SENSITIVITY_IN_CLIPS", "EmbeddingPrivacy", "ReleaseLedger", "embedding_epsilon"]
+__all__ = [
+    "REPORT_FILE",
+    "SENSITIVITY_IN_CLIPS",
+    "EmbeddingPrivacy",
+    "ReleaseLedger",
+    "embedding_epsilon",
+    "repeated_signal_epsilon",
+]

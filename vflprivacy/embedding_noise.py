@@ -39,7 +39,7 @@ from vflcore.wire.links import FilteredExchange, TensorExchange, TrainingLink
 from vflcore.wire.names import upload_rpc
 from vflcore.wire.tensors import TensorKey
 from vflprivacy.accounting import EmbeddingPrivacy, ReleaseLedger
-from vflprivacy.noise import noise_generator, noise_key
+from vflprivacy.noise import RowNormals, noise_generator, noise_key
 
 log = structlog.get_logger(__name__)
 
@@ -64,17 +64,28 @@ def name_position(name: str) -> int:
 class EmbeddingNoise:
     """One party's clipping and noise for one job: ``protect`` a tensor at its position on the wire."""
 
-    def __init__(self, key: bytes, party: int, clip: float, noise_multiplier: float) -> None:
+    def __init__(self, key: bytes, party: int, clip: float, noise_multiplier: float, persistence: float = 0.0) -> None:
         if clip <= 0:
             raise ValueError(f"embedding_clip = {clip}; protection needs a clipping norm above 0")
         self.key, self.party, self.clip, self.noise_multiplier = key, party, clip, noise_multiplier
+        #: The share of each row's noise that is the same in every release (``RowNormals``); needs ``rows``.
+        self.persistence = persistence
 
-    def protect(self, array: np.ndarray, round_: int, batch: int, name: str) -> np.ndarray:
-        """``array``'s rows clipped to ``clip``, plus N(0, (z·clip)²) per entry; float32, as the wire carries it."""
+    def protect(
+        self, array: np.ndarray, round_: int, batch: int, name: str, rows: np.ndarray | None = None
+    ) -> np.ndarray:
+        """``array``'s rows clipped to ``clip``, plus N(0, (z·clip)²) per entry; float32, as the wire carries it.
+
+        ``rows``: the rows' ids for the job, which key the noise's persistent share (the active
+        party's h^A knows them; a passive party's link does not, and its noise is all fresh).
+        """
         clipped = clip_rows(array, self.clip)
         if self.noise_multiplier > 0:
             generator = noise_generator(self.key, DEFENCE, round_, batch, self.party, name_position(name))
-            clipped = clipped + generator.normal(0.0, self.noise_multiplier * self.clip, size=clipped.shape)
+            persistence = self.persistence if rows is not None else 0.0
+            stream = (self.party, name_position(name))
+            normals = RowNormals(generator, self.key, DEFENCE, stream, np.asarray(rows), persistence)
+            clipped = clipped + normals.normal(0.0, self.noise_multiplier * self.clip, size=clipped.shape)
         return clipped.astype(np.float32)
 
 

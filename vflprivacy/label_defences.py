@@ -54,6 +54,10 @@ import torch
 
 from vflcore.errors import ConfigError
 from vflcore.privacy import MARVELL, PrivacySpec
+from vflprivacy.noise import RowNormals
+
+#: Where a defence draws its noise: a keyed generator, or one whose draws keep a share per row all job.
+Normals = np.random.Generator | RowNormals
 
 #: What ``_two_classes`` summarises each class's spread as: one variance (Marvell), or a covariance.
 Spread = TypeVar("Spread")
@@ -237,9 +241,7 @@ def marvell_noise(gradients: np.ndarray, labels: np.ndarray, sum_kl: float) -> M
     return MarvellNoise(direction, along, isos, power, before, after)
 
 
-def _marvell(
-    gradients: np.ndarray, labels: np.ndarray, sum_kl: float, floor: float, rng: np.random.Generator
-) -> np.ndarray:
+def _marvell(gradients: np.ndarray, labels: np.ndarray, sum_kl: float, floor: float, rng: Normals) -> np.ndarray:
     """Each row plus noise of its class's covariance (``marvell_noise``): a scalar along the difference, and iso."""
     noise = marvell_noise(gradients, labels, sum_kl)
     rows, d = gradients.shape
@@ -328,9 +330,7 @@ def _covariance(rows: np.ndarray) -> np.ndarray:
     return covariance
 
 
-def _marvell_full(
-    gradients: np.ndarray, labels: np.ndarray, sum_kl: float, floor: float, rng: np.random.Generator
-) -> np.ndarray:
+def _marvell_full(gradients: np.ndarray, labels: np.ndarray, sum_kl: float, floor: float, rng: Normals) -> np.ndarray:
     """Each row plus its class's covariance noise, the common noise along the gap, and Marvell's isotropic floor."""
     noise = full_covariance_noise(gradients, labels, sum_kl)
     rows, d = gradients.shape
@@ -355,7 +355,7 @@ def _floor_variance(power: float, width: int) -> float:
     return ZERO_ROW_FLOOR * power / width
 
 
-def _max_norm(gradients: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+def _max_norm(gradients: np.ndarray, rng: Normals) -> np.ndarray:
     """σ_i·z_i, z_i ~ N(0, I_d), σ_i² = (max‖g‖² − ‖g_i‖²) / d: every row's expected squared norm becomes the largest.
 
     Additive: a row that is exactly zero gets the largest noise, drawn as every row's is. (Scaling
@@ -369,7 +369,7 @@ def _max_norm(gradients: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return noise
 
 
-def _gaussian(gradients: np.ndarray, noise: float, rng: np.random.Generator) -> np.ndarray:
+def _gaussian(gradients: np.ndarray, noise: float, rng: Normals) -> np.ndarray:
     """Isotropic noise: each coordinate's standard deviation is ``noise`` × the batch's mean row norm."""
     scale = noise * float(np.linalg.norm(gradients, axis=1).mean()) if len(gradients) else 0.0
     drawn: np.ndarray = scale * rng.standard_normal(gradients.shape)
@@ -380,7 +380,7 @@ def protect_gradients(
     spec: PrivacySpec,
     gradients: torch.Tensor,
     labels: torch.Tensor,
-    rng: np.random.Generator,
+    rng: Normals,
     job: JobPower | None = None,
     stream: tuple[int, str] = (0, ""),
 ) -> torch.Tensor:

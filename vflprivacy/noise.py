@@ -12,6 +12,7 @@ in any process on any CPU (NumPy's PCG64 and its normal sampler are integer-exac
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import secrets
 from pathlib import Path
@@ -51,4 +52,55 @@ def noise_generator(key: bytes, defence: str, *where: int) -> np.random.Generato
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence(int.from_bytes(key, "little"), spawn_key=words)))
 
 
-__all__ = ["KEY_FILE", "noise_generator", "noise_key"]
+class RowNormals:
+    """Standard normal draws for a batch's rows, a share ``persistence`` (ρ) of each the same for its row all job.
+
+    Why: noise drawn afresh for every release averages away. A passive party lines a row's
+    releases up by its own IDs and averages T of them (issue 48: APFed-C's noised h^A gave the
+    direction attack 0.86 after 10 epochs' average), and fresh noise's variance falls as 1/T.
+    Here each draw is √(1−ρ)·fresh + √ρ·z, z drawn from a generator keyed by the row itself: z
+    is the same in every epoch, whichever batch and position the row is in. Each draw is still
+    exactly standard normal, so every single release is as noised as with ρ = 0; an average of T
+    releases keeps variance ρ + (1−ρ)/T, never below ρ. What that buys and costs in ε is the
+    accountant's (``vflprivacy.accounting``).
+
+    Draws are made in the same order for a row in every epoch (``standard_normal`` calls of the
+    same shapes), so its fixed share plays the same part each time. ``persistence`` 0 gives the
+    fresh generator's draws exactly.
+    """
+
+    def __init__(
+        self,
+        fresh: np.random.Generator,
+        key: bytes,
+        defence: str,
+        stream: tuple[int, ...],
+        rows: np.ndarray,
+        persistence: float,
+    ) -> None:
+        if not 0 <= persistence < 1:
+            raise ValueError(f"persistence = {persistence} must be in [0, 1)")
+        self.fresh, self.persistence = fresh, persistence
+        self._rows = [noise_generator(key, f"{defence}/row", *stream, int(r)) for r in rows] if persistence else []
+
+    def standard_normal(self, size: int | tuple[int, ...]) -> np.ndarray:
+        """Draws of shape ``size``, one row of them per batch row (``size[0]`` is the batch's rows)."""
+        size = (size,) if isinstance(size, int) else tuple(size)
+        fresh: np.ndarray = self.fresh.standard_normal(size)
+        if not self.persistence:
+            return fresh
+        if size[0] != len(self._rows):
+            raise ValueError(f"draws for {size[0]} rows from a batch of {len(self._rows)}")
+        fixed = np.stack([g.standard_normal(size[1:]) for g in self._rows]) if self._rows else np.zeros(size)
+        mixed: np.ndarray = math.sqrt(1 - self.persistence) * fresh + math.sqrt(self.persistence) * fixed
+        return mixed
+
+    def normal(self, loc: float, scale: float, size: tuple[int, ...]) -> np.ndarray:
+        """``loc + scale`` × ``standard_normal(size)``; with ``persistence`` 0, the fresh generator's ``normal``."""
+        if not self.persistence:
+            drawn: np.ndarray = self.fresh.normal(loc, scale, size=size)
+            return drawn
+        return loc + scale * self.standard_normal(size)
+
+
+__all__ = ["KEY_FILE", "RowNormals", "noise_generator", "noise_key"]

@@ -13,6 +13,7 @@ from bench.privacy.runs import Run
 from bench.privacy.tasks import TASKS
 from vflcore.privacy import MARVELL
 
+_ACTIVE = {"active_embedding_clip": 1.0}
 #: Every defence setting the bench knows, by the name its rows carry: the job's ``[privacy]`` table.
 SETTINGS: dict[str, dict[str, Any]] = {
     "none": {},
@@ -24,6 +25,11 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "marvell_full-0.25": {"label_defence": "marvell_full", "marvell_sum_kl": 0.25},
     "marvell_full-1": {"label_defence": "marvell_full", "marvell_sum_kl": 1.0},
     "marvell_full-4": {"label_defence": "marvell_full", "marvell_sum_kl": 4.0},
+    # A share of the noise the same for a row all job (``noise_persistence``): averaging over epochs keeps it.
+    "marvell-0.05-p0.75": {"label_defence": "marvell", "marvell_sum_kl": 0.05, "noise_persistence": 0.75},
+    "marvell_full-0.05-p0.75": {"label_defence": "marvell_full", "marvell_sum_kl": 0.05, "noise_persistence": 0.75},
+    "marvell_full-0.25-p0.75": {"label_defence": "marvell_full", "marvell_sum_kl": 0.25, "noise_persistence": 0.75},
+    "max_norm-p0.75": {"label_defence": "max_norm", "noise_persistence": 0.75},
     "max_norm": {"label_defence": "max_norm"},
     "gaussian-0.5": {"label_defence": "gaussian", "gradient_noise": 0.5},
     "gaussian-2": {"label_defence": "gaussian", "gradient_noise": 2.0},
@@ -35,6 +41,8 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "active-0.5": {"active_embedding_clip": 1.0, "active_embedding_noise_multiplier": 0.5},
     "active-1": {"active_embedding_clip": 1.0, "active_embedding_noise_multiplier": 1.0},
     "active-2": {"active_embedding_clip": 1.0, "active_embedding_noise_multiplier": 2.0},
+    "active-1-p0.75": {**_ACTIVE, "active_embedding_noise_multiplier": 1.0, "noise_persistence": 0.75},
+    "active-2-p0.75": {**_ACTIVE, "active_embedding_noise_multiplier": 2.0, "noise_persistence": 0.75},
 }
 #: Marvell shapes noise between two classes: binary tasks only.
 BINARY_ONLY = frozenset(name for name, table in SETTINGS.items() if table.get("label_defence") in MARVELL)

@@ -7,10 +7,17 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 from opacus.accountants import RDPAccountant
 
-from vflprivacy.accounting import REPORT_FILE, SENSITIVITY_IN_CLIPS, ReleaseLedger, embedding_epsilon
+from vflprivacy.accounting import (
+    REPORT_FILE,
+    SENSITIVITY_IN_CLIPS,
+    ReleaseLedger,
+    embedding_epsilon,
+    repeated_signal_epsilon,
+)
 
 
 class TestEpsilon:
@@ -39,6 +46,42 @@ class TestEpsilon:
     def test_a_delta_outside_0_1_is_refused(self) -> None:
         with pytest.raises(ValueError, match="delta"):
             embedding_epsilon(1.0, 3, 1.0)
+
+
+class TestPersistentNoise:
+    """``noise_persistence`` ρ: a share of each row's noise the same in every release (``RowNormals``)."""
+
+    def test_the_worst_case_is_the_fresh_share_alone(self) -> None:
+        """A contribution that alternates in sign sees only √(1−ρ) of the noise: ε at multiplier z·√(1−ρ)."""
+        assert embedding_epsilon(2.0, 10, 1e-5, 0.75) == pytest.approx(embedding_epsilon(1.0, 10, 1e-5), rel=1e-12)
+        assert embedding_epsilon(2.0, 10, 1e-5, 0.75) > embedding_epsilon(2.0, 10, 1e-5)
+
+    def test_the_mahalanobis_norms_behind_both_figures(self) -> None:
+        """Covariance (1−ρ)I + ρ11ᵀ over T = 10 releases: an alternating difference costs T/(1−ρ), a repeated one
+        T/(1−ρ+ρT); with ρ = 0 both are T, the fresh composition."""
+        releases, rho = 10, 0.75
+        covariance = (1 - rho) * np.eye(releases) + rho * np.ones((releases, releases))
+        alternating, repeated = np.resize([1.0, -1.0], releases), np.ones(releases)
+        inverse = np.linalg.inv(covariance)
+        assert alternating @ inverse @ alternating == pytest.approx(releases / (1 - rho))
+        assert repeated @ inverse @ repeated == pytest.approx(releases / (1 - rho + rho * releases))
+
+    def test_a_repeated_contribution_costs_at_most_1_over_rho_releases_however_long_the_job(self) -> None:
+        """ρ = 0.5: 10, 100 and 10,000 releases all cost less than 2 releases' worth, where fresh noise grows on."""
+        for releases in (10, 100, 10_000):
+            assert repeated_signal_epsilon(2.0, releases, 1e-5, 0.5) < embedding_epsilon(2.0, 2, 1e-5)
+        assert embedding_epsilon(2.0, 100, 1e-5) > 4 * embedding_epsilon(2.0, 2, 1e-5)
+        assert repeated_signal_epsilon(2.0, 7, 1e-5, 0.0) == pytest.approx(embedding_epsilon(2.0, 7, 1e-5), rel=1e-9)
+
+    def test_the_report_carries_both(self, tmp_path: Path) -> None:
+        ledger = ReleaseLedger(tmp_path)
+        for round_ in range(30):
+            ledger.record("apfed/active_embedding", round_)
+        report = ledger.report(noise_multiplier=2.0, clip=1.0, delta=1e-5, persistence=0.5)
+        assert report.epsilon == pytest.approx(embedding_epsilon(2.0, 30, 1e-5, 0.5))
+        assert report.epsilon_repeated == pytest.approx(repeated_signal_epsilon(2.0, 30, 1e-5, 0.5))
+        saved = json.loads((tmp_path / REPORT_FILE).read_text())
+        assert saved["persistence"] == 0.5 and saved["epsilon_repeated"] == pytest.approx(report.epsilon_repeated)
 
 
 def test_the_report_writes_epsilon_next_to_the_releases(tmp_path: Path) -> None:

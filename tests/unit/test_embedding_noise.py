@@ -9,7 +9,7 @@ import pytest
 
 from vflcore.errors import ConfigError
 from vflcore.party_privacy import PartyPrivacy, party_privacy_from_table, refusal
-from vflcore.privacy import PrivacySpec
+from vflcore.privacy import PrivacySpec, check_privacy
 from vflcore.runtime.config import client_config_from
 from vflcore.wire.links import TensorExchange, TrainingLink
 from vflcore.wire.names import EMBEDDING, EVAL_EMBEDDING, HEAD, PSI_CLIENT_BLINDED
@@ -70,6 +70,20 @@ class TestNoise:
             EmbeddingNoise(bytes(32), 2, 1.0, 1.0).protect(rows, 3, 1, EMBEDDING),
         ]
         assert all(not np.array_equal(sent, other) for other in others)
+
+    def test_a_persistent_share_repeats_a_rows_noise_across_epochs_and_batches(self, tmp_path: Path) -> None:
+        """h^A with ``noise_persistence`` 0.8: row r's noise in epoch 0 and in epoch 1 (another batch, another
+        position) correlates at 0.8; without ``rows`` (a passive party's link) the noise is fresh as before."""
+        key, rows = noise_key(tmp_path), _rows(2000, scale=0.01)  # inside the clip: sent − rows is the noise
+        ids = np.arange(2000) + 10**12
+        noise = EmbeddingNoise(key, 1, 1.0, 1.0, persistence=0.8)
+        first = noise.protect(rows, 0, 0, EMBEDDING, ids) - rows
+        order = np.random.default_rng(2).permutation(2000)
+        second = (noise.protect(rows[order], 1, 5, EMBEDDING, ids[order]) - rows[order])[np.argsort(order)]
+        assert abs(float(first.std()) - 1.0) < 0.05
+        assert float(np.mean(first * second)) == pytest.approx(0.8, abs=0.05)
+        fresh = EmbeddingNoise(key, 1, 1.0, 1.0).protect(rows, 0, 0, EMBEDDING)
+        np.testing.assert_array_equal(noise.protect(rows, 0, 0, EMBEDDING), fresh)
 
     def test_without_a_multiplier_rows_are_only_clipped(self, tmp_path: Path) -> None:
         rows = _rows()
@@ -140,6 +154,20 @@ class TestNoisyLink:
     def test_a_job_without_embedding_protection_gets_the_link_itself(self, tmp_path: Path) -> None:
         inner = _Recorder()
         assert protected_link(inner, PrivacySpec(), tmp_path, party=2) is inner
+
+
+class TestPersistenceSetting:
+    def test_a_share_of_one_or_more_is_refused_naming_the_key(self) -> None:
+        spec = PrivacySpec(label_defence="marvell", noise_persistence=1.0)
+        with pytest.raises(ConfigError, match=r"\[privacy\] noise_persistence = 1 must be below 1"):
+            check_privacy(spec)
+
+    def test_persistence_without_noise_to_shape_is_refused(self) -> None:
+        with pytest.raises(ConfigError, match=r"noise_persistence = 0.5 shapes the active party's noise"):
+            check_privacy(PrivacySpec(label_dp_epsilon=1.0, noise_persistence=0.5))
+        apfed = PrivacySpec(active_embedding_clip=1.0, active_embedding_noise_multiplier=1.0, noise_persistence=0.5)
+        check_privacy(apfed)
+        check_privacy(PrivacySpec(label_defence="max_norm", noise_persistence=0.5))
 
 
 class TestPartyRequirement:

@@ -103,6 +103,7 @@ def test_every_privacy_setting_survives_the_wire_and_the_table() -> None:
         "dp_delta": 1e-6,
         "active_embedding_clip": 2.5,
         "active_embedding_noise_multiplier": 0.75,
+        "noise_persistence": 0.5,
     }
     assert set(values) == {f.name for f in fields(PrivacySpec)} == set(pb.PrivacySpec.DESCRIPTOR.fields_by_name)
     toml = '[job]\njob_id = "p"\n[privacy]\n' + "".join(

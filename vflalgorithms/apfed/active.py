@@ -117,7 +117,7 @@ class APFedServer(ServerAlgorithm):
         h = self.encoder(ctx.features[rows])
         sent = h.detach().cpu().numpy()
         if self.noise is not None and self.ledger is not None:
-            sent = self.noise.protect(sent, epoch, batch, ACTIVE_EMBEDDING)
+            sent = self.noise.protect(sent, epoch, batch, ACTIVE_EMBEDDING, rows)
             self.ledger.record(ACTIVE_EMBEDDING, epoch)
         key = TensorKey(ctx.job.job_id, epoch, batch, ACTIVE_EMBEDDING)
         for party in ctx.job.passive_parties:
@@ -134,7 +134,8 @@ class APFedServer(ServerAlgorithm):
         """ε of the noised h^A this party sent (``active_embedding``), or None when it sent it clean."""
         if self.noise is None or self.ledger is None:
             return None
-        report = self.ledger.report(self.noise.noise_multiplier, self.noise.clip, self.ctx.job.privacy.dp_delta)
+        spec = self.ctx.job.privacy
+        report = self.ledger.report(self.noise.noise_multiplier, self.noise.clip, spec.dp_delta, spec.noise_persistence)
         return {"active_embedding": report.as_json()}
 
     def eval(self) -> None:
@@ -158,7 +159,11 @@ def _embedding_protection(ctx: ActiveContext) -> tuple[EmbeddingNoise | None, Re
             "ActiveParty gives both (vflserver.training.training_labels)"
         )
     noise = EmbeddingNoise(
-        ctx.privacy_key, ACTIVE_PARTY, spec.active_embedding_clip, spec.active_embedding_noise_multiplier
+        ctx.privacy_key,
+        ACTIVE_PARTY,
+        spec.active_embedding_clip,
+        spec.active_embedding_noise_multiplier,
+        spec.noise_persistence,
     )
     return noise, ReleaseLedger(ctx.folder)
 

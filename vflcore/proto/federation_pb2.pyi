@@ -165,7 +165,7 @@ class JobSpec(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., algorithm: _Optional[str] = ..., task: _Optional[str] = ..., seed: _Optional[int] = ..., batch_size: _Optional[int] = ..., epochs: _Optional[int] = ..., embedding_dim: _Optional[int] = ..., bottom_hidden: _Optional[_Iterable[int]] = ..., optimizer: _Optional[str] = ..., learning_rate: _Optional[float] = ..., test_fraction: _Optional[float] = ..., num_rows: _Optional[int] = ..., passive_parties: _Optional[_Iterable[int]] = ..., algorithm_options: _Optional[str] = ..., num_outputs: _Optional[int] = ..., weight_decay: _Optional[float] = ..., checkpoint_every_steps: _Optional[int] = ..., wire_codec: _Optional[str] = ..., wire_codec_up: _Optional[str] = ..., wire_codec_down: _Optional[str] = ..., privacy: _Optional[_Union[PrivacySpec, _Mapping]] = ..., top_optimizer: _Optional[str] = ..., top_learning_rate: _Optional[float] = ..., top_weight_decay: _Optional[float] = ..., bottom_optimizer: _Optional[str] = ..., bottom_learning_rate: _Optional[float] = ..., bottom_weight_decay: _Optional[float] = ..., validation_fraction: _Optional[float] = ..., patience: _Optional[int] = ..., eval_every_rounds: _Optional[int] = ...) -> None: ...
 
 class PrivacySpec(_message.Message):
-    __slots__ = ("label_defence", "marvell_sum_kl", "gradient_noise", "label_dp_epsilon", "embedding_clip", "embedding_noise_multiplier", "dp_delta", "active_embedding_clip", "active_embedding_noise_multiplier")
+    __slots__ = ("label_defence", "marvell_sum_kl", "gradient_noise", "label_dp_epsilon", "embedding_clip", "embedding_noise_multiplier", "dp_delta", "active_embedding_clip", "active_embedding_noise_multiplier", "noise_persistence")
     LABEL_DEFENCE_FIELD_NUMBER: _ClassVar[int]
     MARVELL_SUM_KL_FIELD_NUMBER: _ClassVar[int]
     GRADIENT_NOISE_FIELD_NUMBER: _ClassVar[int]
@@ -175,6 +175,7 @@ class PrivacySpec(_message.Message):
     DP_DELTA_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_EMBEDDING_CLIP_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_EMBEDDING_NOISE_MULTIPLIER_FIELD_NUMBER: _ClassVar[int]
+    NOISE_PERSISTENCE_FIELD_NUMBER: _ClassVar[int]
     label_defence: str
     marvell_sum_kl: float
     gradient_noise: float
@@ -184,7 +185,8 @@ class PrivacySpec(_message.Message):
     dp_delta: float
     active_embedding_clip: float
     active_embedding_noise_multiplier: float
-    def __init__(self, label_defence: _Optional[str] = ..., marvell_sum_kl: _Optional[float] = ..., gradient_noise: _Optional[float] = ..., label_dp_epsilon: _Optional[float] = ..., embedding_clip: _Optional[float] = ..., embedding_noise_multiplier: _Optional[float] = ..., dp_delta: _Optional[float] = ..., active_embedding_clip: _Optional[float] = ..., active_embedding_noise_multiplier: _Optional[float] = ...) -> None: ...
+    noise_persistence: float
+    def __init__(self, label_defence: _Optional[str] = ..., marvell_sum_kl: _Optional[float] = ..., gradient_noise: _Optional[float] = ..., label_dp_epsilon: _Optional[float] = ..., embedding_clip: _Optional[float] = ..., embedding_noise_multiplier: _Optional[float] = ..., dp_delta: _Optional[float] = ..., active_embedding_clip: _Optional[float] = ..., active_embedding_noise_multiplier: _Optional[float] = ..., noise_persistence: _Optional[float] = ...) -> None: ...
 
 class JoinReply(_message.Message):
     __slots__ = ("job",)
