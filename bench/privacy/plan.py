@@ -27,6 +27,7 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "marvell_full-4": {"label_defence": "marvell_full", "marvell_sum_kl": 4.0},
     # A share of the noise the same for a row all job (``noise_persistence``): averaging over epochs keeps it.
     "marvell-0.05-p0.75": {"label_defence": "marvell", "marvell_sum_kl": 0.05, "noise_persistence": 0.75},
+    "marvell_full-0.05-p0.5": {"label_defence": "marvell_full", "marvell_sum_kl": 0.05, "noise_persistence": 0.5},
     "marvell_full-0.05-p0.75": {"label_defence": "marvell_full", "marvell_sum_kl": 0.05, "noise_persistence": 0.75},
     "marvell_full-0.25-p0.75": {"label_defence": "marvell_full", "marvell_sum_kl": 0.25, "noise_persistence": 0.75},
     "max_norm-p0.75": {"label_defence": "max_norm", "noise_persistence": 0.75},
@@ -57,7 +58,9 @@ LEFT_OUT = {
 }
 #: The settings each algorithm runs by default, binary tasks: the label defence on what it sends
 #: down (the gradient, or VIMADMM's λ_B and s^k_B), or for APFed noise on h^A (and label DP, to show
-#: that it does not protect h^A). Multi-class tasks take Gaussian noise where Marvell would be.
+#: that it does not protect h^A); each also with a share of its noise that persists per row
+#: (``noise_persistence``), against the attacker who averages a row over epochs. Multi-class tasks
+#: take Gaussian noise where Marvell would be.
 _LABEL_DEFENDED = (
     "none",
     "marvell-0.05",
@@ -66,8 +69,11 @@ _LABEL_DEFENDED = (
     "marvell_full-0.05",
     "marvell_full-0.25",
     "max_norm",
+    "marvell_full-0.05-p0.5",
+    "marvell_full-0.05-p0.75",
+    "marvell_full-0.25-p0.75",
 )
-_APFED = ("none", "active-0.5", "active-1", "active-2", "label_dp-1")
+_APFED = ("none", "active-0.5", "active-1", "active-2", "label_dp-1", "active-1-p0.75", "active-2-p0.75")
 SETTINGS_OF: dict[str, tuple[str, ...]] = {
     **dict.fromkeys(("splitnn", "fedbcd", "async", "vimsgd", "vimadmm", "vimadmm_j"), _LABEL_DEFENDED),
     "apfed_r": _APFED,
