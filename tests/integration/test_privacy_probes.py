@@ -189,16 +189,24 @@ DEFENCES: dict[str, tuple[PrivacySpec, tuple[str, ...]]] = {
         PrivacySpec(label_defence="marvell_full", marvell_sum_kl=0.05),
         ("norm_auc", "direction_auc_k1", "abs_direction_auc_k1", "strongest_auc_run"),
     ),
+    "marvell_full_persistent": (
+        PrivacySpec(label_defence="marvell_full", marvell_sum_kl=0.05, noise_persistence=0.75),
+        ("norm_auc", "direction_auc_k1", "abs_direction_auc_k1", "strongest_auc_run"),
+    ),
     "label_dp": (PrivacySpec(label_dp_epsilon=1.0), ("direction_auc_k1", "direction_auc_k10")),
     "embedding_noise": (PrivacySpec(embedding_clip=1.0, embedding_noise_multiplier=1.0), ("inversion_r2",)),
 }
 
 
 #: ``marvell_full`` at sum-KL 0.05 on this job: the strongest attack over the run, as documented in
-#: docs/privacy.md. Seeds 0-2 (each job draws its noise from a fresh key, so a seed's figure varies
-#: too) read 0.657, 0.622 and 0.593 (2026-11-29): mean 0.624 and standard deviation 0.032; the bound
-#: is the mean plus 3 standard deviations. Marvell at the same sum-KL read 0.776, 0.667 and 0.733.
-MARVELL_FULL_STRONGEST = 0.72
+#: docs/privacy.md; each bound is the mean plus 3 standard deviations over seeds 0-2 (each job also
+#: draws its noise from a fresh key, so a seed's figure varies too), measured 2026-11-29 with the
+#: job-level floor: 0.635, 0.592 and 0.619 (mean 0.615, sd 0.022). Marvell at the same sum-KL read
+#: 0.776, 0.667 and 0.733 (before the job-level floor).
+MARVELL_FULL_STRONGEST = 0.69
+#: The same with ``noise_persistence = 0.75`` (a row's noise mostly the same every epoch, so the
+#: average over epochs keeps it): 0.574, 0.564 and 0.609 (mean 0.582, sd 0.024).
+MARVELL_FULL_PERSISTENT_STRONGEST = 0.66
 
 
 class TestEachDefenceLowersItsAttack:
@@ -220,6 +228,8 @@ class TestEachDefenceLowersItsAttack:
             figures[name] = probe(tmp_path / name / "rec-2", party.job or job, party.table.features, labels, seed=0)
         print({name: {k: round(v, 3) for k, v in f.items() if not math.isnan(v)} for name, f in figures.items()})
         assert figures["marvell_full"]["strongest_auc_run"] <= MARVELL_FULL_STRONGEST, figures["marvell_full"]
+        persistent = figures["marvell_full_persistent"]
+        assert persistent["strongest_auc_run"] <= MARVELL_FULL_PERSISTENT_STRONGEST, persistent
         for name, (_, attacks) in DEFENCES.items():
             for attack in attacks:
                 assert figures[name][attack] < figures["none"][attack] - 0.1, (
