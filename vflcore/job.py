@@ -24,7 +24,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from vflcore.privacy import PrivacySpec
-from vflcore.settings import declared, setting
+from vflcore.settings import Check, above, at_least, check_declared, declared, one_of, optional, setting, whole, within
+from vflcore.wire.codecs import parse_codec
 
 #: The learning tasks of ``[job] task`` (not the work items of ``vflcore.work_items``).
 TASKS = ("classification", "regression")
@@ -65,63 +66,133 @@ def new_job_id() -> str:
 _JOB = setting("job")
 
 
+def _job(check: Check, unset: str = "") -> dict[str, Any]:
+    """A ``[job]`` key with a rule of its own (``vflcore.settings``), met however the ``JobSpec`` is built."""
+    return setting("job", check=check, unset=unset)
+
+
+def _job_id(value: Any) -> str | None:
+    """Empty (the server names the job), or a plain name (``check_job_id``)."""
+    try:
+        if value != "":
+            check_job_id(value)
+    except (ValueError, TypeError):
+        return (
+            "; use 1 to 128 letters, digits, '_', '.' or '-', starting with a letter or digit "
+            "(it names folders and the served model)"
+        )
+    return None
+
+
+def _optimizer(value: Any) -> str | None:
+    """An optimizer every party can build, in any case ("Adam" is "adam")."""
+    return None if isinstance(value, str) and value.lower() in OPTIMIZERS else f"; choose one of {list(OPTIMIZERS)}"
+
+
+def _codec(value: Any) -> str | None:
+    """A codec ``vflcore.wire.codecs`` can parse; "" for a direction means "as ``wire_codec``"."""
+    try:
+        parse_codec(value)
+    except (ValueError, TypeError, AttributeError) as exc:
+        return f": {exc}"
+    return None
+
+
+def _either_direction(value: Any) -> str | None:
+    return None if value == "" else _codec(value)
+
+
+def _parties(value: Any) -> str | None:
+    """Passive party ids, each at least 2 (party 1 is the server), none twice.
+
+    None at all is a job of the active party alone: an in-process reference (SingleVL) builds one,
+    and a job submitted to the service is refused it (``validate_job``), as it federates nothing.
+    """
+    if not isinstance(value, tuple | list) or any(
+        isinstance(p, bool) or not isinstance(p, int) or p < 2 for p in value
+    ):
+        return "; list the passive parties' ids, each at least 2 (party 1 is the server)"
+    ids = tuple(value)
+    if len(set(ids)) != len(ids):
+        return "; it lists a party twice"
+    return None
+
+
+_AT_LEAST_ONE = _job(whole(1, "a whole number, at least 1"))
+_RATE = above(0, "give a positive number")
+_DECAY = at_least(0, "give zero or a positive number")
+
+
 @dataclass(frozen=True)
 class JobSpec:
     """Settings shared by every party of a job."""
 
-    job_id: str = field(metadata=_JOB)
+    job_id: str = field(metadata=_job(_job_id))
     algorithm: str = field(default="splitnn", metadata=_JOB)
-    task: str = field(default="classification", metadata=_JOB)
+    task: str = field(default="classification", metadata=_job(one_of(TASKS)))
     seed: int = field(default=0, metadata=_JOB)
-    batch_size: int = field(default=64, metadata=_JOB)
-    epochs: int = field(default=10, metadata=_JOB)
-    embedding_dim: int = field(default=16, metadata=_JOB)
+    batch_size: int = field(default=64, metadata=_AT_LEAST_ONE)
+    epochs: int = field(default=10, metadata=_AT_LEAST_ONE)
+    embedding_dim: int = field(default=16, metadata=_AT_LEAST_ONE)
     bottom_hidden: tuple[int, ...] = field(default=(64,), metadata=_JOB)
-    optimizer: str = field(default="adam", metadata=_JOB)
-    learning_rate: float = field(default=1e-3, metadata=_JOB)
+    optimizer: str = field(default="adam", metadata=_job(_optimizer))
+    learning_rate: float = field(default=1e-3, metadata=_job(_RATE))
     #: The L2 penalty every party's optimizer adds to its gradients (0: none).
-    weight_decay: float = field(default=0.0, metadata=_JOB)
+    weight_decay: float = field(default=0.0, metadata=_job(_DECAY))
     #: The optimizer, learning rate and weight decay of one role's models (``ROLES``), where they
     #: differ from the job's own three above (None: as those). The VIM authors, for one, give the
     #: server and heads plain SGD and the parties' bottoms SGD with momentum (``optimizer_for``).
-    top_optimizer: str | None = field(default=None, metadata=setting("job", unset="as `optimizer`"))
-    top_learning_rate: float | None = field(default=None, metadata=setting("job", unset="as `learning_rate`"))
-    top_weight_decay: float | None = field(default=None, metadata=setting("job", unset="as `weight_decay`"))
-    bottom_optimizer: str | None = field(default=None, metadata=setting("job", unset="as `optimizer`"))
-    bottom_learning_rate: float | None = field(default=None, metadata=setting("job", unset="as `learning_rate`"))
-    bottom_weight_decay: float | None = field(default=None, metadata=setting("job", unset="as `weight_decay`"))
-    test_fraction: float = field(default=0.2, metadata=_JOB)
+    top_optimizer: str | None = field(default=None, metadata=_job(optional(_optimizer), "as `optimizer`"))
+    top_learning_rate: float | None = field(default=None, metadata=_job(optional(_RATE), "as `learning_rate`"))
+    top_weight_decay: float | None = field(default=None, metadata=_job(optional(_DECAY), "as `weight_decay`"))
+    bottom_optimizer: str | None = field(default=None, metadata=_job(optional(_optimizer), "as `optimizer`"))
+    bottom_learning_rate: float | None = field(default=None, metadata=_job(optional(_RATE), "as `learning_rate`"))
+    bottom_weight_decay: float | None = field(default=None, metadata=_job(optional(_DECAY), "as `weight_decay`"))
+    test_fraction: float = field(
+        default=0.2, metadata=_job(within(0, 1, "give a share of the aligned rows in [0, 1), e.g. 0.2"))
+    )
     #: The share of the training rows set aside to choose the best epoch by (0: none). With it, every
     #: epoch is also scored on them, and the weights of the epoch with the lowest validation loss are
     #: kept, served and named in ``summary.json`` (``best_epoch``), not merely the last epoch's.
-    validation_fraction: float = field(default=0.0, metadata=_JOB)
+    validation_fraction: float = field(
+        default=0.0,
+        metadata=_job(within(0, 1, "give a share of the training rows in [0, 1), e.g. 0.1, or 0 for no validation")),
+    )
     #: Stop training once the validation loss has not improved for this many epochs (0: train every
     #: epoch). Needs ``validation_fraction``.
-    patience: int = field(default=0, metadata=_JOB)
+    patience: int = field(default=0, metadata=_job(whole(0, "a number of epochs, or 0 to never stop early")))
     #: Also score the held-out test rows after every this many training steps (rounds) inside an
     #: epoch (0: at the end of each epoch only), so that "rounds to 95 %" is measured by the round.
-    eval_every_rounds: int = field(default=0, metadata=_JOB)
+    eval_every_rounds: int = field(
+        default=0,
+        metadata=_job(whole(0, "a number of rounds, or 0 to score the test rows only at the end of each epoch")),
+    )
     num_rows: int = 0
-    passive_parties: tuple[int, ...] = field(default=(2, 3), metadata=_JOB)
+    passive_parties: tuple[int, ...] = field(default=(2, 3), metadata=_job(_parties))
     algorithm_options: dict[str, Any] = field(default_factory=dict)
     #: The model's output width (classes, or 1 for regression); the active party sets it from its
     #: label column, for algorithms whose passive parties hold a head of their own (VIMADMM-J).
     num_outputs: int = 0
     #: Also checkpoint every this many training steps (batches), not only at each epoch's end
     #: (0: epochs only). A resumed job then replays at most this many steps.
-    checkpoint_every_steps: int = field(default=0, metadata=_JOB)
+    checkpoint_every_steps: int = field(
+        default=0, metadata=_job(whole(0, "a number of steps, or 0 to checkpoint only at the end of each epoch"))
+    )
     #: How the tensors of a training step are encoded on the wire (``vflcore.wire.codecs``):
     #: "fp32" (exact), "bf16", "fp16", "int8" or "topk:<fraction>"; per direction, the two below
     #: override it ("": as ``wire_codec``). Up is what passive parties send, down what they get.
-    wire_codec: str = field(default="fp32", metadata=_JOB)
-    wire_codec_up: str = field(default="", metadata=_JOB)
-    wire_codec_down: str = field(default="", metadata=_JOB)
+    wire_codec: str = field(default="fp32", metadata=_job(_codec))
+    wire_codec_up: str = field(default="", metadata=_job(_either_direction))
+    wire_codec_down: str = field(default="", metadata=_job(_either_direction))
     #: The defences each party applies to what it sends (``[privacy]``, ``vflcore.privacy``); all off by default.
     privacy: PrivacySpec = field(default_factory=PrivacySpec)
 
     # The fields above are the only list of the job's settings. The wire (``vflcore.wire.serde``)
     # and the config file (``vflcore.runtime.config``) both walk them, so a new setting is a new
     # field here, in ``JobSpec`` of ``federation.proto`` (same name) and in docs/configuration.md.
+
+    def __post_init__(self) -> None:
+        check_declared(self)
 
     @property
     def serves_best_epoch(self) -> bool:

@@ -19,14 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vflcore.privacy import PrivacySpec
-from vflcore.settings import Section, finite, read_settings, refuse_unknown, setting, table_keys
+from vflcore.settings import Section, at_least, check_declared, read_settings, refuse_unknown, setting, table_keys
 
-
-def _at_least_zero(sec: Section, key: str, default: float) -> float:
-    value = finite(sec, key, default)
-    if value < 0:
-        raise sec.wrong(key, value, "; give a number, at least 0 (0: no requirement)")
-    return value
+#: A floor of 0 requires nothing; a negative one would mean nothing.
+_at_least_zero = at_least(0, "give a number, at least 0 (0: no requirement)")
 
 
 @dataclass(frozen=True)
@@ -35,13 +31,12 @@ class PartyPrivacy:
 
     #: The smallest ``[privacy] embedding_noise_multiplier`` a job may ask for (0: no requirement).
     #: Above 0, the job must also clip (``embedding_clip`` > 0), or the noise would have no scale.
-    min_embedding_noise_multiplier: float = field(default=0.0, metadata=setting("privacy", read=_at_least_zero))
+    min_embedding_noise_multiplier: float = field(default=0.0, metadata=setting("privacy", check=_at_least_zero))
     #: Where the requirement was read from, for the refusal's message: the config file, or the SDK call.
     source: str = "PassiveParty(privacy=...)"
 
-    @property
-    def requires_noise(self) -> bool:
-        return self.min_embedding_noise_multiplier > 0
+    def __post_init__(self) -> None:
+        check_declared(self, self.source)
 
 
 def party_privacy_keys() -> tuple[str, ...]:

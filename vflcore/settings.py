@@ -6,7 +6,9 @@ Every table a person writes is read this one way: a daemon's ``[server]``, ``[ps
 that a table sets carries ``setting(table, ...)`` in its metadata; ``read_settings`` walks the
 fields and reads each with its reader, or its type's. So the dataclass is the only list of a
 table's keys: ``tests/unit/test_config.py`` checks ``docs/configuration.md`` against the same
-declarations, and a typo in a file is refused by name (``refuse_unknown``).
+declarations, and a typo in any table of a file is refused by name (``refuse_unknown_tables``).
+A field's ``check`` holds its rule, so an object built in code is refused as its file would be
+(``check_declared``, from each settings class's ``__post_init__``).
 
 Why here, on ``vflcore``'s lowest floor: the job (``vflcore.job``), the privacy tables and the
 daemons' configs all declare their fields with it, and it needs nothing but ``vflcore.errors``.
@@ -41,7 +43,7 @@ class Section:
 
     def wrong(self, key: str, value: Any, say: str) -> ConfigError:
         """The error for ``key = value``: the file, the table, the key, the value and ``say``."""
-        return ConfigError(f"{self.where}: [{self.name}] {key} = {value!r}{say}")
+        return ConfigError(f"{self.where}: [{self.name}] {key} = {shown(value)}{say}")
 
     def _get(self, key: str, kind: type | tuple[type, ...], default: Any, what: str) -> Any:
         value = self.raw.get(key, default)
@@ -74,8 +76,11 @@ class Section:
         return p if p.is_absolute() else self.base / p
 
 
-#: How one setting is read and checked: (its table, its key, its default) -> its value.
+#: How one setting is read: (its table, its key, its default) -> its value, of the field's type.
 Reader = Callable[[Section, str, Any], Any]
+#: A setting's rule on its value, whoever built it: None if the value is fine, else the error's tail
+#: after ``[table] key = value`` (such as "; give a whole number, at least 1"), which says what to give.
+Check = Callable[[Any], str | None]
 
 
 def flag(sec: Section, key: str, default: bool) -> bool:
@@ -85,53 +90,12 @@ def flag(sec: Section, key: str, default: bool) -> bool:
     return value
 
 
-def at_least_one(sec: Section, key: str, default: int) -> int:
-    """A whole number of at least 1 (a count of calls, threads, ...)."""
-    value = sec.raw.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise sec.wrong(key, value, "; give a whole number, at least 1")
-    return value
-
-
-def positive(sec: Section, key: str, default: float) -> float:
-    """A number of seconds that must be above zero."""
-    value = float(sec.number(key, default))
-    if not value > 0 or not math.isfinite(value):
-        raise ConfigError(f"{sec.where}: [{sec.name}] {key} = {value:g}; give a number of seconds above 0")
-    return value
-
-
 def finite(sec: Section, key: str, default: float) -> float:
     """A finite number: TOML's ``inf`` and ``nan`` would pass every range check written with < and >."""
     value = sec.raw.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if not _is_number(value) or not math.isfinite(value):
         raise sec.wrong(key, value, " must be a finite number")
     return float(value)
-
-
-def whole(at_least: int, meaning: str) -> Reader:
-    """A reader of a whole number of at least ``at_least``; ``meaning`` says what it counts, for the error."""
-
-    def read(sec: Section, key: str, default: int) -> int:
-        value = sec.raw.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int) or value < at_least:
-            raise sec.wrong(key, value, f"; give {meaning}")
-        return value
-
-    return read
-
-
-def one_of(choices: Iterable[str]) -> Reader:
-    """A reader of a string that must be one of ``choices``."""
-    allowed = tuple(choices)
-
-    def read(sec: Section, key: str, default: str) -> str:
-        value: str = sec.text(key, default)
-        if value not in allowed:
-            raise sec.wrong(key, value, f"; choose one of {list(allowed)}")
-        return value
-
-    return read
 
 
 def optional_finite(sec: Section, key: str, default: float | None) -> float | None:
@@ -141,11 +105,68 @@ def optional_finite(sec: Section, key: str, default: float | None) -> float | No
     return finite(sec, key, 0.0 if default is None else default)
 
 
+def _is_number(value: Any) -> bool:
+    """An int or a float; bool is an int to Python, never a number to a person writing TOML."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _is_whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def whole(at_least: int, meaning: str) -> Check:
+    """A whole number of at least ``at_least``; ``meaning`` says what it counts, for the error."""
+    return lambda value: None if _is_whole(value) and value >= at_least else f"; give {meaning}"
+
+
+#: A count of calls, threads, IDs ...: a whole number of at least 1.
+at_least_one = whole(1, "a whole number, at least 1")
+
+
+def positive(value: Any) -> str | None:
+    """A number of seconds that must be above zero (and finite)."""
+    good = _is_number(value) and math.isfinite(value) and value > 0
+    return None if good else "; give a number of seconds above 0"
+
+
+def above(floor: float, say: str) -> Check:
+    """A number above ``floor``; ``say`` is what to give instead."""
+    return lambda value: None if _is_number(value) and value > floor else f"; {say}"
+
+
+def at_least(floor: float, say: str) -> Check:
+    """A number of at least ``floor``; ``say`` is what to give instead."""
+    return lambda value: None if _is_number(value) and value >= floor else f"; {say}"
+
+
+def within(low: float, high: float, say: str, *, low_included: bool = True, high_included: bool = False) -> Check:
+    """A number in [low, high), or with either end in or out as said; ``say`` is what to give instead."""
+
+    def check(value: Any) -> str | None:
+        above_low = _is_number(value) and (low <= value if low_included else low < value)
+        inside = above_low and (value <= high if high_included else value < high)
+        return None if inside else f"; {say}"
+
+    return check
+
+
+def one_of(choices: Iterable[str]) -> Check:
+    """A string that must be one of ``choices``."""
+    allowed = tuple(choices)
+    return lambda value: None if value in allowed else f"; choose one of {list(allowed)}"
+
+
+def optional(check: Check) -> Check:
+    """``check``, for a setting whose None means "as another setting" (and passes)."""
+    return lambda value: None if value is None else check(value)
+
+
 #: The reader of a setting that declares none, by the field's type.
 _BY_TYPE: dict[Any, Reader] = {
     str: lambda sec, key, default: sec.text(key, default),
     str | None: lambda sec, key, default: sec.text(key, default),
     int: lambda sec, key, default: sec.integer(key, default),
+    int | None: lambda sec, key, default: sec.integer(key, default),
     float: finite,
     float | None: optional_finite,
     bool: flag,
@@ -155,13 +176,17 @@ _BY_TYPE: dict[Any, Reader] = {
 }
 
 
-def setting(table: str, *, key: str = "", read: Reader | None = None, unset: str = "") -> dict[str, Any]:
-    """A settings field's metadata: its table and key (default: the field's name), and its reader.
+def setting(
+    table: str, *, key: str = "", read: Reader | None = None, check: Check | None = None, unset: str = ""
+) -> dict[str, Any]:
+    """A settings field's metadata: its table and key (default: the field's name), its reader and its check.
 
-    ``read`` defaults to the field type's reader. ``unset`` says what a default of None means, in
-    the words of ``docs/configuration.md``.
+    ``read`` defaults to the field type's reader; it reads the type, and ``check`` holds the rule on
+    the value, so the rule runs for a value read from a file and for one given in code alike
+    (``check_declared``). ``unset`` says what a default of None means, in the words of
+    ``docs/configuration.md``.
     """
-    return {"table": table, "key": key, "read": read, "unset": unset}
+    return {"table": table, "key": key, "read": read, "check": check, "unset": unset}
 
 
 def setting_key(spec: Field[Any]) -> tuple[str, str]:
@@ -192,7 +217,7 @@ def default_of(spec: Field[Any]) -> Any:
 def read_settings(
     cls: type, doc: Mapping[str, Any], source: Path | str | None, *, defaults: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
-    """Every declared field of ``cls``, read from its table by its reader: field name -> value.
+    """Every declared field of ``cls``, read from its table by its reader and checked: field name -> value.
 
     ``defaults`` replaces the declared default of some fields by the caller's (a job's
     ``join_timeout_s`` defaults to the server's own). Fields no table sets are left to the caller.
@@ -203,8 +228,39 @@ def read_settings(
         table, key = setting_key(spec)
         read = spec.metadata["read"] or _BY_TYPE[types[spec.name]]
         default = (defaults or {}).get(spec.name, default_of(spec))
-        values[spec.name] = read(Section(doc, table, source), key, default)
+        sec = Section(doc, table, source)
+        if key in sec.raw:  # the rule first: it says what to give, where a reader would only name the type
+            _refuse_unless_fine(spec, sec.raw[key], sec.where)
+        values[spec.name] = value = read(sec, key, default)
+        _refuse_unless_fine(spec, value, sec.where)
     return values
+
+
+def check_declared(obj: Any, where: str | None = None) -> None:
+    """Run every declared field's check on a built settings object; ConfigError as a file's, naming ``where``.
+
+    Each settings dataclass calls it in ``__post_init__``, so an object built in code meets the same
+    rules, in the same words, as one read from a file (``where``: its class name by default).
+    """
+    for spec in declared(type(obj)):
+        _refuse_unless_fine(spec, getattr(obj, spec.name), where or type(obj).__name__)
+
+
+def _refuse_unless_fine(spec: Field[Any], value: Any, where: str) -> None:
+    check: Check | None = spec.metadata["check"]
+    tail = check(value) if check is not None else None
+    if tail is not None:
+        table, key = setting_key(spec)
+        raise ConfigError(f"{where}: [{table}] {key} = {shown(value)}{tail}")
+
+
+def shown(value: Any) -> str:
+    """A value as an error shows it: as TOML would write it, so 300 and 300.0 read the same."""
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, tuple):
+        return repr(list(value))
+    return repr(value)
 
 
 def refuse_unknown(sec: Section, known: Iterable[str], *, what: str = "") -> None:
@@ -218,20 +274,62 @@ def refuse_unknown(sec: Section, known: Iterable[str], *, what: str = "") -> Non
         raise ConfigError(f"{sec.where}: [{sec.name}] has no key {unknown[0]!r}; the keys are {keys}{what}")
 
 
+#: What a document may hold: each table's keys, or None for a table another reader checks entry by
+#: entry (free names, as ``[datasets]`` and ``[algorithm]``, or a job's tables in a daemon's config).
+Tables = Mapping[str, Iterable[str] | None]
+
+
+def refuse_unknown_tables(
+    doc: Mapping[str, Any], source: Path | str | None, tables: Tables, *, hints: Mapping[str, str] | None = None
+) -> None:
+    """ConfigError for a table ``tables`` lacks, or a key a known table lacks, naming it and listing the known ones.
+
+    Each document is checked whole by its one reader, before any value is read: a typo is refused
+    in every table, not only in those whose reader remembered to look. ``hints`` adds, per table,
+    where a key refused there belongs instead.
+    """
+    where = f"{source}" if source else "config"
+    unknown = sorted(set(doc) - set(tables))
+    if unknown:
+        raise ConfigError(f"{where}: [{unknown[0]}] is not a table of this file; the tables are {sorted(tables)}")
+    for name, keys in tables.items():
+        if keys is not None and name in doc:
+            refuse_unknown(Section(doc, name, source), keys, what=(hints or {}).get(name, ""))
+
+
+def tables_of(*classes: type) -> dict[str, tuple[str, ...]]:
+    """Every table the settings ``classes`` declare, with its keys: the known part of a document."""
+    found: dict[str, tuple[str, ...]] = {}
+    for cls in classes:
+        for spec in declared(cls):
+            table, key = setting_key(spec)
+            found[table] = (*found.get(table, ()), key)
+    return found
+
+
 __all__ = [
+    "Check",
     "Reader",
     "Section",
+    "Tables",
+    "above",
+    "at_least",
     "at_least_one",
+    "check_declared",
     "declared",
     "default_of",
     "finite",
     "flag",
     "one_of",
+    "optional",
     "positive",
     "read_settings",
     "refuse_unknown",
+    "refuse_unknown_tables",
     "setting",
     "setting_key",
     "table_keys",
+    "tables_of",
     "whole",
+    "within",
 ]

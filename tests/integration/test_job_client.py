@@ -186,7 +186,7 @@ class TestJobClient:
                 DuplicateJob,
                 r"ID 'done' was already submitted \(it is finished\)",
             ),
-            (lambda c: c.submit(job_document("x", "splitnn", epochs=0)), ConfigError, "epochs must be at least 1"),
+            (lambda c: c.submit(job_document("x", "splitnn", epochs=0)), ConfigError, "epochs = 0; give a whole"),
             (
                 lambda c: c.submit(job_document("x", "splitnn", dataset="census")),
                 ConfigError,

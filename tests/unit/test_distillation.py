@@ -73,9 +73,9 @@ class TestSettings:
         [
             ({"temprature": 2}, {}, r"\[distill\] has no key 'temprature'; the keys are"),
             ({"temperature": 0}, {}, r"\[distill\] temperature = 0; give a number above 0"),
-            ({"temperature": "hot"}, {}, r"\[distill\] temperature = 'hot' must be a finite number"),
+            ({"temperature": "hot"}, {}, r"\[distill\] temperature = 'hot'; give a number above 0"),
             ({"temperature": float("inf")}, {}, r"\[distill\] temperature = inf must be a finite number"),
-            ({"temperature": True}, {}, r"\[distill\] temperature = True must be a finite number"),
+            ({"temperature": True}, {}, r"\[distill\] temperature = True; give a number above 0"),
             ({"temperature": 2}, {"task": "regression"}, r"\[distill\] temperature softens class probabilities"),
             ({"label_weight": 1.5}, {}, r"\[distill\] label_weight = 1.5; give a weight in \[0, 1\]"),
             ({"label_weight": -0.1}, {}, r"\[distill\] label_weight = -0.1; give a weight in \[0, 1\]"),

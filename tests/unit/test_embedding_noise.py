@@ -9,7 +9,7 @@ import pytest
 
 from vflcore.errors import ConfigError
 from vflcore.party_privacy import PartyPrivacy, party_privacy_from_table, refusal
-from vflcore.privacy import PrivacySpec, check_privacy
+from vflcore.privacy import PrivacySpec, check_privacy, privacy_from_table
 from vflcore.runtime.config import client_config_from
 from vflcore.wire.links import TensorExchange, TrainingLink
 from vflcore.wire.names import EMBEDDING, EVAL_EMBEDDING, HEAD, PSI_CLIENT_BLINDED
@@ -158,9 +158,11 @@ class TestNoisyLink:
 
 class TestPersistenceSetting:
     def test_a_share_of_one_or_more_is_refused_naming_the_key(self) -> None:
-        spec = PrivacySpec(label_defence="marvell", noise_persistence=1.0)
-        with pytest.raises(ConfigError, match=r"\[privacy\] noise_persistence = 1 must be below 1"):
-            check_privacy(spec)
+        """Built in code or read from a file, the share is refused in the same words, naming the key."""
+        with pytest.raises(ConfigError, match=r"^PrivacySpec: \[privacy\] noise_persistence = 1 must be below 1"):
+            PrivacySpec(label_defence="marvell", noise_persistence=1.0)
+        with pytest.raises(ConfigError, match=r"^job.toml: \[privacy\] noise_persistence = 1 must be below 1"):
+            privacy_from_table({"label_defence": "marvell", "noise_persistence": 1.0}, "job.toml")
 
     def test_persistence_without_noise_to_shape_is_refused(self) -> None:
         with pytest.raises(ConfigError, match=r"noise_persistence = 0.5 shapes the active party's noise"):

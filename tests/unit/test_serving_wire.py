@@ -140,9 +140,9 @@ class TestServingConfig:
         ("table", "message"),
         [
             ({"client_auth": "sometimes"}, "client_auth = 'sometimes'; choose one of \\['required', 'optional'\\]"),
-            ({"grpc_listen": "8001"}, "grpc_listen: '8001' must look like host:port"),
-            ({"rest_listen": "localhost:http"}, "rest_listen: 'localhost:http' must look like host:port"),
-            ({"rest_listen": 8000}, "rest_listen = 8000 has the wrong type"),
+            ({"grpc_listen": "8001"}, "grpc_listen = '8001'; give host:port"),
+            ({"rest_listen": "localhost:http"}, "rest_listen = 'localhost:http'; give host:port"),
+            ({"rest_listen": 8000}, "rest_listen = 8000; give host:port"),
             ({"grpc_listen": "127.0.0.1:9000", "rest_listen": "127.0.0.1:9000"}, "are both '127.0.0.1:9000'"),
             ({"enabled": "yes"}, "enabled = 'yes' must be true or false"),
             ({"degraded": "guess"}, "degraded = 'guess'"),

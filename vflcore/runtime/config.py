@@ -16,17 +16,21 @@ from typing import Any
 
 from vflcore.errors import ConfigError
 from vflcore.party_privacy import PartyPrivacy, party_privacy_from_table
-from vflcore.runtime.compute import COMPUTE_KEYS, RAY_UNSET, ComputeEngine, engine_setting, ray_address_setting
+from vflcore.runtime.compute import COMPUTE_KEYS, ENGINES, RAY_UNSET, ComputeEngine, engine_setting, ray_address_setting
 from vflcore.security.tls import TlsFiles
 from vflcore.settings import (
     Section,
+    Tables,
     at_least_one,
+    check_declared,
     one_of,
+    optional,
     positive,
     read_settings,
     refuse_unknown,
+    refuse_unknown_tables,
     setting,
-    table_keys,
+    tables_of,
     whole,
 )
 
@@ -83,30 +87,25 @@ def load_toml(path: Path, what: str = "config file") -> dict[str, Any]:
 #: ``keep_checkpoints`` in ``[server]`` or ``[client]``: a whole number of epochs, at least 1.
 _keep_checkpoints = whole(1, "a whole number of epochs, at least 1 (the newest checkpoint is always kept)")
 
-
-def _psi_workers(sec: Section, key: str = "workers", default: int | None = None) -> int | None:
-    workers: int | None = sec.integer(key, default)
-    if workers is not None and workers < 1:
-        raise ConfigError(f"{sec.where}: [psi] workers must be at least 1 (or left out: one per core)")
-    return workers
-
+#: ``[psi] workers``: at least 1, or left out for one per core.
+_psi_workers = optional(whole(1, "a whole number, at least 1 (or leave it out: one per CPU core)"))
 
 #: ``[psi] x25519``: "auto", "multibuffer" or "openssl" (``vflcore.psi.x25519``). What this host can
 #: run is checked at start (``vflcore.psi.x25519.choose_at_start``), not here.
 _x25519 = one_of(X25519_SETTINGS)
 
 
-def _device(sec: Section, key: str = "device", default: str = "cpu") -> str:
+def _device(value: Any) -> str | None:
     """``[compute] device``: "cpu", "cuda" or "cuda:N"; whether the host has it is checked at start."""
-    unknown = sorted(set(sec.raw) - set(COMPUTE_KEYS))
-    if unknown:
-        have = ", ".join(repr(k) for k in COMPUTE_KEYS)
-        raise ConfigError(f"{sec.where}: [compute] has no key {unknown[0]!r}; it has {have}")
-    device: str = sec.text(key, default)
-    kind, colon, index = device.partition(":")
-    if kind not in ("cpu", "cuda") or (colon and (kind != "cuda" or not index.isdigit())):
-        raise ConfigError(f'{sec.where}: [compute] device = {device!r}; give "cpu", "cuda" or "cuda:N" (N = 0, 1, ...)')
-    return device
+    kind, colon, index = value.partition(":") if isinstance(value, str) else ("", "", "")
+    if kind in ("cpu", "cuda") and (not colon or (kind == "cuda" and index.isdigit())):
+        return None
+    return '; give "cpu", "cuda" or "cuda:N" (N = 0, 1, ...)'
+
+
+def _engine(value: Any) -> str | None:
+    """``[compute] engine``: one of ``ENGINES`` (that Ray is installed is the reader's to check: a host's fact)."""
+    return None if value in ENGINES else "; give " + " or ".join(f'"{name}"' for name in ENGINES)
 
 
 @dataclass(frozen=True)
@@ -125,30 +124,30 @@ class ServerSettings:
     store: Path | None = field(default=None, metadata=setting("server", unset="<run_dir>/jobs.sqlite"))
     port_file: Path | None = field(default=None, metadata=setting("server", unset="none"))
     #: How long a job waits for every passive party to join; a job file may set its own.
-    join_timeout_s: float = field(default=300.0, metadata=setting("server", read=positive))
-    step_timeout_s: float = field(default=300.0, metadata=setting("server", read=positive))
+    join_timeout_s: float = field(default=300.0, metadata=setting("server", check=positive))
+    step_timeout_s: float = field(default=300.0, metadata=setting("server", check=positive))
     #: How many epochs' checkpoints the active party keeps per job (the newest).
-    keep_checkpoints: int = field(default=2, metadata=setting("server", read=_keep_checkpoints))
+    keep_checkpoints: int = field(default=2, metadata=setting("server", check=_keep_checkpoints))
     #: How long a job waits for a lost party to come back before it fails (docs/operations.md).
-    party_timeout_s: float = field(default=600.0, metadata=setting("server", read=positive))
+    party_timeout_s: float = field(default=600.0, metadata=setting("server", check=positive))
     #: A party silent this long (no heartbeat) counts as lost, even if its TCP stream looks open.
-    heartbeat_timeout_s: float = field(default=60.0, metadata=setting("server", read=positive))
+    heartbeat_timeout_s: float = field(default=60.0, metadata=setting("server", check=positive))
     #: Calls the federation server runs at once (more get RESOURCE_EXHAUSTED), and per party.
-    max_rpcs: int = field(default=64, metadata=setting("server", read=at_least_one))
-    max_party_rpcs: int = field(default=16, metadata=setting("server", read=at_least_one))
-    torch_threads: int = field(default=1, metadata=setting("server", read=at_least_one))
+    max_rpcs: int = field(default=64, metadata=setting("server", check=at_least_one))
+    max_party_rpcs: int = field(default=16, metadata=setting("server", check=at_least_one))
+    torch_threads: int = field(default=1, metadata=setting("server", check=at_least_one))
     #: Processes for PSI's curve arithmetic; None: one per core.
     psi_workers: int | None = field(
-        default=None, metadata=setting("psi", key="workers", read=_psi_workers, unset="one per CPU core")
+        default=None, metadata=setting("psi", key="workers", check=_psi_workers, unset="one per CPU core")
     )
     #: Which X25519 PSI runs: Intel's multi-buffer where it can, or OpenSSL's (``vflcore.psi.x25519``).
-    psi_x25519: str = field(default="auto", metadata=setting("psi", key="x25519", read=_x25519))
+    psi_x25519: str = field(default="auto", metadata=setting("psi", key="x25519", check=_x25519))
     #: IDs per chunk of PSI's exchange (``vflcore.psi.chunks``); every passive party is told it.
-    psi_chunk_ids: int = field(default=DEFAULT_CHUNK_IDS, metadata=setting("psi", key="chunk_ids", read=at_least_one))
+    psi_chunk_ids: int = field(default=DEFAULT_CHUNK_IDS, metadata=setting("psi", key="chunk_ids", check=at_least_one))
     #: Where the active party trains every job ("cpu", "cuda", "cuda:N"); checked at start.
-    device: str = field(default="cpu", metadata=setting("compute", read=_device))
+    device: str = field(default="cpu", metadata=setting("compute", check=_device))
     #: Where PSI's curve arithmetic runs: this host, or the party's Ray cluster (``vflcore.runtime.compute``).
-    engine: str = field(default="local", metadata=setting("compute", read=engine_setting))
+    engine: str = field(default="local", metadata=setting("compute", read=engine_setting, check=_engine))
     ray_address: str | None = field(
         default=None, metadata=setting("compute", read=ray_address_setting, unset=RAY_UNSET)
     )
@@ -158,6 +157,9 @@ class ServerSettings:
     #: Serve the operator's console (``vflserver.console``) on ``console_listen``, over mTLS.
     console_enabled: bool = field(default=False, metadata=setting("console", key="enabled"))
     console_listen: str = field(default="127.0.0.1:8443", metadata=setting("console", key="listen"))
+
+    def __post_init__(self) -> None:
+        check_declared(self)
 
     @property
     def store_path(self) -> Path:
@@ -169,12 +171,42 @@ class ServerSettings:
 
 
 def server_settings_from(doc: Mapping[str, Any], source: Path | None = None) -> ServerSettings:
-    """Every ``ServerSettings`` field, read from its table by its reader (or its type's).
-
-    ``[server]`` is the server's alone, so a key it does not declare is refused by name.
-    """
-    refuse_unknown(Section(doc, "server", source), table_keys(ServerSettings, "server"))
+    """Every ``ServerSettings`` field, read from its table by its reader (or its type's), and checked."""
     return ServerSettings(**read_settings(ServerSettings, doc, source))
+
+
+#: ``[tls]``'s keys, in a server's config and a party's alike (``tls_files``).
+TLS_KEYS = ("ca", "cert", "key")
+#: The keys of ``[data]`` and of each ``[datasets]`` entry (``DataSource``).
+DATA_KEYS = ("path", "id_column", "label_column", "held_out_ids")
+#: A server config's job tables: ``vfl-server`` reads them as a job document (``plan_from_document``,
+#: which refuses an unknown key in each), or refuses them when there is no ``[job]``; ``[serving]``
+#: is read by ``serving_config_from``, which refuses an unknown key. Their keys live in ``vflserver``.
+SERVER_JOB_TABLES = ("job", "algorithm", "model", "privacy", "distill", "serving")
+
+
+def server_tables() -> Tables:
+    """Every table a server's config may hold, with the keys of those read here."""
+    return {
+        **tables_of(ServerSettings),
+        "tls": TLS_KEYS,
+        "data": DATA_KEYS,
+        "datasets": None,
+        **dict.fromkeys(SERVER_JOB_TABLES),
+    }
+
+
+def client_tables() -> Tables:
+    """Every table a party's config may hold, with its keys (``[datasets]``, ``[models]``: names, checked per entry)."""
+    tables = tables_of(ClientConfig, PartyPrivacy)
+    return {
+        **tables,
+        "client": (*tables["client"], "party"),
+        "tls": TLS_KEYS,
+        "data": DATA_KEYS,
+        "datasets": None,
+        "models": None,
+    }
 
 
 @dataclass(frozen=True)
@@ -205,30 +237,33 @@ class ClientConfig:
     server: str = field(default=f"127.0.0.1:{DEFAULT_PORT}", metadata=setting("client"))
     run_dir: Path = field(default=Path("runs"), metadata=setting("client"))
     model_factory: str | None = field(default=None, metadata=setting("model", key="factory", unset="none"))
-    heartbeat_s: float = field(default=10.0, metadata=setting("client", read=positive))
-    connect_timeout_s: float = field(default=60.0, metadata=setting("client", read=positive))
-    torch_threads: int = field(default=1, metadata=setting("client", read=at_least_one))
+    heartbeat_s: float = field(default=10.0, metadata=setting("client", check=positive))
+    connect_timeout_s: float = field(default=60.0, metadata=setting("client", check=positive))
+    torch_threads: int = field(default=1, metadata=setting("client", check=at_least_one))
     psi_workers: int | None = field(
-        default=None, metadata=setting("psi", key="workers", read=_psi_workers, unset="one per CPU core")
+        default=None, metadata=setting("psi", key="workers", check=_psi_workers, unset="one per CPU core")
     )
     #: ``[psi] x25519``: which X25519 this party's PSI runs (``vflcore.psi.x25519``).
-    psi_x25519: str = field(default="auto", metadata=setting("psi", key="x25519", read=_x25519))
+    psi_x25519: str = field(default="auto", metadata=setting("psi", key="x25519", check=_x25519))
     #: Reconnecting to an unreachable server: the first wait, doubled each try up to the cap.
-    retry_initial_s: float = field(default=RETRY_INITIAL_S, metadata=setting("client", read=positive))
-    retry_max_s: float = field(default=RETRY_MAX_S, metadata=setting("client", read=positive))
+    retry_initial_s: float = field(default=RETRY_INITIAL_S, metadata=setting("client", check=positive))
+    retry_max_s: float = field(default=RETRY_MAX_S, metadata=setting("client", check=positive))
     #: How many epochs' checkpoints this party keeps per job (the newest).
-    keep_checkpoints: int = field(default=2, metadata=setting("client", read=_keep_checkpoints))
+    keep_checkpoints: int = field(default=2, metadata=setting("client", check=_keep_checkpoints))
     #: ``[models]``: the model factories a job may ask this party for, by name (``module:function``).
     models: dict[str, str] = field(default_factory=dict)
     #: ``[compute] device``: where this party trains ("cpu", "cuda", "cuda:N"); checked at start.
-    device: str = field(default="cpu", metadata=setting("compute", read=_device))
+    device: str = field(default="cpu", metadata=setting("compute", check=_device))
     #: ``[compute] engine`` and ``ray_address``: where this party's PSI arithmetic runs (``compute_engine``).
-    engine: str = field(default="local", metadata=setting("compute", read=engine_setting))
+    engine: str = field(default="local", metadata=setting("compute", read=engine_setting, check=_engine))
     ray_address: str | None = field(
         default=None, metadata=setting("compute", read=ray_address_setting, unset=RAY_UNSET)
     )
     #: ``[privacy]``: what this party requires of every job (``vflcore.party_privacy``); nothing by default.
     privacy: PartyPrivacy = field(default_factory=PartyPrivacy)
+
+    def __post_init__(self) -> None:
+        check_declared(self)
 
     @property
     def compute_engine(self) -> ComputeEngine:
@@ -263,7 +298,11 @@ def tls_files(doc: Mapping[str, Any], source: Path | None, default_stem: str) ->
 
 
 def server_config_from(doc: Mapping[str, Any], source: Path | None = None) -> ServerConfig:
-    """Build a ServerConfig from a parsed TOML document (its job tables are read when a job is planned)."""
+    """Build a ServerConfig from a parsed TOML document (its job tables are read when a job is planned).
+
+    The whole document is checked first: an unknown table, or an unknown key in a table, is refused by name.
+    """
+    refuse_unknown_tables(doc, source, server_tables())
     datasets = _datasets(doc, source, label_column="label")
     if not datasets:
         where = f"{source}" if source else "config"
@@ -277,8 +316,10 @@ def server_config_from(doc: Mapping[str, Any], source: Path | None = None) -> Se
 
 def client_config_from(doc: Mapping[str, Any], source: Path | None = None, party: int | None = None) -> ClientConfig:
     """Build a ClientConfig from a parsed TOML document; ``party`` (the flag) wins over the file."""
+    refuse_unknown_tables(
+        doc, source, client_tables(), hints={"privacy": "; the job's own settings go in the job file's [privacy] table"}
+    )
     cli = Section(doc, "client", source)
-    refuse_unknown(cli, (*table_keys(ClientConfig, "client"), "party"))
     given = "--party {}" if party is not None else f"{cli.where}: [client] party = {{}}"
     party = party if party is not None else cli.integer("party")
     if party is None:
@@ -304,18 +345,13 @@ def client_config_from(doc: Mapping[str, Any], source: Path | None = None, party
     )
 
 
-def compute_device(doc: Mapping[str, Any], source: Path | None) -> str:
-    """``[compute] device``: "cpu" (default), "cuda" or "cuda:N"; whether it exists is checked at start.
-
-    Each organisation's own hardware choice, so it lives in the daemon's config, never in a job.
-    """
-    return _device(Section(doc, "compute", source))
-
-
 def compute_engine(doc: Mapping[str, Any], source: Path | str | None) -> ComputeEngine:
-    """``[compute] engine`` and ``ray_address`` (``vflcore.runtime.compute``); ``_device`` refuses unknown keys."""
+    """``[compute] engine`` and ``ray_address`` (``vflcore.runtime.compute``), for a tool that reads no daemon config.
+
+    An unknown key of ``[compute]`` is refused by name, as a daemon's config refuses it.
+    """
     sec = Section(doc, "compute", source)
-    _device(sec)
+    refuse_unknown(sec, COMPUTE_KEYS)
     return ComputeEngine(engine_setting(sec), ray_address_setting(sec))
 
 
@@ -347,6 +383,7 @@ def _datasets(doc: Mapping[str, Any], source: Path | None, *, label_column: str 
             raise ConfigError(
                 f'{tables.where}: [datasets] {name} must be a table: {{ path = "...", id_column = "id" }}'
             )
+        refuse_unknown(Section({f"datasets.{name}": entry}, f"datasets.{name}", source), DATA_KEYS)
         sec = Section({name: entry}, name, source)
         path = sec.path("path")
         if path is None:

@@ -29,11 +29,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from vflcore.errors import TensorError
-from vflcore.job import JobSpec
+
+if TYPE_CHECKING:  # the job declares its codecs' rule with ``parse_codec``: no import back at run time
+    from vflcore.job import JobSpec
 
 __all__ = ["CODEC_NAMES", "FP32", "WireCodec", "codec_for_dtype", "job_codecs", "parse_codec"]
 

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from vflcore import work_items
-from vflcore.errors import ConfigError, IncompleteStream
+from vflcore.errors import ConfigError, IncompleteStream, JoinRejected
 from vflcore.job import JobSpec, Position
 from vflcore.privacy import PrivacySpec, check_privacy
 from vflcore.proto import federation_pb2 as pb
@@ -196,15 +196,18 @@ def job_from_proto(msg: pb.JobSpec) -> JobSpec:
         elif spec.name not in values:
             value = getattr(msg, spec.name)
             values[spec.name] = tuple(value) if isinstance(spec.default, tuple) else value
-    return JobSpec(**values)
+    try:
+        return JobSpec(**values)
+    except ConfigError as exc:  # every key's rule runs when the job is made: a server that skipped them
+        raise JoinRejected(f"the server's job breaks a rule: {exc}; this party refuses the job") from None
 
 
 def _privacy_from_proto(msg: pb.JobSpec) -> PrivacySpec:
     """The job's defences; a job from a peer that sends none has none. Checked like a config's ``[privacy]``."""
     if not msg.HasField("privacy"):
         return PrivacySpec()
-    spec = PrivacySpec(**{f.name: getattr(msg.privacy, f.name) for f in fields(PrivacySpec)})
     try:
+        spec = PrivacySpec(**{f.name: getattr(msg.privacy, f.name) for f in fields(PrivacySpec)})
         check_privacy(spec, "job from the server")
     except ConfigError as exc:
         raise ValueError(str(exc)) from None

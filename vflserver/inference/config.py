@@ -25,7 +25,18 @@ from pathlib import Path
 from typing import Any
 
 from vflcore.errors import ConfigError
-from vflcore.settings import Section, at_least_one, one_of, positive, read_settings, refuse_unknown, setting, table_keys
+from vflcore.settings import (
+    Check,
+    Section,
+    at_least_one,
+    check_declared,
+    one_of,
+    positive,
+    read_settings,
+    refuse_unknown,
+    setting,
+    table_keys,
+)
 
 CLIENT_AUTH = ("required", "optional")
 #: What stands in for an offline passive party in federated inference (``serving.federated``):
@@ -33,19 +44,18 @@ CLIENT_AUTH = ("required", "optional")
 DEGRADED_MODES = ("none", "zeros", "mean")
 
 
-def _listen(sec: Section, key: str, default: str) -> str:
+def _listen(value: Any) -> str | None:
     """``host:port`` (``split_listen``'s form; port 0 picks a free port)."""
-    value: str = sec.text(key, default)
     try:
         split_listen(value)
-    except ValueError as exc:
-        raise ConfigError(f"{sec.where}: [serving] {key}: {exc}") from None
-    return value
+    except (ValueError, AttributeError):
+        return "; give host:port, e.g. 127.0.0.1:8001 (port 0 picks a free port)"
+    return None
 
 
-def _serving(read: Any = None) -> dict[str, Any]:
-    """A key of the server config's ``[serving]`` table (``vflcore.settings``), read by ``read`` or its type."""
-    return setting("serving", read=read)
+def _serving(check: Check | None = None) -> dict[str, Any]:
+    """A key of the server config's ``[serving]`` table (``vflcore.settings``), read by its type, with its rule."""
+    return setting("serving", check=check)
 
 
 @dataclass(frozen=True)
@@ -57,6 +67,9 @@ class RestLimits:
     header_timeout_s: float = field(default=10.0, metadata=_serving(positive))
     body_timeout_s: float = field(default=30.0, metadata=_serving(positive))
     max_body_bytes: int = field(default=64 << 20, metadata=_serving(at_least_one))
+
+    def __post_init__(self) -> None:
+        check_declared(self)
 
 
 @dataclass(frozen=True)
@@ -71,6 +84,9 @@ class ServingConfig:
     allow_party_certificates: bool = field(default=False, metadata=_serving())
     degraded: str = field(default="none", metadata=_serving(one_of(DEGRADED_MODES)))
     rest_limits: RestLimits = RestLimits()
+
+    def __post_init__(self) -> None:
+        check_declared(self)
 
     @property
     def require_client_cert(self) -> bool:

@@ -20,7 +20,17 @@ from torch import nn
 from vflcore.data.tables import PartyTable
 from vflcore.errors import ConfigError
 from vflcore.ml.models import load_factory
-from vflcore.settings import Section, read_settings, refuse_unknown, setting, table_keys, whole
+from vflcore.settings import (
+    Section,
+    above,
+    check_declared,
+    read_settings,
+    refuse_unknown,
+    setting,
+    table_keys,
+    whole,
+    within,
+)
 
 #: The ``[distill]`` key of the student's own factory, and the factories key the student's context uses.
 STUDENT_FACTORY = "student_factory"
@@ -28,13 +38,11 @@ STUDENT_FACTORY = "student_factory"
 STUDENT_SUFFIX = "-student"
 
 
-def _factory(sec: Section, key: str, default: str) -> str:
-    value = sec.raw.get(key, default)
-    if not isinstance(value, str) or (value and ":" not in value):
-        raise sec.wrong(
-            key, value, "; give 'package.module:function' building the student from (num_features, num_outputs)"
-        )
-    return value
+def _factory(value: Any) -> str | None:
+    """Empty (the default student), or ``module:function``; whether it imports is checked with the data."""
+    if isinstance(value, str) and (not value or ":" in value):
+        return None
+    return "; give 'package.module:function' building the student from (num_features, num_outputs)"
 
 
 @dataclass(frozen=True)
@@ -43,18 +51,31 @@ class DistillSpec:
 
     #: Softens both models' class probabilities before they are compared (classification only):
     #: above 1, the teacher's ranking of the wrong classes carries more weight.
-    temperature: float = field(default=2.0, metadata=setting("distill"))
+    temperature: float = field(
+        default=2.0, metadata=setting("distill", check=above(0, "give a number above 0 (1: no softening)"))
+    )
     #: The weight of the true labels in the student's loss, in [0, 1]; the teacher's outputs get
     #: the rest. 1 trains on the labels alone (no teacher); 0 on the teacher alone.
-    label_weight: float = field(default=0.5, metadata=setting("distill"))
+    label_weight: float = field(
+        default=0.5,
+        metadata=setting(
+            "distill",
+            check=within(
+                0, 1, "give a weight in [0, 1] (1: the true labels alone, 0: the teacher alone)", high_included=True
+            ),
+        ),
+    )
     #: Passes over the training rows (0: as many as the job's ``[job] epochs``).
     epochs: int = field(
-        default=0, metadata=setting("distill", read=whole(0, "a whole number of epochs (0: the job's)"))
+        default=0, metadata=setting("distill", check=whole(0, "a whole number of epochs (0: the job's)"))
     )
     #: ``module:function`` building the student: ``factory(num_features, num_outputs) -> nn.Module``.
     #: Empty: the active party's default, an MLP encoder (``bottom_hidden`` → ``embedding_dim``)
     #: then an MLP head (``[model] top_hidden``, ``top_dropout``), as APFed's active model.
-    student_factory: str = field(default="", metadata=setting("distill", read=_factory))
+    student_factory: str = field(default="", metadata=setting("distill", check=_factory))
+
+    def __post_init__(self) -> None:
+        check_declared(self)
 
     def student_epochs(self, job_epochs: int) -> int:
         """The student's epochs: its own, or the job's when the table leaves them at 0."""
@@ -96,18 +117,9 @@ def distill_from_table(table: Any, where: str = "job", *, task: str = "classific
     sec = Section({"distill": table}, "distill", where)
     refuse_unknown(sec, distill_keys())
     spec = DistillSpec(**read_settings(DistillSpec, {"distill": table}, where))
-    if not spec.temperature > 0:
-        raise ConfigError(
-            f"{where}: [distill] temperature = {spec.temperature:g}; give a number above 0 (1: no softening)"
-        )
     if task != "classification" and "temperature" in table:
         raise ConfigError(
             f"{where}: [distill] temperature softens class probabilities; a {task} job has none (remove it)"
-        )
-    if not 0.0 <= spec.label_weight <= 1.0:
-        raise ConfigError(
-            f"{where}: [distill] label_weight = {spec.label_weight:g}; give a weight in [0, 1] "
-            "(1: the true labels alone, 0: the teacher alone)"
         )
     return spec
 

@@ -43,10 +43,22 @@ from vflalgorithms.label_protection import check_privacy_applies
 from vflcore.errors import ConfigError
 from vflcore.job import ACTIVE_PARTY, JobSpec, settable_fields
 from vflcore.job_rules import read_job, validate_job
+from vflcore.privacy import privacy_keys
 from vflcore.runtime.config import DEFAULT_DATASET
-from vflcore.settings import Section, finite, one_of, positive, read_settings, refuse_unknown, setting, table_keys
+from vflcore.settings import (
+    Section,
+    Tables,
+    check_declared,
+    one_of,
+    positive,
+    read_settings,
+    refuse_unknown_tables,
+    setting,
+    table_keys,
+    within,
+)
 from vflserver.inference.config import DEGRADED_MODES
-from vflserver.training.distill_settings import DistillSpec, distill_from_table
+from vflserver.training.distill_settings import DistillSpec, distill_from_table, distill_keys
 
 #: The tables of a job document; anything else is refused by name.
 TABLES = ("job", "algorithm", "model", "serving", "privacy", "distill")
@@ -54,11 +66,8 @@ TABLES = ("job", "algorithm", "model", "serving", "privacy", "distill")
 _NAME_KEYS = ("dataset", "datasets", "model", "models")
 
 
-def _dropout(sec: Section, key: str, default: float) -> float:
-    value = finite(sec, key, default)
-    if not 0.0 <= value < 1.0:
-        raise sec.wrong(key, value, "; give a rate in [0, 1) (0 turns it off)")
-    return value
+#: ``[model] top_dropout``: a rate in [0, 1); 1 would drop every unit.
+_dropout = within(0, 1, "give a rate in [0, 1) (0 turns it off)")
 
 
 @dataclass(frozen=True)
@@ -69,14 +78,14 @@ class JobPlan:
     #: Party id (1 is the active party) -> the name of the dataset that party uses.
     datasets: dict[int, str] = field(default_factory=dict)
     #: How long the job waits for its passive parties; a document's default is the server's own.
-    join_timeout_s: float = field(default=300.0, metadata=setting("job", read=positive))
+    join_timeout_s: float = field(default=300.0, metadata=setting("job", check=positive))
     top_hidden: tuple[int, ...] = field(default=(64,), metadata=setting("model"))
-    top_dropout: float = field(default=0.0, metadata=setting("model", read=_dropout))
+    top_dropout: float = field(default=0.0, metadata=setting("model", check=_dropout))
     #: Align IDs by PSI, write the aligned IDs, and end (``vfl-server --psi-only``).
     psi_only: bool = field(default=False, metadata=setting("job"))
     #: Serve the trained model on the inference endpoint (if the server runs one).
     serve: bool = field(default=True, metadata=setting("serving", key="enabled"))
-    degraded: str = field(default="none", metadata=setting("serving", read=one_of(DEGRADED_MODES)))
+    degraded: str = field(default="none", metadata=setting("serving", check=one_of(DEGRADED_MODES)))
     #: The active party's own model factories: ``[model]`` key → ``module:function``.
     factories: dict[str, str] = field(default_factory=dict)
     #: Passive party id -> the name, in its own ``[models]`` table, of the model it builds (absent: its default).
@@ -87,12 +96,29 @@ class JobPlan:
     where: str = field(default="job", compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        check_declared(self, self.where)
         check_plan(self)
 
 
 def job_keys() -> tuple[str, ...]:
     """Every key a job document's ``[job]`` may hold: a typo is refused, not silently ignored."""
     return (*(f.name for f in settable_fields()), *table_keys(JobPlan, "job"), *_NAME_KEYS)
+
+
+def job_tables() -> Tables:
+    """Every table of a job document, with its keys; ``[algorithm]``'s are its algorithm's (``spec.options``)."""
+    return {
+        "job": job_keys(),
+        "algorithm": None,
+        "model": (*table_keys(JobPlan, "model"), *FACTORY_KEYS),
+        "serving": table_keys(JobPlan, "serving"),
+        "privacy": privacy_keys(),
+        "distill": distill_keys(),
+    }
+
+
+#: Where a key refused in a job's table belongs instead.
+_HINTS = {"serving": "; where the endpoint listens and who may call it belong in the server's config"}
 
 
 def check_plan(plan: JobPlan) -> None:
@@ -131,17 +157,8 @@ def plan_from_document(
     """
     if not isinstance(doc, Mapping):
         raise ConfigError(f"{where}: a job document is a table of tables ({', '.join(TABLES)})")
-    unknown = sorted(set(doc) - set(TABLES))
-    if unknown:
-        raise ConfigError(f"{where}: [{unknown[0]}] is not a job table; a job file has {list(TABLES)}")
+    refuse_unknown_tables(doc, where, job_tables(), hints=_HINTS)
     sec, model = Section(doc, "job", where), Section(doc, "model", where)
-    refuse_unknown(sec, job_keys())
-    refuse_unknown(model, (*table_keys(JobPlan, "model"), *FACTORY_KEYS))
-    refuse_unknown(
-        Section(doc, "serving", where),
-        table_keys(JobPlan, "serving"),
-        what="; where the endpoint listens and who may call it belong in the server's config",
-    )
     job = read_job(doc, where)
     if job_id and not job.job_id:
         job = replace(job, job_id=job_id)
@@ -207,4 +224,4 @@ def _names_by_party(
     return names
 
 
-__all__ = ["TABLES", "JobPlan", "check_plan", "job_keys", "plan_from_document"]
+__all__ = ["TABLES", "JobPlan", "check_plan", "job_keys", "job_tables", "plan_from_document"]
