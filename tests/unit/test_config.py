@@ -23,7 +23,7 @@ from vflcore.runtime.config import (
 )
 from vflcore.settings import declared as declared_fields
 from vflcore.settings import default_of, setting_key
-from vflserver.inference.config import RestLimits, ServingConfig
+from vflserver.inference.config import RestLimits, ServingConfig, serving_config_from
 from vflserver.training.distill_settings import DistillSpec
 from vflserver.training.job_plan import JobPlan, plan_from_document
 
@@ -287,3 +287,165 @@ class TestDocumentedSettings:
             assert set(documented[table]) == keys, (
                 f"{part} [{table}]: documented {sorted(documented[table])}, declared {sorted(keys)}"
             )
+
+
+def _tail(error: pytest.ExceptionInfo[ConfigError]) -> str:
+    """A refusal's message without its source (the file's name, or the class's): ``[table] key = value; ...``."""
+    return str(error.value).split(": ", 1)[1]
+
+
+SERVER_FILE = Path("/etc/vfl/server.toml")
+PARTY_FILE = Path("/etc/vfl/party2.toml")
+DATA = {"data": {"path": "party.csv"}}
+
+
+#: A value out of range, built in code and written in a file: (the object built in code, the
+#: class's name its message starts with, the same value read from its file).
+BUILT_AND_READ: list[tuple[Any, str, Any]] = [
+    (
+        lambda: ServerSettings(join_timeout_s=-3),
+        "ServerSettings",
+        lambda: server_config_from({**DATA, "server": {"join_timeout_s": -3}}, SERVER_FILE),
+    ),
+    (
+        lambda: ServerSettings(psi_workers=0),
+        "ServerSettings",
+        lambda: server_config_from({**DATA, "psi": {"workers": 0}}, SERVER_FILE),
+    ),
+    (
+        lambda: ServerSettings(device="gpu"),
+        "ServerSettings",
+        lambda: server_config_from({**DATA, "compute": {"device": "gpu"}}, SERVER_FILE),
+    ),
+    (
+        lambda: ClientConfig(party=2, tls=None, datasets={}, heartbeat_s=0.0),
+        "ClientConfig",
+        lambda: client_config_from({**DATA, "client": {"party": 2, "heartbeat_s": 0}}, PARTY_FILE),
+    ),
+    (
+        lambda: PartyPrivacy(min_embedding_noise_multiplier=-0.5),
+        "PassiveParty(privacy=...)",
+        lambda: client_config_from({**DATA, "privacy": {"min_embedding_noise_multiplier": -0.5}}, PARTY_FILE, 2),
+    ),
+    (lambda: PrivacySpec(dp_delta=1.5), "PrivacySpec", lambda: job_from_document({"privacy": {"dp_delta": 1.5}})),
+    (lambda: JobSpec(job_id="credit", epochs=0), "JobSpec", lambda: job_from_document({"job": {"epochs": 0}})),
+    (
+        lambda: JobSpec(job_id="credit", passive_parties=(1, 2)),
+        "JobSpec",
+        lambda: job_from_document({"job": {"passive_parties": [1, 2]}}),
+    ),
+    (
+        lambda: DistillSpec(temperature=-1.0),
+        "DistillSpec",
+        lambda: plan_from_document({"distill": {"temperature": -1.0}}, default_join_timeout_s=60),
+    ),
+    (
+        lambda: ServingConfig(client_auth="sometimes"),
+        "ServingConfig",
+        lambda: serving_config_from({"serving": {"client_auth": "sometimes"}}, SERVER_FILE),
+    ),
+    (
+        lambda: RestLimits(max_connections=0),
+        "RestLimits",
+        lambda: serving_config_from({"serving": {"max_connections": 0}}, SERVER_FILE),
+    ),
+]
+
+
+@pytest.mark.parametrize(("build", "name", "read"), BUILT_AND_READ)
+def test_a_value_built_in_code_is_refused_as_its_file_would_be(build: Any, name: str, read: Any) -> None:
+    """Issue 49: one rule per setting, in its declaration, whoever builds the object; the words are the file's."""
+    with pytest.raises(ConfigError) as built:
+        build()
+    with pytest.raises(ConfigError) as from_file:
+        read()
+    assert str(built.value).startswith(f"{name}: ["), built.value
+    assert _tail(built) == _tail(from_file)
+
+
+class TestTheIssuesExamples:
+    """The plans issue 49 measured as accepted: each is refused when it is made, naming the key."""
+
+    def test_a_plan_with_a_negative_temperature_is_refused(self) -> None:
+        with pytest.raises(ConfigError, match=r"^DistillSpec: \[distill\] temperature = -1; give a number above 0"):
+            JobPlan(JobSpec(job_id="", passive_parties=(2,)), distill=DistillSpec(temperature=-1.0, label_weight=7.0))
+        with pytest.raises(ConfigError, match=r"\[distill\] label_weight = 7; give a weight in \[0, 1\]"):
+            DistillSpec(label_weight=7.0)
+
+    @pytest.mark.parametrize(
+        ("setting", "message"),
+        [
+            ({"top_dropout": 1.5}, r"^job: \[model\] top_dropout = 1.5; give a rate in \[0, 1\)"),
+            ({"join_timeout_s": -3}, r"^job: \[job\] join_timeout_s = -3; give a number of seconds above 0"),
+        ],
+    )
+    def test_a_plan_out_of_range_is_refused(self, setting: dict[str, Any], message: str) -> None:
+        with pytest.raises(ConfigError, match=message):
+            JobPlan(JobSpec(job_id="", passive_parties=(2,)), **setting)
+
+
+class TestTypos:
+    """A typo is refused in every table of every document, naming the key and listing the known ones."""
+
+    @pytest.mark.parametrize(
+        ("table", "typo", "known"),
+        [
+            ("server", "join_timout_s", "'heartbeat_timeout_s', 'join_timeout_s'"),
+            ("psi", "wokers", "'chunk_ids', 'workers', 'x25519'"),
+            ("metrics", "listne", "'enabled', 'listen'"),
+            ("console", "enable", "'enabled', 'listen'"),
+            ("tls", "certificate", "'ca', 'cert', 'key'"),
+            ("compute", "gpus", "'device', 'engine', 'ray_address'"),
+            ("data", "id_col", "'held_out_ids', 'id_column', 'label_column', 'path'"),
+        ],
+    )
+    def test_in_a_servers_config(self, table: str, typo: str, known: str) -> None:
+        doc = {"data": {"path": "party1.csv"}, **{table: {**({"path": "p.csv"} if table == "data" else {}), typo: 1}}}
+        with pytest.raises(
+            ConfigError, match=rf"server\.toml: \[{table}\] has no key '{typo}'; the keys are \[.*{known}"
+        ):
+            server_config_from(doc, SERVER_FILE)
+
+    @pytest.mark.parametrize(
+        ("table", "typo"),
+        [("client", "sever"), ("psi", "x2519"), ("tls", "ca_file"), ("model", "factroy"), ("compute", "devise")],
+    )
+    def test_in_a_partys_config(self, table: str, typo: str) -> None:
+        with pytest.raises(ConfigError, match=rf"party2\.toml: \[{table}\] has no key '{typo}'; the keys are \["):
+            client_config_from({**DATA, table: {typo: "x"}}, PARTY_FILE, party=2)
+
+    def test_in_a_dataset_entry(self) -> None:
+        doc = {"datasets": {"digits": {"path": "d.csv", "id_colum": "id"}}}
+        with pytest.raises(ConfigError, match=r"\[datasets\.digits\] has no key 'id_colum'; the keys are \["):
+            client_config_from(doc, PARTY_FILE, party=2)
+
+    @pytest.mark.parametrize(
+        ("table", "typo"),
+        [("job", "epoch"), ("model", "top_hiden"), ("serving", "enable"), ("privacy", "dp_delt"), ("distill", "temp")],
+    )
+    def test_in_a_job_file(self, table: str, typo: str) -> None:
+        with pytest.raises(ConfigError, match=rf"^job: \[{table}\] has no key '{typo}'; the keys are \["):
+            plan_from_document({table: {typo: 1}}, default_join_timeout_s=60)
+
+    @pytest.mark.parametrize(
+        ("read", "table"),
+        [
+            (lambda doc: server_config_from({**DATA, **doc}, SERVER_FILE), "serverr"),
+            (lambda doc: client_config_from({**DATA, **doc}, PARTY_FILE, party=2), "clinet"),
+            (lambda doc: plan_from_document(doc, default_join_timeout_s=60), "jobb"),
+        ],
+    )
+    def test_an_unknown_table(self, read: Any, table: str) -> None:
+        known = {"serverr": "'server'", "clinet": "'client'", "jobb": "'job'"}[table]
+        with pytest.raises(ConfigError, match=rf"\[{table}\] is not a table of this file; the tables are \[.*{known}"):
+            read({table: {}})
+
+
+def test_the_docs_state_the_rule_on_unknown_names_once() -> None:
+    """docs/configuration.md says once what the readers do with a typo (the tests above hold them to it)."""
+    docs = {path.name: path.read_text() for path in (ROOT / "docs").glob("*.md")}
+    rule = "**An unknown table or key is refused, in every file.**"
+    assert docs["configuration.md"].count(rule) == 1
+    assert sum(text.count(rule) for text in docs.values()) == 1
+    stale = re.compile(r"unknown (tables and )?keys are ignored|unlike most other tables", re.I)
+    assert not [name for name, text in docs.items() if stale.search(text)]
