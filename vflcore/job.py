@@ -25,7 +25,6 @@ import numpy as np
 
 from vflcore.privacy import PrivacySpec
 from vflcore.settings import Check, above, at_least, check_declared, declared, one_of, optional, setting, whole, within
-from vflcore.wire.codecs import parse_codec
 
 #: The learning tasks of ``[job] task`` (not the work items of ``vflcore.work_items``).
 TASKS = ("classification", "regression")
@@ -60,6 +59,31 @@ def new_job_id() -> str:
     return f"job-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
 
 
+#: The codecs a job's ``wire_codec`` keys may name; ``vflcore.wire.codecs`` builds each. The names
+#: are the job's, a floor below the wire, so that a ``JobSpec`` built in code meets the rule too.
+FIXED_CODECS = ("fp32", "bf16", "fp16", "int8")
+CODEC_NAMES = (*FIXED_CODECS, "topk:<fraction>")
+
+
+def topk_fraction(name: str) -> float | None:
+    """The fraction of a ``topk:<fraction>`` codec name, if it is one and the fraction is in (0, 1]."""
+    kind, colon, value = name.partition(":")
+    if kind != "topk" or not colon:
+        return None
+    try:
+        fraction = float(value)
+    except ValueError:
+        return None
+    return fraction if 0 < fraction <= 1 else None
+
+
+def codec_refusal(name: Any) -> str | None:
+    """Why ``name`` is no codec (listing the choices), or None if it is one."""
+    if isinstance(name, str) and (name in FIXED_CODECS or topk_fraction(name) is not None):
+        return None
+    return f"wire codec {name!r} is not one of {', '.join(CODEC_NAMES)} (topk's fraction in (0, 1])"
+
+
 #: A ``JobSpec`` field that ``[job]`` sets. The others are set by a table of their own
 #: (``algorithm_options``: ``[algorithm]``; ``privacy``: ``[privacy]``), or by the active party
 #: from its data (``num_rows``, ``num_outputs``).
@@ -90,12 +114,9 @@ def _optimizer(value: Any) -> str | None:
 
 
 def _codec(value: Any) -> str | None:
-    """A codec ``vflcore.wire.codecs`` can parse; "" for a direction means "as ``wire_codec``"."""
-    try:
-        parse_codec(value)
-    except (ValueError, TypeError, AttributeError) as exc:
-        return f": {exc}"
-    return None
+    """A codec ``vflcore.wire.codecs`` can build (``codec_refusal``)."""
+    why = codec_refusal(value)
+    return None if why is None else f": {why}"
 
 
 def _either_direction(value: Any) -> str | None:

@@ -29,19 +29,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from vflcore.errors import TensorError
-
-if TYPE_CHECKING:  # the job declares its codecs' rule with ``parse_codec``: no import back at run time
-    from vflcore.job import JobSpec
+from vflcore.job import CODEC_NAMES, FIXED_CODECS, JobSpec, codec_refusal, topk_fraction
 
 __all__ = ["CODEC_NAMES", "FP32", "WireCodec", "codec_for_dtype", "job_codecs", "parse_codec"]
 
-#: The codecs ``[job] wire_codec`` accepts; ``topk`` takes the kept fraction, ``topk:0.1``.
-CODEC_NAMES = ("fp32", "bf16", "fp16", "int8", "topk:<fraction>")
 _FP16_MAX = 65504.0
 
 
@@ -161,23 +156,20 @@ _FIXED = {
     for c in (FP32, WireCodec("bf16", "bfloat16"), WireCodec("fp16", "float16"), WireCodec("int8", "int8-rows"))
 }
 _BY_DTYPE = {c.dtype: c for c in _FIXED.values() if c.name != "fp32"}
+#: The codecs ``[job] wire_codec`` accepts (``vflcore.job.CODEC_NAMES``); ``topk:0.1`` keeps a tenth.
+assert tuple(_FIXED) == FIXED_CODECS, "vflcore.job.FIXED_CODECS names the codecs built here"
 
 
 def parse_codec(name: str) -> WireCodec:
-    """The codec ``[job] wire_codec`` names; ValueError that lists the choices otherwise."""
+    """The codec ``[job] wire_codec`` names; ValueError that lists the choices otherwise (``codec_refusal``)."""
     if name in _FIXED:
         return _FIXED[name]
-    kind, colon, value = name.partition(":")
-    if kind == "topk" and colon:
-        try:
-            fraction = float(value)
-        except ValueError:
-            fraction = float("nan")
-        if 0 < fraction <= 1:
-            # One spelling, and the fraction that spelling says: both ends compute the same k from it.
-            canonical = f"{fraction:g}"
-            return WireCodec(f"topk:{canonical}", f"topk:{canonical}", float(canonical))
-    raise ValueError(f"wire codec {name!r} is not one of {', '.join(CODEC_NAMES)} (topk's fraction in (0, 1])")
+    fraction = topk_fraction(name)
+    if fraction is None:
+        raise ValueError(codec_refusal(name))
+    # One spelling, and the fraction that spelling says: both ends compute the same k from it.
+    canonical = f"{fraction:g}"
+    return WireCodec(f"topk:{canonical}", f"topk:{canonical}", float(canonical))
 
 
 def job_codecs(job: JobSpec) -> tuple[WireCodec, WireCodec]:
