@@ -335,6 +335,16 @@ BUILT_AND_READ: list[tuple[Any, str, Any]] = [
         lambda: job_from_document({"job": {"passive_parties": [1, 2]}}),
     ),
     (
+        lambda: ClientConfig(party=2, tls=None, datasets={}, retry_initial_s=5.0, retry_max_s=1.0),
+        "ClientConfig",
+        lambda: client_config_from({**DATA, "client": {"retry_initial_s": 5, "retry_max_s": 1}}, PARTY_FILE, 2),
+    ),
+    (
+        lambda: JobPlan(JobSpec(job_id="", passive_parties=(2,)), top_dropout=1.5, where="JobPlan"),
+        "JobPlan",
+        lambda: plan_from_document({"model": {"top_dropout": 1.5}}, default_join_timeout_s=60, where="job.toml"),
+    ),
+    (
         lambda: DistillSpec(temperature=-1.0),
         "DistillSpec",
         lambda: plan_from_document({"distill": {"temperature": -1.0}}, default_join_timeout_s=60),

@@ -264,6 +264,7 @@ class ClientConfig:
 
     def __post_init__(self) -> None:
         check_declared(self)
+        check_backoff(self.retry_initial_s, self.retry_max_s, type(self).__name__)
 
     @property
     def compute_engine(self) -> ComputeEngine:
@@ -273,6 +274,12 @@ class ClientConfig:
     def data(self) -> DataSource:
         """The ``default`` dataset (the ``[data]`` table); ConfigError if the config has none."""
         return dataset_named(self.datasets, DEFAULT_DATASET, f"party {self.party}'s config")
+
+
+def check_backoff(initial_s: float, max_s: float, where: str) -> None:
+    """The reconnect backoff's rule across its two keys: the first wait is at most the cap."""
+    if not initial_s <= max_s:
+        raise ConfigError(f"{where}: [client] retry_initial_s and retry_max_s must satisfy 0 < initial <= max")
 
 
 def dataset_named(datasets: Mapping[str, DataSource], name: str, owner: str) -> DataSource:
@@ -333,8 +340,7 @@ def client_config_from(doc: Mapping[str, Any], source: Path | None = None, party
             "datasets under [datasets]"
         )
     values = read_settings(ClientConfig, doc, source)
-    if not values["retry_initial_s"] <= values["retry_max_s"]:
-        raise ConfigError(f"{cli.where}: [client] retry_initial_s and retry_max_s must satisfy 0 < initial <= max")
+    check_backoff(values["retry_initial_s"], values["retry_max_s"], cli.where)
     return ClientConfig(
         **values,
         party=party,
