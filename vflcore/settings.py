@@ -80,6 +80,9 @@ class Section:
 Reader = Callable[[Section, str, Any], Any]
 #: A setting's rule on its value, whoever built it: None if the value is fine, else the error's tail
 #: after ``[table] key = value`` (such as "; give a whole number, at least 1"), which says what to give.
+#: A check refuses a value of the wrong type too, since an object built in code has no reader. The
+#: ready-made ones below (``whole``, ``positive``, ``above``, ``at_least``, ``within``, ``one_of``,
+#: ``optional``) are the rules the settings tables share.
 Check = Callable[[Any], str | None]
 
 
@@ -111,12 +114,13 @@ def _is_number(value: Any) -> bool:
 
 
 def _is_whole(value: Any) -> bool:
+    """An int, and not a bool: ``true`` is no count."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def whole(at_least: int, meaning: str) -> Check:
-    """A whole number of at least ``at_least``; ``meaning`` says what it counts, for the error."""
-    return lambda value: None if _is_whole(value) and value >= at_least else f"; give {meaning}"
+def whole(least: int, meaning: str) -> Check:
+    """A whole number of at least ``least``; ``meaning`` says what to give, for the error."""
+    return lambda value: None if _is_whole(value) and value >= least else f"; give {meaning}"
 
 
 #: A count of calls, threads, IDs ...: a whole number of at least 1.
