@@ -1,7 +1,8 @@
 """The job's ``[job]`` table and the rules every ``JobSpec`` must meet: one place, for both sides.
 
 ``job_from_document`` reads a job file, the ``[job]`` table of a daemon's config or a document
-submitted over the Control API; ``validate_job`` checks a ``JobSpec`` whoever built it. The
+submitted over the Control API. Each key's own rule sits in its declaration (``vflcore.job``) and
+holds whoever builds the ``JobSpec``; ``validate_job`` checks the rules across keys. The
 server checks each job at submission, and a passive party checks the job the server offers it
 with the same function before it joins (``vflclient``), so a job no party can run is refused with
 the same words on either side.

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from vflcore import work_items
+from vflcore.errors import JoinRejected
 from vflcore.job import JobSpec, Position
 from vflcore.proto import federation_pb2 as pb
 from vflcore.wire import serde as wire
@@ -125,6 +126,13 @@ class TestSerde:
             algorithm_options={"q": 3},
         )
         assert wire.job_from_proto(wire.job_to_proto(job)) == job
+
+    def test_a_job_that_breaks_a_keys_rule_is_refused_as_it_is_read(self) -> None:
+        """A server that skipped the rules (an older one) gets the job back in the words of a job file."""
+        message = wire.job_to_proto(JobSpec(job_id="credit"))
+        message.epochs = 0
+        with pytest.raises(JoinRejected, match=r"\[job\] epochs = 0; give a whole number.*this party refuses the job"):
+            wire.job_from_proto(message)
 
     @pytest.mark.parametrize(
         "task",
