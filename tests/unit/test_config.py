@@ -355,6 +355,11 @@ BUILT_AND_READ: list[tuple[Any, str, Any]] = [
         lambda: serving_config_from({"serving": {"client_auth": "sometimes"}}, SERVER_FILE),
     ),
     (
+        lambda: ServingConfig(grpc_listen="0.0.0.0:8001", rest_listen="0.0.0.0:8001"),
+        "ServingConfig",
+        lambda: serving_config_from({"serving": {"grpc_listen": "0.0.0.0:8001", "rest_listen": "0.0.0.0:8001"}}),
+    ),
+    (
         lambda: RestLimits(max_connections=0),
         "RestLimits",
         lambda: serving_config_from({"serving": {"max_connections": 0}}, SERVER_FILE),

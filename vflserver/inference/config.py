@@ -87,6 +87,7 @@ class ServingConfig:
 
     def __post_init__(self) -> None:
         check_declared(self)
+        refuse_one_address(self.grpc_listen, self.rest_listen, type(self).__name__)
 
     @property
     def require_client_cert(self) -> bool:
@@ -97,12 +98,15 @@ def serving_config_from(doc: Mapping[str, Any], source: Path | None = None) -> S
     """Build a ServingConfig from a parsed TOML document; a missing ``[serving]`` table gives the defaults."""
     sec = Section(doc, "serving", source)
     refuse_unknown(sec, (*table_keys(ServingConfig, "serving"), *table_keys(RestLimits, "serving")))
-    config = ServingConfig(
-        **read_settings(ServingConfig, doc, source), rest_limits=RestLimits(**read_settings(RestLimits, doc, source))
-    )
-    if config.grpc_listen == config.rest_listen and not config.grpc_listen.endswith(":0"):
-        raise ConfigError(f"{sec.where}: [serving] grpc_listen and rest_listen are both {config.grpc_listen!r}")
-    return config
+    values = read_settings(ServingConfig, doc, source)
+    refuse_one_address(values["grpc_listen"], values["rest_listen"], sec.where)
+    return ServingConfig(**values, rest_limits=RestLimits(**read_settings(RestLimits, doc, source)))
+
+
+def refuse_one_address(grpc_listen: str, rest_listen: str, where: str) -> None:
+    """The rule across the two addresses: they differ, unless both pick a free port (port 0)."""
+    if grpc_listen == rest_listen and not grpc_listen.endswith(":0"):
+        raise ConfigError(f"{where}: [serving] grpc_listen and rest_listen are both {grpc_listen!r}")
 
 
 def split_listen(address: str) -> tuple[str, int]:
