@@ -252,7 +252,8 @@ def verdict(cells: Sequence[Cell]) -> list[str]:
         values[algorithm] = best.attack
         mark = "meets" if best.attack <= TARGET_AUC else "misses"
         lines.append(f"  {algorithm:<10} {mark}: {best.setting}, attack {best.attack:.3f}: {best.text()}")
-        frontier = sorted(own, key=lambda s: (math.isnan(s.attack), s.attack))
+        ran = [s for s in own if all(c.finished for c in s.cells)]  # a refused setting has no point to show
+        frontier = sorted(ran, key=lambda s: (math.isnan(s.attack), s.attack))
         lines.extend(
             f"      frontier: {s.setting:<17} attack {s.attack:.3f}, worst cost {s.cost:+.3f}" for s in frontier
         )
