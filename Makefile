@@ -29,7 +29,7 @@ help:
 	@echo "make bench-inference KServe v2 endpoint: 8 callers at batch 1, 30 s gRPC + 30 s REST, p50/p99 and req/s"
 	@echo "make bench-service   30 one-epoch SplitNN jobs on one long-running server + 2 daemons: RSS, fds, threads, latency"
 	@echo "make bench-recovery  SplitNN, 20 epochs, party 3 killed 3 times: loss difference and restart-to-training time"
-	@echo "make bench-privacy   attack probes x every algorithm x its defences over mTLS, 5 seeds a cell: attack AUC vs cost (~22 min)"
+	@echo "make bench-privacy   attack probes x every algorithm x its defences over mTLS, 2 tasks, 3 seeds a cell: strongest attack vs cost (~2 h)"
 	@echo "make fuzz            the fuzz campaign as a test, FUZZ_CASES=$(FUZZ_CASES) cases at every surface while jobs train"
 	@echo "make bench-fuzz      100,000 fuzz cases over every input surface of a live service: per target and surface, failures"
 	@echo "make bench-psi       PSI 1M x 1M: vfl-server --psi-only + vfl-client over mTLS (several minutes)"
