@@ -100,10 +100,11 @@ class LabelProtection:
         self, tensor: torch.Tensor, rows: np.ndarray, epoch: int, batch: int, party: int, name: str = GRADIENT
     ) -> torch.Tensor:
         """``tensor`` (wire name ``name``) of ``rows`` as sent to ``party`` for wire batch ``batch`` of ``epoch``."""
-        where = (epoch, batch, party) if name == GRADIENT else (epoch, batch, party, name_position(name))
+        position = name_position(name)
+        where = (epoch, batch, party) if name == GRADIENT else (epoch, batch, party, position)
         fresh = noise_generator(self.key, LABEL_DEFENCE_NOISE, *where)
         persistence = self.spec.noise_persistence
-        rng = RowNormals(fresh, self.key, LABEL_DEFENCE_NOISE, (party, name_position(name)), rows, persistence)
+        rng = RowNormals(fresh, self.key, LABEL_DEFENCE_NOISE, (party, position), rows, persistence)
         return protect_gradients(self.spec, tensor, self.labels[rows], rng, self.power, (party, name))
 
 

@@ -82,9 +82,9 @@ class EmbeddingNoise:
         clipped = clip_rows(array, self.clip)
         if self.noise_multiplier > 0:
             generator = noise_generator(self.key, DEFENCE, round_, batch, self.party, name_position(name))
-            persistence = self.persistence if rows is not None else 0.0
             stream = (self.party, name_position(name))
-            normals = RowNormals(generator, self.key, DEFENCE, stream, np.asarray(rows), persistence)
+            persistence, ids = (self.persistence, rows) if rows is not None else (0.0, ())
+            normals = RowNormals(generator, self.key, DEFENCE, stream, ids, persistence)
             clipped = clipped + normals.normal(0.0, self.noise_multiplier * self.clip, size=clipped.shape)
         return clipped.astype(np.float32)
 

@@ -15,6 +15,7 @@ import hashlib
 import math
 import os
 import secrets
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -75,7 +76,7 @@ class RowNormals:
         key: bytes,
         defence: str,
         stream: tuple[int, ...],
-        rows: np.ndarray,
+        rows: Sequence[int] | np.ndarray,
         persistence: float,
     ) -> None:
         if not 0 <= persistence < 1:
