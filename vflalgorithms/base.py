@@ -27,7 +27,8 @@ from torch import nn
 
 from vflalgorithms.factories import ModelSlot
 from vflcore.errors import ConfigError, check_finite
-from vflcore.job import JobSpec, Schedule
+from vflcore.job.schedule import Schedule
+from vflcore.job.spec import JobSpec
 from vflcore.ml.models import build_seeded
 from vflcore.ml.onnx_export import OnnxPart
 from vflcore.ml.state import capture, restore

@@ -25,7 +25,7 @@ import numpy as np
 
 from vflalgorithms.options import is_number, one_of, positive_numbers
 from vflcore.errors import ConfigError
-from vflcore.job import JobSpec
+from vflcore.job.spec import JobSpec
 
 MODES = ("none", "round_robin", "random")
 

@@ -18,7 +18,7 @@ import torch
 
 from vflalgorithms.base import algorithm_spec
 from vflcore.errors import ConfigError, nonfinite_word
-from vflcore.job import JobSpec
+from vflcore.job.spec import JobSpec
 from vflcore.ml.state import PLAIN_TYPES
 
 

@@ -38,8 +38,8 @@ import torch
 
 from vflalgorithms.base import ActiveContext, ServerAlgorithm
 from vflcore.errors import ConfigError
-from vflcore.job import JobSpec
-from vflcore.privacy import PrivacySpec
+from vflcore.job.privacy import PrivacySpec
+from vflcore.job.spec import JobSpec
 from vflcore.wire.names import GRADIENT
 from vflprivacy.embedding_noise import name_position
 from vflprivacy.label_defences import JobPower, protect_gradients

@@ -22,7 +22,7 @@ import torch
 
 from vflalgorithms.base import algorithm_options
 from vflcore.data.tables import PartyTable, select_rows
-from vflcore.job import ACTIVE_PARTY, JobSpec
+from vflcore.job.spec import ACTIVE_PARTY, JobSpec
 from vflcore.ml.losses import label_tensor, task_loss
 
 __all__ = ["FromTables", "aligned_tables"]

@@ -29,7 +29,7 @@ from vflcore.errors import (
     TensorRejected,
     VflError,
 )
-from vflcore.job import JobSpec
+from vflcore.job.spec import JobSpec
 from vflcore.party_privacy import PartyPrivacy
 from vflcore.security.tls import TlsFiles
 

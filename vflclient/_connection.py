@@ -22,7 +22,8 @@ from vflclient._exceptions import translated
 from vflcore import work_items
 from vflcore.data.tables import PartyTable, ids_digest
 from vflcore.errors import ServerUnavailable, TensorError, VflError
-from vflcore.job import ACTIVE_PARTY, JobSpec, Offer, Position
+from vflcore.job.schedule import Position
+from vflcore.job.spec import ACTIVE_PARTY, JobSpec, Offer
 from vflcore.proto import federation_pb2 as pb
 from vflcore.proto import federation_pb2_grpc as pb_grpc
 from vflcore.security.tls import KEEPALIVE_CHANNEL_OPTIONS, TlsFiles, channel_credentials

@@ -33,7 +33,7 @@ from vflclient._connection import Connection
 from vflclient._passive_party import PassiveParty, RunResult
 from vflcore.data.tables import PartyTable, read_party_csv
 from vflcore.errors import ConfigError, DataError, PermissionDenied, ServerUnavailable, TlsConfigError, VflError
-from vflcore.job import Offer
+from vflcore.job.spec import Offer
 from vflcore.ml.models import load_factory
 from vflcore.party_privacy import PartyPrivacy
 from vflcore.runtime.compute import LOCAL, ComputeEngine

@@ -14,7 +14,8 @@ import numpy as np
 
 from vflalgorithms.divergence import divergence_advice, nonfinite, nonfinite_state
 from vflcore.errors import TrainingDiverged
-from vflcore.job import JobSpec, Position
+from vflcore.job.schedule import Position
+from vflcore.job.spec import JobSpec
 from vflcore.wire.links import FilteredExchange, TensorExchange, TrainingLink
 from vflcore.wire.names import EVAL_EMBEDDING
 from vflcore.wire.tensors import TensorKey

@@ -33,7 +33,7 @@ import structlog
 
 from vflclient._exceptions import CONTROL, translated
 from vflcore.errors import ConfigError, ServerUnavailable
-from vflcore.job import JobSpec, settable_fields
+from vflcore.job.spec import JobSpec, settable_fields
 from vflcore.proto import federation_pb2 as pb
 from vflcore.proto import federation_pb2_grpc as pb_grpc
 from vflcore.runtime.config import load_toml

@@ -36,16 +36,9 @@ from vflcore.data.checkpoints import (
 )
 from vflcore.data.tables import PartyTable, write_aligned_ids
 from vflcore.errors import ArtifactError, ConfigError, JobAborted, JoinRejected, PartyUnavailable, ServerUnavailable
-from vflcore.job import (
-    ACTIVE_PARTY,
-    JobSpec,
-    Position,
-    Schedule,
-    check_job_id,
-    mid_epoch_checkpoint_due,
-    round_score_due,
-)
-from vflcore.job_rules import validate_job
+from vflcore.job.rules import validate_job
+from vflcore.job.schedule import Position, Schedule, mid_epoch_checkpoint_due, round_score_due
+from vflcore.job.spec import ACTIVE_PARTY, JobSpec, check_job_id
 from vflcore.ml.modes import modes_kept
 from vflcore.ml.onnx_export import MODEL_FILE, PROBE_ROWS, export_onnx, part_metadata
 from vflcore.ml.state import restore_rng, rng_state

@@ -1,6 +1,6 @@
 """A passive party's own ``[privacy]`` table: the protection it requires of every job, whatever the server asks.
 
-The job's ``[privacy]`` table (``vflcore.privacy``) is written by the job's owner, on the active
+The job's ``[privacy]`` table (``vflcore.job.privacy``) is written by the job's owner, on the active
 party's side. A passive party whose features must not leave unprotected cannot rely on that: a
 server could submit a job with the embedding noise switched off. So the party's own config (the
 ``vfl-client`` TOML file, or ``PassiveParty(privacy=...)`` in the SDK) states a floor, and the party
@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from vflcore.privacy import PrivacySpec
+from vflcore.job.privacy import PrivacySpec
 from vflcore.settings import Section, at_least, check_declared, read_settings, refuse_unknown, setting, table_keys
 
 #: A floor of 0 requires nothing; a negative one would mean nothing.

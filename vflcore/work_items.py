@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vflcore.job import Position
+from vflcore.job.schedule import Position
 
 
 @dataclass(frozen=True)
@@ -132,7 +132,7 @@ class HoldOut:
     """The test rows the active party's dataset names (``held_out_ids``); every other aligned row trains.
 
     Sent after alignment, before any training, whenever the job (re)starts: without it every
-    party draws the same test rows from the job's seed (``vflcore.job.Schedule``).
+    party draws the same test rows from the job's seed (``vflcore.job.schedule.Schedule``).
     """
 
     task_id: int

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import structlog
 
-from vflcore.privacy import PrivacySpec
+from vflcore.job.privacy import PrivacySpec
 from vflcore.wire.links import FilteredExchange, TensorExchange, TrainingLink
 from vflcore.wire.names import upload_rpc
 from vflcore.wire.tensors import TensorKey

@@ -53,7 +53,7 @@ import numpy as np
 import torch
 
 from vflcore.errors import ConfigError
-from vflcore.privacy import MARVELL, PrivacySpec
+from vflcore.job.privacy import MARVELL, PrivacySpec
 from vflprivacy.noise import RowNormals
 
 #: Where a defence draws its noise: a keyed generator, or one whose draws keep a share per row all job.

@@ -26,6 +26,7 @@ import structlog
 
 from vflcore.data.tables import DataError
 from vflcore.errors import ConfigError, JobStoreError, VflError
+from vflcore.job.distill import refuse_student_names
 from vflcore.psi import x25519
 from vflcore.runtime import cli_flags as flags
 from vflcore.runtime import daemon
@@ -38,12 +39,11 @@ from vflserver.federation.alignment import AlignmentResult
 from vflserver.inference.config import serving_config_from
 from vflserver.inference.run import write_ports
 from vflserver.jobs.app import Service
-from vflserver.jobs.plan import check_models, read_active_table
 from vflserver.jobs.runner import JobListener
 from vflserver.jobs.store import ENDED, JobRecord, JobStore
+from vflserver.plan.admission import check_models, read_active_table
+from vflserver.plan.document import TABLES, plan_from_document
 from vflserver.training.active_party import ActiveParty
-from vflserver.training.distill_settings import refuse_student_names
-from vflserver.training.job_plan import TABLES, plan_from_document
 from vflserver.training.reports import EpochReport, RunSummary
 
 log = structlog.get_logger(__name__)

@@ -8,7 +8,7 @@ algorithm, ...), so what sets it apart from the others is what it writes.
 
 from __future__ import annotations
 
-from vflcore.job import JobSpec
+from vflcore.job.spec import JobSpec
 
 __all__ = ["DIGITS_JOB"]
 

@@ -30,7 +30,7 @@ from vflalgorithms.apfed.spec import ACTIVE_EMBEDDING, PASSIVE_GRADIENT
 from vflalgorithms.base import job_options
 from vflalgorithms.splitnn.overlap import MicroBatches, overlap_options
 from vflalgorithms.vimadmm.spec import ADMM_DUAL, ADMM_RESIDUAL
-from vflcore.job import JobSpec
+from vflcore.job.spec import JobSpec
 from vflcore.wire.names import EMBEDDING, GRADIENT
 from vflprivacy import attacks
 from vflprivacy.recording import RECEIVED, ROWS_FILE, SENT, Recording

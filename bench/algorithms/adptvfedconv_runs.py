@@ -29,7 +29,8 @@ from sklearn.datasets import load_digits
 
 from vflalgorithms.adptvfedconv import maths as conv
 from vflalgorithms.adptvfedconv.reference import ReferenceAdptVFedConv
-from vflcore.job import ACTIVE_PARTY, JobSpec, model_seed
+from vflcore.job.schedule import model_seed
+from vflcore.job.spec import ACTIVE_PARTY, JobSpec
 from vflcore.ml.losses import task_loss
 from vflcore.ml.models import build_seeded, job_optimizer
 

@@ -21,7 +21,7 @@ from sklearn.datasets import load_digits
 from vflalgorithms.apfed.maths import APFED_C, APFED_R
 from vflalgorithms.apfed.reference import ReferenceAPFed
 from vflalgorithms.splitnn.reference import ReferenceSplitNN
-from vflcore.job import ACTIVE_PARTY, JobSpec
+from vflcore.job.spec import ACTIVE_PARTY, JobSpec
 
 #: Horizontal strips of the 8x8 digit (pixel rows) for m = 2 and m = 3 views, as in the paper's Fig. 2.
 STRIPS: dict[int, tuple[tuple[int, ...], ...]] = {

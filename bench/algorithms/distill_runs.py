@@ -36,10 +36,10 @@ from bench.algorithms.apfed_runs import (
 from vflalgorithms.apfed.maths import APFED_C, APFED_R
 from vflalgorithms.apfed.reference import ReferenceAPFed
 from vflalgorithms.splitnn.reference import ReferenceSplitNN
-from vflcore.job import ACTIVE_PARTY, JobSpec
+from vflcore.job.distill import DistillSpec
+from vflcore.job.spec import ACTIVE_PARTY, JobSpec
 from vflcore.ml.metrics import task_metrics
 from vflcore.ml.models import seed_dropout
-from vflserver.training.distill_settings import DistillSpec
 from vflserver.training.student import new_student, student_job
 
 TASKS = ("digits", "breast_cancer", "diabetes")

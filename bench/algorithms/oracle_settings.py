@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from vflcore.job import JobSpec
+from vflcore.job.spec import JobSpec
 from vfltesting.datasets import example_id, write_vertical_split
 
 PASSIVE = (2, 3, 4, 5)

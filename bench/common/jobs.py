@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from vflcore.job import ROLES, JobSpec
+from vflcore.job.spec import ROLES, JobSpec
 from vfltesting.localrun import stop_all, wait_all, wait_for_port
 
 BIN = Path(sys.executable).parent

@@ -47,7 +47,7 @@ from bench.common.machine import Window, measured
 from bench.common.versions import versions_line
 from vflalgorithms.splitnn.reference import ReferenceSplitNN
 from vflcore.data.tables import read_party_csv
-from vflcore.job import JobSpec
+from vflcore.job.spec import JobSpec
 from vflcore.ml.metrics import task_metrics
 from vflcore.runtime.daemon import prepare_compute
 from vfltesting.datasets import write_synthetic_split

@@ -55,7 +55,7 @@ from bench.common.versions import versions_line
 from bench.operations.overhead import FEATURES_PER_PARTY, JOB, ROWS, TOP_HIDDEN, TORCH_THREADS
 from bench.operations.wan_reference import curve
 from vflalgorithms.splitnn.overlap import overlap_options
-from vflcore.job import JobSpec
+from vflcore.job.spec import JobSpec
 from vflcore.runtime.daemon import prepare_compute
 from vfltesting.datasets import write_synthetic_split
 from vfltesting.pki import issue_pki

@@ -23,7 +23,7 @@ import structlog
 from vflclient import Connection, PassiveParty
 from vflclient._daemon import Backoff, PartyDaemon
 from vflcore.errors import ConfigError, DataError, TlsConfigError
-from vflcore.job import Offer
+from vflcore.job.spec import Offer
 from vflcore.runtime import daemon
 from vflcore.runtime.config import client_config_from, load_toml
 from vflprivacy.recording import LinkRecorder

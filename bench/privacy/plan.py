@@ -11,7 +11,7 @@ from typing import Any
 
 from bench.privacy.runs import Run
 from bench.privacy.tasks import TASKS
-from vflcore.privacy import MARVELL
+from vflcore.job.privacy import MARVELL
 
 _ACTIVE = {"active_embedding_clip": 1.0}
 #: Every defence setting the bench knows, by the name its rows carry: the job's ``[privacy]`` table.

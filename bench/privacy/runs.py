@@ -29,7 +29,7 @@ from typing import Any
 from bench.privacy.tasks import ATTACKED_PARTY, Task
 from vflclient import JobClient, VflError
 from vflcore.data.checkpoints import party_dir
-from vflcore.job_rules import job_from_document
+from vflcore.job.document import job_from_document
 from vfltesting.privacy_probe import STRONGER_KEYS, probe
 from vfltesting.service import ServiceRun, service_env
 

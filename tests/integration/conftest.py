@@ -17,13 +17,13 @@ import pytest
 import torch
 
 from vflclient import Connection, PassiveParty, RunResult, read_party_csv
-from vflcore.job import JobSpec
+from vflcore.job.spec import JobSpec
 from vflcore.runtime.config import ServerSettings, server_config_from
 from vflserver.federation.board import JobBoard
 from vflserver.federation.server import build_server
 from vflserver.jobs.app import Service
+from vflserver.plan.job_plan import JobPlan
 from vflserver.training.active_party import ActiveParty
-from vflserver.training.job_plan import JobPlan
 from vflserver.training.reports import RunSummary
 from vfltesting.forked import Launcher
 from vfltesting.jobs import DIGITS_JOB

@@ -20,7 +20,7 @@ from vflalgorithms.apfed.reference import ReferenceAPFed
 from vflalgorithms.base import ServerAlgorithm, algorithm_spec
 from vflalgorithms.splitnn.reference import ReferenceSplitNN
 from vflclient import read_party_csv
-from vflcore.job import JobSpec
+from vflcore.job.spec import JobSpec
 from vflserver.training.reports import RunSummary
 from vfltesting.pki import Pki
 

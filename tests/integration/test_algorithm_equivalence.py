@@ -20,7 +20,7 @@ from tests.integration.test_reference_equivalence import REFERENCE_JOB
 from vflalgorithms.splitnn.reference import ReferenceSplitNN
 from vflalgorithms.vimadmm.active import VIMADMMServer
 from vflclient import read_party_csv
-from vflcore.job import JobSpec
+from vflcore.job.spec import JobSpec
 from vfltesting.pki import Pki
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_torch_thread")]

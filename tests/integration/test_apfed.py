@@ -22,8 +22,8 @@ from vflclient import read_party_csv
 from vflcore.errors import ConfigError
 from vflserver.inference.artifact import FEATURES, LABEL, PROBABILITIES
 from vflserver.inference.onnx_model import OnnxServable
+from vflserver.plan.job_plan import JobPlan
 from vflserver.training.active_party import ActiveParty
-from vflserver.training.job_plan import JobPlan
 from vfltesting.pki import Pki
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_torch_thread")]

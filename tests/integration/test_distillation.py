@@ -30,7 +30,7 @@ from tritonclient.grpc import InferInput
 from tests.servables import triton_grpc_client
 from vflclient import JobClient, read_party_csv
 from vflcore.data.checkpoints import LATEST, load_checkpoint
-from vflcore.job import JobSpec
+from vflcore.job.spec import JobSpec
 from vflcore.ml.onnx_export import MODEL_FILE
 from vflserver.inference.servable import LABEL, PROBABILITIES
 from vflserver.scoring.model import ScoringModel

@@ -21,7 +21,7 @@ import torch
 from vflalgorithms.divergence import nonfinite_state
 from vflclient import JobClient
 from vflcore.data.checkpoints import LATEST, checkpoint_positions, load_checkpoint, party_dir
-from vflcore.job import Position
+from vflcore.job.schedule import Position
 from vfltesting.pki import Pki
 from vfltesting.service import ServiceRun, job_document
 

@@ -27,7 +27,7 @@ from tests.integration.test_recovery import (
 )
 from vflclient import Connection, JoinRejected, PartyPrivacy, PassiveParty, RunResult, read_party_csv
 from vflcore.data.checkpoints import epoch_path
-from vflcore.privacy import PrivacySpec
+from vflcore.job.privacy import PrivacySpec
 from vflprivacy.accounting import REPORT_FILE, embedding_epsilon
 from vflprivacy.noise import KEY_FILE
 from vflserver.training.reports import RunSummary

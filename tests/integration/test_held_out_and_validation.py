@@ -30,7 +30,7 @@ from tests.integration.conftest import SMALL_JOB, RunningJob, run_party_in_threa
 from vflclient import JobClient, RunResult
 from vflcore.data.checkpoints import checkpoint_positions, epoch_path, party_dir, pinned
 from vflcore.data.held_out import read_held_out_ids
-from vflcore.job import Position
+from vflcore.job.schedule import Position
 from vfltesting.pki import Pki
 from vfltesting.recovery import assert_same_model, job_outcome
 from vfltesting.service import ServiceRun, finish_job, job_document, wait_until

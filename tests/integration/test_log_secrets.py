@@ -33,8 +33,8 @@ from vflcore.runtime.config import ServerSettings
 from vflcore.security.tls import channel_credentials
 from vflserver.federation.board import JobBoard
 from vflserver.federation.server import build_server
+from vflserver.plan.job_plan import JobPlan
 from vflserver.training.active_party import ActiveParty
-from vflserver.training.job_plan import JobPlan
 from vfltesting.datasets import write_vertical_split
 from vfltesting.leaks import Leak, find_leaks, party_secrets
 from vfltesting.pki import Pki

@@ -25,7 +25,7 @@ import torch
 from tests.integration.conftest import SMALL_JOB, RunningJob, run_party_in_thread
 from vflclient import Connection, RunResult, TensorRejected, read_party_csv
 from vflclient._alignment import align_passive
-from vflcore.job import JobSpec
+from vflcore.job.spec import JobSpec
 from vflcore.proto import federation_pb2 as pb
 from vflcore.proto import federation_pb2_grpc as pb_grpc
 from vflcore.security.tls import channel_credentials

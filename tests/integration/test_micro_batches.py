@@ -22,7 +22,7 @@ from tests.integration.equivalence import TOP_HIDDEN, Comparison, assert_same_lo
 from tests.integration.test_reference_equivalence import REFERENCE_JOB
 from vflalgorithms.base import algorithm_spec
 from vflclient import read_party_csv
-from vflcore.job import JobSpec
+from vflcore.job.spec import JobSpec
 from vfltesting.pki import Pki
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_torch_thread")]

@@ -20,8 +20,8 @@ import pytest
 
 from tests.integration.conftest import SMALL_JOB, start_job
 from vflclient import Connection, PassiveParty, RunResult, read_party_csv
-from vflcore.job import JobSpec
-from vflcore.privacy import PrivacySpec
+from vflcore.job.privacy import PrivacySpec
+from vflcore.job.spec import JobSpec
 from vflcore.wire.names import EMBEDDING
 from vflprivacy.recording import RECEIVED, SENT, LinkRecorder, Recording
 from vfltesting.pki import Pki

@@ -16,7 +16,7 @@ import pytest
 from tests.integration.test_recovery import EVERY_STEPS, _epochs_done, _jobs, _restart_after, _service
 from vflclient import JobClient
 from vflcore.data.checkpoints import checkpoint_positions
-from vflcore.job import Position
+from vflcore.job.schedule import Position
 from vfltesting.pki import Pki
 from vfltesting.recovery import JobOutcome, assert_same_model, job_outcome
 from vfltesting.service import ServiceRun, finish_job, job_document, wait_until

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from tests.integration.equivalence import LOSS_TOLERANCE, Comparison, assert_same_steps, compare
-from vflcore.job import JobSpec
+from vflcore.job.spec import JobSpec
 from vflcore.ml.metrics import task_metrics
 from vfltesting import jobs
 from vfltesting.pki import Pki

@@ -19,7 +19,7 @@ from tests.integration.test_reference_equivalence import REFERENCE_JOB
 from tests.integration.throwaway.spec import NAME, SPEC
 from vflalgorithms.base import algorithm_options, algorithm_spec, algorithms
 from vflcore.errors import ConfigError
-from vflserver.training.job_plan import plan_from_document
+from vflserver.plan.document import plan_from_document
 from vfltesting.pki import Pki
 from vfltesting.service import job_document
 

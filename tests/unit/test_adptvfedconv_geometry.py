@@ -13,7 +13,7 @@ from bench.algorithms.adptvfedconv_runs import party_pieces
 from vflalgorithms.adptvfedconv import maths as conv
 from vflalgorithms.base import algorithm_options
 from vflcore.errors import ConfigError
-from vflcore.job import JobSpec
+from vflcore.job.spec import JobSpec
 from vflcore.ml.models import build_seeded
 
 

@@ -10,7 +10,7 @@ import torch
 
 from vflalgorithms.adptvfedconv import maths as conv
 from vflalgorithms.adptvfedconv.reference import ReferenceAdptVFedConv
-from vflcore.job import JobSpec
+from vflcore.job.spec import JobSpec
 
 ROWS = 48
 

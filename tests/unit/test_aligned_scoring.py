@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from vflalgorithms.base import ActiveContext, ServerAlgorithm, algorithm_spec
-from vflcore.job import JobSpec
+from vflcore.job.spec import JobSpec
 from vflserver.federation.passive_parties import PassiveParties
 from vflserver.training import aligned_predictions
 from vflserver.training.aligned_predictions import AlignedPredictor

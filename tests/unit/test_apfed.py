@@ -13,7 +13,7 @@ from vflalgorithms.apfed.maths import APFED_C, APFED_R, combine, contrastive_los
 from vflalgorithms.apfed.reference import ReferenceAPFed
 from vflalgorithms.base import algorithm_options
 from vflcore.errors import ConfigError
-from vflcore.job import JobSpec
+from vflcore.job.spec import JobSpec
 from vflcore.ml.models import build_seeded
 
 

@@ -19,7 +19,7 @@ from vflalgorithms.fedbcd.reference import ReferenceFedBCD
 from vflalgorithms.vimadmm import maths as admm
 from vflalgorithms.vimadmm.reference import ReferenceVIMADMM
 from vflalgorithms.vimsgd.reference import ReferenceVIMSGD
-from vflcore.job import JobSpec
+from vflcore.job.spec import JobSpec
 
 ROWS = 96
 LR = 0.1

@@ -26,7 +26,7 @@ from vflcore.data.checkpoints import (
     save_position,
 )
 from vflcore.errors import CheckpointError
-from vflcore.job import Position
+from vflcore.job.schedule import Position
 
 
 def _state(epoch: int) -> dict[str, torch.Tensor]:

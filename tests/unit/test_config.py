@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 
 from vflcore.errors import ConfigError
-from vflcore.job import JobSpec
-from vflcore.job_rules import job_from_document
+from vflcore.job.distill import DistillSpec
+from vflcore.job.document import job_from_document
+from vflcore.job.privacy import PrivacySpec
+from vflcore.job.spec import JobSpec
 from vflcore.party_privacy import PartyPrivacy
-from vflcore.privacy import PrivacySpec
 from vflcore.runtime.config import (
     ClientConfig,
     ServerSettings,
@@ -24,8 +25,8 @@ from vflcore.runtime.config import (
 from vflcore.settings import declared as declared_fields
 from vflcore.settings import default_of, setting_key
 from vflserver.inference.config import RestLimits, ServingConfig, serving_config_from
-from vflserver.training.distill_settings import DistillSpec
-from vflserver.training.job_plan import JobPlan, plan_from_document
+from vflserver.plan.document import plan_from_document
+from vflserver.plan.job_plan import JobPlan
 
 ROOT = Path(__file__).resolve().parents[2]
 

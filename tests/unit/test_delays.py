@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from vflalgorithms.delays import Delay
-from vflcore.job import JobSpec
+from vflcore.job.spec import JobSpec
 
 
 def _job(**options: object) -> JobSpec:

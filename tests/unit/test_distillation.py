@@ -23,14 +23,15 @@ import torch.nn.functional as F
 from vflcore.data.checkpoints import LATEST, checkpoint_positions, load_checkpoint, position_path
 from vflcore.data.tables import PartyTable, read_party_csv
 from vflcore.errors import ConfigError, JobAborted
-from vflcore.job import JobSpec, Position
+from vflcore.job.distill import DistillSpec, distill_from_table
+from vflcore.job.schedule import Position
+from vflcore.job.spec import JobSpec
 from vflcore.ml.losses import label_tensor
 from vflcore.runtime.config import DataSource
 from vflserver.inference.onnx_model import is_standalone, read_info
-from vflserver.jobs.plan import check_models, read_active_table
-from vflserver.training.distill_settings import DistillSpec, distill_from_table
+from vflserver.plan.admission import check_models, read_active_table
+from vflserver.plan.document import plan_from_document
 from vflserver.training.distillation import STUDENT_DIR, TEACHER_FILE, Distillation
-from vflserver.training.job_plan import plan_from_document
 from vflserver.training.student import distillation_loss
 
 JOB = JobSpec(job_id="distil", seed=3, epochs=4, batch_size=64, embedding_dim=8, bottom_hidden=(32,), num_outputs=10)

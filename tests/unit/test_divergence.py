@@ -22,7 +22,8 @@ from vflclient import JobEvent
 from vflclient._divergence import CheckedLink, checked_state
 from vflcore.data.checkpoints import checkpoint_positions, pin, save_position
 from vflcore.errors import DivergedServingBest, PartyUnavailable, TrainingDiverged
-from vflcore.job import JobSpec, Position
+from vflcore.job.schedule import Position
+from vflcore.job.spec import JobSpec
 from vflcore.wire.links import TensorExchange, TrainingLink
 from vflcore.wire.names import EMBEDDING, EVAL_EMBEDDING, GRADIENT
 from vflcore.wire.tensors import TensorKey

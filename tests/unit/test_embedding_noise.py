@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from vflcore.errors import ConfigError
+from vflcore.job.privacy import PrivacySpec, check_privacy, privacy_from_table
 from vflcore.party_privacy import PartyPrivacy, party_privacy_from_table, refusal
-from vflcore.privacy import PrivacySpec, check_privacy, privacy_from_table
 from vflcore.runtime.config import client_config_from
 from vflcore.wire.links import TensorExchange, TrainingLink
 from vflcore.wire.names import EMBEDDING, EVAL_EMBEDDING, HEAD, PSI_CLIENT_BLINDED

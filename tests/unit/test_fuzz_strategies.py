@@ -17,10 +17,10 @@ from google.protobuf.message import Message
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from vflcore.job.distill import distill_keys
+from vflcore.job.privacy import privacy_keys
 from vflcore.party_privacy import party_privacy_keys
-from vflcore.privacy import privacy_keys
 from vflcore.wire.tensors import TensorKey
-from vflserver.training.distill_settings import distill_keys
 from vfltesting.fuzz import strategies as fz
 from vfltesting.fuzz import surfaces
 from vfltesting.rpc import CONTROL, FEDERATION, INFERENCE

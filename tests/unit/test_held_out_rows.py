@@ -11,7 +11,8 @@ import pytest
 from vflcore.data.checkpoints import checkpoint_positions, discard_after, pin, pinned, save_position
 from vflcore.data.held_out import read_held_out_ids
 from vflcore.errors import ConfigError, DataError
-from vflcore.job import JobSpec, Position
+from vflcore.job.schedule import Position
+from vflcore.job.spec import JobSpec
 from vflcore.runtime.config import client_config_from, server_config_from
 from vflcore.wire import serde
 from vflcore.work_items import Checkpoint, HoldOut, Restore

@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from vflcore.job import ACTIVE_PARTY
+from vflcore.job.spec import ACTIVE_PARTY
 from vflcore.security.certs import (
     CertificateAuthority,
     create_ca,

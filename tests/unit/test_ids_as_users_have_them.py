@@ -35,7 +35,7 @@ from vflcore.data.exact_scan import read_exactly
 from vflcore.data.id_arrays import MAX_ID_BYTES, STRING_IDS, sort_order
 from vflcore.data.tables import aligned_digest, ids_digest, read_party_csv, select_rows, take_rows, write_aligned_ids
 from vflcore.errors import InferenceInputError
-from vflcore.job import JobSpec
+from vflcore.job.spec import JobSpec
 from vflcore.psi import BlindingKey, blind, hash_and_blind, make_dst
 from vflcore.psi.cache import alignment_key, load_alignment, save_alignment
 from vflcore.psi.chunks import id_bytes

@@ -5,9 +5,9 @@ from __future__ import annotations
 import tomllib
 from dataclasses import fields
 
-from vflcore.job import JobSpec, settable_fields
-from vflcore.job_rules import job_from_document
-from vflcore.privacy import PrivacySpec
+from vflcore.job.document import job_from_document
+from vflcore.job.privacy import PrivacySpec
+from vflcore.job.spec import JobSpec, settable_fields
 from vflcore.proto import federation_pb2 as pb
 from vflcore.wire import serde
 

@@ -16,7 +16,7 @@ import torch
 from sklearn.metrics import roc_auc_score
 
 from vflcore.errors import ConfigError
-from vflcore.privacy import PrivacySpec
+from vflcore.job.privacy import PrivacySpec
 from vflprivacy.attacks import norm_attack
 from vflprivacy.label_defences import (
     JOB_POWER_DECAY,

@@ -21,13 +21,14 @@ import torch
 from vflalgorithms.base import algorithms
 from vflcore.data.tables import PartyTable
 from vflcore.errors import ConfigError
-from vflcore.job import JobSpec
-from vflcore.privacy import PrivacySpec, privacy_keys
+from vflcore.job.privacy import PrivacySpec, privacy_keys
+from vflcore.job.spec import JobSpec
 from vflprivacy.label_defences import keep_probability
 from vflprivacy.noise import KEY_FILE
-from vflserver.jobs.plan import check_models
+from vflserver.plan.admission import check_models
+from vflserver.plan.document import plan_from_document
+from vflserver.plan.job_plan import JobPlan
 from vflserver.training.active_party import ActiveParty
-from vflserver.training.job_plan import JobPlan, plan_from_document
 from vflserver.training.training_labels import labels_to_train_on
 
 #: The algorithms whose passive parties are sent per-row tensors computed from the labels (∂L/∂h, or

@@ -13,8 +13,8 @@ import pytest
 
 from vflcore.data.tables import read_party_csv
 from vflcore.errors import DataError
-from vflserver.jobs.plan import check_models
-from vflserver.training.job_plan import plan_from_document
+from vflserver.plan.admission import check_models
+from vflserver.plan.document import plan_from_document
 
 
 @pytest.mark.parametrize("label", ["-1", "0.5"])

@@ -86,7 +86,7 @@ def test_vfltesting_is_not_installed_with_the_product() -> None:
 
 #: The floors inside ``vflserver``, bottom to top: a module imports its own folder and those below.
 #: ``vflserver/cli.py`` (``vfl-server``) is the top and may import any of them.
-SERVER_FLOORS = ("federation", "inference", "scoring", "training", "jobs", "console", "cli")
+SERVER_FLOORS = ("federation", "inference", "scoring", "plan", "training", "jobs", "console", "cli")
 
 
 def _server_floor(parts: tuple[str, ...]) -> int | None:
@@ -97,7 +97,7 @@ def _server_floor(parts: tuple[str, ...]) -> int | None:
 
 
 def test_vflserver_folders_import_only_their_own_floor_and_below() -> None:
-    """federation < inference < scoring < training < jobs < console < cli.py: no import reaches up or sideways."""
+    """federation < inference < scoring < plan < training < jobs < console < cli.py: nothing reaches up or sideways."""
     wrong = []
     for path in _modules("vflserver"):
         own = _server_floor(path.relative_to(ROOT).with_suffix("").parts)
@@ -126,15 +126,16 @@ def test_no_product_module_is_over_500_lines() -> None:
 
 
 #: The floors inside ``vflcore``, bottom to top (issue 40): a module imports its own floor and those
-#: below. The leaves first (errors and how a settings table is read; the [privacy] tables,
-#: identities, memory knobs, generated code); then the job; what travels (wire, work items, the
-#: job's rules); tables; models; the daemons' runtime (config, logs, signals); PSI, which runs on
-#: all of them. ``deploy`` holds files.
+#: below. The leaves first (errors and how a settings table is read; identities, memory knobs,
+#: generated code); then the job (its spec, schedule, rules, ``[privacy]`` and ``[distill]``
+#: tables: one package, issue 49); what travels (wire, work items) and a party's own ``[privacy]``
+#: minimum, held against the job's; tables; models; the daemons' runtime (config, logs, signals);
+#: PSI, which runs on all of them. ``deploy`` holds files.
 VFLCORE_FLOORS = (
     {"errors", "deploy", "settings"},
-    {"status", "absence", "security", "privacy", "party_privacy", "proto", "memory"},
+    {"status", "absence", "security", "proto", "memory"},
     {"job"},
-    {"wire", "work_items", "job_rules"},
+    {"wire", "work_items", "party_privacy"},
     {"data"},
     {"ml"},
     {"runtime"},

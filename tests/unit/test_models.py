@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from vflcore.job import JobSpec
+from vflcore.job.spec import JobSpec
 from vflcore.ml.models import build_seeded, job_optimizer, load_factory, make_optimizer, mlp, seed_dropout
 
 NOT_CALLABLE = 42

@@ -14,7 +14,7 @@ from torch import nn
 
 from vflalgorithms.splitnn.reference import ReferenceSplitNN
 from vflalgorithms.vimadmm_j.reference import ReferenceVIMADMMJ
-from vflcore.job import JobSpec
+from vflcore.job.spec import JobSpec
 from vflcore.ml.optimizers import StepTogether, make_optimizer, role_optimizer, roles_optimizer
 
 AUTHORS = {"optimizer": "sgd", "top_optimizer": "plain_sgd", "learning_rate": 0.1, "weight_decay": 1e-3}

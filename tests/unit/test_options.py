@@ -6,7 +6,7 @@ import pytest
 
 from vflalgorithms.base import algorithm_options, job_options
 from vflcore.errors import ConfigError
-from vflcore.job import JobSpec
+from vflcore.job.spec import JobSpec
 
 
 def test_defaults_fill_what_the_config_omits() -> None:

@@ -11,7 +11,7 @@ from vflalgorithms.factories import ModelSlot, check_factories
 from vflcore.errors import ConfigError
 from vflcore.runtime import daemon
 from vflcore.runtime.config import client_config_from, server_config_from
-from vflserver.training.job_plan import plan_from_document
+from vflserver.plan.document import plan_from_document
 
 SLOTS = {"top_factory": ModelSlot("the top model", (48, 10), (4, 48), (4, 10))}
 

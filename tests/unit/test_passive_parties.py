@@ -11,14 +11,15 @@ import pytest
 
 from vflcore.absence import did_not_come_back, did_not_join
 from vflcore.errors import JobAborted, JoinRejected, PartyLost, PartyUnavailable, TensorError
-from vflcore.job import JobSpec, Position
+from vflcore.job.schedule import Position
+from vflcore.job.spec import JobSpec
 from vflcore.status import STATUS
 from vflcore.wire.tensors import TensorKey
 from vflcore.work_items import Finish
 from vflserver.federation.board import JobBoard
 from vflserver.federation.passive_parties import PassiveParties
-from vflserver.federation.rejoin import RejoinTerms
 from vflserver.federation.servicer import concerns_this_run
+from vflserver.training.served_again.terms import RejoinTerms
 
 JOB = JobSpec("j", passive_parties=(2, 3), num_rows=10)
 

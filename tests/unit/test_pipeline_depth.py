@@ -17,7 +17,7 @@ import torch
 from vflalgorithms.base import PassiveContext, algorithm_options
 from vflalgorithms.splitnn.passive import SplitNNClient
 from vflcore.errors import ConfigError
-from vflcore.job import JobSpec
+from vflcore.job.spec import JobSpec
 from vflcore.wire.links import TensorExchange, TrainingLink
 from vflcore.wire.tensors import TensorKey
 

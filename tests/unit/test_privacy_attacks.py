@@ -11,7 +11,7 @@ import pytest
 
 from vflalgorithms.splitnn.overlap import part_bounds
 from vflcore.errors import VflError
-from vflcore.job import JobSpec
+from vflcore.job.spec import JobSpec
 from vflcore.wire.links import TensorExchange, TrainingLink
 from vflcore.wire.tensors import TensorKey
 from vflprivacy.attacks import direction_attack, inversion, leak_auc, minority, model_completion, norm_attack

@@ -1,4 +1,4 @@
-"""Tests for the schedule in vflcore.job: the seeded train/test split and per-epoch batches."""
+"""Tests for the schedule in vflcore.job.schedule: the seeded train/test split and per-epoch batches."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vflcore.job import epoch_batches, split_rows
+from vflcore.job.schedule import epoch_batches, split_rows
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -93,7 +93,7 @@ class TestEpochBatches:
     def test_same_batches_in_another_process(self) -> None:
         """A separate interpreter computes identical batches, as a remote party would."""
         code = (
-            "import numpy as np; from vflcore.job import epoch_batches, split_rows;"
+            "import numpy as np; from vflcore.job.schedule import epoch_batches, split_rows;"
             "t, _ = split_rows(300, 0.2, 11); print(np.concatenate(epoch_batches(t, 32, 11, 3)).tolist())"
         )
         out = subprocess.run(

@@ -14,7 +14,7 @@ import pytest
 
 from vflcore.data.tables import PartyTable
 from vflcore.errors import PartyLost, PartyUnavailable
-from vflcore.job import JobSpec
+from vflcore.job.spec import JobSpec
 from vflcore.runtime.config import ServerConfig, ServerSettings
 from vflcore.work_items import Finish
 from vflserver.federation.board import JobBoard
@@ -24,8 +24,8 @@ from vflserver.jobs.job_queue import ParkedJob
 from vflserver.jobs.runner import JobRunner
 from vflserver.jobs.scheduling import Candidate, absent_since, loss_deadline, next_turn, waiting_message
 from vflserver.jobs.store import JobStore
+from vflserver.plan.job_plan import JobPlan
 from vflserver.training.active_party import ActiveParty
-from vflserver.training.job_plan import JobPlan
 
 
 class _Clock:

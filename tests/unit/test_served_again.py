@@ -9,10 +9,10 @@ import pytest
 from numpy.dtypes import StringDType
 
 from vflcore.data.tables import ids_digest
-from vflcore.job import Position
+from vflcore.job.schedule import Position
 from vflcore.psi.cache import save_alignment
-from vflserver.federation.rejoin import RejoinTerms
-from vflserver.training.served_again import SERVED_FILE, NotServableAgain, read_served, write_served
+from vflserver.training.served_again.saved_terms import SERVED_FILE, NotServableAgain, read_served, write_served
+from vflserver.training.served_again.terms import RejoinTerms
 
 OWN = np.array(["cust-00001@bank.example", "ВИНО-12-ünïcødé", "u3"], dtype=StringDType())
 KEY = bytes(range(32))

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from vflcore.privacy import PrivacySpec
+from vflcore.job.privacy import PrivacySpec
 from vflprivacy.attacks import (
     abs_direction_attack,
     cluster_attack,

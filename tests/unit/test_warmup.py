@@ -24,7 +24,7 @@ from vflcore.runtime.warmup import warm_up
 warm_up("cpu")
 after_warm_up = torch.rand(4).tolist()
 frozen = gc.get_freeze_count()
-from vflcore.job import OPTIMIZERS, JobSpec
+from vflcore.job.spec import OPTIMIZERS, JobSpec
 from vflcore.ml.losses import task_loss
 from vflcore.ml.models import job_optimizer, mlp
 before = set(sys.modules)

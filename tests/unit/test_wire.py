@@ -10,7 +10,8 @@ import pytest
 
 from vflcore import work_items
 from vflcore.errors import JoinRejected
-from vflcore.job import JobSpec, Position
+from vflcore.job.schedule import Position
+from vflcore.job.spec import JobSpec
 from vflcore.proto import federation_pb2 as pb
 from vflcore.wire import serde as wire
 from vflcore.wire.tensors import CHUNK_BYTES, TensorError, TensorKey

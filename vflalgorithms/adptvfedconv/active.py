@@ -26,7 +26,8 @@ from vflalgorithms.adptvfedconv.spec import FEATURE_MAPS
 from vflalgorithms.base import ActiveContext, ServerAlgorithm
 from vflalgorithms.factories import PROBE_ROWS, ModelSlot
 from vflcore.errors import ConfigError
-from vflcore.job import ACTIVE_PARTY, JobSpec, model_seed
+from vflcore.job.schedule import model_seed
+from vflcore.job.spec import ACTIVE_PARTY, JobSpec
 from vflcore.ml.losses import task_loss
 from vflcore.ml.models import build_seeded
 from vflcore.ml.optimizers import role_optimizer, roles_optimizer

@@ -27,7 +27,7 @@ from torch import nn
 
 from vflalgorithms.base import algorithm_options
 from vflcore.errors import ConfigError
-from vflcore.job import ACTIVE_PARTY, JobSpec
+from vflcore.job.spec import ACTIVE_PARTY, JobSpec
 from vflcore.ml.models import mlp
 
 NAME = "adptvfedconv"

@@ -18,7 +18,7 @@ from vflalgorithms.adptvfedconv import maths as conv
 from vflalgorithms.adptvfedconv.spec import FEATURE_MAPS
 from vflalgorithms.base import ClientAlgorithm, PassiveContext
 from vflcore.errors import ConfigError
-from vflcore.job import model_seed
+from vflcore.job.schedule import model_seed
 from vflcore.ml.models import build_seeded
 from vflcore.wire.tensors import TensorKey, check_shape
 

@@ -27,7 +27,8 @@ from torch import nn
 
 from vflalgorithms.adptvfedconv import maths as conv
 from vflalgorithms.reference import FromTables
-from vflcore.job import ACTIVE_PARTY, JobSpec, epoch_mean, model_seed
+from vflcore.job.schedule import epoch_mean, model_seed
+from vflcore.job.spec import ACTIVE_PARTY, JobSpec
 from vflcore.ml.models import build_seeded, seed_dropout
 from vflcore.ml.optimizers import role_optimizer, roles_optimizer
 

@@ -32,7 +32,8 @@ from vflalgorithms.apfed.spec import ACTIVE_EMBEDDING, PASSIVE_GRADIENT
 from vflalgorithms.base import ActiveContext, ServerAlgorithm, algorithm_options
 from vflalgorithms.factories import PROBE_ROWS, ModelSlot
 from vflcore.errors import ConfigError
-from vflcore.job import ACTIVE_PARTY, JobSpec, model_seed
+from vflcore.job.schedule import model_seed
+from vflcore.job.spec import ACTIVE_PARTY, JobSpec
 from vflcore.ml.losses import task_loss
 from vflcore.ml.models import mlp
 from vflcore.ml.optimizers import roles_optimizer

@@ -23,7 +23,8 @@ from torch import nn
 
 from vflalgorithms.base import algorithm_options
 from vflcore.errors import ConfigError
-from vflcore.job import ACTIVE_PARTY, JobSpec, model_seed
+from vflcore.job.schedule import model_seed
+from vflcore.job.spec import ACTIVE_PARTY, JobSpec
 from vflcore.ml.models import build_seeded, mlp
 
 #: The algorithm names of the two APFed instances.

@@ -14,7 +14,8 @@ import torch
 
 from vflalgorithms.apfed import maths as apfed
 from vflalgorithms.reference import FromTables
-from vflcore.job import ACTIVE_PARTY, epoch_mean
+from vflcore.job.schedule import epoch_mean
+from vflcore.job.spec import ACTIVE_PARTY
 from vflcore.ml.models import seed_dropout
 from vflcore.ml.optimizers import role_optimizer, roles_optimizer
 

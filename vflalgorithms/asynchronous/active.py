@@ -28,7 +28,7 @@ import torch
 from vflalgorithms.asynchronous.spec import WARMUP_EMBEDDING
 from vflalgorithms.base import ActiveContext, job_options
 from vflalgorithms.splitnn.active import SplitNNServer
-from vflcore.job import mid_epoch_checkpoint_due
+from vflcore.job.schedule import mid_epoch_checkpoint_due
 from vflcore.wire.names import EMBEDDING
 from vflcore.work_items import TrainEpoch
 

@@ -33,7 +33,8 @@ from vflalgorithms.splitnn.family import (
     own_bottom_slot,
 )
 from vflalgorithms.splitnn.overlap import MicroBatches
-from vflcore.job import ACTIVE_PARTY, JobSpec, model_seed
+from vflcore.job.schedule import model_seed
+from vflcore.job.spec import ACTIVE_PARTY, JobSpec
 from vflcore.ml.models import mlp
 from vflcore.ml.optimizers import role_optimizer
 from vflcore.wire.names import EMBEDDING, GRADIENT

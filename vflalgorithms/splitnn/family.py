@@ -45,7 +45,8 @@ from vflalgorithms.factories import PROBE_ROWS, ModelSlot
 from vflalgorithms.label_protection import LABEL_DEFENCE_POWER, LabelProtection
 from vflalgorithms.splitnn.overlap import MicroBatches, overlap_options
 from vflcore.errors import TrainingDiverged
-from vflcore.job import ACTIVE_PARTY, JobSpec, model_seed
+from vflcore.job.schedule import model_seed
+from vflcore.job.spec import ACTIVE_PARTY, JobSpec
 from vflcore.ml.losses import task_loss
 from vflcore.ml.models import build_seeded, mlp
 from vflcore.ml.optimizers import role_optimizer

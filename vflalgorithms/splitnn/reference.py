@@ -25,7 +25,8 @@ from torch import nn
 
 from vflalgorithms.reference import FromTables
 from vflalgorithms.splitnn.overlap import overlap_options, part_bounds
-from vflcore.job import ACTIVE_PARTY, epoch_mean, model_seed
+from vflcore.job.schedule import epoch_mean, model_seed
+from vflcore.job.spec import ACTIVE_PARTY
 from vflcore.ml.models import build_seeded, mlp, seed_dropout
 from vflcore.ml.optimizers import role_optimizer
 

@@ -21,7 +21,8 @@ from vflalgorithms.base import ActiveContext, job_options
 from vflalgorithms.splitnn.family import Answer, Round, SplitNNFamilyServer
 from vflalgorithms.vimadmm.maths import dual_update, joint_local_step, residuals, solve_z
 from vflalgorithms.vimadmm.spec import ADMM_DUAL, ADMM_RESIDUAL
-from vflcore.job import ACTIVE_PARTY, model_seed
+from vflcore.job.schedule import model_seed
+from vflcore.job.spec import ACTIVE_PARTY
 from vflcore.ml.models import linear_head
 from vflcore.ml.optimizers import role_optimizer
 from vflcore.wire.names import HEAD

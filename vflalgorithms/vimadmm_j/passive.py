@@ -15,7 +15,7 @@ from vflalgorithms.base import PassiveContext
 from vflalgorithms.vimadmm.maths import joint_local_step
 from vflalgorithms.vimadmm.passive import VIMADMMClient
 from vflalgorithms.vimadmm.spec import ADMM_DUAL, ADMM_RESIDUAL
-from vflcore.job import model_seed
+from vflcore.job.schedule import model_seed
 from vflcore.ml.models import linear_head
 from vflcore.ml.optimizers import role_optimizer
 from vflcore.wire.names import HEAD

@@ -8,7 +8,7 @@ from torch import nn
 
 from vflalgorithms.splitnn.reference import ReferenceSplitNNFamily
 from vflalgorithms.vimadmm import maths as admm
-from vflcore.job import model_seed
+from vflcore.job.schedule import model_seed
 from vflcore.ml.models import linear_head, seed_dropout
 from vflcore.ml.optimizers import role_optimizer
 

@@ -21,7 +21,8 @@ from torch import nn
 
 from vflalgorithms.base import ActiveContext
 from vflalgorithms.splitnn.family import Answer, Round, SplitNNFamilyServer, gradient_answer
-from vflcore.job import ACTIVE_PARTY, model_seed
+from vflcore.job.schedule import model_seed
+from vflcore.job.spec import ACTIVE_PARTY
 from vflcore.ml.models import LinearHeads, build_seeded
 from vflcore.ml.optimizers import role_optimizer
 from vflcore.wire.names import GRADIENT

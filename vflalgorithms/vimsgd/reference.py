@@ -9,7 +9,8 @@ import torch
 from torch import nn
 
 from vflalgorithms.splitnn.reference import ReferenceSplitNNFamily
-from vflcore.job import ACTIVE_PARTY, model_seed
+from vflcore.job.schedule import model_seed
+from vflcore.job.spec import ACTIVE_PARTY
 from vflcore.ml.models import LinearHeads, build_seeded, seed_dropout
 from vflcore.ml.optimizers import role_optimizer
 

@@ -25,7 +25,7 @@ import structlog
 import torch
 
 from vflcore.errors import CheckpointError
-from vflcore.job import Position
+from vflcore.job.schedule import Position
 
 log = structlog.get_logger(__name__)
 

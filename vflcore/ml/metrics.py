@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from vflcore.job import TASKS
+from vflcore.job.spec import TASKS
 
 __all__ = ["classification_metrics", "predict_classes", "regression_metrics", "roc_auc", "task_metrics"]
 

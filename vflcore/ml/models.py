@@ -16,7 +16,8 @@ from typing import cast
 import torch
 from torch import nn
 
-from vflcore.job import ACTIVE_PARTY, OPTIMIZERS, JobSpec, model_seed
+from vflcore.job.schedule import model_seed
+from vflcore.job.spec import ACTIVE_PARTY, OPTIMIZERS, JobSpec
 from vflcore.ml.optimizers import job_optimizer, make_optimizer
 
 __all__ = ["OPTIMIZERS", "build_seeded", "job_optimizer", "load_factory", "make_optimizer", "mlp", "seed_dropout"]

@@ -32,7 +32,7 @@ from torch import nn
 
 from vflcore.data.checkpoints import atomic_write
 from vflcore.errors import ArtifactError
-from vflcore.job import JobSpec
+from vflcore.job.spec import JobSpec
 
 __all__ = ["MODEL_FILE", "OPSET", "PROBE_ROWS", "TOLERANCE", "OnnxPart", "export_onnx", "onnx_session", "part_metadata"]
 

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from vflcore.job import OPTIMIZERS, JobSpec
+from vflcore.job.spec import OPTIMIZERS, JobSpec
 
 __all__ = ["StepTogether", "job_optimizer", "make_optimizer", "role_optimizer", "roles_optimizer"]
 

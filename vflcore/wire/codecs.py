@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from vflcore.errors import TensorError
-from vflcore.job import CODEC_NAMES, FIXED_CODECS, JobSpec, codec_refusal, topk_fraction
+from vflcore.job.spec import CODEC_NAMES, FIXED_CODECS, JobSpec, codec_refusal, topk_fraction
 
 __all__ = ["CODEC_NAMES", "FP32", "WireCodec", "codec_for_dtype", "job_codecs", "parse_codec"]
 
@@ -156,8 +156,8 @@ _FIXED = {
     for c in (FP32, WireCodec("bf16", "bfloat16"), WireCodec("fp16", "float16"), WireCodec("int8", "int8-rows"))
 }
 _BY_DTYPE = {c.dtype: c for c in _FIXED.values() if c.name != "fp32"}
-#: The codecs ``[job] wire_codec`` accepts (``vflcore.job.CODEC_NAMES``); ``topk:0.1`` keeps a tenth.
-assert tuple(_FIXED) == FIXED_CODECS, "vflcore.job.FIXED_CODECS names the codecs built here"
+#: The codecs ``[job] wire_codec`` accepts (``vflcore.job.spec.CODEC_NAMES``); ``topk:0.1`` keeps a tenth.
+assert tuple(_FIXED) == FIXED_CODECS, "vflcore.job.spec.FIXED_CODECS names the codecs built here"
 
 
 def parse_codec(name: str) -> WireCodec:

@@ -16,8 +16,9 @@ import numpy as np
 
 from vflcore import work_items
 from vflcore.errors import ConfigError, IncompleteStream, JoinRejected
-from vflcore.job import JobSpec, Position
-from vflcore.privacy import PrivacySpec, check_privacy
+from vflcore.job.privacy import PrivacySpec, check_privacy
+from vflcore.job.schedule import Position
+from vflcore.job.spec import JobSpec
 from vflcore.proto import federation_pb2 as pb
 from vflcore.wire import names
 from vflcore.wire.codecs import FP32, WireCodec, codec_for_dtype

@@ -6,7 +6,7 @@ closes them when it ends. A passive party's daemon waits in ``next_offer`` (the 
 until a job that names it is waiting for its parties; while it waits it counts as connected
 (``presence``), which is what the runner asks before it starts a job (``connected``). A job whose
 federated model is served after training stays open, and a member that asks again (its daemon
-restarted) is offered it once more, to join and load its part again (``vflserver.federation.rejoin``).
+restarted) is offered it once more, to join and load its part again (``vflserver.training.served_again.terms``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from vflcore.errors import JobAborted, PermissionDenied
-from vflcore.job import Offer
+from vflcore.job.spec import Offer
 from vflcore.runtime.config import DEFAULT_DATASET
 from vflserver.federation.directory import PartyDirectory
 from vflserver.federation.passive_parties import PassiveParties

@@ -8,9 +8,29 @@ from __future__ import annotations
 
 import queue
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from vflcore.job import Position
+from vflcore.job.schedule import Position
 from vflcore.work_items import Task
+
+
+class RejoinCheck(Protocol):
+    """What a served model asks of a party that reconnects (``vflserver.training.served_again.terms``).
+
+    Declared on this floor, as inference declares ``TrainedParty``, so that federation never
+    imports the floor that keeps a model served.
+    """
+
+    def refusal(
+        self,
+        job_id: str,
+        party: int,
+        trained_digest: bytes,
+        id_set_digest: bytes,
+        cached_alignments: frozenset[bytes],
+        held: tuple[Position, ...],
+    ) -> str | None:
+        """Why ``party`` cannot come back into the served model; None if it can."""
 
 
 @dataclass

@@ -19,14 +19,14 @@ import structlog
 from vflalgorithms.divergence import nonfinite
 from vflcore.absence import did_not_join
 from vflcore.errors import JobAborted, JoinRejected, PartyLost, PartyUnavailable, TrainingDiverged, VflError
-from vflcore.job import JobSpec, Position
+from vflcore.job.schedule import Position
+from vflcore.job.spec import JobSpec
 from vflcore.wire.codecs import FP32, WireCodec, job_codecs
 from vflcore.wire.tensors import TensorError, TensorKey
 from vflcore.wire.traffic import Traffic
 from vflcore.work_items import Finish, Task
 from vflserver.federation.mailbox import Mailbox
-from vflserver.federation.party_members import Expectation, Member
-from vflserver.federation.rejoin import RejoinTerms, rejoin_refusal
+from vflserver.federation.party_members import Expectation, Member, RejoinCheck
 
 log = structlog.get_logger(__name__)
 
@@ -70,7 +70,7 @@ class PassiveParties:
         self._task_ids = itertools.count(1)
         self._everyone_ready = threading.Condition(self._lock)
         #: Set while the job's model is served (``accept_rejoins``): a party that reconnects may join again.
-        self.rejoin_terms: RejoinTerms | None = None
+        self.rejoin_terms: RejoinCheck | None = None
 
     # ---- membership -------------------------------------------------------------------------
 
@@ -128,7 +128,7 @@ class PassiveParties:
                     f"party {party} is still connected to the served model of job {job_id!r}; a party holds one "
                     "connection (is a second vfl-client running with this certificate?)"
                 )
-            refused = rejoin_refusal(terms, job_id, party, member.id_set_digest, id_set_digest, cached_alignments, held)
+            refused = terms.refusal(job_id, party, member.id_set_digest, id_set_digest, cached_alignments, held)
             if refused is None:
                 member.joined, member.online, member.rejoin = True, False, "joined"
                 member.lost = member.failure = member.refused = None
@@ -141,7 +141,7 @@ class PassiveParties:
         log.info("party_rejoined", peer=party)
         return self.job
 
-    def accept_rejoins(self, terms: RejoinTerms) -> None:
+    def accept_rejoins(self, terms: RejoinCheck) -> None:
         """From now on the job's model is served: a party that reconnects may join again on ``terms``."""
         self.rejoin_terms = terms
 

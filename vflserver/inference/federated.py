@@ -19,7 +19,7 @@ import structlog
 
 from vflalgorithms.base import ServerAlgorithm
 from vflcore.errors import InferenceInputError, PartyUnavailable
-from vflcore.job import JobSpec
+from vflcore.job.spec import JobSpec
 from vflserver.federation.passive_parties import PassiveParties
 from vflserver.inference.config import DEGRADED_MODES
 from vflserver.inference.model_state import DEGRADED, SERVING, WAITING, ModelState

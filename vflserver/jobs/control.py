@@ -17,17 +17,17 @@ import grpc
 import structlog
 
 from vflcore.errors import ConfigError, PermissionDenied
-from vflcore.job import new_job_id
+from vflcore.job.distill import refuse_student_names
+from vflcore.job.spec import new_job_id
 from vflcore.proto import federation_pb2 as pb
 from vflcore.proto import federation_pb2_grpc as pb_grpc
 from vflcore.runtime.config import DataSource
 from vflcore.security.identity import operator_from_auth_context
 from vflcore.status import status_for
-from vflserver.jobs.plan import active_source, check_models, needs_active_table, read_active_table, read_held_out
 from vflserver.jobs.runner import JobRunner
 from vflserver.jobs.store import ENDED, JOB_STATES, EpochRecord, JobEvent, JobRecord, JobStore
-from vflserver.training.distill_settings import refuse_student_names
-from vflserver.training.job_plan import plan_from_document
+from vflserver.plan.admission import active_source, check_models, needs_active_table, read_active_table, read_held_out
+from vflserver.plan.document import plan_from_document
 
 log = structlog.get_logger(__name__)
 

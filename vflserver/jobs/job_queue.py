@@ -22,12 +22,13 @@ from vflcore.absence import did_not_come_back, did_not_connect
 from vflcore.data.checkpoints import checkpoint_positions, party_dir
 from vflcore.data.tables import PartyTable
 from vflcore.errors import ConfigError, PartyLost
-from vflcore.job import ACTIVE_PARTY
+from vflcore.job.spec import ACTIVE_PARTY
 from vflcore.runtime.config import ServerSettings
 from vflserver.federation.board import JobBoard
 from vflserver.jobs.scheduling import CONNECTED_MESSAGE, Candidate, absent_since, next_turn, waiting_message
 from vflserver.jobs.store import JobRecord, JobStore
-from vflserver.training.job_plan import JobPlan, plan_from_document
+from vflserver.plan.document import plan_from_document
+from vflserver.plan.job_plan import JobPlan
 
 log = structlog.get_logger(__name__)
 

@@ -28,7 +28,7 @@ from vflcore.absence import did_not_come_back
 from vflcore.data.checkpoints import party_dir
 from vflcore.data.tables import DataError, PartyTable
 from vflcore.errors import ConfigError, DivergedServingBest, JobAborted, JobStateError, PartyLost, VflError
-from vflcore.job import ACTIVE_PARTY
+from vflcore.job.spec import ACTIVE_PARTY
 from vflcore.psi.progress import discard_all
 from vflcore.runtime.config import ServerConfig
 from vflcore.wire.traffic import MB
@@ -40,14 +40,14 @@ from vflserver.inference.onnx_model import load_servable
 from vflserver.inference.registry import ModelRegistry
 from vflserver.jobs.job_queue import JobQueue, ParkedJob, saved_in_words
 from vflserver.jobs.metrics import ServiceMetrics
-from vflserver.jobs.plan import read_active_table, read_held_out
-from vflserver.jobs.saved_models import serve_saved_models, serve_student
 from vflserver.jobs.scheduling import loss_deadline
-from vflserver.jobs.served_federated import serve_federated_again
 from vflserver.jobs.store import ENDED, EpochRecord, JobRecord, JobStore
+from vflserver.plan.admission import read_active_table, read_held_out
+from vflserver.plan.job_plan import JobPlan
 from vflserver.training.active_party import ActiveParty
-from vflserver.training.job_plan import JobPlan
 from vflserver.training.reports import EpochReport, RunSummary
+from vflserver.training.served_again.federated import serve_federated_again
+from vflserver.training.served_again.standalone import serve_saved_models, serve_student
 
 log = structlog.get_logger(__name__)
 

@@ -33,14 +33,9 @@ from vflcore.errors import (
     PartyLost,
     TrainingDiverged,
 )
-from vflcore.job import (
-    ACTIVE_PARTY,
-    Position,
-    Schedule,
-    mid_epoch_checkpoint_due,
-    new_job_id,
-    round_score_due,
-)
+from vflcore.job.distill import DistillSpec
+from vflcore.job.schedule import Position, Schedule, mid_epoch_checkpoint_due, round_score_due
+from vflcore.job.spec import ACTIVE_PARTY, new_job_id
 from vflcore.ml.losses import label_tensor
 from vflcore.ml.models import seed_dropout
 from vflcore.runtime.config import ServerSettings
@@ -49,9 +44,9 @@ from vflcore.wire.traffic import MB
 from vflcore.work_items import Checkpoint, HoldOut, Restore
 from vflserver.federation.alignment import AlignmentResult, align_active
 from vflserver.federation.passive_parties import PassiveParties
+from vflserver.plan.job_plan import JobPlan
 from vflserver.training.aligned_predictions import BLOCK_ROWS, AlignedPredictor
 from vflserver.training.best_epoch import BestEpoch
-from vflserver.training.distill_settings import DistillSpec, student_factory
 from vflserver.training.distillation import Distillation
 from vflserver.training.divergence import (
     StepPosition,
@@ -65,11 +60,11 @@ from vflserver.training.divergence import (
 from vflserver.training.evaluation import Evaluation
 from vflserver.training.export import MODEL_REPOSITORY, export_model
 from vflserver.training.importance import write_client_importance
-from vflserver.training.job_plan import JobPlan
-from vflserver.training.readmission import Readmission
 from vflserver.training.reports import EpochReport, RunSummary, split_summary, write_summary
 from vflserver.training.resume import load_newest, roll_back, save_checkpoint
-from vflserver.training.served_again import NotServableAgain, read_served, write_served
+from vflserver.training.served_again.readmission import Readmission
+from vflserver.training.served_again.saved_terms import NotServableAgain, read_served, write_served
+from vflserver.training.student import student_factory
 from vflserver.training.table_fit import table_outputs
 from vflserver.training.training_labels import labels_to_train_on
 
@@ -82,7 +77,7 @@ log = structlog.get_logger(__name__)
 class ActiveParty:
     """The label holder's side of one job.
 
-    ``plan`` is the job's own (``vflserver.training.job_plan``): the job, the default top's
+    ``plan`` is the job's own (``vflserver.plan.job_plan``): the job, the default top's
     shape, the factories of its own models, whether it only aligns IDs, and its student; it was
     checked when it was made. ``settings`` are the server's (``[server]``, ``[psi]``,
     ``[compute]``). ``table`` is read when the job starts, so what depends on it (the classes, the
@@ -231,7 +226,7 @@ class ActiveParty:
 
         With ``keep_serving`` the passive parties stay connected after training, so that
         ``predict_ids`` can go on scoring rows until ``shutdown`` is called; a party whose daemon
-        restarts meanwhile joins again and loads its trained part (``readmission``). With ``resume`` the
+        restarts meanwhile joins again and loads its trained part (``served_again``). With ``resume`` the
         job continues from the newest checkpoint that every party holds (``_roll_back``);
         without it, every party starts afresh and deletes what an earlier run left. A party lost
         on the way raises PartyLost after the others were told to rejoin (``Finish(rejoin)``).

@@ -23,7 +23,7 @@ from numpy.dtypes import StringDType
 
 from vflalgorithms.base import ServerAlgorithm
 from vflcore.data import id_arrays
-from vflcore.job import JobSpec
+from vflcore.job.spec import JobSpec
 from vflcore.memory import return_freed_memory
 from vflcore.psi.intersection import is_strictly_increasing
 from vflcore.wire.names import infer_embedding_name

@@ -16,7 +16,8 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from vflcore.job import JobSpec, Position
+from vflcore.job.schedule import Position
+from vflcore.job.spec import JobSpec
 from vflserver.training.reports import EpochReport
 
 

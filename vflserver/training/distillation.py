@@ -34,12 +34,13 @@ from torch import nn
 from vflcore.data.checkpoints import atomic_write, discard_after, readable_checkpoints
 from vflcore.data.tables import PartyTable
 from vflcore.errors import JobAborted
-from vflcore.job import JobSpec, Position, Schedule, mid_epoch_checkpoint_due
+from vflcore.job.distill import DistillSpec
+from vflcore.job.schedule import Position, Schedule, mid_epoch_checkpoint_due
+from vflcore.job.spec import JobSpec
 from vflcore.ml.losses import task_loss
 from vflcore.ml.metrics import task_metrics
 from vflcore.ml.models import seed_dropout
 from vflserver.training.aligned_predictions import in_blocks
-from vflserver.training.distill_settings import DistillSpec
 from vflserver.training.export import export_model
 from vflserver.training.reports import EpochReport, RunSummary, write_predictions, write_summary
 from vflserver.training.resume import load_newest, save_checkpoint

@@ -26,7 +26,8 @@ from pathlib import Path
 from vflalgorithms.divergence import divergence_advice, step_advice
 from vflcore.data.checkpoints import atomic_write, checkpoint_positions, pinned
 from vflcore.errors import TrainingDiverged
-from vflcore.job import JobSpec, Position
+from vflcore.job.schedule import Position
+from vflcore.job.spec import JobSpec
 
 #: A test loss this many times its best so far is a warning...
 WARN_RATIO = 10.0

@@ -8,7 +8,7 @@ measured by the round, as the papers' authors plot theirs.
 
 Inside an epoch no Evaluate task can reach a passive party: it is busy training. So each party
 sends its representation of the test rows by itself, right after the same steps
-(``vflcore.job.round_score_due``), as it saves its checkpoints inside an epoch, and this party
+(``vflcore.job.schedule.round_score_due``), as it saves its checkpoints inside an epoch, and this party
 announces those uploads before the epoch starts (``expect_rounds``). Scoring changes no model:
 the modes each model trains in are put back (``vflcore.ml.modes``), and no random draw is taken.
 """
@@ -24,7 +24,8 @@ import torch
 
 from vflalgorithms.base import ServerAlgorithm
 from vflcore.errors import check_finite
-from vflcore.job import JobSpec, Schedule, round_score_due
+from vflcore.job.schedule import Schedule, round_score_due
+from vflcore.job.spec import JobSpec
 from vflcore.ml.losses import task_loss
 from vflcore.ml.metrics import task_metrics
 from vflcore.ml.modes import modes_kept

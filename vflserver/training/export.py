@@ -18,7 +18,8 @@ import torch
 from vflalgorithms.base import ServerAlgorithm
 from vflcore.data.tables import PartyTable
 from vflcore.errors import ArtifactError
-from vflcore.job import ACTIVE_PARTY, JobSpec, Schedule
+from vflcore.job.schedule import Schedule
+from vflcore.job.spec import ACTIVE_PARTY, JobSpec
 from vflcore.ml.onnx_export import MODEL_FILE, PROBE_ROWS, export_onnx, part_metadata
 from vflserver.inference.artifact import ArtifactInfo
 from vflserver.inference.onnx_model import info_metadata

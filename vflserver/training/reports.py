@@ -20,7 +20,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from vflcore.data import id_arrays
-from vflcore.job import JobSpec, Schedule
+from vflcore.job.schedule import Schedule
+from vflcore.job.spec import JobSpec
 from vflserver.federation.alignment import AlignmentResult
 
 

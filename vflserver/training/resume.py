@@ -18,7 +18,8 @@ from vflalgorithms.base import ServerAlgorithm
 from vflalgorithms.divergence import nonfinite_state
 from vflcore.data.checkpoints import discard_after, load_position, pin, readable_checkpoints, save_position
 from vflcore.errors import CheckpointError, TrainingDiverged
-from vflcore.job import ACTIVE_PARTY, JobSpec, Position
+from vflcore.job.schedule import Position
+from vflcore.job.spec import ACTIVE_PARTY, JobSpec
 from vflcore.ml.state import restore_rng, rng_state
 from vflcore.work_items import Restore
 from vflserver.federation.passive_parties import PassiveParties

@@ -32,13 +32,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from vflalgorithms.base import ActiveContext, AfterStep, ServerAlgorithm
-from vflalgorithms.factories import PROBE_ROWS, ModelSlot
+from vflalgorithms.factories import ModelSlot
 from vflcore.errors import ConfigError
-from vflcore.job import ACTIVE_PARTY, JobSpec, Schedule, model_seed
+from vflcore.job.distill import STUDENT_FACTORY, STUDENT_SUFFIX, DistillSpec, student_name
+from vflcore.job.schedule import Schedule, model_seed
+from vflcore.job.spec import ACTIVE_PARTY, JobSpec
 from vflcore.ml.losses import task_loss
-from vflcore.ml.models import job_optimizer, mlp
+from vflcore.ml.models import job_optimizer, load_factory, mlp
 from vflcore.runtime.logs import progress
-from vflserver.training.distill_settings import STUDENT_FACTORY, STUDENT_SUFFIX, DistillSpec, student_name
+from vflserver.plan.admission import student_slot
 
 __all__ = [
     "NO_PARTIES",
@@ -46,8 +48,8 @@ __all__ = [
     "default_student",
     "distillation_loss",
     "new_student",
+    "student_factory",
     "student_job",
-    "student_slot",
 ]
 
 
@@ -72,9 +74,14 @@ def default_student(
     )
 
 
-def student_slot(own_features: int, num_outputs: int) -> ModelSlot:
-    """What ``[distill] student_factory`` is called with and must return, probed at submission."""
-    return ModelSlot("the student", (own_features, num_outputs), (PROBE_ROWS, own_features), (PROBE_ROWS, num_outputs))
+def student_factory(spec: DistillSpec | None) -> Callable[..., nn.Module] | None:
+    """The student factory ``spec`` names, imported; None for the default student (or no ``[distill]``)."""
+    if spec is None or not spec.student_factory:
+        return None
+    try:
+        return load_factory(spec.student_factory)
+    except ValueError as exc:
+        raise ConfigError(f"[distill] {STUDENT_FACTORY}: {exc}") from None
 
 
 def distillation_loss(

@@ -1,6 +1,6 @@
 """Whether the active party's table, as it is when the job starts, can train the job; its output width.
 
-The plan was checked at submission against the table as it was then (``vflserver.jobs.plan``);
+The plan was checked at submission against the table as it was then (``vflserver.plan.admission``);
 a file may have changed since, so the job checks again before it builds anything.
 """
 
@@ -9,10 +9,11 @@ from __future__ import annotations
 from vflalgorithms.base import ServerAlgorithm
 from vflcore.data.tables import PartyTable
 from vflcore.errors import ConfigError
-from vflcore.job import JobSpec
+from vflcore.job.distill import DistillSpec
+from vflcore.job.spec import JobSpec
 from vflcore.ml.losses import output_width
 from vflprivacy.label_defences import check_classes
-from vflserver.training.distill_settings import DistillSpec, require_own_features
+from vflserver.plan.admission import require_own_features
 
 
 def table_outputs(

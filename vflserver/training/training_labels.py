@@ -1,6 +1,6 @@
 """The labels the active party trains one job on (randomised with label DP), its noise key, and what it reports.
 
-The job's ``[privacy]`` says how the labels are protected (``vflcore.privacy``); this party applies
+The job's ``[privacy]`` says how the labels are protected (``vflcore.job.privacy``); this party applies
 it, in its own process, before training starts:
 
 - the noise key (``vflprivacy.noise``), created in this party's job folder the first time: the
@@ -26,7 +26,7 @@ import numpy as np
 import structlog
 import torch
 
-from vflcore.job import JobSpec
+from vflcore.job.spec import JobSpec
 from vflprivacy.label_defences import keep_probability, randomised_response
 from vflprivacy.noise import noise_generator, noise_key
 

@@ -38,13 +38,13 @@ from hypothesis import strategies as st
 
 from vflclient import JobClient
 from vflcore.errors import VflError
-from vflcore.privacy import privacy_keys
+from vflcore.job.distill import distill_keys
+from vflcore.job.privacy import privacy_keys
 from vflcore.proto import federation_pb2 as pb
 from vflcore.proto import open_inference_pb2 as oip
 from vflcore.security.tls import TlsFiles, channel_credentials
 from vflcore.wire import serde as wire
 from vflcore.wire.tensors import TensorKey
-from vflserver.training.distill_settings import distill_keys
 from vfltesting.fuzz import strategies as fz
 from vfltesting.fuzz import surfaces
 from vfltesting.fuzz.report import Target, Verdict

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from vflalgorithms.base import ActiveContext, ClientAlgorithm, PassiveContext, ServerAlgorithm, job_options
-from vflcore.job import model_seed
+from vflcore.job.schedule import model_seed
 from vflcore.ml.losses import task_loss
 from vflcore.ml.models import build_seeded, job_optimizer
 from vflcore.wire.names import EMBEDDING

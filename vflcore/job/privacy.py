@@ -17,7 +17,7 @@ The settings travel with the job (``JobSpec.privacy``), so every party knows wha
 apply; a passive party's own config may require more than a job asks for, and that party
 refuses the job at Join (``vflclient``). Every defence is off by default. ``vflprivacy`` holds the
 defences, the accountant and the attack probes; this module only names and checks the settings,
-so that the job (``vflcore.job``) can carry them.
+so that the job (``vflcore.job.spec``) can carry them.
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ def privacy_keys() -> tuple[str, ...]:
 def privacy_from_table(table: Mapping[str, Any], where: str = "job") -> PrivacySpec:
     """``[privacy]`` read and completed with the defaults; a ConfigError names a key unknown or of the wrong type.
 
-    Its rules are checked with the rest of the job (``check_privacy``, from ``vflcore.job_rules``),
+    Its rules are checked with the rest of the job (``check_privacy``, from ``vflcore.job.rules``),
     since some depend on the job's task.
     """
     refuse_unknown(Section({"privacy": table}, "privacy", where), privacy_keys())

@@ -3,7 +3,7 @@
 A finished job leaves up to two such models in the active party's run folder: its own, when the
 algorithm predicts alone (APFed's ``model.onnx``, or the ``model.safetensors`` of a run made
 before ONNX), and the student of a ``[distill]`` job (``student/model.onnx``, served as
-``<job>-student``). Federated models need their parties: ``served_federated`` brings them back.
+``<job>-student``). Federated models need their parties: ``served_again.federated`` brings them back.
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ import structlog
 
 from vflcore.data.checkpoints import party_dir
 from vflcore.errors import VflError
-from vflcore.job import ACTIVE_PARTY
+from vflcore.job.distill import student_name
+from vflcore.job.spec import ACTIVE_PARTY
 from vflcore.ml.onnx_export import MODEL_FILE
 from vflserver.inference.artifact import LEGACY_FILE
 from vflserver.inference.onnx_model import is_standalone, load_servable
 from vflserver.inference.registry import ModelRegistry
-from vflserver.jobs.store import JobRecord, JobStore
-from vflserver.training.distill_settings import student_name
 from vflserver.training.distillation import STUDENT_DIR
+from vflserver.training.served_again.saved_jobs import SavedJob, SavedJobs
 
 log = structlog.get_logger(__name__)
 
@@ -39,16 +39,16 @@ def serve_student(registry: ModelRegistry, job_id: str, model: Path | None) -> N
     log.info("model_served", job=job_id, model=name, how="distilled student, standalone")
 
 
-def serve_saved_models(registry: ModelRegistry, store: JobStore, run_dir: Path) -> list[JobRecord]:
+def serve_saved_models(registry: ModelRegistry, store: SavedJobs, run_dir: Path) -> list[SavedJob]:
     """After a restart: serve again every finished job's standalone model and student.
 
     The standalone model is the active party's ``model.onnx`` when its metadata says so (every
     party of every job exports its part under that name), else the ``model.safetensors`` of a
     run made before ONNX. A job whose standalone model cannot be served any more is recorded as
     not served. Returns the served jobs that have no standalone model: federated models, which
-    ``served_federated`` serves again (or records as not served).
+    ``served_again.federated`` serves again (or records as not served).
     """
-    federated: list[JobRecord] = []
+    federated: list[SavedJob] = []
     for record in store.list(states=("finished",)):
         folder = party_dir(run_dir, record.job_id, ACTIVE_PARTY)
         if "distill" in record.document and record.document.get("serving", {}).get("enabled", True):

@@ -7,7 +7,7 @@ them together is written here when the model is first served (``served_model.jso
 alignment's key, the checkpoint's position and each passive party's ID-set digest; digests and
 a key, no ID). At the next start the server reads it back, loads the alignment and the
 checkpoint, and offers the model's job to the passive parties, which load their parts through
-the same path as a passive daemon that restarted (``vflserver.training.readmission``).
+the same path as a passive daemon that restarted (``readmission``).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ import numpy as np
 
 from vflcore.data.tables import ids_digest
 from vflcore.errors import VflError
-from vflcore.job import Position
+from vflcore.job.schedule import Position
 from vflcore.psi.cache import cache_path, load_alignment
-from vflserver.federation.rejoin import RejoinTerms
+from vflserver.training.served_again.terms import RejoinTerms
 
 #: In the active party's run folder, beside its checkpoints.
 SERVED_FILE = "served_model.json"

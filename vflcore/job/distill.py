@@ -3,23 +3,20 @@
 A job with this table (even an empty one) trains, after the federated model, a **student** on
 the active party's own features alone, taught by the federated model's outputs on the training
 rows (``vflserver.training.distillation``). The student serves with every passive party offline,
-as an APFed model does. The settings stay on the active party: no passive party reads them, so
-they are not part of ``JobSpec`` and never cross the wire.
+as an APFed model does. No passive party reads these settings, so they are not part of
+``JobSpec`` and never cross the wire; they sit with the job's other tables all the same, so that
+a job document is read on one floor (``vflserver.plan.document`` reads it from here).
 
-Every value is checked when the job is submitted; a ConfigError names the key.
+Every value is checked when the job is submitted; a ConfigError names the key. The student
+factory is imported and probed with the active party's table (``vflserver.plan.admission``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from torch import nn
-
-from vflcore.data.tables import PartyTable
 from vflcore.errors import ConfigError
-from vflcore.ml.models import load_factory
 from vflcore.settings import (
     Section,
     above,
@@ -111,7 +108,7 @@ def distill_keys() -> tuple[str, ...]:
 def distill_from_table(table: Any, where: str = "job", *, task: str = "classification") -> DistillSpec:
     """``[distill]`` checked and completed with the defaults; a ConfigError names the key at fault.
 
-    The student factory is only checked for its form here; ``vflserver.jobs.plan.check_models``
+    The student factory is only checked for its form here; ``vflserver.plan.admission.check_models``
     imports and probes it once the active party's table gives the shapes.
     """
     sec = Section({"distill": table}, "distill", where)
@@ -124,25 +121,6 @@ def distill_from_table(table: Any, where: str = "job", *, task: str = "classific
     return spec
 
 
-def student_factory(spec: DistillSpec | None) -> Callable[..., nn.Module] | None:
-    """The student factory ``spec`` names, imported; None for the default student (or no ``[distill]``)."""
-    if spec is None or not spec.student_factory:
-        return None
-    try:
-        return load_factory(spec.student_factory)
-    except ValueError as exc:
-        raise ConfigError(f"[distill] {STUDENT_FACTORY}: {exc}") from None
-
-
-def require_own_features(table: PartyTable, where: str) -> None:
-    """ConfigError unless the active party's ``table`` has feature columns: the student's only input."""
-    if not table.features.shape[1]:
-        raise ConfigError(
-            f"{where}: [distill] trains a student on the active party's own features, and its dataset "
-            f"({table.source}) has none; remove [distill] or give the active party feature columns"
-        )
-
-
 __all__ = [
     "STUDENT_FACTORY",
     "STUDENT_SUFFIX",
@@ -150,7 +128,5 @@ __all__ = [
     "distill_from_table",
     "distill_keys",
     "refuse_student_names",
-    "require_own_features",
-    "student_factory",
     "student_name",
 ]

@@ -12,7 +12,7 @@ is recorded as not served; the server starts all the same.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import structlog
 
@@ -22,17 +22,17 @@ from vflcore.runtime.config import DataSource, ServerSettings
 from vflserver.federation.board import JobBoard
 from vflserver.inference.federated import FederatedServable
 from vflserver.inference.registry import ModelRegistry
-from vflserver.jobs.plan import read_active_table, read_held_out
-from vflserver.jobs.store import JobRecord, JobStore
+from vflserver.plan.admission import read_active_table, read_held_out
+from vflserver.plan.document import plan_from_document
 from vflserver.training.active_party import ActiveParty
-from vflserver.training.job_plan import plan_from_document
+from vflserver.training.served_again.saved_jobs import SavedJob, SavedJobs
 
 log = structlog.get_logger(__name__)
 
 
 def serve_federated_again(
-    records: list[JobRecord],
-    store: JobStore,
+    records: Sequence[SavedJob],
+    store: SavedJobs,
     board: JobBoard,
     registry: ModelRegistry,
     datasets: Mapping[str, DataSource],
@@ -65,7 +65,7 @@ def serve_federated_again(
 
 
 def _rebuild(
-    record: JobRecord,
+    record: SavedJob,
     board: JobBoard,
     registry: ModelRegistry,
     datasets: Mapping[str, DataSource],

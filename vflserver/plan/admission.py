@@ -1,9 +1,10 @@
-"""The checks of a job that need the active party's table, and reading that table for a plan.
+"""Admission: the checks of a job that need the active party's table, and reading that table for a plan.
 
-A plan itself (``vflserver.training.job_plan``) is checked when it is read: at submission,
-before the job is queued. What depends on the active party's data (its classes, its feature
-columns, the shapes its own model factories must build) is checked here, once the table is at
-hand: at submission (``check_models``), so a job that cannot run is refused before anything starts.
+A plan itself (``vflserver.plan.job_plan``) is checked when it is read: at submission, before
+the job is queued. What depends on the active party's data (its classes, its feature columns,
+the shapes its own model factories and its student must build) is checked here, once the table
+is at hand: at submission (``check_models``), so a job that cannot run is refused before
+anything starts. The runner reads the same table for the job's run (``read_active_table``).
 """
 
 from __future__ import annotations
@@ -11,18 +12,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from vflalgorithms.base import algorithm_spec
-from vflalgorithms.factories import check_factories
+from vflalgorithms.factories import PROBE_ROWS, ModelSlot, check_factories
 from vflcore.data.held_out import HeldOutIds, read_held_out_ids
 from vflcore.data.tables import PartyTable, read_party_csv
 from vflcore.errors import ConfigError
-from vflcore.job import ACTIVE_PARTY
+from vflcore.job.distill import STUDENT_FACTORY, DistillSpec
+from vflcore.job.privacy import MARVELL
+from vflcore.job.spec import ACTIVE_PARTY
 from vflcore.ml.losses import output_width
-from vflcore.privacy import MARVELL
 from vflcore.runtime.config import DataSource, dataset_named
 from vflprivacy.label_defences import check_classes
-from vflserver.training.distill_settings import STUDENT_FACTORY, DistillSpec, require_own_features
-from vflserver.training.job_plan import JobPlan
-from vflserver.training.student import student_slot
+from vflserver.plan.job_plan import JobPlan
 
 
 def active_source(plan: JobPlan, datasets: Mapping[str, DataSource]) -> DataSource:
@@ -73,6 +73,20 @@ def _check_student(spec: DistillSpec, table: PartyTable, outputs: int, where: st
             check_factories(given, "the student", (STUDENT_FACTORY,), slots, table="distill")
         except ConfigError as exc:
             raise ConfigError(f"{where}: {exc}") from None
+
+
+def student_slot(own_features: int, num_outputs: int) -> ModelSlot:
+    """What ``[distill] student_factory`` is called with and must return, probed at submission."""
+    return ModelSlot("the student", (own_features, num_outputs), (PROBE_ROWS, own_features), (PROBE_ROWS, num_outputs))
+
+
+def require_own_features(table: PartyTable, where: str) -> None:
+    """ConfigError unless the active party's ``table`` has feature columns: the student's only input."""
+    if not table.features.shape[1]:
+        raise ConfigError(
+            f"{where}: [distill] trains a student on the active party's own features, and its dataset "
+            f"({table.source}) has none; remove [distill] or give the active party feature columns"
+        )
 
 
 def read_active_table(plan: JobPlan, datasets: Mapping[str, DataSource]) -> PartyTable:

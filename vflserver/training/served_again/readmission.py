@@ -4,7 +4,7 @@ A federated model (SplitNN, VIM, AdptVFedConv) is kept served after its job, wit
 party connected. When a party's daemon restarts, its trained part is gone from its memory but
 not from its disk. The daemon asks for a job, the board offers it the served model's job again
 (``JobBoard._offer_for``), and it joins if it still holds what the model needs
-(``vflserver.federation.rejoin``). This thread then has it load its part: the saved alignment
+(``terms``). This thread then has it load its part: the saved alignment
 (``Align`` without PSI, whose digest it checks, as ``align_active`` does) and the checkpoint at
 the end of training (``Restore``). Tasks run in order on the party, so every inference request
 queued after ``Restore`` uses the trained part: from then on the model answers again.
@@ -19,13 +19,13 @@ import structlog
 
 from vflcore.data.tables import aligned_digest, ids_digest
 from vflcore.errors import PartyLost
-from vflcore.job import Position
+from vflcore.job.schedule import Position
 from vflcore.psi.cache import alignment_key
 from vflcore.wire.names import PSI_ALIGNED_DIGEST
 from vflcore.wire.tensors import TensorKey
 from vflcore.work_items import Align, Finish, Restore
 from vflserver.federation.passive_parties import PassiveParties
-from vflserver.federation.rejoin import RejoinTerms
+from vflserver.training.served_again.terms import RejoinTerms
 
 log = structlog.get_logger(__name__)
 
@@ -44,10 +44,10 @@ class Readmission:
     ) -> None:
         self.parties = parties
         job = parties.job
-        #: Each passive party's ID-set digest in training (saved by ``served_again``, for a server restart).
+        #: Each passive party's ID-set digest in training (saved by ``saved_terms``, for a server restart).
         self.id_set_digests = {p: parties.member(p).id_set_digest for p in job.passive_parties}
         # The key align_active saved the alignment under: the same job and the same ID sets. A
-        # model served again after a server restart brings its terms from disk (``served_again``).
+        # model served again after a server restart brings its terms from disk (``saved_terms``).
         self.terms = terms or RejoinTerms(
             alignment_key(job.job_id, {1: ids_digest(own_ids), **self.id_set_digests}),
             position or Position.after_epoch(job.epochs - 1),  # the served epoch: the best, with validation

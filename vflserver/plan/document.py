@@ -21,83 +21,34 @@ dataset each party uses::
     [model]                       # top_hidden, top_dropout; the active party's own model factories:
     top_factory = "mymodels:top"  # "module:function" per model the algorithm takes (docs/configuration.md)
     [serving]                     # enabled (serve the model once trained; default true), degraded
-    [privacy]                     # the defences each party applies (vflcore.privacy; all off by default)
+    [privacy]                     # the defences each party applies (vflcore.job.privacy; all off by default)
     [distill]                     # also train a student the active party serves alone (settings: docs)
 
-Every ``JobPlan`` is checked when it is made, from a document or in code, so a job that cannot
-run is refused at submission, before it is queued, with a message that names the key; the
-active party trusts the plan it is handed. Why on the training floor: the runner (``jobs``) and
-``ActiveParty`` (``training``) both hold it. The checks that need the active party's table (its
-classes, its feature columns) are made where the table is read: ``vflserver.jobs.plan``.
+The shared tables (``[job]``, ``[algorithm]``, ``[privacy]``, ``[distill]``) are read by
+``vflcore.job``, one floor down; this module reads the active party's own (``[model]``,
+``[serving]``, the dataset and model names) and refuses unknown tables and keys by name.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
-from vflalgorithms.base import algorithm_spec
-from vflalgorithms.factories import FACTORY_KEYS, refuse_untaken
-from vflalgorithms.label_protection import check_privacy_applies
+from vflalgorithms.factories import FACTORY_KEYS
 from vflcore.errors import ConfigError
-from vflcore.job import ACTIVE_PARTY, JobSpec, settable_fields
-from vflcore.job_rules import read_job, validate_job
-from vflcore.privacy import privacy_keys
+from vflcore.job.distill import distill_from_table, distill_keys
+from vflcore.job.document import read_job
+from vflcore.job.privacy import privacy_keys
+from vflcore.job.spec import ACTIVE_PARTY, JobSpec, settable_fields
 from vflcore.runtime.config import DEFAULT_DATASET
-from vflcore.settings import (
-    Section,
-    Tables,
-    check_declared,
-    one_of,
-    positive,
-    read_settings,
-    refuse_unknown_tables,
-    setting,
-    table_keys,
-    within,
-)
-from vflserver.inference.config import DEGRADED_MODES
-from vflserver.training.distill_settings import DistillSpec, distill_from_table, distill_keys
+from vflcore.settings import Section, Tables, read_settings, refuse_unknown_tables, table_keys
+from vflserver.plan.job_plan import JobPlan
 
 #: The tables of a job document; anything else is refused by name.
 TABLES = ("job", "algorithm", "model", "serving", "privacy", "distill")
 #: ``[job]`` keys that name each party's dataset and model (assembled into ``JobPlan.datasets``, ``.models``).
 _NAME_KEYS = ("dataset", "datasets", "model", "models")
-
-
-#: ``[model] top_dropout``: a rate in [0, 1); 1 would drop every unit.
-_dropout = within(0, 1, "give a rate in [0, 1) (0 turns it off)")
-
-
-@dataclass(frozen=True)
-class JobPlan:
-    """One job as the runner runs it and ``ActiveParty`` trains it; checked when made (``check_plan``)."""
-
-    job: JobSpec
-    #: Party id (1 is the active party) -> the name of the dataset that party uses.
-    datasets: dict[int, str] = field(default_factory=dict)
-    #: How long the job waits for its passive parties; a document's default is the server's own.
-    join_timeout_s: float = field(default=300.0, metadata=setting("job", check=positive))
-    top_hidden: tuple[int, ...] = field(default=(64,), metadata=setting("model"))
-    top_dropout: float = field(default=0.0, metadata=setting("model", check=_dropout))
-    #: Align IDs by PSI, write the aligned IDs, and end (``vfl-server --psi-only``).
-    psi_only: bool = field(default=False, metadata=setting("job"))
-    #: Serve the trained model on the inference endpoint (if the server runs one).
-    serve: bool = field(default=True, metadata=setting("serving", key="enabled"))
-    degraded: str = field(default="none", metadata=setting("serving", check=one_of(DEGRADED_MODES)))
-    #: The active party's own model factories: ``[model]`` key → ``module:function``.
-    factories: dict[str, str] = field(default_factory=dict)
-    #: Passive party id -> the name, in its own ``[models]`` table, of the model it builds (absent: its default).
-    models: dict[int, str] = field(default_factory=dict)
-    #: ``[distill]``: distil the trained model into a student the active party serves alone (None: no table).
-    distill: DistillSpec | None = None
-    #: Where the plan came from, for its errors: a job file, "job", or the Control API's caller.
-    where: str = field(default="job", compare=False, repr=False)
-
-    def __post_init__(self) -> None:
-        check_declared(self, self.where)
-        check_plan(self)
 
 
 def job_keys() -> tuple[str, ...]:
@@ -119,32 +70,6 @@ def job_tables() -> Tables:
 
 #: Where a key refused in a job's table belongs instead.
 _HINTS = {"serving": "; where the endpoint listens and who may call it belong in the server's config"}
-
-
-def check_plan(plan: JobPlan) -> None:
-    """Refuse a plan no party can run: the job's rules, its algorithm's options, what its defences apply to."""
-    job, where = plan.job, plan.where
-    validate_job(job, where)
-    spec = algorithm_spec(job.algorithm)  # an unknown algorithm, or a bad option, is refused now
-    spec.options(job.algorithm_options)
-    half = spec.active_half()
-    check_privacy_applies(job, half, where)
-    if job.checkpoint_every_steps and not half.resumes_mid_epoch:
-        raise ConfigError(
-            f"{where}: [job] checkpoint_every_steps = {job.checkpoint_every_steps}: {job.algorithm} resumes only "
-            "at the end of an epoch (it checkpoints every epoch); remove the key or set it to 0"
-        )
-    if job.eval_every_rounds and not half.scores_inside_epoch:
-        raise ConfigError(
-            f"{where}: [job] eval_every_rounds = {job.eval_every_rounds}: {job.algorithm} scores the test rows only "
-            "at the end of an epoch; remove the key or set it to 0"
-        )
-    if plan.distill is not None and plan.psi_only:
-        raise ConfigError(f"{where}: [distill] needs a trained model, and a psi_only job trains none; remove one")
-    try:
-        refuse_untaken(plan.factories, job.algorithm, half.factory_keys)
-    except ConfigError as exc:
-        raise ConfigError(f"{where}: {exc}") from None
 
 
 def plan_from_document(
@@ -224,4 +149,4 @@ def _names_by_party(
     return names
 
 
-__all__ = ["TABLES", "JobPlan", "check_plan", "job_keys", "job_tables", "plan_from_document"]
+__all__ = ["TABLES", "job_keys", "job_tables", "plan_from_document"]
