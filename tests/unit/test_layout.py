@@ -193,3 +193,25 @@ def test_no_private_name_crosses_a_package() -> None:
                             f"{path.relative_to(ROOT)}:{node.lineno} imports {alias.name} from {node.module}"
                         )
     assert not crossing, "\n".join(crossing)
+
+
+#: A job's two homes (issue 49): what every party knows and checks of it, and what the active party runs.
+JOB_HOMES = ("vflcore/job/", "vflserver/plan/")
+#: The tables only a job document holds; ``[privacy]``, ``[model]`` and ``[serving]`` are also a daemon's own.
+_JOB_ONLY_TABLES = {"job", "distill"}
+
+
+def test_a_job_is_declared_in_its_two_homes() -> None:
+    """Every setting of a job's own tables ([job], [distill]) is declared in vflcore/job/ or vflserver/plan/."""
+    strays = []
+    for package in PRODUCT:
+        for path in _modules(package):
+            where = path.relative_to(ROOT).as_posix()
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setting"):
+                    continue
+                table = node.args[0] if node.args else None
+                ours = isinstance(table, ast.Constant) and table.value in _JOB_ONLY_TABLES
+                if ours and not where.startswith(JOB_HOMES):
+                    strays.append(f"{where}:{node.lineno} declares a [{table.value}] setting")
+    assert not strays, "\n".join(strays)
