@@ -15,6 +15,7 @@ import pytest
 
 from vflclient import Connection, JobClient, PassiveParty, ServerUnavailable, VflError
 from vflcore.data.tables import read_party_csv
+from vflcore.runtime.config import ClientSettings
 from vflserver.federation.board import JobBoard
 from vflserver.federation.server import build_server
 from vflserver.jobs.store import JobStore
@@ -245,7 +246,9 @@ class TestClosedUnderIt:
         try:
             connection = Connection(f"127.0.0.1:{port}", 2, tls=pki.party_files(2))
             connection.close()  # what ShutdownSignals does, through PartyDaemon.stop
-            party = PassiveParty(2, read_party_csv(digits_data / "party2.csv"), run_dir=tmp_path / "runs")
+            party = PassiveParty(
+                2, read_party_csv(digits_data / "party2.csv"), ClientSettings(run_dir=tmp_path / "runs")
+            )
             with pytest.raises(ServerUnavailable, match="this party is stopping"):
                 party.run(connection, job_id="job-a")
             with pytest.raises(ServerUnavailable, match="this party is stopping"), connection.closing_is_stopping():
