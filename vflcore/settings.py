@@ -215,6 +215,7 @@ def declared(cls: type, table: str | None = None) -> tuple[Field[Any], ...]:
 
 @functools.cache
 def _declared(cls: type) -> tuple[Field[Any], ...]:
+    """Once per class: every settings object's ``__post_init__`` asks (``check_declared``)."""
     return tuple(_in_table_of(cls, f) for f in fields(cls) if "table" in f.metadata)
 
 
