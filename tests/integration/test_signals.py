@@ -219,8 +219,9 @@ class TestServiceStop:
         """SIGTERM to a daemon while its job trains: it says it stopped during that job, not "after 0 job(s)"."""
         run = ServiceRun(tmp_path, pki, digits_data, parties=(3,))
         with run.started(), JobClient(run.address, tls=pki.operator_files("alice")) as jobs, _party_2(run) as party2:
-            job = jobs.submit(job_document("cut-short", "splitnn", epochs=10_000)).id  # it trains until the stop
-            wait_until(lambda: jobs.get(job).state == "training", "the job to train", run, every_s=0.05)
+            # it trains until the stop; a loaded host may take a minute to start both daemons
+            job = jobs.submit(job_document("cut-short", "splitnn", epochs=10_000, join_timeout_s=600)).id
+            wait_until(lambda: jobs.get(job).state == "training", "the job to train", run, 600, every_s=0.05)
             out = _stop(party2, run)
         assert "vfl-client party 2: stopped by signal during job cut-short after 0 finished job(s)" in out, out
 
