@@ -2,7 +2,8 @@
 
 A passive party holds features, not labels. It dials the active party's server over mutual
 TLS, joins the job, and trains its own bottom model; its raw features and weights never leave
-the process. See ``PassiveParty`` for a complete example. ``InferenceClient`` queries a trained
+the process. See ``PassiveParty`` for a complete example; ``ClientSettings`` are its settings,
+as a party's config file sets them. ``InferenceClient`` queries a trained
 model on the server's inference endpoint. ``JobClient`` submits, follows and cancels jobs on a
 long-running ``vfl-server`` (an operator's certificate), the SDK under ``vfl-jobs``.
 
@@ -37,6 +38,7 @@ from vflcore.security.tls import TlsFiles
 #: (PEP 562). An operator's ``vfl-jobs`` and a script that only submits and watches jobs need none
 #: of them: importing all of them here made every ``vfl-jobs`` call take 2.7 s before it did anything.
 _IMPORTED_WHEN_USED = {
+    "ClientSettings": "vflcore.runtime.config",
     "Connection": "vflclient._connection",
     "InferenceClient": "vflclient._inference",
     "ModelFactory": "vflalgorithms.base",
@@ -52,6 +54,7 @@ if _typing.TYPE_CHECKING:
     from vflclient._inference import InferenceClient
     from vflclient._passive_party import PassiveParty, RunResult
     from vflcore.data.tables import PartyTable, read_party_csv
+    from vflcore.runtime.config import ClientSettings
 
 
 def __getattr__(name: str) -> _typing.Any:
@@ -68,6 +71,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "ClientSettings",
     "ConfigError",
     "Connection",
     "DataError",

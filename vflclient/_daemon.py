@@ -22,9 +22,8 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import structlog
 
@@ -35,14 +34,12 @@ from vflcore.data.tables import PartyTable, read_party_csv
 from vflcore.errors import ConfigError, DataError, PermissionDenied, ServerUnavailable, TlsConfigError, VflError
 from vflcore.job.spec import Offer
 from vflcore.ml.models import load_factory
-from vflcore.party_privacy import PartyPrivacy
-from vflcore.runtime.compute import LOCAL, ComputeEngine
 from vflcore.runtime.config import (
     RESTART_RETRY_S,
     RESTART_WINDOW_S,
     RETRY_INITIAL_S,
     RETRY_MAX_S,
-    DataSource,
+    ClientConfig,
     dataset_named,
 )
 
@@ -89,45 +86,29 @@ class Backoff:
 
 
 class PartyDaemon:
-    """One passive party, job after job, until ``stop``."""
+    """One passive party, job after job, until ``stop``.
 
-    def __init__(
-        self,
-        party: int,
-        datasets: Mapping[str, DataSource],
-        connect: Callable[[], Connection],
-        *,
-        model_factory: ModelFactory | None = None,
-        run_dir: Path = Path("runs"),
-        heartbeat_s: float = 10.0,
-        psi_workers: int | None = None,
-        keep_checkpoints: int = 2,
-        backoff: Backoff | None = None,
-        offer_wait_s: float = 30.0,
-        models: Mapping[str, str] | None = None,
-        device: str = "cpu",
-        privacy: PartyPrivacy | None = None,
-        compute_engine: ComputeEngine = LOCAL,
-    ) -> None:
-        self.party = party
-        self.datasets = dict(datasets)
+    ``config`` is the party's whole config, as ``vfl-client`` builds it from its file and flags:
+    its id, its datasets and models, its ``[privacy]`` and its settings, which each job's
+    ``PassiveParty`` is handed. ``connect(stop_event)`` opens a connection to the server that a stop
+    ends at once: how (TLS or not, its timeouts, a test's refusal) is the caller's, not a setting.
+    """
+
+    #: How long one NextJob poll waits for an offer before it asks again.
+    offer_wait_s = 30.0
+
+    def __init__(self, config: ClientConfig, connect: Callable[[threading.Event], Connection]) -> None:
+        self.config = config
+        self.party = config.party
         self._connect = connect
-        self.model_factory = model_factory
-        #: ``[models]``: the factories a job may name for this party (imported when a job names one).
-        self.models = dict(models or {})
-        self.device = device
-        self.compute_engine = compute_engine
-        #: ``[privacy]`` of this party's config: what it requires of every job (a job below it is refused at Join).
-        self.privacy = privacy or PartyPrivacy()
-        self.run_dir = run_dir
-        self.heartbeat_s = heartbeat_s
-        self.psi_workers = psi_workers
-        self.keep_checkpoints = keep_checkpoints
-        self.backoff = backoff or Backoff()
-        self.offer_wait_s = offer_wait_s
+        #: ``[model] factory``, imported now: one that cannot be imported is refused at start, not at a job.
+        self.model_factory = self._load_factory(config.settings.model_factory, "[model] factory")
+        self.backoff = Backoff(config.settings.retry_initial_s, config.settings.retry_max_s)
         self.stop_event = threading.Event()
         #: The jobs this daemon trained to their end or saw end; a served model's job is one while it serves.
         self._jobs_done: set[str] = set()
+        #: The job a stop interrupted before this party trained it to its end (None: none was).
+        self.stopped_during: str | None = None
         self._lock = threading.Lock()
         self._connection: Connection | None = None
         self._tables: dict[tuple[str, str], tuple[float, PartyTable]] = {}
@@ -191,6 +172,10 @@ class PartyDaemon:
                 return  # reported: the job fails before PSI; this party waits for the next
             try:
                 result = party.run(connection, job_id=job.job_id)
+            except BaseException:
+                if self.stop_event.is_set() and not party.trained:
+                    self.stopped_during = job.job_id
+                raise
             finally:
                 # Trained to its last epoch: done, though its model may serve (so run not return)
                 # until this daemon stops. A rejoin to serve it again trains nothing: not counted twice.
@@ -225,43 +210,38 @@ class PartyDaemon:
             log.error("job_refused", job=job.job_id, dataset=offer.dataset, model=offer.model, error=str(exc))
             connection.report_failure(job.job_id, 0, str(exc))
             raise
-        return PassiveParty(
-            self.party,
-            table,
-            model_factory=factory,
-            device=self.device,
-            run_dir=self.run_dir,
-            heartbeat_s=self.heartbeat_s,
-            psi_workers=self.psi_workers,
-            keep_checkpoints=self.keep_checkpoints,
-            privacy=self.privacy,
-            compute_engine=self.compute_engine,
-        )
+        return PassiveParty(self.party, table, self.config.settings, model_factory=factory, privacy=self.config.privacy)
 
     def _factory(self, name: str) -> ModelFactory | None:
         """The model factory the job names (a ``[models]`` name of this party's config), or the default."""
         if not name:
             return self.model_factory
-        spec = self.models.get(name)
+        spec = self.config.models.get(name)
         if spec is None:
-            have = ", ".join(sorted(self.models)) or "none"
+            have = ", ".join(sorted(self.config.models)) or "none"
             raise ConfigError(
                 f"party {self.party}: the job asks for model {name!r}, which this party's [models] table does not "
                 f'name (it has: {have}); add {name} = "package.module:function" to its config'
             )
+        return self._load_factory(spec, f"[models] {name}")
+
+    def _load_factory(self, spec: str | None, where: str) -> ModelFactory | None:
+        """The factory ``spec`` names (None: none); a ConfigError naming ``where`` if it cannot be imported."""
+        if spec is None:
+            return None
         try:
             return load_factory(spec)
         except ValueError as exc:
-            raise ConfigError(f"party {self.party}: [models] {name}: {exc}") from None
+            raise ConfigError(f"party {self.party}: {where}: {exc}") from None
 
     def check_datasets(self) -> None:
         """Read every dataset of this party's config once; DataError names the file at fault."""
-        for name in self.datasets:
+        for name in self.config.datasets:
             self._table(name)
 
     def _table(self, name: str) -> PartyTable:
         """The dataset ``name`` from this party's config, read again only if its file changed."""
-        source = dataset_named(self.datasets, name, f"party {self.party}")
+        source = dataset_named(self.config.datasets, name, f"party {self.party}")
         try:
             stamp = source.path.stat().st_mtime
         except OSError:
@@ -279,7 +259,7 @@ class PartyDaemon:
     # ---- connecting ---------------------------------------------------------------------------
 
     def _open(self) -> Connection:
-        connection = self._connect()
+        connection = self._connect(self.stop_event)
         with self._lock:
             self._connection = connection
         if self.stop_event.is_set():

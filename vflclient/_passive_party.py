@@ -45,7 +45,7 @@ from vflcore.ml.state import restore_rng, rng_state
 from vflcore.party_privacy import PartyPrivacy, refusal
 from vflcore.psi.cache import cached_keys
 from vflcore.psi.progress import discard_all, resumable_keys
-from vflcore.runtime.compute import LOCAL, ComputeEngine
+from vflcore.runtime.config import ClientSettings
 from vflcore.runtime.daemon import adopt_torch_threads
 from vflcore.wire.links import TrainingLink
 from vflcore.wire.names import EVAL_EMBEDDING, infer_embedding_name
@@ -72,36 +72,33 @@ class RunResult:
 
 
 class PassiveParty:
-    """One feature holder: its table, its own model, and its checkpoints."""
+    """One feature holder: its table, its own model, and its checkpoints.
+
+    ``settings`` are this party's own (``vflcore.runtime.config.ClientSettings``: its config's
+    ``[client]``, ``[psi]`` and ``[compute]``), as ``ActiveParty`` takes the server's; the defaults
+    when None. ``model_factory`` builds its bottom model (None: the built-in one). ``privacy`` is what
+    it requires of every job (its config's ``[privacy]``). ``recorder`` keeps what crosses its link,
+    for the attack probes.
+    """
 
     def __init__(
         self,
         party: int,
         table: PartyTable,
+        settings: ClientSettings | None = None,
         *,
         model_factory: ModelFactory | None = None,
-        run_dir: Path = Path("runs"),
-        heartbeat_s: float = 10.0,
-        psi_workers: int | None = None,
-        keep_checkpoints: int = 2,
-        device: torch.device | str = "cpu",
-        recorder: LinkRecorder | None = None,
         privacy: PartyPrivacy | None = None,
-        compute_engine: ComputeEngine = LOCAL,
+        recorder: LinkRecorder | None = None,
     ) -> None:
-        if keep_checkpoints < 1:
-            raise ConfigError(f"keep_checkpoints = {keep_checkpoints}; keep at least the newest checkpoint (1)")
         self.party = party
         self.own_table = table
         self.table: PartyTable | None = None  # the aligned rows, once PSI is done
+        #: This party's settings (``[client]``, ``[psi]``, ``[compute]``): where its checkpoints go and how
+        #: many it keeps, its heartbeat, and where it computes; checked when they were made.
+        self.settings = settings or ClientSettings()
         self.model_factory = model_factory
-        self.device = torch.device(device)
-        self.run_dir = run_dir
-        self.heartbeat_s = heartbeat_s
-        self.psi_workers = psi_workers
-        #: Where PSI's curve arithmetic runs: this host, or the party's Ray cluster (``[compute] engine``).
-        self.compute_engine = compute_engine
-        self.keep_checkpoints = keep_checkpoints  # per job, the newest epochs' checkpoints
+        self.device = torch.device(self.settings.device)
         self.stop_event = threading.Event()
         self.job: JobSpec | None = None
         #: The job's split of the aligned rows and its batches: from the seed, or around the rows the
@@ -128,13 +125,13 @@ class PassiveParty:
             return self._join_and_work(connection, job_id)
 
     def _join_and_work(self, connection: Connection, job_id: str) -> RunResult:
-        held = readable_checkpoints(party_dir(self.run_dir, job_id, self.party)) if job_id else []
+        held = readable_checkpoints(party_dir(self.settings.run_dir, job_id, self.party)) if job_id else []
         job = connection.join(
             self.own_table,
             self._saved_alignments(),
             job_id=job_id,
             checkpoints=held,
-            resumable_psi=resumable_keys(self.run_dir.glob(f"*/party-{self.party}/psi")),
+            resumable_psi=resumable_keys(self.settings.run_dir.glob(f"*/party-{self.party}/psi")),
         )
         _own_folder_name(job.job_id)
         _meets_the_rules(job)
@@ -143,7 +140,7 @@ class PassiveParty:
         self.job = job
         structlog.contextvars.bind_contextvars(job=job.job_id)
         log.info("joined", algorithm=job.algorithm, ids=self.own_table.num_rows, epochs=job.epochs)
-        heartbeats = connection.start_heartbeats(job.job_id, self.heartbeat_s)
+        heartbeats = connection.start_heartbeats(job.job_id, self.settings.heartbeat_s)
         try:
             return self._work(connection, job)
         finally:
@@ -195,7 +192,9 @@ class PassiveParty:
 
     def _saved_alignments(self) -> list[bytes]:
         """Keys of the PSI results this party saved in earlier runs, for any job."""
-        return [key for folder in self.run_dir.glob(f"*/party-{self.party}/psi") for key in cached_keys(folder)]
+        return [
+            key for folder in self.settings.run_dir.glob(f"*/party-{self.party}/psi") for key in cached_keys(folder)
+        ]
 
     def _align(self, task: Align, connection: Connection) -> None:
         """Align this party's rows with the others; the algorithm is built on them at its first task."""
@@ -207,8 +206,8 @@ class PassiveParty:
             task,
             connection,  # PSI names travel on the PSI calls (vflcore.wire.names)
             cache_dir=self._dir(self.job) / "psi",
-            workers=self.psi_workers,
-            engine=self.compute_engine,
+            workers=self.settings.psi_workers,
+            engine=self.settings.compute_engine,
             abandon=connection.closing,  # SIGTERM: leave at once, not after the chunks in progress
         )
         self.table = aligned
@@ -272,7 +271,7 @@ class PassiveParty:
                 state = checked_state(self.party, job, position, self._state(algorithm))
                 if best is not None:  # the best epoch by validation so far: kept beyond keep_checkpoints
                     pin(self._dir(job), best)
-                save_position(self._dir(job), position, state, keep=self.keep_checkpoints)
+                save_position(self._dir(job), position, state, keep=self.settings.keep_checkpoints)
                 # Training is over: the model leaves (with validation, the best epoch's, at Restore(serve)).
                 if position == Position.after_epoch(job.epochs - 1) and not job.serves_best_epoch:
                     self._trained(algorithm, job)
@@ -341,7 +340,7 @@ class PassiveParty:
         if mid_epoch_checkpoint_due(self.job, epoch, done, per_epoch):
             position = Position(epoch, done)
             state = checked_state(self.party, self.job, position, self._state(self.algorithm))
-            save_position(self._dir(self.job), position, state, keep=self.keep_checkpoints)
+            save_position(self._dir(self.job), position, state, keep=self.settings.keep_checkpoints)
 
     def _send_embedding(self, epoch: int, done: int, rows: np.ndarray) -> None:
         """This party's representation of ``rows`` for the active party to score: after ``epoch`` (``done`` 0,
@@ -365,7 +364,7 @@ class PassiveParty:
             discard_after(folder, position)
 
     def _dir(self, job: JobSpec) -> Path:
-        return party_dir(self.run_dir, job.job_id, self.party)
+        return party_dir(self.settings.run_dir, job.job_id, self.party)
 
 
 def _own_folder_name(job_id: str) -> None:

@@ -14,14 +14,15 @@ from __future__ import annotations
 import argparse
 import functools
 import sys
+import threading
+from dataclasses import replace
 from pathlib import Path
 
 import structlog
 
 from vflclient import Connection, DataError, JoinRejected, PermissionDenied, ServerUnavailable, VflError
-from vflclient._daemon import Backoff, PartyDaemon
+from vflclient._daemon import PartyDaemon
 from vflcore.errors import ConfigError, TlsConfigError
-from vflcore.ml.models import load_factory
 from vflcore.psi import x25519
 from vflcore.runtime import cli_flags as flags
 from vflcore.runtime import daemon
@@ -78,7 +79,7 @@ def _parser() -> argparse.ArgumentParser:
 def _check(config: ClientConfig) -> int:
     """Preflight: explain certificate and connection problems in plain words."""
     assert config.tls is not None
-    findings = diagnose(config.server, config.tls, config.party)
+    findings = diagnose(config.settings.server, config.tls, config.party)
     for finding in findings:
         print(f"[{'ok' if finding.ok else 'FAIL'}] {finding.check}: {finding.message}")
     failed = {f.check for f in findings if not f.ok}
@@ -87,7 +88,7 @@ def _check(config: ClientConfig) -> int:
         # network or the server's side of TLS
         return daemon.EXIT_CONFIG if failed <= _LOCAL_CHECKS else daemon.EXIT_UNREACHABLE
     try:
-        with Connection(config.server, config.party, tls=config.tls, connect_timeout_s=10) as conn:
+        with Connection(config.settings.server, config.party, tls=config.tls, connect_timeout_s=10) as conn:
             party, state = conn.heartbeat()
     except TlsConfigError:
         raise  # this party's own files: a configuration error, which main reports
@@ -109,12 +110,13 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, ValueError) as exc:  # --log-file cannot be opened, or an unknown --log-level
         print(f"vfl-client: {exc}", file=sys.stderr)
         return daemon.EXIT_CONFIG
-    daemon.arm_crash_traces(args)  # before anything that could crash: a trace, not silence
+    # before anything that could crash: a trace, not silence; --check prints its report and nothing else
+    daemon.arm_crash_traces(args, announce=not args.check)
     try:
         config = client_config_from(flags.document(args), args.config, party=args.party)
         structlog.contextvars.bind_contextvars(party=config.party)
         if args.insecure:
-            config = ClientConfig(**{**vars(config), "tls": None})
+            config = replace(config, tls=None)
         if args.check:
             if config.tls is None:
                 print(
@@ -123,47 +125,19 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 return daemon.EXIT_CONFIG
             return _check(config)
-        factory = load_factory(config.model_factory) if config.model_factory else None
-        daemon.check_device(config.device)
-        x25519.choose_at_start(config.psi_x25519)
+        party = PartyDaemon(config, functools.partial(_connect, config, args))
+        daemon.check_device(config.settings.device)
+        x25519.choose_at_start(config.settings.psi_x25519)
     except (ConfigError, DataError, TlsConfigError, ValueError) as exc:
         print(f"vfl-client: {exc}", file=sys.stderr)
         return daemon.EXIT_CONFIG
     try:
-        daemon.check_engine(config.compute_engine)
+        daemon.check_engine(config.settings.compute_engine)
     except ConnectionError as exc:
         print(f"vfl-client: {exc}", file=sys.stderr)
         return daemon.EXIT_UNREACHABLE
 
-    daemon.prepare_compute(config.torch_threads)
-    timeout = config.connect_timeout_s if args.once else min(config.connect_timeout_s, _ATTEMPT_TIMEOUT_S)
-
-    def connect() -> Connection:
-        return Connection(
-            config.server,
-            config.party,
-            tls=config.tls,
-            insecure=args.insecure,
-            connect_timeout_s=timeout,
-            stop=party.stop_event,  # a signal ends a connection attempt at once
-            fail_fast=not args.once,  # the daemon retries with its own backoff, and logs each try
-        )
-
-    party = PartyDaemon(
-        config.party,
-        config.datasets,
-        connect,
-        model_factory=factory,
-        run_dir=config.run_dir,
-        heartbeat_s=config.heartbeat_s,
-        psi_workers=config.psi_workers,
-        keep_checkpoints=config.keep_checkpoints,
-        backoff=Backoff(config.retry_initial_s, config.retry_max_s),
-        models=config.models,
-        device=config.device,
-        privacy=config.privacy,
-        compute_engine=config.compute_engine,
-    )
+    daemon.prepare_compute(config.settings.torch_threads)
     try:
         party.check_datasets()  # every table readable now, not at the first job that names it
     except (ConfigError, DataError) as exc:
@@ -171,16 +145,39 @@ def main(argv: list[str] | None = None) -> int:
         return daemon.EXIT_CONFIG
 
     signals = daemon.ShutdownSignals(party.stop).install()
-    warm_up(config.device)  # before it dials out: the first job must not pay for torch's first use
+    warm_up(config.settings.device)  # before it dials out: the first job must not pay for torch's first use
     if not args.once:
         try:
             party.run_forever()
         except TlsConfigError as exc:
             print(f"vfl-client: {exc}", file=sys.stderr)
             return daemon.EXIT_CONFIG
-        print(f"vfl-client party {config.party}: stopped by signal after {party.jobs_done} job(s)", flush=True)
+        print(f"vfl-client party {config.party}: {_stopped(party)}", flush=True)
         return daemon.leave(daemon.EXIT_OK, signals)
     return daemon.leave(_run_once(party, config, signals), signals)
+
+
+def _connect(config: ClientConfig, args: argparse.Namespace, stop: threading.Event) -> Connection:
+    """A connection to the server, as the daemon (or ``--once``) dials it; ``stop`` ends an attempt at once."""
+    settings = config.settings
+    return Connection(
+        settings.server,
+        config.party,
+        tls=config.tls,
+        insecure=args.insecure,
+        connect_timeout_s=settings.connect_timeout_s
+        if args.once
+        else min(settings.connect_timeout_s, _ATTEMPT_TIMEOUT_S),
+        stop=stop,  # a signal ends a connection attempt at once
+        fail_fast=not args.once,  # the daemon retries with its own backoff, and logs each try
+    )
+
+
+def _stopped(party: PartyDaemon) -> str:
+    """What the daemon did before a signal stopped it: the jobs it finished, and the one it was in, if any."""
+    if party.stopped_during is None:
+        return f"stopped by signal after {party.jobs_done} job(s)"
+    return f"stopped by signal during job {party.stopped_during} after {party.jobs_done} finished job(s)"
 
 
 def _run_once(party: PartyDaemon, config: ClientConfig, signals: daemon.ShutdownSignals) -> int:

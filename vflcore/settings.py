@@ -17,10 +17,13 @@ A reader's error names the file (or "job"), the table and the key, and says what
 
 from __future__ import annotations
 
+import copy
+import functools
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import MISSING, Field, fields
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, get_type_hints
 
 from vflcore.errors import ConfigError
@@ -180,6 +183,13 @@ _BY_TYPE: dict[Any, Reader] = {
 }
 
 
+#: The table of a setting declared once for several settings classes that each read it from a table of
+#: their own: a daemon's ``run_dir`` is ``[server] run_dir`` in the server's config and ``[client]
+#: run_dir`` in a party's (``vflcore.runtime.config.PartySettings``). Each class that inherits such a
+#: field names its table in a class attribute, ``own_table``; ``declared`` puts the field there.
+OWN_TABLE = "<own table>"
+
+
 def setting(
     table: str, *, key: str = "", read: Reader | None = None, check: Check | None = None, unset: str = ""
 ) -> dict[str, Any]:
@@ -199,9 +209,26 @@ def setting_key(spec: Field[Any]) -> tuple[str, str]:
 
 
 def declared(cls: type, table: str | None = None) -> tuple[Field[Any], ...]:
-    """The fields of ``cls`` that a table sets (of ``table`` only, if given)."""
-    found = (f for f in fields(cls) if "table" in f.metadata)
-    return tuple(f for f in found if table is None or f.metadata["table"] == table)
+    """The fields of ``cls`` that a table sets (of ``table`` only, if given), each in its table for ``cls``."""
+    return tuple(f for f in _declared(cls) if table is None or f.metadata["table"] == table)
+
+
+@functools.cache
+def _declared(cls: type) -> tuple[Field[Any], ...]:
+    """Once per class: every settings object's ``__post_init__`` asks (``check_declared``)."""
+    return tuple(_in_table_of(cls, f) for f in fields(cls) if "table" in f.metadata)
+
+
+def _in_table_of(cls: type, spec: Field[Any]) -> Field[Any]:
+    """``spec`` as ``cls`` reads it: a field declared in ``OWN_TABLE`` is put in the table ``cls`` names."""
+    if spec.metadata["table"] != OWN_TABLE:
+        return spec
+    own = getattr(cls, "own_table", None)
+    if not isinstance(own, str):
+        raise TypeError(f"{cls.__name__}: setting {spec.name!r} is in the class's own table; name it in own_table")
+    placed = copy.copy(spec)
+    placed.metadata = MappingProxyType({**spec.metadata, "table": own})
+    return placed
 
 
 def table_keys(cls: type, table: str) -> tuple[str, ...]:
@@ -312,6 +339,7 @@ def tables_of(*classes: type) -> dict[str, tuple[str, ...]]:
 
 
 __all__ = [
+    "OWN_TABLE",
     "Check",
     "Reader",
     "Section",

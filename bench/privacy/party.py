@@ -16,24 +16,26 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import structlog
 
 from vflclient import Connection, PassiveParty
-from vflclient._daemon import Backoff, PartyDaemon
+from vflclient._daemon import PartyDaemon
 from vflcore.errors import ConfigError, DataError, TlsConfigError
 from vflcore.job.spec import Offer
 from vflcore.runtime import daemon
-from vflcore.runtime.config import client_config_from, load_toml
+from vflcore.runtime.config import ClientConfig, client_config_from, load_toml
 from vflprivacy.recording import LinkRecorder
 
 
 class RecordingParty(PartyDaemon):
     """``PartyDaemon`` whose every job is recorded under ``record/<job_id>/party-<N>``."""
 
-    def __init__(self, *args: object, record: Path, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+    def __init__(self, config: ClientConfig, connect: Callable[[threading.Event], Connection], record: Path) -> None:
+        super().__init__(config, connect)
         self.record = record
 
     def _party_for(self, connection: Connection, offer: Offer) -> PassiveParty:
@@ -55,34 +57,25 @@ def main(argv: list[str] | None = None) -> int:
     daemon.add_logging_flags(parser)
     args = parser.parse_args(argv)
     daemon.setup_logging(args)
+
+    def connect(stop: threading.Event) -> Connection:
+        return Connection(
+            config.settings.server,
+            config.party,
+            tls=config.tls,
+            connect_timeout_s=min(config.settings.connect_timeout_s, 10.0),
+            stop=stop,
+            fail_fast=True,
+        )
+
     try:
         config = client_config_from(load_toml(args.config, "client config"), args.config, party=args.party)
+        party = RecordingParty(config, connect, args.record)  # imports its [model] factory, if it names one
     except (ConfigError, DataError) as exc:
         print(f"privacy_party: {exc}", file=sys.stderr)
         return daemon.EXIT_CONFIG
     structlog.contextvars.bind_contextvars(party=config.party)
-    daemon.prepare_compute(config.torch_threads)
-
-    def connect() -> Connection:
-        return Connection(
-            config.server,
-            config.party,
-            tls=config.tls,
-            connect_timeout_s=min(config.connect_timeout_s, 10.0),
-            stop=party.stop_event,
-            fail_fast=True,
-        )
-
-    party = RecordingParty(
-        config.party,
-        config.datasets,
-        connect,
-        run_dir=config.run_dir,
-        heartbeat_s=config.heartbeat_s,
-        keep_checkpoints=config.keep_checkpoints,
-        backoff=Backoff(config.retry_initial_s, config.retry_max_s),
-        record=args.record,
-    )
+    daemon.prepare_compute(config.settings.torch_threads)
     daemon.ShutdownSignals(party.stop).install()
     try:
         party.run_forever()

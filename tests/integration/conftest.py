@@ -18,7 +18,7 @@ import torch
 
 from vflclient import Connection, PassiveParty, RunResult, read_party_csv
 from vflcore.job.spec import JobSpec
-from vflcore.runtime.config import ServerSettings, server_config_from
+from vflcore.runtime.config import ClientSettings, ServerSettings, server_config_from
 from vflserver.federation.board import JobBoard
 from vflserver.federation.server import build_server
 from vflserver.jobs.app import Service
@@ -123,7 +123,9 @@ def run_party_in_thread(
         try:
             table = read_party_csv(data / f"party{party}.csv")
             with Connection(job.address, party, tls=pki.party_files(party), connect_timeout_s=20) as conn:
-                job.passive[party] = PassiveParty(party, table, run_dir=tmp_path / "runs", device=device)
+                job.passive[party] = PassiveParty(
+                    party, table, ClientSettings(run_dir=tmp_path / "runs", device=device)
+                )
                 box["result"] = job.passive[party].run(conn)
         except BaseException as exc:
             box["result"] = exc

@@ -54,13 +54,17 @@ class TestClientCheck:
     def test_all_good(
         self, job_factory: Callable[..., RunningJob], pki: Pki, digits_data: Path, capsys: pytest.CaptureFixture[str]
     ) -> None:
-        """With the right party, certificate and server, --check exits 0 and the heartbeat names the party."""
+        """With the right party, certificate and server, --check exits 0 and the heartbeat names the party.
+
+        Its report is all it prints: no log line on stderr (issue 49 found a stray ``crash_traces``).
+        """
         running = job_factory()
         code = main(_check(pki, digits_data, running.address, party=2, cert_party=2))
-        out = capsys.readouterr().out
+        out, err = capsys.readouterr()
         assert code == daemon.EXIT_OK, out
         assert "[FAIL]" not in out, out
         assert "[ok] heartbeat: the server sees this connection as party 2; job state: waiting" in out, out
+        assert err == "", err
 
     def test_wrong_party(
         self, job_factory: Callable[..., RunningJob], pki: Pki, digits_data: Path, capsys: pytest.CaptureFixture[str]
@@ -77,9 +81,21 @@ class TestClientCheck:
         """With nothing listening on the port, --check fails with a readable "cannot reach" line."""
         address = f"127.0.0.1:{_closed_port()}"
         code = main(_check(pki, digits_data, address, party=2, cert_party=2))
-        out = capsys.readouterr().out
+        out, err = capsys.readouterr()
         assert code == daemon.EXIT_UNREACHABLE, out
+        assert err == "", err  # a failed check too: the report says it all
         assert f"[FAIL] server-reachable: cannot reach {address}: connection refused" in out, out
         assert "is vfl-server running there" in out, out
         # The local files are fine; only the server is missing.
         assert "[ok] party:" in out and "[ok] issuer:" in out, out
+
+    def test_a_config_error_is_still_shown(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """Only the log line went: a config --check cannot use is refused on stderr, naming the key, exit 2."""
+        config = tmp_path / "party2.toml"
+        config.write_text('[client]\nsever = "127.0.0.1:1"\n[data]\npath = "party2.csv"\n')
+        code = main(["--check", "--party", "2", "--config", str(config), "--log-format", "json"])
+        out, err = capsys.readouterr()
+        assert code == daemon.EXIT_CONFIG, err
+        assert out == "", out
+        assert err.startswith("vfl-client: ") and "[client] has no key 'sever'" in err, err
+        assert err.count("\n") == 1, err

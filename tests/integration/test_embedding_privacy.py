@@ -28,6 +28,7 @@ from tests.integration.test_recovery import (
 from vflclient import Connection, JoinRejected, PartyPrivacy, PassiveParty, RunResult, read_party_csv
 from vflcore.data.checkpoints import epoch_path
 from vflcore.job.privacy import PrivacySpec
+from vflcore.runtime.config import ClientSettings
 from vflprivacy.accounting import REPORT_FILE, embedding_epsilon
 from vflprivacy.noise import KEY_FILE
 from vflserver.training.reports import RunSummary
@@ -54,7 +55,7 @@ def _party(running: RunningJob, pki: Pki, data: Path, run_dir: Path, party: int,
         try:
             table = read_party_csv(data / f"party{party}.csv")
             with Connection(running.address, party, tls=pki.party_files(party), connect_timeout_s=20) as conn:
-                box["result"] = PassiveParty(party, table, run_dir=run_dir, privacy=privacy).run(conn)
+                box["result"] = PassiveParty(party, table, ClientSettings(run_dir=run_dir), privacy=privacy).run(conn)
         except BaseException as exc:
             box["result"] = exc
 

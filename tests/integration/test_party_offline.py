@@ -13,6 +13,7 @@ import pytest
 from tests.integration.conftest import SMALL_JOB, start_job
 from vflclient import Connection, PassiveParty, RunResult, read_party_csv
 from vflcore.errors import JobAborted, PartyUnavailable
+from vflcore.runtime.config import ClientSettings
 from vflserver.federation.servicer import status_of_error
 from vfltesting.pki import Pki
 
@@ -24,7 +25,7 @@ class _Party:
 
     def __init__(self, address: str, pki: Pki, data: Path, runs: Path, party: int) -> None:
         self.conn = Connection(address, party, tls=pki.party_files(party), connect_timeout_s=20)
-        self.party = PassiveParty(party, read_party_csv(data / f"party{party}.csv"), run_dir=runs)
+        self.party = PassiveParty(party, read_party_csv(data / f"party{party}.csv"), ClientSettings(run_dir=runs))
         self.result: RunResult | BaseException | None = None
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()

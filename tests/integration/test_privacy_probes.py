@@ -22,6 +22,7 @@ from tests.integration.conftest import SMALL_JOB, start_job
 from vflclient import Connection, PassiveParty, RunResult, read_party_csv
 from vflcore.job.privacy import PrivacySpec
 from vflcore.job.spec import JobSpec
+from vflcore.runtime.config import ClientSettings
 from vflcore.wire.names import EMBEDDING
 from vflprivacy.recording import RECEIVED, SENT, LinkRecorder, Recording
 from vfltesting.pki import Pki
@@ -55,7 +56,10 @@ def _run_recorded(
             table = read_party_csv(data / f"party{party}.csv")
             with Connection(running.address, party, tls=pki.party_files(party), connect_timeout_s=20) as conn:
                 parties[party] = PassiveParty(
-                    party, table, run_dir=tmp_path / "runs", recorder=LinkRecorder(tmp_path / f"rec-{party}")
+                    party,
+                    table,
+                    ClientSettings(run_dir=tmp_path / "runs"),
+                    recorder=LinkRecorder(tmp_path / f"rec-{party}"),
                 )
                 results[party] = parties[party].run(conn)
         except BaseException as exc:

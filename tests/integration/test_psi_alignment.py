@@ -25,6 +25,7 @@ from vflclient import JobAborted, PassiveParty, RunResult, read_party_csv
 from vflclient.cli import main as client_main
 from vflcore.psi.blinding import SERIAL_BELOW
 from vflcore.runtime import daemon
+from vflcore.runtime.config import ClientSettings
 from vflserver.federation.alignment import EmptyIntersection
 from vflserver.training.reports import RunSummary
 from vfltesting.pki import Pki
@@ -109,7 +110,7 @@ def run_alignment(
         **chunking,
     )
     runs = tmp_path / "runs"
-    passive = {p: PassiveParty(p, tables[p], run_dir=runs) for p in passive_ids}
+    passive = {p: PassiveParty(p, tables[p], ClientSettings(run_dir=runs)) for p in passive_ids}
     wait = play_parties(running, pki, passive)
     try:
         running.thread.join(60)

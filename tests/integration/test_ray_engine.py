@@ -36,6 +36,7 @@ from vflcore.psi.hash_to_curve import make_dst
 from vflcore.psi.ray_blinding import RayBlinder, blind_chunk, hash_and_blind_chunk
 from vflcore.psi.x25519_mb import Unavailable, load
 from vflcore.runtime.compute import LOCAL, ComputeEngine, connect
+from vflcore.runtime.config import ClientSettings
 from vflserver.scoring.engines import score_table_folder
 from vflserver.scoring.model import ScoringModel
 from vfltesting.pki import Pki
@@ -162,7 +163,7 @@ def align(pki: Pki, tmp_path: Path, parties: dict[int, list[str]], engine: Compu
     settings = {"engine": engine.name, "ray_address": engine.ray_address}
     running = start_job(pki, data, tmp_path / engine.name, job, join_timeout_s=30, psi_only=True, **settings)
     passive = {
-        p: PassiveParty(p, read_party_csv(data / f"party{p}.csv"), run_dir=data / "runs", compute_engine=engine)
+        p: PassiveParty(p, read_party_csv(data / f"party{p}.csv"), ClientSettings(run_dir=data / "runs", **settings))
         for p in passive_ids
     }
     wait = play_parties(running, pki, passive)

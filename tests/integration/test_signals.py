@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
@@ -15,6 +17,7 @@ import pytest
 
 from vflclient import Connection, JobClient, PassiveParty, ServerUnavailable, VflError
 from vflcore.data.tables import read_party_csv
+from vflcore.runtime.config import ClientSettings
 from vflserver.federation.board import JobBoard
 from vflserver.federation.server import build_server
 from vflserver.jobs.store import JobStore
@@ -204,31 +207,53 @@ class TestServiceStop:
         count missed it.
         """
         run = ServiceRun(tmp_path, pki, digits_data, parties=(3,))  # party 2 started here, its stdout read
-        with run.started(), JobClient(run.address, tls=pki.operator_files("alice")) as jobs:
-            stderr = tmp_path / "party-2-own.log"
-            with stderr.open("wb") as sink:
-                party2 = subprocess.Popen(
-                    [str(BIN / "vfl-client"), "--party", "2", "--config", str(run.client_config(2, run.address))]
-                    + ["--log-format", "json"],
-                    stdout=subprocess.PIPE,
-                    stderr=sink,
-                    env=service_env(),
-                    cwd=tmp_path,
-                    text=True,
-                )
-            try:
-                finish_job(jobs, run, jobs.submit(job_document("trained-served", "splitnn")).id)
-                wait_until(
-                    lambda: jobs.get("trained-served").serving == "serving", "the model to be served", run, every_s=0.05
-                )
-                party2.send_signal(signal.SIGTERM)
-                out, _ = party2.communicate(timeout=60)
-            finally:
-                if party2.poll() is None:
-                    party2.kill()
-                    party2.communicate()
-        assert party2.returncode == 0, stderr.read_text()
+        with run.started(), JobClient(run.address, tls=pki.operator_files("alice")) as jobs, _party_2(run) as party2:
+            finish_job(jobs, run, jobs.submit(job_document("trained-served", "splitnn")).id)
+            wait_until(
+                lambda: jobs.get("trained-served").serving == "serving", "the model to be served", run, every_s=0.05
+            )
+            out = _stop(party2, run)
         assert "vfl-client party 2: stopped by signal after 1 job(s)" in out, out
+
+    def test_a_client_stopped_mid_job_names_the_job(self, pki: Pki, digits_data: Path, tmp_path: Path) -> None:
+        """SIGTERM to a daemon while its job trains: it says it stopped during that job, not "after 0 job(s)"."""
+        run = ServiceRun(tmp_path, pki, digits_data, parties=(3,))
+        with run.started(), JobClient(run.address, tls=pki.operator_files("alice")) as jobs, _party_2(run) as party2:
+            # it trains until the stop; a loaded host may take a minute to start both daemons
+            job = jobs.submit(job_document("cut-short", "splitnn", epochs=10_000, join_timeout_s=600)).id
+            wait_until(lambda: jobs.get(job).state == "training", "the job to train", run, 600, every_s=0.05)
+            out = _stop(party2, run)
+        assert "vfl-client party 2: stopped by signal during job cut-short after 0 finished job(s)" in out, out
+
+
+@contextlib.contextmanager
+def _party_2(run: ServiceRun) -> Iterator[subprocess.Popen[str]]:
+    """``vfl-client --party 2`` on ``run``'s config, stdout piped, log in ``party-2-own.log``; killed at exit."""
+    stderr = run.root / "party-2-own.log"
+    with stderr.open("wb") as sink:
+        party2 = subprocess.Popen(
+            [str(BIN / "vfl-client"), "--party", "2", "--config", str(run.client_config(2, run.address))]
+            + ["--log-format", "json"],
+            stdout=subprocess.PIPE,
+            stderr=sink,
+            env=service_env(),
+            cwd=run.root,
+            text=True,
+        )
+    try:
+        yield party2
+    finally:
+        if party2.poll() is None:
+            party2.kill()
+            party2.communicate()
+
+
+def _stop(party: subprocess.Popen[str], run: ServiceRun) -> str:
+    """SIGTERM to ``_party_2``'s daemon; it must exit 0. Returns its stdout."""
+    party.send_signal(signal.SIGTERM)
+    out, _ = party.communicate(timeout=60)
+    assert party.returncode == 0, (run.root / "party-2-own.log").read_text()
+    return out
 
 
 class TestClosedUnderIt:
@@ -245,7 +270,9 @@ class TestClosedUnderIt:
         try:
             connection = Connection(f"127.0.0.1:{port}", 2, tls=pki.party_files(2))
             connection.close()  # what ShutdownSignals does, through PartyDaemon.stop
-            party = PassiveParty(2, read_party_csv(digits_data / "party2.csv"), run_dir=tmp_path / "runs")
+            party = PassiveParty(
+                2, read_party_csv(digits_data / "party2.csv"), ClientSettings(run_dir=tmp_path / "runs")
+            )
             with pytest.raises(ServerUnavailable, match="this party is stopping"):
                 party.run(connection, job_id="job-a")
             with pytest.raises(ServerUnavailable, match="this party is stopping"), connection.closing_is_stopping():

@@ -14,6 +14,7 @@ from tests.integration.conftest import SMALL_JOB, run_party_in_thread
 from vflclient import Connection, PassiveParty, RunResult, read_party_csv
 from vflcore.data.checkpoints import load_checkpoint
 from vflcore.ml.models import load_factory
+from vflcore.runtime.config import ClientSettings
 from vfltesting.pki import Pki
 
 pytestmark = pytest.mark.integration
@@ -90,7 +91,7 @@ class TestOwnModel:
             table = read_party_csv(digits_data / f"party{n}.csv")
             with Connection(running.address, n, tls=pki.party_files(n), connect_timeout_s=20) as conn:
                 box[n] = PassiveParty(
-                    n, table, model_factory=factory if n == 2 else None, run_dir=tmp_path / "runs"
+                    n, table, ClientSettings(run_dir=tmp_path / "runs"), model_factory=factory if n == 2 else None
                 ).run(conn)
 
         threads = [threading.Thread(target=party, args=(n,), daemon=True) for n in (2, 3)]

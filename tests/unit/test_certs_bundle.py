@@ -72,7 +72,7 @@ class TestPartyArchive:
         archive.extractall(home, filter="data")
         config_path = home / "vfl-party-3" / "party3.toml"
         config = client_config_from(load_toml(config_path), config_path)
-        assert config.server == ADDRESS and config.party == 3
+        assert config.settings.server == ADDRESS and config.party == 3
         assert config.tls is not None and config.tls.key.is_file() and config.tls.cert.is_file()
         assert (config.tls.key.stat().st_mode & 0o777) == 0o600
         readme = (home / "vfl-party-3" / "README.txt").read_text()

@@ -32,7 +32,9 @@ def server(compute_table: dict[str, Any], tmp_path: Path) -> ComputeEngine:
 
 
 def client(compute_table: dict[str, Any], tmp_path: Path) -> ComputeEngine:
-    return client_config_from({**DATA, "compute": compute_table}, tmp_path / "client.toml", party=2).compute_engine
+    return client_config_from(
+        {**DATA, "compute": compute_table}, tmp_path / "client.toml", party=2
+    ).settings.compute_engine
 
 
 READERS = [server, client]

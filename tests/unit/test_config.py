@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import MISSING, Field
+from dataclasses import MISSING, Field, fields
 from pathlib import Path
 from typing import Any
 
@@ -17,13 +17,15 @@ from vflcore.job.spec import JobSpec
 from vflcore.party_privacy import PartyPrivacy
 from vflcore.runtime.config import (
     ClientConfig,
+    ClientSettings,
+    PartySettings,
     ServerSettings,
     client_config_from,
     load_toml,
     server_config_from,
 )
 from vflcore.settings import declared as declared_fields
-from vflcore.settings import default_of, setting_key
+from vflcore.settings import default_of, setting_key, table_keys
 from vflserver.inference.config import RestLimits, ServingConfig, serving_config_from
 from vflserver.plan.document import plan_from_document
 from vflserver.plan.job_plan import JobPlan
@@ -155,6 +157,31 @@ class TestClientConfig:
             client_config_from({"data": {"path": "x.csv"}}, tmp_path / "c.toml")
 
 
+class TestPartySettings:
+    """Issue 49: what both daemons set (``PartySettings``) is declared once, and read from each one's own tables."""
+
+    def test_no_daemon_declares_a_shared_setting_again(self) -> None:
+        shared = {spec.name for spec in fields(PartySettings)}
+        for cls in (ServerSettings, ClientSettings):
+            assert not shared & set(vars(cls)["__annotations__"]), cls.__name__
+
+    @pytest.mark.parametrize("key", ["run_dir", "keep_checkpoints", "torch_threads"])
+    def test_a_shared_setting_is_in_each_daemons_own_table(self, key: str) -> None:
+        """``[server] run_dir`` in the server's file, ``[client] run_dir`` in a party's: as users write them."""
+        assert key in table_keys(ServerSettings, "server") and key in table_keys(ClientSettings, "client")
+        assert key not in table_keys(ServerSettings, "client") and key not in table_keys(ClientSettings, "server")
+
+    def test_the_same_keys_read_the_same_values(self, tmp_path: Path) -> None:
+        """The shared keys of a server's file and a party's, alike, give alike ``PartySettings`` fields."""
+        own = {"run_dir": "out", "keep_checkpoints": 4, "torch_threads": 3}
+        rest = {"psi": {"workers": 2, "x25519": "openssl"}, "compute": {"device": "cuda:1"}}
+        server = server_config_from({**DATA, "server": own, **rest}, tmp_path / "server.toml").settings
+        client = client_config_from({**DATA, "client": own, **rest}, tmp_path / "party2.toml", party=2).settings
+        for spec in fields(PartySettings):
+            assert getattr(server, spec.name) == getattr(client, spec.name), spec.name
+        assert client.run_dir == tmp_path / "out" and client.keep_checkpoints == 4 and client.psi_workers == 2
+
+
 class TestKeepCheckpoints:
     @pytest.mark.parametrize("section", ["server", "client"])
     def test_default_is_two_and_a_value_is_read(self, tmp_path: Path, section: str) -> None:
@@ -178,7 +205,7 @@ def _keep(section: str, keys: dict[str, Any], tmp_path: Path) -> int:
     client: ClientConfig = client_config_from(
         {"data": {"path": "x.csv"}, "client": {"party": 2, **keys}}, tmp_path / "party2.toml"
     )
-    return client.keep_checkpoints
+    return client.settings.keep_checkpoints
 
 
 @pytest.mark.parametrize("job_id", ["test-job", "job-20261124-081530-ab12cd", "digits_v1.2", "x" * 128])
@@ -206,7 +233,7 @@ DOCUMENTED: dict[str, tuple[tuple[type, str | None], ...]] = {
         (DistillSpec, "distill"),
     ),
     "## A job file's own keys": ((JobPlan, "job"), (JobPlan, "serving")),
-    "## `partyN.toml`": ((ClientConfig, None), (PartyPrivacy, "privacy")),
+    "## `partyN.toml`": ((ClientSettings, None), (PartyPrivacy, "privacy")),
 }
 #: Keys a table documents that no field declares, because they are read by hand: the party id
 #: (``--party`` wins over it), and a job file's names for each party's dataset and model.
@@ -319,8 +346,23 @@ BUILT_AND_READ: list[tuple[Any, str, Any]] = [
         lambda: server_config_from({**DATA, "compute": {"device": "gpu"}}, SERVER_FILE),
     ),
     (
-        lambda: ClientConfig(party=2, tls=None, datasets={}, heartbeat_s=0.0),
-        "ClientConfig",
+        lambda: ServerSettings(torch_threads=0),
+        "ServerSettings",
+        lambda: server_config_from({**DATA, "server": {"torch_threads": 0}}, SERVER_FILE),
+    ),
+    (
+        lambda: ClientSettings(keep_checkpoints=0),
+        "ClientSettings",
+        lambda: client_config_from({**DATA, "client": {"party": 2, "keep_checkpoints": 0}}, PARTY_FILE),
+    ),
+    (
+        lambda: ClientSettings(psi_workers=0),
+        "ClientSettings",
+        lambda: client_config_from({**DATA, "psi": {"workers": 0}}, PARTY_FILE, 2),
+    ),
+    (
+        lambda: ClientSettings(heartbeat_s=0.0),
+        "ClientSettings",
         lambda: client_config_from({**DATA, "client": {"party": 2, "heartbeat_s": 0}}, PARTY_FILE),
     ),
     (
@@ -336,8 +378,8 @@ BUILT_AND_READ: list[tuple[Any, str, Any]] = [
         lambda: job_from_document({"job": {"passive_parties": [1, 2]}}),
     ),
     (
-        lambda: ClientConfig(party=2, tls=None, datasets={}, retry_initial_s=5.0, retry_max_s=1.0),
-        "ClientConfig",
+        lambda: ClientSettings(retry_initial_s=5.0, retry_max_s=1.0),
+        "ClientSettings",
         lambda: client_config_from({**DATA, "client": {"retry_initial_s": 5, "retry_max_s": 1}}, PARTY_FILE, 2),
     ),
     (

@@ -13,6 +13,7 @@ import vflclient
 ROOT = Path(__file__).resolve().parents[2]
 
 EXPECTED = [
+    "ClientSettings",
     "ConfigError",
     "Connection",
     "DataError",

@@ -28,11 +28,11 @@ def _job(factories: dict[str, Any] | None = None, **job: Any) -> dict[str, Any]:
 class TestCompute:
     @pytest.mark.parametrize("device", ["cpu", "cuda", "cuda:0", "cuda:3"])
     def test_accepted_forms(self, device: str) -> None:
-        assert client_config_from(_client({"compute": {"device": device}})).device == device
+        assert client_config_from(_client({"compute": {"device": device}})).settings.device == device
         assert server_config_from({"data": {"path": "p.csv"}, "compute": {"device": device}}).settings.device == device
 
     def test_default_is_cpu(self) -> None:
-        assert client_config_from(_client({})).device == "cpu"
+        assert client_config_from(_client({})).settings.device == "cpu"
 
     @pytest.mark.parametrize("device", ["gpu", "cuda:", "cuda:x", "cpu:0", "CUDA"])
     def test_other_forms_are_refused_naming_the_key(self, device: str) -> None:

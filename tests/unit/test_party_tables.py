@@ -7,13 +7,15 @@ an old name, say) must not hold it twice.
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import pytest
 
+from vflclient import Connection
 from vflclient._daemon import PartyDaemon
 from vflcore.errors import ConfigError
-from vflcore.runtime.config import DataSource
+from vflcore.runtime.config import ClientConfig, DataSource
 
 
 def _write(path: Path, rows: int) -> Path:
@@ -22,10 +24,10 @@ def _write(path: Path, rows: int) -> Path:
 
 
 def _daemon(datasets: dict[str, DataSource]) -> PartyDaemon:
-    def refuse() -> None:
+    def refuse(stop: threading.Event) -> Connection:
         raise AssertionError("no connection in this test")
 
-    return PartyDaemon(2, datasets, refuse)  # type: ignore[arg-type]
+    return PartyDaemon(ClientConfig(party=2, tls=None, datasets=datasets), refuse)
 
 
 def test_two_names_for_one_file_share_one_table(tmp_path: Path) -> None:

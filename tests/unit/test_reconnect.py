@@ -19,7 +19,7 @@ def _default_backoff(tmp_path: Path, seed: int = 0) -> Backoff:
     """The backoff ``vfl-client`` builds from a config that leaves the retry keys out."""
     (tmp_path / "party2.csv").write_text("id,x\na,1\n")
     config = client_config_from({"client": {"party": 2}, "data": {"path": "party2.csv"}}, tmp_path / "party2.toml")
-    return Backoff(config.retry_initial_s, config.retry_max_s, rng=random.Random(seed))
+    return Backoff(config.settings.retry_initial_s, config.settings.retry_max_s, rng=random.Random(seed))
 
 
 class TestBackoff:

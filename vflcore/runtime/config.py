@@ -2,8 +2,9 @@
 
 A relative path in a config file is resolved against the file's own folder, so a config
 copied to another host together with its certs and data keeps working. Every error names the
-file and the key. The server's own settings are declared once, in ``ServerSettings``: each
-field's type, default, table, key and check.
+file and the key. Each setting is declared once: what every party's daemon has in
+``PartySettings``, the server's own in ``ServerSettings`` and a passive party's in
+``ClientSettings``, each field with its type, default, table, key and check.
 """
 
 from __future__ import annotations
@@ -12,13 +13,14 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from vflcore.errors import ConfigError
 from vflcore.party_privacy import PartyPrivacy, party_privacy_from_table
 from vflcore.runtime.compute import COMPUTE_KEYS, ENGINES, RAY_UNSET, ComputeEngine, engine_setting, ray_address_setting
 from vflcore.security.tls import TlsFiles
 from vflcore.settings import (
+    OWN_TABLE,
     Section,
     Tables,
     at_least_one,
@@ -84,7 +86,7 @@ def load_toml(path: Path, what: str = "config file") -> dict[str, Any]:
         raise ConfigError(f"{what} {path} is not valid TOML: {exc}") from exc
 
 
-#: ``keep_checkpoints`` in ``[server]`` or ``[client]``: a whole number of epochs, at least 1.
+#: ``keep_checkpoints`` in ``[server]`` or ``[client]`` (``PartySettings``): a whole number of epochs, at least 1.
 _keep_checkpoints = whole(1, "a whole number of epochs, at least 1 (the newest checkpoint is always kept)")
 
 #: ``[psi] workers``: at least 1, or left out for one per core.
@@ -109,25 +111,60 @@ def _engine(value: Any) -> str | None:
 
 
 @dataclass(frozen=True)
-class ServerSettings:
+class PartySettings:
+    """The settings every party's daemon has, the server's and a passive party's alike, declared once.
+
+    Where its files go, how many checkpoints it keeps, and where it computes: its threads, its
+    device, and PSI's curve arithmetic. ``run_dir``, ``keep_checkpoints`` and ``torch_threads`` sit
+    in the daemon's own table (``OWN_TABLE``): ``[server]`` in ``ServerSettings``, ``[client]`` in
+    ``ClientSettings``; the others in ``[psi]`` and ``[compute]``, the same in both files.
+    """
+
+    #: Checkpoints, reports and alignment results go to ``<run_dir>/<job_id>/party-<N>/``.
+    run_dir: Path = field(default=Path("runs"), metadata=setting(OWN_TABLE))
+    #: How many epochs' checkpoints this party keeps per job (the newest).
+    keep_checkpoints: int = field(default=2, metadata=setting(OWN_TABLE, check=_keep_checkpoints))
+    torch_threads: int = field(default=1, metadata=setting(OWN_TABLE, check=at_least_one))
+    #: Processes for PSI's curve arithmetic; None: one per core.
+    psi_workers: int | None = field(
+        default=None, metadata=setting("psi", key="workers", check=_psi_workers, unset="one per CPU core")
+    )
+    #: Which X25519 PSI runs: Intel's multi-buffer where it can, or OpenSSL's (``vflcore.psi.x25519``).
+    psi_x25519: str = field(default="auto", metadata=setting("psi", key="x25519", check=_x25519))
+    #: Where this party trains ("cpu", "cuda", "cuda:N"); checked at start.
+    device: str = field(default="cpu", metadata=setting("compute", check=_device))
+    #: Where PSI's curve arithmetic runs: this host, or the party's Ray cluster (``vflcore.runtime.compute``).
+    engine: str = field(default="local", metadata=setting("compute", read=engine_setting, check=_engine))
+    ray_address: str | None = field(
+        default=None, metadata=setting("compute", read=ray_address_setting, unset=RAY_UNSET)
+    )
+
+    def __post_init__(self) -> None:
+        check_declared(self)
+
+    @property
+    def compute_engine(self) -> ComputeEngine:
+        return ComputeEngine(self.engine, self.ray_address)
+
+
+@dataclass(frozen=True)
+class ServerSettings(PartySettings):
     """The server's own settings, each declared once: name, type, default, table, key and check.
 
     ``server_settings_from`` reads every field from its table. The service, the job runner and
     each job's ``ActiveParty`` are handed this one object, and ``tests/unit/test_config.py``
-    checks ``docs/configuration.md`` against these declarations.
+    checks ``docs/configuration.md`` against these declarations (and ``PartySettings``').
     """
 
+    own_table: ClassVar[str] = "server"
+
     listen: str = field(default=f"127.0.0.1:{DEFAULT_PORT}", metadata=setting("server"))
-    #: Checkpoints, reports and alignment results go to ``<run_dir>/<job_id>/party-1/``.
-    run_dir: Path = field(default=Path("runs"), metadata=setting("server"))
     #: The job store (SQLite); default: ``jobs.sqlite`` in the run directory (``store_path``).
     store: Path | None = field(default=None, metadata=setting("server", unset="<run_dir>/jobs.sqlite"))
     port_file: Path | None = field(default=None, metadata=setting("server", unset="none"))
     #: How long a job waits for every passive party to join; a job file may set its own.
     join_timeout_s: float = field(default=300.0, metadata=setting("server", check=positive))
     step_timeout_s: float = field(default=300.0, metadata=setting("server", check=positive))
-    #: How many epochs' checkpoints the active party keeps per job (the newest).
-    keep_checkpoints: int = field(default=2, metadata=setting("server", check=_keep_checkpoints))
     #: How long a job waits for a lost party to come back before it fails (docs/operations.md).
     party_timeout_s: float = field(default=600.0, metadata=setting("server", check=positive))
     #: A party silent this long (no heartbeat) counts as lost, even if its TCP stream looks open.
@@ -135,22 +172,8 @@ class ServerSettings:
     #: Calls the federation server runs at once (more get RESOURCE_EXHAUSTED), and per party.
     max_rpcs: int = field(default=64, metadata=setting("server", check=at_least_one))
     max_party_rpcs: int = field(default=16, metadata=setting("server", check=at_least_one))
-    torch_threads: int = field(default=1, metadata=setting("server", check=at_least_one))
-    #: Processes for PSI's curve arithmetic; None: one per core.
-    psi_workers: int | None = field(
-        default=None, metadata=setting("psi", key="workers", check=_psi_workers, unset="one per CPU core")
-    )
-    #: Which X25519 PSI runs: Intel's multi-buffer where it can, or OpenSSL's (``vflcore.psi.x25519``).
-    psi_x25519: str = field(default="auto", metadata=setting("psi", key="x25519", check=_x25519))
     #: IDs per chunk of PSI's exchange (``vflcore.psi.chunks``); every passive party is told it.
     psi_chunk_ids: int = field(default=DEFAULT_CHUNK_IDS, metadata=setting("psi", key="chunk_ids", check=at_least_one))
-    #: Where the active party trains every job ("cpu", "cuda", "cuda:N"); checked at start.
-    device: str = field(default="cpu", metadata=setting("compute", check=_device))
-    #: Where PSI's curve arithmetic runs: this host, or the party's Ray cluster (``vflcore.runtime.compute``).
-    engine: str = field(default="local", metadata=setting("compute", read=engine_setting, check=_engine))
-    ray_address: str | None = field(
-        default=None, metadata=setting("compute", read=ray_address_setting, unset=RAY_UNSET)
-    )
     #: Serve Prometheus metrics on ``metrics_listen``.
     metrics_enabled: bool = field(default=False, metadata=setting("metrics", key="enabled"))
     metrics_listen: str = field(default="127.0.0.1:9464", metadata=setting("metrics", key="listen"))
@@ -158,16 +181,9 @@ class ServerSettings:
     console_enabled: bool = field(default=False, metadata=setting("console", key="enabled"))
     console_listen: str = field(default="127.0.0.1:8443", metadata=setting("console", key="listen"))
 
-    def __post_init__(self) -> None:
-        check_declared(self)
-
     @property
     def store_path(self) -> Path:
         return self.store or self.run_dir / "jobs.sqlite"
-
-    @property
-    def compute_engine(self) -> ComputeEngine:
-        return ComputeEngine(self.engine, self.ray_address)
 
 
 def server_settings_from(doc: Mapping[str, Any], source: Path | None = None) -> ServerSettings:
@@ -198,7 +214,7 @@ def server_tables() -> Tables:
 
 def client_tables() -> Tables:
     """Every table a party's config may hold, with its keys (``[datasets]``, ``[models]``: names, checked per entry)."""
-    tables = tables_of(ClientConfig, PartyPrivacy)
+    tables = tables_of(ClientSettings, PartyPrivacy)
     return {
         **tables,
         "client": (*tables["client"], "party"),
@@ -225,50 +241,51 @@ class ServerConfig:
 
 
 @dataclass(frozen=True)
+class ClientSettings(PartySettings):
+    """A passive party's own settings, each declared once, as ``ServerSettings`` are the server's.
+
+    ``client_settings_from`` reads them; ``PartyDaemon`` is handed them inside ``ClientConfig``,
+    and each job's ``PassiveParty`` takes this one object (``PassiveParty(party, table, settings)``).
+    """
+
+    own_table: ClassVar[str] = "client"
+
+    #: The active party's ``host:port``.
+    server: str = field(default=f"127.0.0.1:{DEFAULT_PORT}", metadata=setting("client"))
+    #: ``[model] factory``: the bottom model a job that names none gets (``module:function``).
+    model_factory: str | None = field(default=None, metadata=setting("model", key="factory", unset="none"))
+    heartbeat_s: float = field(default=10.0, metadata=setting("client", check=positive))
+    connect_timeout_s: float = field(default=60.0, metadata=setting("client", check=positive))
+    #: Reconnecting to an unreachable server: the first wait, doubled each try up to the cap.
+    retry_initial_s: float = field(default=RETRY_INITIAL_S, metadata=setting("client", check=positive))
+    retry_max_s: float = field(default=RETRY_MAX_S, metadata=setting("client", check=positive))
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_backoff(self.retry_initial_s, self.retry_max_s, type(self).__name__)
+
+
+def client_settings_from(doc: Mapping[str, Any], source: Path | None = None) -> ClientSettings:
+    """Every ``ClientSettings`` field, read from its table by its reader (or its type's), and checked."""
+    values = read_settings(ClientSettings, doc, source)
+    check_backoff(values["retry_initial_s"], values["retry_max_s"], Section(doc, "client", source).where)
+    return ClientSettings(**values)
+
+
+@dataclass(frozen=True)
 class ClientConfig:
-    """Everything ``vfl-client`` needs: the server, its identity, its datasets and its model."""
+    """Everything ``vfl-client`` needs: its identity, its datasets, its models, its privacy and its settings."""
 
     #: This party's id (``--party`` wins over ``[client] party``); it must match the certificate.
     party: int
     tls: TlsFiles | None  # None only with --insecure
     #: The tables jobs may name, by name; ``[data]`` is the one named "default".
     datasets: dict[str, DataSource]
-    #: The active party's ``host:port``.
-    server: str = field(default=f"127.0.0.1:{DEFAULT_PORT}", metadata=setting("client"))
-    run_dir: Path = field(default=Path("runs"), metadata=setting("client"))
-    model_factory: str | None = field(default=None, metadata=setting("model", key="factory", unset="none"))
-    heartbeat_s: float = field(default=10.0, metadata=setting("client", check=positive))
-    connect_timeout_s: float = field(default=60.0, metadata=setting("client", check=positive))
-    torch_threads: int = field(default=1, metadata=setting("client", check=at_least_one))
-    psi_workers: int | None = field(
-        default=None, metadata=setting("psi", key="workers", check=_psi_workers, unset="one per CPU core")
-    )
-    #: ``[psi] x25519``: which X25519 this party's PSI runs (``vflcore.psi.x25519``).
-    psi_x25519: str = field(default="auto", metadata=setting("psi", key="x25519", check=_x25519))
-    #: Reconnecting to an unreachable server: the first wait, doubled each try up to the cap.
-    retry_initial_s: float = field(default=RETRY_INITIAL_S, metadata=setting("client", check=positive))
-    retry_max_s: float = field(default=RETRY_MAX_S, metadata=setting("client", check=positive))
-    #: How many epochs' checkpoints this party keeps per job (the newest).
-    keep_checkpoints: int = field(default=2, metadata=setting("client", check=_keep_checkpoints))
+    settings: ClientSettings = field(default_factory=ClientSettings)
     #: ``[models]``: the model factories a job may ask this party for, by name (``module:function``).
     models: dict[str, str] = field(default_factory=dict)
-    #: ``[compute] device``: where this party trains ("cpu", "cuda", "cuda:N"); checked at start.
-    device: str = field(default="cpu", metadata=setting("compute", check=_device))
-    #: ``[compute] engine`` and ``ray_address``: where this party's PSI arithmetic runs (``compute_engine``).
-    engine: str = field(default="local", metadata=setting("compute", read=engine_setting, check=_engine))
-    ray_address: str | None = field(
-        default=None, metadata=setting("compute", read=ray_address_setting, unset=RAY_UNSET)
-    )
     #: ``[privacy]``: what this party requires of every job (``vflcore.party_privacy``); nothing by default.
     privacy: PartyPrivacy = field(default_factory=PartyPrivacy)
-
-    def __post_init__(self) -> None:
-        check_declared(self)
-        check_backoff(self.retry_initial_s, self.retry_max_s, type(self).__name__)
-
-    @property
-    def compute_engine(self) -> ComputeEngine:
-        return ComputeEngine(self.engine, self.ray_address)
 
     @property
     def data(self) -> DataSource:
@@ -339,13 +356,11 @@ def client_config_from(doc: Mapping[str, Any], source: Path | None = None, party
             f"{cli.where}: no data: [data] path is required (this party's CSV; or pass --data), or name "
             "datasets under [datasets]"
         )
-    values = read_settings(ClientConfig, doc, source)
-    check_backoff(values["retry_initial_s"], values["retry_max_s"], cli.where)
     return ClientConfig(
-        **values,
         party=party,
         tls=tls_files(doc, source, f"party-{party}"),
         datasets=datasets,
+        settings=client_settings_from(doc, source),
         models=_models(doc, source),
         privacy=party_privacy_from_table(doc.get("privacy", {}), str(source) if source else "this party's config"),
     )

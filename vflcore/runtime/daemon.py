@@ -81,16 +81,18 @@ def setup_logging(args: argparse.Namespace) -> None:
     reopen_on_sighup(log_file)
 
 
-def arm_crash_traces(args: argparse.Namespace) -> None:
+def arm_crash_traces(args: argparse.Namespace, *, announce: bool = True) -> None:
     """A daemon that dies on SIGSEGV, SIGBUS, SIGABRT, SIGFPE or SIGILL writes every thread's stack
     to stderr and to ``--log-file`` (``vflcore.runtime.crash_trace``); call after ``setup_logging``.
 
     Logs ``crash_traces`` with where a trace would go, so an operator reading the log knows where
-    to look after a crash. An OSError if the relay process cannot start (no process or descriptor
-    left on the host): the daemons let it end them with its traceback, exit code 1.
+    to look after a crash; not with ``announce`` False, for a command whose output is a report
+    (``vfl-client --check``), not a log. An OSError if the relay process cannot start (no process
+    or descriptor left on the host): the daemons let it end them with its traceback, exit code 1.
     """
     where = enable_crash_traces(getattr(args, "log_file", None))
-    structlog.get_logger(__name__).info("crash_traces", to=where)
+    if announce:
+        structlog.get_logger(__name__).info("crash_traces", to=where)
 
 
 class ShutdownSignals:

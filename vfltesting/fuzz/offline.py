@@ -27,7 +27,7 @@ from vflcore.party_privacy import party_privacy_keys
 from vflcore.psi.blinding import BlindingKey, blind, hash_and_blind
 from vflcore.psi.hash_to_curve import make_dst
 from vflcore.psi.matching import match, truncate
-from vflcore.runtime.config import ClientConfig, client_config_from
+from vflcore.runtime.config import ClientSettings, client_config_from
 from vflcore.settings import table_keys
 from vfltesting.fuzz import surfaces
 from vfltesting.fuzz.report import Target, Verdict
@@ -56,7 +56,7 @@ class OfflineTargets:
                 "a party's [privacy] and [client], read from its config",
                 "party config",
                 surfaces.party_config_mutants(
-                    party, party_privacy_keys(), (*table_keys(ClientConfig, "client"), "party")
+                    party, party_privacy_keys(), (*table_keys(ClientSettings, "client"), "party")
                 ),
                 self._party_config,
             ),
