@@ -85,7 +85,7 @@ class FederatedServable:
     def missing(self) -> dict[int, str]:
         """Each passive party that cannot answer now, with why (its daemon is gone, or still loading its part)."""
         parties = self.active.parties
-        found = {p: parties.absence(p) for p in self.active.job.passive_parties}
+        found = {p: parties.liveness.absence(p) for p in self.active.job.passive_parties}
         return {p: why for p, why in found.items() if why is not None}
 
     def state(self) -> ModelState:

@@ -100,7 +100,7 @@ def roll_back(
     """
     end = Position(job.epochs, 0)
     held = {ACTIVE_PARTY: readable_checkpoints(run_dir) if resume else []}
-    held |= {party: list(parties.member(party).checkpoints) for party in job.passive_parties}
+    held |= {party: list(parties.members.member(party).checkpoints) for party in job.passive_parties}
     common = set(held[ACTIVE_PARTY]).intersection(*(set(h) for h in held.values()))
     loaded = load_newest(run_dir, (p for p in common if p <= end), algorithm)
     chosen, reports = loaded if loaded is not None else (Position(0, 0), None)
