@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 import torch
 
-from vflalgorithms.base import ServerAlgorithm
 from vflalgorithms.divergence import divergence_advice, nonfinite, nonfinite_state
+from vflalgorithms.halves import ServerAlgorithm
 from vflclient import JobEvent
 from vflclient._divergence import CheckedLink, checked_state
 from vflcore.data.checkpoints import checkpoint_positions, pin, save_position

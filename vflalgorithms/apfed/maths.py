@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vflalgorithms.base import algorithm_options
+from vflalgorithms.options import algorithm_options
 from vflcore.errors import ConfigError
 from vflcore.job import ACTIVE_PARTY, JobSpec, model_seed
 from vflcore.ml.models import build_seeded, mlp

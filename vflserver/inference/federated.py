@@ -17,7 +17,7 @@ from typing import Protocol
 import numpy as np
 import structlog
 
-from vflalgorithms.base import ServerAlgorithm
+from vflalgorithms.halves import ServerAlgorithm
 from vflcore.errors import InferenceInputError, PartyUnavailable
 from vflcore.job import JobSpec
 from vflserver.federation.passive_parties import PassiveParties

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 
 import structlog
 
-from vflalgorithms.base import algorithm_spec
+from vflalgorithms.registry import algorithm_spec
 from vflcore.absence import did_not_come_back
 from vflcore.data.checkpoints import party_dir
 from vflcore.data.tables import DataError, PartyTable

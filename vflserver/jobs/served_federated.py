@@ -16,7 +16,7 @@ from collections.abc import Mapping
 
 import structlog
 
-from vflalgorithms.base import algorithm_spec
+from vflalgorithms.registry import algorithm_spec
 from vflcore.errors import VflError
 from vflcore.runtime.config import DataSource, ServerSettings
 from vflserver.federation.board import JobBoard

@@ -20,8 +20,10 @@ import numpy as np
 import structlog
 import torch
 
-from vflalgorithms.base import ActiveContext, ServerAlgorithm, algorithm_spec
+from vflalgorithms.contexts import ActiveContext
 from vflalgorithms.factories import resolve_factories
+from vflalgorithms.halves import ServerAlgorithm
+from vflalgorithms.registry import algorithm_spec
 from vflcore.data.checkpoints import party_dir
 from vflcore.data.held_out import HeldOutIds
 from vflcore.data.tables import PartyTable, select_rows, write_aligned_ids

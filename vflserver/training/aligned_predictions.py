@@ -21,7 +21,7 @@ from typing import Final, TypeVar
 import numpy as np
 from numpy.dtypes import StringDType
 
-from vflalgorithms.base import ServerAlgorithm
+from vflalgorithms.halves import ServerAlgorithm
 from vflcore.data import id_arrays
 from vflcore.job import JobSpec
 from vflcore.memory import return_freed_memory

@@ -22,7 +22,7 @@ import numpy as np
 import structlog
 import torch
 
-from vflalgorithms.base import ServerAlgorithm
+from vflalgorithms.halves import ServerAlgorithm
 from vflcore.errors import check_finite
 from vflcore.job import JobSpec, Schedule, round_score_due
 from vflcore.ml.losses import task_loss

@@ -37,9 +37,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from vflalgorithms.base import algorithm_spec
 from vflalgorithms.factories import FACTORY_KEYS, refuse_untaken
 from vflalgorithms.label_protection import check_privacy_applies
+from vflalgorithms.registry import algorithm_spec
 from vflcore.errors import ConfigError
 from vflcore.job import ACTIVE_PARTY, JobSpec, settable_fields
 from vflcore.job_rules import read_job, validate_job

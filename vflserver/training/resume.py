@@ -14,8 +14,8 @@ from typing import Any
 
 import structlog
 
-from vflalgorithms.base import ServerAlgorithm
 from vflalgorithms.divergence import nonfinite_state
+from vflalgorithms.halves import ServerAlgorithm
 from vflcore.data.checkpoints import discard_after, load_position, pin, readable_checkpoints, save_position
 from vflcore.errors import CheckpointError, TrainingDiverged
 from vflcore.job import ACTIVE_PARTY, JobSpec, Position

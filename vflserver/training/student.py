@@ -31,8 +31,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vflalgorithms.base import ActiveContext, AfterStep, ServerAlgorithm
+from vflalgorithms.contexts import ActiveContext, AfterStep
 from vflalgorithms.factories import PROBE_ROWS, ModelSlot
+from vflalgorithms.halves import ServerAlgorithm
 from vflcore.errors import ConfigError
 from vflcore.job import ACTIVE_PARTY, JobSpec, Schedule, model_seed
 from vflcore.ml.losses import task_loss
@@ -58,7 +59,7 @@ class _NoParties:
         raise RuntimeError(f"the student trains on the active party alone; it cannot {name} a passive party")
 
 
-#: What a student's ``ActiveContext.parties`` holds (``vflalgorithms.base.PassivePartiesView``).
+#: What a student's ``ActiveContext.parties`` holds (``vflalgorithms.contexts.PassivePartiesView``).
 NO_PARTIES: Any = _NoParties()
 
 
