@@ -39,7 +39,7 @@ from vflserver.inference.config import serving_config_from
 from vflserver.inference.run import write_ports
 from vflserver.jobs.app import Service
 from vflserver.jobs.plan import check_models, read_active_table
-from vflserver.jobs.runner import JobListener
+from vflserver.jobs.progress import JobListener
 from vflserver.jobs.store import ENDED, JobRecord, JobStore
 from vflserver.training.active_party import ActiveParty
 from vflserver.training.distill_settings import refuse_student_names
