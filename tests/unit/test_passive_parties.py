@@ -8,6 +8,7 @@ import time
 import grpc
 import numpy as np
 import pytest
+import structlog
 
 from vflcore.absence import did_not_come_back, did_not_join
 from vflcore.errors import JobAborted, JoinRejected, PartyLost, PartyUnavailable, TensorError
@@ -16,6 +17,7 @@ from vflcore.status import STATUS
 from vflcore.wire.tensors import TensorKey
 from vflcore.work_items import Finish
 from vflserver.federation.board import JobBoard
+from vflserver.federation.liveness import UNANSWERED_S
 from vflserver.federation.passive_parties import PassiveParties
 from vflserver.federation.rejoin import RejoinTerms
 from vflserver.federation.servicer import concerns_this_run
@@ -134,6 +136,36 @@ class TestLiveness:
         with pytest.raises(PartyUnavailable, match="disk full") as caught:
             parties.liveness.check_online(3)
         assert not isinstance(caught.value, PartyLost)
+
+    def test_a_connection_that_timed_out_says_so(self) -> None:
+        """A stream that closed after the party was silent past the server's unanswered-data limit timed out.
+
+        A pulled cable: the kernel drops the connection once the server's data goes unacknowledged
+        for ``UNANSWERED_S`` (gRPC's keepalive timeout, as TCP_USER_TIMEOUT), so the party had been
+        silent at least that long when its stream closed. Its last sign of life is moved back rather
+        than waited out. A daemon that stops closes its stream while it is still heard from.
+        """
+        parties = _online()
+        parties.members.member(3).last_seen -= UNANSWERED_S + 4
+        parties.liveness.leave(3, _session(parties, 3))
+        with pytest.raises(PartyLost, match=rf"timed out: nothing came from it for {UNANSWERED_S + 4:.0f} s"):
+            parties.liveness.check_online(3)
+        parties.liveness.leave(2, _session(parties, 2))
+        with pytest.raises(PartyLost, match=r"closed \(its daemon stopped") as caught:
+            parties.liveness.check_online(2)
+        assert "timed out" not in caught.value.reason
+
+    def test_a_stream_that_ends_after_finish_is_no_warning(self) -> None:
+        """A routine end (the server sent Finish) logs party_left; a stream that closes unasked warns party_offline."""
+        parties = _online()
+        with structlog.testing.capture_logs() as logs:
+            parties.liveness.leave(2, _session(parties, 2))
+            parties.tasks.finish(True, "done")
+            parties.liveness.leave(3, _session(parties, 3))
+        assert [(e["event"], e["log_level"], e["peer"]) for e in logs] == [
+            ("party_offline", "warning", 2),
+            ("party_left", "info", 3),
+        ]
 
     def test_a_second_stream_is_refused_while_the_first_is_open(self) -> None:
         """One Subscribe stream per party: a second is JoinRejected; once the first closed, a new one is taken."""
