@@ -277,7 +277,7 @@ class TestRejoinAServedModel:
         assert why in (parties.liveness.absence(3) or "")
 
     def test_a_job_not_kept_served_takes_no_rejoin(self) -> None:
-        """Without accept_rejoins (the model is not served), a party that asks again is not offered the job."""
+        """Without rejoins.accept (the model is not served), a party that asks again is not offered the job."""
         parties = _online()
         parties.state = "serving"
         board = JobBoard()

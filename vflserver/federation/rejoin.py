@@ -1,6 +1,6 @@
 """What a passive party must still hold to come back into a served federated model after a reconnect.
 
-A federated model is kept served after its job (``JobRunner._serve``). When a passive party's
+A federated model is kept served after its job (``ModelServing.serve``). When a passive party's
 daemon restarts, its trained part is gone from memory, but not from its disk: the alignment it
 trained on and its checkpoint at the end of training. Loading both brings it back exactly as it
 was (``vflserver.training.readmission``). This module says, at Join, whether the party can: the

@@ -1,6 +1,6 @@
 """At start, serve again the federated model a crashed server was serving, rebuilt from disk.
 
-A federated model is served until the next job starts (``JobRunner._serve``). A clean stop ends
+A federated model is served until the next job starts (``ModelServing.serve``). A clean stop ends
 it (``served`` becomes no); a crash (kill -9, SIGSEGV, power) leaves ``served`` yes in the store.
 At the next start, if no job is queued (one would take the parties at once, ending the model
 anyway), the server rebuilds that job's active party from its run folder
