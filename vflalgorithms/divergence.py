@@ -16,7 +16,7 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 
-from vflalgorithms.base import algorithm_spec
+from vflalgorithms.registry import algorithm_spec
 from vflcore.errors import ConfigError, nonfinite_word
 from vflcore.job.spec import JobSpec
 from vflcore.ml.state import PLAIN_TYPES

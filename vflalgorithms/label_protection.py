@@ -36,7 +36,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from vflalgorithms.base import ActiveContext, ServerAlgorithm
+from vflalgorithms.contexts import ActiveContext
+from vflalgorithms.halves import ServerAlgorithm
 from vflcore.errors import ConfigError
 from vflcore.job.privacy import PrivacySpec
 from vflcore.job.spec import JobSpec

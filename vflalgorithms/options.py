@@ -1,8 +1,9 @@
-"""Checks that several algorithms' ``spec.py`` share, each naming the ``[algorithm]`` key it refuses.
+"""An algorithm's ``[algorithm]`` options: a job's, completed with their defaults, and the checks specs share.
 
 The server's config sets an algorithm's options; they reach every passive party inside the job,
-so both halves read the same values (``vflalgorithms.base.job_options``). An unknown key or a bad
-value is refused when the server starts, naming the key, rather than halfway through training.
+so both halves read the same values (``job_options``). An unknown key or a bad value is refused
+when the server starts, naming the key, rather than halfway through training. The checks below
+are those several algorithms' ``spec.py`` share, each naming the ``[algorithm]`` key it refuses.
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from vflalgorithms.registry import algorithm_spec
 from vflcore.errors import ConfigError
+from vflcore.job.spec import JobSpec
 
 
 def is_number(value: Any) -> bool:
@@ -51,4 +54,23 @@ def local_steps_and_rho(options: Mapping[str, Any]) -> None:
     positive_numbers(options, "rho")
 
 
-__all__ = ["is_number", "local_steps_and_rho", "one_of", "party_ids", "positive_numbers", "whole_numbers"]
+def algorithm_options(name: str, given: Mapping[str, Any]) -> dict[str, Any]:
+    """``given`` checked against algorithm ``name``'s options and completed with their defaults."""
+    return algorithm_spec(name).options(given)
+
+
+def job_options(job: JobSpec) -> dict[str, Any]:
+    """The job's algorithm options, completed with their defaults: what both halves read."""
+    return algorithm_options(job.algorithm, job.algorithm_options)
+
+
+__all__ = [
+    "algorithm_options",
+    "is_number",
+    "job_options",
+    "local_steps_and_rho",
+    "one_of",
+    "party_ids",
+    "positive_numbers",
+    "whole_numbers",
+]

@@ -20,7 +20,7 @@ from typing import Any, Self
 import numpy as np
 import torch
 
-from vflalgorithms.base import algorithm_options
+from vflalgorithms.options import algorithm_options
 from vflcore.data.tables import PartyTable, select_rows
 from vflcore.job.spec import ACTIVE_PARTY, JobSpec
 from vflcore.ml.losses import label_tensor, task_loss

@@ -41,7 +41,7 @@ _IMPORTED_WHEN_USED = {
     "ClientSettings": "vflcore.runtime.config",
     "Connection": "vflclient._connection",
     "InferenceClient": "vflclient._inference",
-    "ModelFactory": "vflalgorithms.base",
+    "ModelFactory": "vflalgorithms.contexts",
     "PartyTable": "vflcore.data.tables",
     "PassiveParty": "vflclient._passive_party",
     "RunResult": "vflclient._passive_party",
@@ -49,7 +49,7 @@ _IMPORTED_WHEN_USED = {
 }
 
 if _typing.TYPE_CHECKING:
-    from vflalgorithms.base import ModelFactory
+    from vflalgorithms.contexts import ModelFactory
     from vflclient._connection import Connection
     from vflclient._inference import InferenceClient
     from vflclient._passive_party import PassiveParty, RunResult

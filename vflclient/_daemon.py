@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from vflalgorithms.base import ModelFactory
+from vflalgorithms.contexts import ModelFactory
 from vflclient._connection import Connection
 from vflclient._passive_party import PassiveParty, RunResult
 from vflcore.data.tables import PartyTable, read_party_csv

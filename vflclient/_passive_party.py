@@ -22,7 +22,9 @@ import numpy as np
 import structlog
 import torch
 
-from vflalgorithms.base import ClientAlgorithm, ModelFactory, PassiveContext, algorithm_spec, algorithms
+from vflalgorithms.contexts import ModelFactory, PassiveContext
+from vflalgorithms.halves import ClientAlgorithm
+from vflalgorithms.registry import algorithm_spec, algorithms
 from vflclient._alignment import align_passive
 from vflclient._connection import Connection
 from vflclient._divergence import CheckedLink, check_upload, checked_state

@@ -39,7 +39,7 @@ from vflserver.federation.alignment import AlignmentResult
 from vflserver.inference.config import serving_config_from
 from vflserver.inference.run import write_ports
 from vflserver.jobs.app import Service
-from vflserver.jobs.runner import JobListener
+from vflserver.jobs.progress import JobListener
 from vflserver.jobs.store import ENDED, JobRecord, JobStore
 from vflserver.plan.admission import check_models, read_active_table
 from vflserver.plan.document import TABLES, plan_from_document

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from vflalgorithms.apfed.spec import ACTIVE_EMBEDDING, PASSIVE_GRADIENT
-from vflalgorithms.base import job_options
+from vflalgorithms.options import job_options
 from vflalgorithms.splitnn.overlap import MicroBatches, overlap_options
 from vflalgorithms.vimadmm.spec import ADMM_DUAL, ADMM_RESIDUAL
 from vflcore.job.spec import JobSpec

@@ -25,7 +25,8 @@ from bench.algorithms.curves import Curve, plot
 from bench.common.jobs import run_jobs
 from bench.common.paths import OUT
 from bench.common.versions import versions_line
-from vflalgorithms.base import algorithm_spec, job_options
+from vflalgorithms.options import job_options
+from vflalgorithms.registry import algorithm_spec
 from vflclient import read_party_csv
 from vfltesting.datasets import write_digits_split
 from vfltesting.jobs import DIGITS_JOB

@@ -50,7 +50,7 @@ from bench.common.paths import OUT
 from bench.common.plots import pyplot
 from bench.common.stats import mean_std
 from bench.common.versions import versions_line
-from vflalgorithms.base import algorithm_spec
+from vflalgorithms.registry import algorithm_spec
 from vflcore.job.schedule import model_seed
 from vflcore.ml.models import build_seeded
 from vflcore.ml.optimizers import role_optimizer

@@ -22,7 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from bench.operations.overhead import FEATURES_PER_PARTY, JOB, ROWS, TOP_HIDDEN
-from vflalgorithms.base import algorithm_spec
+from vflalgorithms.registry import algorithm_spec
 from vflcore.data.tables import read_party_csv
 from vflcore.ml.metrics import task_metrics
 from vflcore.runtime.daemon import prepare_compute

@@ -17,7 +17,8 @@ import numpy as np
 
 from tests.integration.conftest import RunningJob, run_whole_job
 from vflalgorithms.apfed.reference import ReferenceAPFed
-from vflalgorithms.base import ServerAlgorithm, algorithm_spec
+from vflalgorithms.halves import ServerAlgorithm
+from vflalgorithms.registry import algorithm_spec
 from vflalgorithms.splitnn.reference import ReferenceSplitNN
 from vflclient import read_party_csv
 from vflcore.job.spec import JobSpec

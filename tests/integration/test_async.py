@@ -14,7 +14,7 @@ import pytest
 from tests.integration.conftest import run_whole_job
 from tests.integration.test_reference_equivalence import REFERENCE_JOB
 from vflalgorithms.asynchronous.active import AsyncServer
-from vflalgorithms.base import ServerAlgorithm
+from vflalgorithms.halves import ServerAlgorithm
 from vflcore.job.spec import JobSpec
 from vflserver.training.reports import RunSummary
 from vfltesting.pki import Pki

@@ -49,9 +49,9 @@ def serving(pki: Pki, digits_data: Path, tmp_path: Path) -> Iterator[tuple[Runni
 def _cut(running: RunningJob, party: _Party, number: int) -> None:
     party.cut()
     deadline = time.monotonic() + 10
-    while number in running.active.parties.online_parties() and time.monotonic() < deadline:
+    while number in running.active.parties.members.online_parties() and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert number not in running.active.parties.online_parties()
+    assert number not in running.active.parties.members.online_parties()
 
 
 def test_predicts_by_id_with_every_party(serving: tuple[RunningJob, dict[int, _Party]]) -> None:

@@ -178,7 +178,7 @@ class TestMalformedTensors:
             stub.SendEmbeddings(bad[case], timeout=10)
         assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert caught.value.details().startswith(field), caught.value.details()
-        assert running.active.parties.uploads.keys_of(2) == []  # party 3's honest upload may wait there
+        assert running.active.parties.uploads.mailbox.keys_of(2) == []  # party 3's honest upload may wait there
         assert running.active.algorithm.step_losses == []
         after = _model_snapshot(running)
         assert all(torch.equal(before[k], after[k]) for k in before)
@@ -256,7 +256,7 @@ class TestEpochStreams:
             pb.TensorRequest(key=wire.key_to_proto(key.with_name("gradient")), count=1), timeout=30
         )
         assert [k.batch for k, _ in wire.tensors_from_chunks(gradients)] == [0]
-        assert not running.active.parties.uploads.has(2, bad_key)
+        assert not running.active.parties.uploads.mailbox.has(2, bad_key)
 
     def test_refused_upload_surfaces_as_the_reason_in_the_exchange(self, party2_session, pki: Pki) -> None:
         """The SDK's exchange raises the server's refusal (TensorRejected, naming the field), not a cancel."""
@@ -386,7 +386,7 @@ class TestMalformedEncodedTensors:
             stub.SendEmbeddings(iter(_encoded(key, good, sent_as, edit)), timeout=10)
         assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert caught.value.details().startswith(field), caught.value.details()
-        assert running.active.parties.uploads.keys_of(2) == []
+        assert running.active.parties.uploads.mailbox.keys_of(2) == []
         after = _model_snapshot(running)
         assert all(torch.equal(before[k], after[k]) for k in before)
 

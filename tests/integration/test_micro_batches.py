@@ -20,7 +20,7 @@ import pytest
 
 from tests.integration.equivalence import TOP_HIDDEN, Comparison, assert_same_losses, assert_same_steps, compare
 from tests.integration.test_reference_equivalence import REFERENCE_JOB
-from vflalgorithms.base import algorithm_spec
+from vflalgorithms.registry import algorithm_spec
 from vflclient import read_party_csv
 from vflcore.job.spec import JobSpec
 from vfltesting.pki import Pki

@@ -62,7 +62,7 @@ class TestPartyOffline:
             assert running.active.predict_ids(ids).shape == (5, 10)  # everyone online: it works
             parties[3].cut()
             deadline = time.monotonic() + 10
-            while 3 in running.active.parties.online_parties() and time.monotonic() < deadline:
+            while 3 in running.active.parties.members.online_parties() and time.monotonic() < deadline:
                 time.sleep(0.05)
             with pytest.raises(PartyUnavailable, match="party 3") as caught:
                 running.active.predict_ids(ids)

@@ -20,7 +20,7 @@ import pytest
 from vflclient import InferenceClient, JobClient
 from vflserver.inference.federated import IDS
 from vfltesting.pki import Pki
-from vfltesting.service import ServiceRun, job_document, toml_text, wait_until
+from vfltesting.service import ServiceRun, job_document, log_events, toml_text, wait_until
 
 BIN = Path(sys.executable).parent
 pytestmark = pytest.mark.timeout(600)
@@ -69,6 +69,9 @@ class TestOneSetOfDaemons:
         assert {name: proc.pid for name, proc in daemons.procs.items()} == pids
         with InferenceClient(f"127.0.0.1:{grpc_port}", tls=pki.caller_files("test-caller")) as client:
             assert client.metadata("b2b-apfed").name == "b2b-apfed"
+        # A routine switch to the next job is no party going away: its stream ends after Finish.
+        assert log_events(daemons.logs["server"], "party_offline") == []
+        assert {event["peer"] for event in log_events(daemons.logs["server"], "party_left")} == {2, 3}
 
     def test_missing_dataset_fails_naming_the_party_and_the_dataset(self, daemons: ServiceRun, pki: Pki) -> None:
         """Party 3 has no dataset "census": the job fails before PSI, saying so; the next job runs."""

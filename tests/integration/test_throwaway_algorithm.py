@@ -17,7 +17,8 @@ import pytest
 from tests.integration.conftest import run_whole_job
 from tests.integration.test_reference_equivalence import REFERENCE_JOB
 from tests.integration.throwaway.spec import NAME, SPEC
-from vflalgorithms.base import algorithm_options, algorithm_spec, algorithms
+from vflalgorithms.options import algorithm_options
+from vflalgorithms.registry import algorithm_spec, algorithms
 from vflcore.errors import ConfigError
 from vflserver.plan.document import plan_from_document
 from vfltesting.pki import Pki

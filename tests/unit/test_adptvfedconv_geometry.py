@@ -11,7 +11,7 @@ from sklearn.datasets import load_digits
 
 from bench.algorithms.adptvfedconv_runs import party_pieces
 from vflalgorithms.adptvfedconv import maths as conv
-from vflalgorithms.base import algorithm_options
+from vflalgorithms.options import algorithm_options
 from vflcore.errors import ConfigError
 from vflcore.job.spec import JobSpec
 from vflcore.ml.models import build_seeded

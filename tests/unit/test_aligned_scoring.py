@@ -15,7 +15,9 @@ import numpy as np
 import pytest
 import torch
 
-from vflalgorithms.base import ActiveContext, ServerAlgorithm, algorithm_spec
+from vflalgorithms.contexts import ActiveContext
+from vflalgorithms.halves import ServerAlgorithm
+from vflalgorithms.registry import algorithm_spec
 from vflcore.job.spec import JobSpec
 from vflserver.federation.passive_parties import PassiveParties
 from vflserver.training import aligned_predictions

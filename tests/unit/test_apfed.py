@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from vflalgorithms.apfed.maths import APFED_C, APFED_R, combine, contrastive_loss, passive_weight, reconstruction_loss
 from vflalgorithms.apfed.reference import ReferenceAPFed
-from vflalgorithms.base import algorithm_options
+from vflalgorithms.options import algorithm_options
 from vflcore.errors import ConfigError
 from vflcore.job.spec import JobSpec
 from vflcore.ml.models import build_seeded

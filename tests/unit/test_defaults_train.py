@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 import torch
 
-from vflalgorithms.base import algorithm_spec
 from vflalgorithms.reference import aligned_tables
+from vflalgorithms.registry import algorithm_spec
 from vflclient import read_party_csv
 from vfltesting.jobs import DIGITS_JOB
 

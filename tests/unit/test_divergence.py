@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 import torch
 
-from vflalgorithms.base import ServerAlgorithm
 from vflalgorithms.divergence import divergence_advice, nonfinite, nonfinite_state
+from vflalgorithms.halves import ServerAlgorithm
 from vflclient import JobEvent
 from vflclient._divergence import CheckedLink, checked_state
 from vflcore.data.checkpoints import checkpoint_positions, pin, save_position
@@ -161,9 +161,9 @@ class TestAPartyReport:
     def _failed(self, message: str, state: str = "training") -> BaseException:
         parties = PassiveParties(JOB)
         parties.state = state
-        parties.report_failure(2, message)
+        parties.liveness.report_failure(2, message)
         with pytest.raises((TrainingDiverged, PartyUnavailable)) as caught:
-            parties.check_online(2)
+            parties.liveness.check_online(2)
         return caught.value
 
     def test_a_reported_divergence_is_the_jobs_error_in_the_partys_words(self) -> None:

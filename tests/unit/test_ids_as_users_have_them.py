@@ -30,7 +30,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from vflalgorithms.base import ActiveContext, algorithm_spec
+from vflalgorithms.contexts import ActiveContext
+from vflalgorithms.registry import algorithm_spec
 from vflcore.data.exact_scan import read_exactly
 from vflcore.data.id_arrays import MAX_ID_BYTES, STRING_IDS, sort_order
 from vflcore.data.tables import aligned_digest, ids_digest, read_party_csv, select_rows, take_rows, write_aligned_ids

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from vflalgorithms.base import algorithms
+from vflalgorithms.registry import algorithms
 from vflcore.data.tables import PartyTable
 from vflcore.errors import ConfigError
 from vflcore.job.privacy import PrivacySpec, privacy_keys

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from vflalgorithms.base import algorithms
+from vflalgorithms.registry import algorithms
 
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = ("vflcore", "vflprivacy", "vflalgorithms", "vflserver", "vflclient")

@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from vflalgorithms.base import algorithm_options
+from vflalgorithms.options import algorithm_options
 from vflalgorithms.splitnn.overlap import MicroBatches, part_bounds
 from vflcore.errors import ConfigError
 

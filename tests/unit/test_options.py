@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vflalgorithms.base import algorithm_options, job_options
+from vflalgorithms.options import algorithm_options, job_options
 from vflcore.errors import ConfigError
 from vflcore.job.spec import JobSpec
 

@@ -8,6 +8,7 @@ import time
 import grpc
 import numpy as np
 import pytest
+import structlog
 
 from vflcore.absence import did_not_come_back, did_not_join
 from vflcore.errors import JobAborted, JoinRejected, PartyLost, PartyUnavailable, TensorError
@@ -17,6 +18,7 @@ from vflcore.status import STATUS
 from vflcore.wire.tensors import TensorKey
 from vflcore.work_items import Finish
 from vflserver.federation.board import JobBoard
+from vflserver.federation.liveness import UNANSWERED_S
 from vflserver.federation.passive_parties import PassiveParties
 from vflserver.federation.servicer import concerns_this_run
 from vflserver.training.served_again.terms import RejoinTerms
@@ -28,13 +30,13 @@ def _online(**kwargs: float) -> PassiveParties:
     parties = PassiveParties(JOB, offline_grace_s=0.0, **kwargs)
     for party in (2, 3):
         parties.join(party, b"", 10, frozenset(), (Position(1), Position(1, 5)))
-        parties.subscribe(party)
+        parties.liveness.subscribe(party)
     return parties
 
 
 def _session(parties: PassiveParties, party: int) -> int:
     """The number of ``party``'s open Subscribe stream."""
-    return parties.member(party).session
+    return parties.members.member(party).session
 
 
 class TestTensorsAppliedOnce:
@@ -44,10 +46,10 @@ class TestTensorsAppliedOnce:
         key = TensorKey("j", 0, 1, "embedding")
         parties.expect("embedding", 0, 1, (2, 4))
         array = np.ones((2, 4), np.float32)
-        parties.accept_upload(2, key, array)
-        assert np.array_equal(parties.gather_from(2, "embedding", 0, 1), array)
+        parties.uploads.accept(2, key, array)
+        assert np.array_equal(parties.uploads.gather_from(2, "embedding", 0, 1), array)
         with pytest.raises(TensorError, match="expects no"):
-            parties.accept_upload(2, key, array)
+            parties.uploads.accept(2, key, array)
 
     def test_an_upload_from_a_lost_party_is_aborted_not_refused_as_malformed(self) -> None:
         """A party marked lost (the job paused while its link was down) gets JobAborted, so it rejoins.
@@ -56,9 +58,9 @@ class TestTensorsAppliedOnce:
         not count as the party's own failure, which would fail the resumed job.
         """
         parties = _online()
-        parties.lose(3, "its link went down")
+        parties.liveness.lose(3, "its link went down")
         with pytest.raises(JobAborted, match="party 3 has not joined this run"):
-            parties.accept_upload(3, TensorKey("j", 0, 0, "embedding"), np.zeros((1, 2), np.float32))
+            parties.uploads.accept(3, TensorKey("j", 0, 0, "embedding"), np.zeros((1, 2), np.float32))
 
     def test_a_call_of_an_earlier_run_is_aborted(self) -> None:
         """A party that has not joined the resumed run, or is lost in it, gets JobAborted for any tensor call.
@@ -69,13 +71,13 @@ class TestTensorsAppliedOnce:
         """
         resumed = PassiveParties(JOB, offline_grace_s=0.0)
         resumed.join(2, b"", 10, frozenset(), ())
-        resumed.subscribe(2)
-        resumed.require_in_this_run(2)  # joined: its calls go on
+        resumed.liveness.subscribe(2)
+        resumed.uploads.require_in_this_run(2)  # joined: its calls go on
         with pytest.raises(JobAborted, match="party 3 has not joined this run of job 'j'"):
-            resumed.require_in_this_run(3)
-        resumed.lose(2, "its link went down")
+            resumed.uploads.require_in_this_run(3)
+        resumed.liveness.lose(2, "its link went down")
         with pytest.raises(JobAborted, match="party 2 has not joined this run"):
-            resumed.require_in_this_run(2)
+            resumed.uploads.require_in_this_run(2)
 
     def test_a_failure_report_of_an_earlier_run_does_not_fail_the_resumed_one(self) -> None:
         """Only a report about this run counts: a refusal before Join (task 0), or a task of a party in it."""
@@ -103,10 +105,10 @@ class TestTensorsAppliedOnce:
         parties = _online()
         key = TensorKey("j", 0, 0, "embedding")
         parties.expect("embedding", 0, 0, (1, 2))
-        parties.accept_upload(3, key, np.zeros((1, 2), np.float32))
-        parties.accept_upload(3, key, np.zeros((1, 2), np.float32))
-        parties.gather_from(3, "embedding", 0, 0)
-        assert len(parties.uploads) == 0
+        parties.uploads.accept(3, key, np.zeros((1, 2), np.float32))
+        parties.uploads.accept(3, key, np.zeros((1, 2), np.float32))
+        parties.uploads.gather_from(3, "embedding", 0, 0)
+        assert len(parties.uploads.mailbox) == 0
 
 
 class TestLiveness:
@@ -118,63 +120,93 @@ class TestLiveness:
         busy worker (issue 40). Party 2 has a limit of minutes to stay within.
         """
         parties = _online(heartbeat_timeout_s=60.0)
-        parties.member(3).last_seen -= 120.0
-        parties.heartbeat(2)
-        parties.check_online(2)
+        parties.members.member(3).last_seen -= 120.0
+        parties.liveness.heartbeat(2)
+        parties.liveness.check_online(2)
         with pytest.raises(PartyLost, match=r"party 3 .*heartbeat_timeout_s") as caught:
-            parties.check_online(3)
+            parties.liveness.check_online(3)
         assert caught.value.party == 3
 
     def test_a_closed_stream_is_lost_a_reported_failure_is_not(self) -> None:
         """A closed stream may come back (PartyLost); a party that reported a failure would fail again."""
         parties = _online()
-        parties.leave(2, _session(parties, 2))
+        parties.liveness.leave(2, _session(parties, 2))
         with pytest.raises(PartyLost, match="connection to the server closed"):
-            parties.check_online(2)
-        parties.report_failure(3, "disk full")
+            parties.liveness.check_online(2)
+        parties.liveness.report_failure(3, "disk full")
         with pytest.raises(PartyUnavailable, match="disk full") as caught:
-            parties.check_online(3)
+            parties.liveness.check_online(3)
         assert not isinstance(caught.value, PartyLost)
+
+    def test_a_connection_that_timed_out_says_so(self) -> None:
+        """A stream that closed after the party was silent past the server's unanswered-data limit timed out.
+
+        A pulled cable: the kernel drops the connection once the server's data goes unacknowledged
+        for ``UNANSWERED_S`` (gRPC's keepalive timeout, as TCP_USER_TIMEOUT), so the party had been
+        silent at least that long when its stream closed. Its last sign of life is moved back rather
+        than waited out. A daemon that stops closes its stream while it is still heard from.
+        """
+        parties = _online()
+        parties.members.member(3).last_seen -= UNANSWERED_S + 4
+        parties.liveness.leave(3, _session(parties, 3))
+        with pytest.raises(PartyLost, match=rf"timed out: nothing came from it for {UNANSWERED_S + 4:.0f} s"):
+            parties.liveness.check_online(3)
+        parties.liveness.leave(2, _session(parties, 2))
+        with pytest.raises(PartyLost, match=r"closed \(its daemon stopped") as caught:
+            parties.liveness.check_online(2)
+        assert "timed out" not in caught.value.reason
+
+    def test_a_stream_that_ends_after_finish_is_no_warning(self) -> None:
+        """A routine end (the server sent Finish) logs party_left; a stream that closes unasked warns party_offline."""
+        parties = _online()
+        with structlog.testing.capture_logs() as logs:
+            parties.liveness.leave(2, _session(parties, 2))
+            parties.tasks.finish(True, "done")
+            parties.liveness.leave(3, _session(parties, 3))
+        assert [(e["event"], e["log_level"], e["peer"]) for e in logs] == [
+            ("party_offline", "warning", 2),
+            ("party_left", "info", 3),
+        ]
 
     def test_a_second_stream_is_refused_while_the_first_is_open(self) -> None:
         """One Subscribe stream per party: a second is JoinRejected; once the first closed, a new one is taken."""
         parties = _online()
         old = _session(parties, 2)
         with pytest.raises(JoinRejected, match="party 2 already has a Subscribe stream open"):
-            parties.subscribe(2)
-        parties.leave(2, old)
-        _, new = parties.subscribe(2)
-        assert new != old and 2 in parties.online_parties()
+            parties.liveness.subscribe(2)
+        parties.liveness.leave(2, old)
+        _, new = parties.liveness.subscribe(2)
+        assert new != old and 2 in parties.members.online_parties()
 
     def test_an_old_stream_closing_late_does_not_take_the_party_offline(self) -> None:
         """A stream from before a restart (unjoin) closes after the new one opened: the party stays online."""
         parties = _online()
         old = _session(parties, 2)
-        parties.unjoin(2)
+        parties.members.unjoin(2)
         parties.join(2, b"", 10, frozenset(), ())
-        parties.subscribe(2)
-        parties.leave(2, old)
-        assert 2 in parties.online_parties()
+        parties.liveness.subscribe(2)
+        parties.liveness.leave(2, old)
+        assert 2 in parties.members.online_parties()
 
     def test_a_restarted_party_is_lost_at_once(self) -> None:
         """lose() (its daemon asked for a new job mid-job) fails the next wait with the reason."""
         parties = _online()
-        parties.lose(3, "it asked for a new job")
+        parties.liveness.lose(3, "it asked for a new job")
         with pytest.raises(PartyLost, match="asked for a new job"):
-            parties.check_online(3)
+            parties.liveness.check_online(3)
 
     def test_join_records_the_checkpoints_a_party_holds(self) -> None:
         """The epochs a party can resume from travel with its Join."""
-        assert _online().member(2).checkpoints == (Position(1), Position(1, 5))
+        assert _online().members.member(2).checkpoints == (Position(1), Position(1, 5))
 
 
 class TestPause:
     def test_rejoin_finish_reaches_every_party(self) -> None:
         """finish(rejoin=True) queues Finish(rejoin) for every party: each daemon comes back for the job."""
         parties = _online()
-        parties.finish(False, "paused", rejoin=True)
+        parties.tasks.finish(False, "paused", rejoin=True)
         for party in (2, 3):
-            task = parties.member(party).tasks.get_nowait()
+            task = parties.members.member(party).tasks.get_nowait()
             assert isinstance(task, Finish) and task.rejoin and not task.success
 
 
@@ -187,9 +219,9 @@ def _served() -> tuple[JobBoard, PassiveParties]:
     parties = PassiveParties(JOB, offline_grace_s=0.0)
     for party in (2, 3):
         parties.join(party, b"ids-" + bytes([party]), 10, frozenset({b"alignment-key"}), (FINAL,))
-        parties.subscribe(party)
+        parties.liveness.subscribe(party)
     parties.state = "serving"
-    parties.accept_rejoins(TERMS)
+    parties.rejoins.accept(TERMS)
     board = JobBoard()
     board.open(parties, {})
     return board, parties
@@ -201,29 +233,29 @@ class TestRejoinAServedModel:
         _, parties = _served()
         stop = threading.Event()
         got: list[int | None] = []
-        waiter = threading.Thread(target=lambda: got.append(parties.next_rejoined(300, stop.is_set)))
+        waiter = threading.Thread(target=lambda: got.append(parties.rejoins.next_rejoined(300, stop.is_set)))
         waiter.start()
         stop.set()
-        parties.wake_waiters()
+        parties.members.wake_waiters()
         waiter.join(30)  # a "did not hang" guard: before, it waited out its whole timeout
         assert not waiter.is_alive() and got == [None]
 
     def test_a_restarted_party_is_offered_the_job_and_readmitted_after_loading(self) -> None:
         """NextJob from a member: offered the job; Join and Subscribe; "loading" until readmitted, then it serves."""
         board, parties = _served()
-        parties.leave(3, _session(parties, 3))  # its daemon was killed
-        assert "connection to the server closed" in (parties.absence(3) or "")
+        parties.liveness.leave(3, _session(parties, 3))  # its daemon was killed
+        assert "connection to the server closed" in (parties.liveness.absence(3) or "")
         offer = board.next_offer(3, 0, lambda: True)  # the restarted daemon asks for a job
         assert offer is not None and offer.job.job_id == "j"
-        assert "reconnected" in (parties.absence(3) or "")
+        assert "reconnected" in (parties.liveness.absence(3) or "")
         parties.join(3, b"ids-\x03", 10, frozenset({b"alignment-key"}), (Position(0, 5), FINAL))
-        parties.subscribe(3)
-        assert parties.next_rejoined(0) == 3
+        parties.liveness.subscribe(3)
+        assert parties.rejoins.next_rejoined(0) == 3
         with pytest.raises(PartyLost, match="loading its trained part"):
-            parties.check_online(3)
-        parties.readmitted(3)
-        assert parties.absence(3) is None and parties.absence(2) is None
-        parties.check_online(3)
+            parties.liveness.check_online(3)
+        parties.rejoins.readmitted(3)
+        assert parties.liveness.absence(3) is None and parties.liveness.absence(2) is None
+        parties.liveness.check_online(3)
 
     @pytest.mark.parametrize(
         ("digest", "cached", "held", "why"),
@@ -238,20 +270,20 @@ class TestRejoinAServedModel:
     ) -> None:
         """Other data, no saved alignment, no final checkpoint: refused naming why, and not offered the job again."""
         board, parties = _served()
-        parties.leave(3, _session(parties, 3))
+        parties.liveness.leave(3, _session(parties, 3))
         assert board.next_offer(3, 0, lambda: True) is not None
         with pytest.raises(JoinRejected, match=why):
             parties.join(3, digest, 10, cached, held)
         assert board.next_offer(3, 0, lambda: True) is None
-        assert why in (parties.absence(3) or "")
+        assert why in (parties.liveness.absence(3) or "")
 
     def test_a_job_not_kept_served_takes_no_rejoin(self) -> None:
-        """Without accept_rejoins (the model is not served), a party that asks again is not offered the job."""
+        """Without rejoins.accept (the model is not served), a party that asks again is not offered the job."""
         parties = _online()
         parties.state = "serving"
         board = JobBoard()
         board.open(parties, {})
-        parties.leave(3, _session(parties, 3))
+        parties.liveness.leave(3, _session(parties, 3))
         assert board.next_offer(3, 0, lambda: True) is None
         with pytest.raises(JoinRejected, match="joined too late"):
             parties.join(3, b"", 10, frozenset(), ())
@@ -263,29 +295,29 @@ class TestWhenTheLossHappened:
     def test_a_closed_stream_is_lost_since_it_closed(self) -> None:
         """The grace period spent noticing is not part of it: ``since`` is the stream's close."""
         parties = _online()
-        parties.leave(3, _session(parties, 3))
-        closed = parties.member(3).offline_since
+        parties.liveness.leave(3, _session(parties, 3))
+        closed = parties.members.member(3).offline_since
         with pytest.raises(PartyLost) as lost:
-            parties.check_online(3)
+            parties.liveness.check_online(3)
         assert closed is not None and lost.value.since == closed
 
     def test_a_silent_party_is_lost_since_it_was_last_heard_from(self) -> None:
         """Not since heartbeat_timeout_s ran out: since its last Heartbeat."""
         parties = _online(heartbeat_timeout_s=0.01)
-        heard = parties.member(2).last_seen
+        heard = parties.members.member(2).last_seen
         time.sleep(0.05)
         with pytest.raises(PartyLost) as lost:
-            parties.check_online(2)
+            parties.liveness.check_online(2)
         assert lost.value.since == heard
 
     def test_a_restarted_party_is_lost_since_its_old_stream_closed(self) -> None:
         """A daemon that restarts after its stream closed: the loss is the close, not its new NextJob."""
         parties = _online()
-        parties.leave(3, _session(parties, 3))
-        closed = parties.member(3).offline_since
-        parties.lose(3, "it asked for a new job")
+        parties.liveness.leave(3, _session(parties, 3))
+        closed = parties.members.member(3).offline_since
+        parties.liveness.lose(3, "it asked for a new job")
         with pytest.raises(PartyLost) as lost:
-            parties.check_online(3)
+            parties.liveness.check_online(3)
         assert lost.value.since == closed
 
 
@@ -294,7 +326,7 @@ class TestLateParties:
         """A party that never joined: the configured limit, the setting and the missing parties, in one sentence."""
         parties = PassiveParties(JOB)
         with pytest.raises(PartyUnavailable) as late:
-            parties.wait_until_ready(0.05, threading.Event())
+            parties.members.wait_until_ready(0.05, threading.Event())
         assert str(late.value) == str(did_not_join([2, 3], 0.05))
         assert "party 2 is unavailable: it did not join within 0.05 s" in str(late.value)
 
@@ -303,5 +335,5 @@ class TestLateParties:
         parties = PassiveParties(JOB)
         words = did_not_come_back(3, 120, "its connection to the server closed", "no checkpoint has been saved yet")
         with pytest.raises(PartyUnavailable) as late:
-            parties.wait_until_ready(0.01, threading.Event(), late=lambda missing: words)
+            parties.members.wait_until_ready(0.01, threading.Event(), late=lambda missing: words)
         assert late.value is words

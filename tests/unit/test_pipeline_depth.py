@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from vflalgorithms.base import PassiveContext, algorithm_options
+from vflalgorithms.contexts import PassiveContext
+from vflalgorithms.options import algorithm_options
 from vflalgorithms.splitnn.passive import SplitNNClient
 from vflcore.errors import ConfigError
 from vflcore.job.spec import JobSpec

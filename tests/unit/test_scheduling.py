@@ -104,7 +104,7 @@ class TestPresence:
         parties = PassiveParties(JobSpec("j", passive_parties=(2, 3)))
         board.open(parties, {})
         parties.join(2, b"", 10, frozenset())
-        parties.subscribe(2)
+        parties.liveness.subscribe(2)
         assert board.connected(2) and not board.connected(3)
         board.close(parties)
         assert board.connected(2)  # while it comes back to NextJob
@@ -139,7 +139,7 @@ class TestOneMessage:
             store.close()
         error = str(failed.value)
         assert error.startswith("party 3 is unavailable: it did not come back within 120 s ([server] party_timeout_s")
-        finish = active.parties.member(3).tasks.get_nowait()
+        finish = active.parties.members.member(3).tasks.get_nowait()
         assert isinstance(finish, Finish) and finish.message == f"the active party stopped the job: {error}"
 
 

@@ -23,8 +23,9 @@ import torch
 
 from vflalgorithms.adptvfedconv import maths as conv
 from vflalgorithms.adptvfedconv.spec import FEATURE_MAPS
-from vflalgorithms.base import ActiveContext, ServerAlgorithm
+from vflalgorithms.contexts import ActiveContext
 from vflalgorithms.factories import PROBE_ROWS, ModelSlot
+from vflalgorithms.halves import ServerAlgorithm
 from vflcore.errors import ConfigError
 from vflcore.job.schedule import model_seed
 from vflcore.job.spec import ACTIVE_PARTY, JobSpec

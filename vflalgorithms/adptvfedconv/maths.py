@@ -25,7 +25,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from vflalgorithms.base import algorithm_options
+from vflalgorithms.options import algorithm_options
 from vflcore.errors import ConfigError
 from vflcore.job.spec import ACTIVE_PARTY, JobSpec
 from vflcore.ml.models import mlp

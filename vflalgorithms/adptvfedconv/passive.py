@@ -16,7 +16,8 @@ import torch.nn.functional as F
 
 from vflalgorithms.adptvfedconv import maths as conv
 from vflalgorithms.adptvfedconv.spec import FEATURE_MAPS
-from vflalgorithms.base import ClientAlgorithm, PassiveContext
+from vflalgorithms.contexts import PassiveContext
+from vflalgorithms.halves import ClientAlgorithm
 from vflcore.errors import ConfigError
 from vflcore.job.schedule import model_seed
 from vflcore.ml.models import build_seeded

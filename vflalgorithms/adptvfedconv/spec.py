@@ -4,8 +4,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from vflalgorithms.adptvfedconv.maths import NAME
-from vflalgorithms.base import AlgorithmSpec, register
 from vflalgorithms.options import one_of, positive_numbers, whole_numbers
+from vflalgorithms.registry import AlgorithmSpec, register
 from vflcore.errors import ConfigError
 
 #: Each passive party's feature maps H^k of every aligned row, once (SendEmbeddings, chunked).

@@ -29,8 +29,10 @@ import torch
 
 from vflalgorithms.apfed import maths as apfed
 from vflalgorithms.apfed.spec import ACTIVE_EMBEDDING, PASSIVE_GRADIENT
-from vflalgorithms.base import ActiveContext, ServerAlgorithm, algorithm_options
+from vflalgorithms.contexts import ActiveContext
 from vflalgorithms.factories import PROBE_ROWS, ModelSlot
+from vflalgorithms.halves import ServerAlgorithm
+from vflalgorithms.options import algorithm_options
 from vflcore.errors import ConfigError
 from vflcore.job.schedule import model_seed
 from vflcore.job.spec import ACTIVE_PARTY, JobSpec

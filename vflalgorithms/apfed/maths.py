@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vflalgorithms.base import algorithm_options
+from vflalgorithms.options import algorithm_options
 from vflcore.errors import ConfigError
 from vflcore.job.schedule import model_seed
 from vflcore.job.spec import ACTIVE_PARTY, JobSpec

@@ -15,7 +15,8 @@ import torch
 
 from vflalgorithms.apfed import maths as apfed
 from vflalgorithms.apfed.spec import ACTIVE_EMBEDDING, PASSIVE_GRADIENT
-from vflalgorithms.base import ClientAlgorithm, PassiveContext
+from vflalgorithms.contexts import PassiveContext
+from vflalgorithms.halves import ClientAlgorithm
 from vflcore.errors import VflError
 from vflcore.ml.onnx_export import OnnxPart
 from vflcore.ml.optimizers import role_optimizer

@@ -5,8 +5,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from vflalgorithms.apfed.maths import APFED_C, APFED_R
-from vflalgorithms.base import AlgorithmSpec, register
 from vflalgorithms.options import is_number, party_ids, positive_numbers
+from vflalgorithms.registry import AlgorithmSpec, register
 from vflcore.errors import ConfigError
 
 # h^A = f_A(x^A_B) goes down to every passive party (on ReturnGradients); each answers with

@@ -26,7 +26,8 @@ import numpy as np
 import torch
 
 from vflalgorithms.asynchronous.spec import WARMUP_EMBEDDING
-from vflalgorithms.base import ActiveContext, job_options
+from vflalgorithms.contexts import ActiveContext
+from vflalgorithms.options import job_options
 from vflalgorithms.splitnn.active import SplitNNServer
 from vflcore.job.schedule import mid_epoch_checkpoint_due
 from vflcore.wire.names import EMBEDDING

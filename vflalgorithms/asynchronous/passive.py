@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from vflalgorithms.asynchronous.spec import WARMUP_EMBEDDING
-from vflalgorithms.base import PassiveContext
+from vflalgorithms.contexts import PassiveContext
 from vflalgorithms.splitnn.passive import SplitNNClient
 from vflcore.wire.tensors import TensorKey
 

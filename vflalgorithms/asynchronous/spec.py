@@ -3,9 +3,9 @@
 from collections.abc import Mapping
 from typing import Any
 
-from vflalgorithms.base import AlgorithmSpec, register
 from vflalgorithms.delays import DELAY_DEFAULTS, check_delay
 from vflalgorithms.options import whole_numbers
+from vflalgorithms.registry import AlgorithmSpec, register
 
 #: Every training row's embedding, once, before the first epoch (the initial full pass).
 WARMUP_EMBEDDING = "warmup/embedding"

@@ -9,7 +9,8 @@ With Q = 1 it is SplitNN, step for step.
 
 from __future__ import annotations
 
-from vflalgorithms.base import ActiveContext, job_options
+from vflalgorithms.contexts import ActiveContext
+from vflalgorithms.options import job_options
 from vflalgorithms.splitnn.active import SplitNNServer
 
 

@@ -7,7 +7,8 @@ it. Fewer communication rounds buy more local computation; Q = 1 is SplitNN.
 
 from __future__ import annotations
 
-from vflalgorithms.base import PassiveContext, job_options
+from vflalgorithms.contexts import PassiveContext
+from vflalgorithms.options import job_options
 from vflalgorithms.splitnn.passive import SplitNNClient
 
 

@@ -3,8 +3,8 @@
 from collections.abc import Mapping
 from typing import Any
 
-from vflalgorithms.base import AlgorithmSpec, register
 from vflalgorithms.options import whole_numbers
+from vflalgorithms.registry import AlgorithmSpec, register
 from vflalgorithms.splitnn.overlap import OVERLAP_DEFAULTS, check_overlap
 
 

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from vflalgorithms.base import ActiveContext
+from vflalgorithms.contexts import ActiveContext
 from vflalgorithms.factories import PROBE_ROWS, ModelSlot
 from vflalgorithms.splitnn.family import (
     OWN_BOTTOM,

@@ -38,11 +38,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from vflalgorithms.base import ActiveContext, ClientAlgorithm, PassiveContext, Publish, ServerAlgorithm, job_options
+from vflalgorithms.contexts import ActiveContext, PassiveContext, Publish
 from vflalgorithms.delays import Delay
 from vflalgorithms.divergence import nonfinite
 from vflalgorithms.factories import PROBE_ROWS, ModelSlot
+from vflalgorithms.halves import ClientAlgorithm, ServerAlgorithm
 from vflalgorithms.label_protection import LABEL_DEFENCE_POWER, LabelProtection
+from vflalgorithms.options import job_options
 from vflalgorithms.splitnn.overlap import MicroBatches, overlap_options
 from vflcore.errors import TrainingDiverged
 from vflcore.job.schedule import model_seed

@@ -10,7 +10,8 @@ import collections
 
 import torch
 
-from vflalgorithms.base import PassiveContext, job_options
+from vflalgorithms.contexts import PassiveContext
+from vflalgorithms.options import job_options
 from vflalgorithms.splitnn.family import SplitNNFamilyClient
 from vflalgorithms.splitnn.overlap import MicroBatches, overlap_options
 from vflcore.wire.links import TensorExchange

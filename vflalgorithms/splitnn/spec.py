@@ -3,8 +3,8 @@
 from collections.abc import Mapping
 from typing import Any
 
-from vflalgorithms.base import AlgorithmSpec, register
 from vflalgorithms.delays import DELAY_DEFAULTS, check_delay
+from vflalgorithms.registry import AlgorithmSpec, register
 from vflalgorithms.splitnn.overlap import OVERLAP_DEFAULTS, check_overlap
 
 

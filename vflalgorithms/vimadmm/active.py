@@ -18,7 +18,8 @@ from typing import cast
 import numpy as np
 import torch
 
-from vflalgorithms.base import ActiveContext, job_options
+from vflalgorithms.contexts import ActiveContext
+from vflalgorithms.options import job_options
 from vflalgorithms.splitnn.family import Answer, Round
 from vflalgorithms.vimadmm.maths import consensus_loss, dual_update, residuals, solve_z
 from vflalgorithms.vimadmm.spec import ADMM_DUAL, ADMM_HEAD, ADMM_RESIDUAL

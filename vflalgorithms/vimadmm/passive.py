@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from vflalgorithms.base import PassiveContext, job_options
+from vflalgorithms.contexts import PassiveContext
+from vflalgorithms.options import job_options
 from vflalgorithms.splitnn.family import SplitNNFamilyClient
 from vflalgorithms.vimadmm.maths import consensus_loss
 from vflalgorithms.vimadmm.spec import ADMM_DUAL, ADMM_HEAD, ADMM_RESIDUAL

@@ -1,7 +1,7 @@
 """VIMADMM (004 §3.2): z, λ and the heads on the server; λ_B, s^k_B and W_k pushed to each party."""
 
-from vflalgorithms.base import AlgorithmSpec, register
 from vflalgorithms.options import local_steps_and_rho
+from vflalgorithms.registry import AlgorithmSpec, register
 from vflcore.wire.names import ADMM_STATE_PREFIX
 
 # What the server pushes to party k per batch, on PushADMMState (the prefix picks that call).

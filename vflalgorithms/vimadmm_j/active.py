@@ -17,7 +17,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from vflalgorithms.base import ActiveContext, job_options
+from vflalgorithms.contexts import ActiveContext
+from vflalgorithms.options import job_options
 from vflalgorithms.splitnn.family import Answer, Round, SplitNNFamilyServer
 from vflalgorithms.vimadmm.maths import dual_update, joint_local_step, residuals, solve_z
 from vflalgorithms.vimadmm.spec import ADMM_DUAL, ADMM_RESIDUAL

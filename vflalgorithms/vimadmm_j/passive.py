@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from vflalgorithms.base import PassiveContext
+from vflalgorithms.contexts import PassiveContext
 from vflalgorithms.vimadmm.maths import joint_local_step
 from vflalgorithms.vimadmm.passive import VIMADMMClient
 from vflalgorithms.vimadmm.spec import ADMM_DUAL, ADMM_RESIDUAL

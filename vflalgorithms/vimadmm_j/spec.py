@@ -1,7 +1,7 @@
 """VIMADMM-J (004 §3.3): every party keeps its own head and sends logits; λ_B and s^k_B come back."""
 
-from vflalgorithms.base import AlgorithmSpec, register
 from vflalgorithms.options import local_steps_and_rho
+from vflalgorithms.registry import AlgorithmSpec, register
 
 SPEC = register(
     AlgorithmSpec(

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from vflalgorithms.base import ActiveContext
+from vflalgorithms.contexts import ActiveContext
 from vflalgorithms.splitnn.family import Answer, Round, SplitNNFamilyServer, gradient_answer
 from vflcore.job.schedule import model_seed
 from vflcore.job.spec import ACTIVE_PARTY

@@ -1,6 +1,6 @@
 """VIMSGD (004 App. A.1): SplitNN with one linear head W_k per party on the server."""
 
-from vflalgorithms.base import AlgorithmSpec, register
+from vflalgorithms.registry import AlgorithmSpec, register
 
 SPEC = register(
     AlgorithmSpec(

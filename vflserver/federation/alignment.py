@@ -70,7 +70,7 @@ def align_active(
     started = time.perf_counter()
     job_id = passive.job.job_id
     digest, id_order = digest_and_order(table.ids)  # the order again for PSI's aligned order
-    members = {p: passive.member(p) for p in passive.job.passive_parties}
+    members = {p: passive.members.member(p) for p in passive.job.passive_parties}
     key = alignment_key(job_id, {1: digest, **{p: m.id_set_digest for p, m in members.items()}})
     saved = load_alignment(cache_dir, key, digest)
     reuse = saved is not None and all(key in m.cached_alignments for m in members.values())

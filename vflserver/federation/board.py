@@ -67,7 +67,7 @@ class JobBoard:
 
         Its online parties were connected until now: they stay so while they come back to NextJob.
         """
-        for party in parties.online_parties():
+        for party in parties.members.online_parties():
             self.presence.seen(party)
         with self._changed:
             if self._parties is parties:
@@ -123,7 +123,7 @@ class JobBoard:
     def connected(self, party: int) -> bool:
         """Whether ``party``'s daemon is connected: polling NextJob, or online in the open job."""
         parties = self._parties
-        if parties is not None and party in parties.online_parties():
+        if parties is not None and party in parties.members.online_parties():
             return True
         return self.presence.connected(party)
 
@@ -135,26 +135,26 @@ class JobBoard:
         member of a served model is forgotten instead, so that it is offered the job to rejoin.
         """
         parties = self._parties
-        if parties is None or party not in parties.job.passive_parties or not parties.member(party).joined:
+        if parties is None or party not in parties.job.passive_parties or not parties.members.member(party).joined:
             return
-        if _serves_model(parties):  # it comes back into the served model: offered the job again below
-            parties.forget_session(
+        if parties.rejoins.open:  # it comes back into the served model: offered the job again below
+            parties.rejoins.forget_session(
                 party, "it reconnected; the model serves again once it has joined and loaded its part"
             )
             return
         if parties.state not in IN_PROGRESS:
             return
         if parties.state == "waiting":  # nothing started yet: it simply joins again
-            parties.unjoin(party)
+            parties.members.unjoin(party)
         else:
-            parties.lose(party, "it asked for a new job: its daemon restarted or its connection broke")
+            parties.liveness.lose(party, "it asked for a new job: its daemon restarted or its connection broke")
 
     def _offer_for(self, party: int) -> Offer | None:
         parties = self._parties
         if parties is None or party not in parties.job.passive_parties:
             return None
-        member = parties.member(party)
-        if _serves_model(parties):  # a party that reconnected joins the served model again
+        member = parties.members.member(party)
+        if parties.rejoins.open:  # a party that reconnected joins the served model again
             if member.joined or member.refused is not None:
                 return None
         elif parties.state != "waiting" or member.joined or member.failure is not None:
@@ -166,10 +166,5 @@ class JobBoard:
         parties = self._parties
         if parties is None:
             return {}
-        found = set(parties.online_parties())
+        found = set(parties.members.online_parties())
         return {party: party in found for party in parties.job.passive_parties}
-
-
-def _serves_model(parties: PassiveParties) -> bool:
-    """Whether ``parties``' job has ended and its federated model is served, open to parties that reconnect."""
-    return parties.state == "serving" and parties.rejoin_terms is not None

@@ -1,7 +1,8 @@
 """What the active party knows of each passive party of a job, and of each tensor it expects.
 
-Kept apart from ``passive_parties`` (which changes these records under its lock) so that the
-records themselves can be read on their own: plain dataclasses, no locking, no behaviour.
+Kept apart from ``membership`` (which keeps these records, and the lock the other parts of
+``PassiveParties`` change them under) so that the records themselves can be read on their own:
+plain dataclasses, no locking, no behaviour.
 """
 
 from __future__ import annotations
@@ -46,6 +47,10 @@ class Member:
     lost_at: float | None = None
     #: When the server last heard from it: Join, Subscribe or a Heartbeat.
     last_seen: float = 0.0
+    #: How long it had been silent when its stream closed: the network's timeout shows here.
+    silent_at_close: float = 0.0
+    #: Whether the server sent it ``Finish``: its stream's close is then the job's routine end.
+    released: bool = False
     #: Which Subscribe stream is its current one: a stream that closes late must not count.
     session: int = 0
     #: The positions of this job whose checkpoints it can read, as it said at Join.

@@ -118,7 +118,7 @@ class ActiveExchange:
         self.workers = workers
         self.engine = engine  # where the curve arithmetic runs: this host, or the party's Ray cluster
         self.own = Chunking(len(ids), chunk_ids)
-        self.theirs = {p: Chunking(passive.member(p).id_count, chunk_ids) for p in self.parties}
+        self.theirs = {p: Chunking(passive.members.member(p).id_count, chunk_ids) for p in self.parties}
         self.plans: dict[int, PsiPlan] = {}
         self._secrets: PsiSecrets | None = None
         self._from: dict[int, ChunkLog] = {}
@@ -144,7 +144,7 @@ class ActiveExchange:
         self._secrets = secrets
         resumed: dict[int, dict[str, int]] = {}
         for party in self.parties:
-            can = self.key in self.passive.member(party).resumable_psi
+            can = self.key in self.passive.members.member(party).resumable_psi
             self._from[party] = ChunkLog(self.folder / f"from-{party}.bin", self.theirs[party], MATCH_BYTES)
             self._to[party] = ChunkLog(self.folder / f"to-{party}.bin", self.own, MATCH_BYTES)
             upload_from = self._from[party].open(fresh=not can)
@@ -251,7 +251,7 @@ class ActiveExchange:
     def _take(self, party: int, name: str, chunk: int) -> np.ndarray:
         if self._stop.is_set():
             raise JobAborted("another part of the PSI exchange failed")
-        return self.passive.gather_from(
+        return self.passive.uploads.gather_from(
             party, name, 0, chunk, timeout_s=self.passive.psi_timeout_s, watch=self.parties, stop=self._stop
         )
 

@@ -229,8 +229,8 @@ class FederationService(pb_grpc.FederationServicer):
         party, parties = self._caller(context)
         if request.job_id and request.job_id != parties.job.job_id:
             raise JoinRejected(f"job {request.job_id!r} is not running (the running job is {parties.job.job_id!r})")
-        tasks, session = parties.subscribe(party)
-        context.add_callback(lambda: parties.leave(party, session))
+        tasks, session = parties.liveness.subscribe(party)
+        context.add_callback(lambda: parties.liveness.leave(party, session))
         return self._task_stream(tasks, context)
 
     @staticmethod
@@ -250,7 +250,7 @@ class FederationService(pb_grpc.FederationServicer):
         parties = self.board.current()
         if parties is None or party not in parties.job.passive_parties:
             return pb.HeartbeatReply(party=party, job_id="", state="idle")
-        parties.heartbeat(party)
+        parties.liveness.heartbeat(party)
         return pb.HeartbeatReply(party=party, job_id=parties.job.job_id, state=parties.state)
 
     @_handler
@@ -273,13 +273,13 @@ class FederationService(pb_grpc.FederationServicer):
             """On each tensor's first chunk, before a byte is buffered: the right RPC, and awaited."""
             if upload_rpc(key.name) != rpc:
                 raise TensorError("key.name", f"{key.name!r} does not travel on {rpc}, but on {upload_rpc(key.name)}")
-            parties.check_announced(party, key, dtype, shape)
+            parties.uploads.check_announced(party, key, dtype, shape)
 
         last: TensorKey | None = None
         count = received = 0
         try:
             for key, array in MeteredTensors(parties.traffic, party).decode_stream(chunks, expect):
-                parties.accept_upload(party, key, array)
+                parties.uploads.accept(party, key, array)
                 last, count, received = key, count + 1, received + array.nbytes
         except IncompleteStream:
             _cancelled_meanwhile(context)  # a cancel is then reported as one (``_abort``)
@@ -310,7 +310,7 @@ class FederationService(pb_grpc.FederationServicer):
                 raise TensorError("key.name", f"{name!r} does not travel on {rpc}, but on {download_rpc([name])}")
         if request.count > MAX_STREAMED_TENSORS:
             raise TensorError("count", f"{request.count} batches in one call; ask for at most {MAX_STREAMED_TENSORS}")
-        parties.require_in_this_run(party)  # a well-formed call, but of a run that paused: ABORTED
+        parties.uploads.require_in_this_run(party)  # a well-formed call, but of a run that paused: ABORTED
         timeout = parties.psi_timeout_s if rpc == "PsiDownload" else None
         keys = [
             replace(first, batch=first.batch + i, name=name) for i in range(max(1, request.count)) for name in names
@@ -338,8 +338,8 @@ class FederationService(pb_grpc.FederationServicer):
 
         metered = MeteredTensors(parties.traffic, party)
         for key in keys:
-            array = parties.collect(party, key, timeout_s=timeout, check=still_wanted)
-            yield from metered.encode(key, array, parties.download_codec(party, key))
+            array = parties.downloads.collect(party, key, timeout_s=timeout, check=still_wanted)
+            yield from metered.encode(key, array, parties.downloads.codec(party, key))
 
     @_handler
     def FetchHead(self, request_iterator: Iterator[pb.TensorChunk], context: grpc.ServicerContext) -> pb.SendAck:
@@ -353,7 +353,7 @@ class FederationService(pb_grpc.FederationServicer):
             # A late report of a job that has ended, or of an earlier run of this one: nothing waits on it.
             log.info("stale_failure_report", peer=party, job=request.job_id, reason=request.message)
             return pb.FailureAck()
-        parties.report_failure(party, request.message or "no reason given")
+        parties.liveness.report_failure(party, request.message or "no reason given")
         return pb.FailureAck()
 
 
@@ -366,4 +366,4 @@ def concerns_this_run(parties: PassiveParties, party: int, job_id: str, task_id:
     """
     if job_id != parties.job.job_id or party not in parties.job.passive_parties:
         return False
-    return not task_id or parties.member(party).joined
+    return not task_id or parties.members.member(party).joined

@@ -17,7 +17,7 @@ from typing import Protocol
 import numpy as np
 import structlog
 
-from vflalgorithms.base import ServerAlgorithm
+from vflalgorithms.halves import ServerAlgorithm
 from vflcore.errors import InferenceInputError, PartyUnavailable
 from vflcore.job.spec import JobSpec
 from vflserver.federation.passive_parties import PassiveParties
@@ -85,7 +85,7 @@ class FederatedServable:
     def missing(self) -> dict[int, str]:
         """Each passive party that cannot answer now, with why (its daemon is gone, or still loading its part)."""
         parties = self.active.parties
-        found = {p: parties.absence(p) for p in self.active.job.passive_parties}
+        found = {p: parties.liveness.absence(p) for p in self.active.job.passive_parties}
         return {p: why for p, why in found.items() if why is not None}
 
     def state(self) -> ModelState:

@@ -28,8 +28,9 @@ from vflserver.inference.endpoint import BoundPorts, InferenceEndpoint
 from vflserver.inference.registry import ModelRegistry
 from vflserver.jobs.control import ControlService, submit_job
 from vflserver.jobs.metrics import ServiceMetrics
+from vflserver.jobs.progress import JobListener
 from vflserver.jobs.run_marker import LastRun, RunMarker
-from vflserver.jobs.runner import JobListener, JobRunner
+from vflserver.jobs.runner import JobRunner
 from vflserver.jobs.store import JobRecord, JobStore
 
 log = structlog.get_logger(__name__)
@@ -70,7 +71,7 @@ class Service:
             ServiceMetrics(
                 jobs_by_state=self.store.counts_by_state,
                 parties_online=self.board.online,
-                served_models=lambda: self.runner.model_states(),
+                served_models=lambda: self.runner.serving.model_states(),
             )
             if settings.metrics_enabled
             else None

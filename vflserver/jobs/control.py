@@ -177,7 +177,7 @@ class ControlService(pb_grpc.ControlServicer):
 
     def _serving(self, record: JobRecord) -> str:
         """The served model's state now, in words (``model_state``): what ``vfl-jobs show`` prints; "" if not served."""
-        state = self.runner.model_state(record.job_id) if record.served else None
+        state = self.runner.serving.model_state(record.job_id) if record.served else None
         return "" if state is None else str(state)
 
     def Cancel(self, request: pb.JobRef, context: grpc.ServicerContext) -> pb.JobInfo:

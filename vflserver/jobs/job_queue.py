@@ -44,7 +44,7 @@ class ParkedJob:
     deadline: float
 
 
-#: Records a job's end: (job id, state, message); the runner's ``_end``.
+#: Records a job's end: (job id, state, message); ``JobProgress.end``.
 EndJob = Callable[[str, str, str], None]
 
 

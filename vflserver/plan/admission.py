@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from vflalgorithms.base import algorithm_spec
 from vflalgorithms.factories import PROBE_ROWS, ModelSlot, check_factories
+from vflalgorithms.registry import algorithm_spec
 from vflcore.data.held_out import HeldOutIds, read_held_out_ids
 from vflcore.data.tables import PartyTable, read_party_csv
 from vflcore.errors import ConfigError

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from vflalgorithms.base import algorithm_spec
 from vflalgorithms.factories import refuse_untaken
 from vflalgorithms.label_protection import check_privacy_applies
+from vflalgorithms.registry import algorithm_spec
 from vflcore.errors import ConfigError
 from vflcore.job.distill import DistillSpec
 from vflcore.job.rules import validate_job

@@ -20,8 +20,10 @@ import numpy as np
 import structlog
 import torch
 
-from vflalgorithms.base import ActiveContext, ServerAlgorithm, algorithm_spec
+from vflalgorithms.contexts import ActiveContext
 from vflalgorithms.factories import resolve_factories
+from vflalgorithms.halves import ServerAlgorithm
+from vflalgorithms.registry import algorithm_spec
 from vflcore.data.checkpoints import party_dir
 from vflcore.data.held_out import HeldOutIds
 from vflcore.data.tables import PartyTable, select_rows, write_aligned_ids
@@ -240,7 +242,7 @@ class ActiveParty:
         fed = self.parties
         try:
             log.info("waiting_for_parties", parties=list(self.job.passive_parties), timeout_s=join_timeout_s)
-            fed.wait_until_ready(join_timeout_s, self.stop_event, late=late)
+            fed.members.wait_until_ready(join_timeout_s, self.stop_event, late=late)
             self.everyone_joined = True
             fed.state = "aligning"
             summary.alignment = self.align()
@@ -300,20 +302,20 @@ class ActiveParty:
             if served is not None:  # the parties left their step: they come back to serve the best epoch
                 remember(self.run_dir, diverged)
                 serving = DivergedServingBest(str(diverged), str(served))
-                fed.finish(False, str(serving), rejoin=True)
+                fed.tasks.finish(False, str(serving), rejoin=True)
                 fed.abort(JobAborted(str(serving)))
                 raise serving from None
             stopped = f"the active party stopped the job: {diverged}"
-            fed.finish(False, stopped)
+            fed.tasks.finish(False, stopped)
             fed.abort(JobAborted(stopped))  # what a party in the middle of a step reads (ABORTED)
             raise diverged from None
         except PartyLost as exc:
             paused = f"the job pauses until it can resume: {exc}"
-            fed.finish(False, paused, rejoin=True)
+            fed.tasks.finish(False, paused, rejoin=True)
             fed.abort(JobAborted(paused))  # what a party in the middle of a step reads (ABORTED)
             raise
         except BaseException as exc:
-            fed.finish(False, f"the active party stopped the job: {exc}")
+            fed.tasks.finish(False, f"the active party stopped the job: {exc}")
             fed.abort(exc if isinstance(exc, Exception) else JobAborted("interrupted"))
             raise
 
@@ -440,7 +442,7 @@ class ActiveParty:
                 "submit the job again"
             )
         for party, digest in saved.id_set_digests.items():
-            self.parties.member(party).id_set_digest = digest  # what rejoin_refusal compares a party's IDs with
+            self.parties.members.member(party).id_set_digest = digest  # what rejoin_refusal compares a party's IDs with
         self.everyone_joined = True
         self.parties.state = "serving"
         self._readmission = Readmission(self.parties, self.own_table.ids, self.table.ids, terms=saved.terms)
@@ -450,7 +452,7 @@ class ActiveParty:
         """End the job successfully: every passive party gets Finish and leaves."""
         if self._readmission is not None:
             self._readmission.stop()
-        self.parties.finish(True, message)
+        self.parties.tasks.finish(True, message)
         self.parties.state = "finished"
 
     def evaluate(self, epoch: int) -> tuple[float, dict[str, float]]:

@@ -21,7 +21,7 @@ from typing import Final, TypeVar
 import numpy as np
 from numpy.dtypes import StringDType
 
-from vflalgorithms.base import ServerAlgorithm
+from vflalgorithms.halves import ServerAlgorithm
 from vflcore.data import id_arrays
 from vflcore.job.spec import JobSpec
 from vflcore.memory import return_freed_memory
@@ -129,15 +129,15 @@ class AlignedPredictor:
         fed, width = self.parties, self.algorithm.upload_width
         asked: list[int] = []
         for party in self.job.passive_parties:
-            if party in substitutes and fed.absence(party) is not None:
+            if party in substitutes and fed.liveness.absence(party) is not None:
                 continue  # stood in for below (the caller warns: it knows the mode)
-            fed.check_online(party)  # raises once the party has been gone longer than the grace period
+            fed.liveness.check_online(party)  # raises once the party has been gone longer than the grace period
             asked.append(party)
         for party in asked:
             fed.expect(name, 0, 0, (len(rows), width), party=party)
         fed.dispatch(lambda tid: Infer(tid, request_id, rows), parties=asked)
         try:
-            found = {party: fed.gather_from(party, name, 0, 0) for party in asked}
+            found = {party: fed.uploads.gather_from(party, name, 0, 0) for party in asked}
         finally:
             fed.forget(name, 0, 0)
         for party in self.job.passive_parties:

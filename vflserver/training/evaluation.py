@@ -22,7 +22,7 @@ import numpy as np
 import structlog
 import torch
 
-from vflalgorithms.base import ServerAlgorithm
+from vflalgorithms.halves import ServerAlgorithm
 from vflcore.errors import check_finite
 from vflcore.job.schedule import Schedule, round_score_due
 from vflcore.job.spec import JobSpec

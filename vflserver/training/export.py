@@ -15,7 +15,7 @@ from pathlib import Path
 import structlog
 import torch
 
-from vflalgorithms.base import ServerAlgorithm
+from vflalgorithms.halves import ServerAlgorithm
 from vflcore.data.tables import PartyTable
 from vflcore.errors import ArtifactError
 from vflcore.job.schedule import Schedule

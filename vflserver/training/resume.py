@@ -14,8 +14,8 @@ from typing import Any
 
 import structlog
 
-from vflalgorithms.base import ServerAlgorithm
 from vflalgorithms.divergence import nonfinite_state
+from vflalgorithms.halves import ServerAlgorithm
 from vflcore.data.checkpoints import discard_after, load_position, pin, readable_checkpoints, save_position
 from vflcore.errors import CheckpointError, TrainingDiverged
 from vflcore.job.schedule import Position
@@ -101,7 +101,7 @@ def roll_back(
     """
     end = Position(job.epochs, 0)
     held = {ACTIVE_PARTY: readable_checkpoints(run_dir) if resume else []}
-    held |= {party: list(parties.member(party).checkpoints) for party in job.passive_parties}
+    held |= {party: list(parties.members.member(party).checkpoints) for party in job.passive_parties}
     common = set(held[ACTIVE_PARTY]).intersection(*(set(h) for h in held.values()))
     loaded = load_newest(run_dir, (p for p in common if p <= end), algorithm)
     chosen, reports = loaded if loaded is not None else (Position(0, 0), None)

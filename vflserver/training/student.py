@@ -31,8 +31,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vflalgorithms.base import ActiveContext, AfterStep, ServerAlgorithm
+from vflalgorithms.contexts import ActiveContext, AfterStep
 from vflalgorithms.factories import ModelSlot
+from vflalgorithms.halves import ServerAlgorithm
 from vflcore.errors import ConfigError
 from vflcore.job.distill import STUDENT_FACTORY, STUDENT_SUFFIX, DistillSpec, student_name
 from vflcore.job.schedule import Schedule, model_seed
@@ -60,7 +61,7 @@ class _NoParties:
         raise RuntimeError(f"the student trains on the active party alone; it cannot {name} a passive party")
 
 
-#: What a student's ``ActiveContext.parties`` holds (``vflalgorithms.base.PassivePartiesView``).
+#: What a student's ``ActiveContext.parties`` holds (``vflalgorithms.contexts.PassivePartiesView``).
 NO_PARTIES: Any = _NoParties()
 
 

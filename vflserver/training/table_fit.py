@@ -6,7 +6,7 @@ a file may have changed since, so the job checks again before it builds anything
 
 from __future__ import annotations
 
-from vflalgorithms.base import ServerAlgorithm
+from vflalgorithms.halves import ServerAlgorithm
 from vflcore.data.tables import PartyTable
 from vflcore.errors import ConfigError
 from vflcore.job.distill import DistillSpec

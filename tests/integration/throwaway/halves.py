@@ -1,6 +1,6 @@
 """Both halves of the throwaway algorithm: each passive party a linear bottom, the server a linear top.
 
-Deliberately not SplitNN's code: it is written against ``vflalgorithms.base`` and the wire's
+Deliberately not SplitNN's code: it is written against ``vflalgorithms.halves`` and the wire's
 shared tensor names only, as a new algorithm's author would write it.
 """
 
@@ -11,7 +11,9 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
-from vflalgorithms.base import ActiveContext, ClientAlgorithm, PassiveContext, ServerAlgorithm, job_options
+from vflalgorithms.contexts import ActiveContext, PassiveContext
+from vflalgorithms.halves import ClientAlgorithm, ServerAlgorithm
+from vflalgorithms.options import job_options
 from vflcore.job.schedule import model_seed
 from vflcore.ml.losses import task_loss
 from vflcore.ml.models import build_seeded, job_optimizer

@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from tests.integration.throwaway.halves import LinearProbeClient, LinearProbeServer
-from vflalgorithms.base import AlgorithmSpec, register
 from vflalgorithms.options import positive_numbers
+from vflalgorithms.registry import AlgorithmSpec, register
 
 NAME = "throwaway_linear_probe"
 

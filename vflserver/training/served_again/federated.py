@@ -1,6 +1,6 @@
 """At start, serve again the federated model a crashed server was serving, rebuilt from disk.
 
-A federated model is served until the next job starts (``JobRunner._serve``). A clean stop ends
+A federated model is served until the next job starts (``ModelServing.serve``). A clean stop ends
 it (``served`` becomes no); a crash (kill -9, SIGSEGV, power) leaves ``served`` yes in the store.
 At the next start, if no job is queued (one would take the parties at once, ending the model
 anyway), the server rebuilds that job's active party from its run folder
@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 
 import structlog
 
-from vflalgorithms.base import algorithm_spec
+from vflalgorithms.registry import algorithm_spec
 from vflcore.errors import VflError
 from vflcore.runtime.config import DataSource, ServerSettings
 from vflserver.federation.board import JobBoard

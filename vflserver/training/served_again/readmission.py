@@ -45,7 +45,7 @@ class Readmission:
         self.parties = parties
         job = parties.job
         #: Each passive party's ID-set digest in training (saved by ``saved_terms``, for a server restart).
-        self.id_set_digests = {p: parties.member(p).id_set_digest for p in job.passive_parties}
+        self.id_set_digests = {p: parties.members.member(p).id_set_digest for p in job.passive_parties}
         # The key align_active saved the alignment under: the same job and the same ID sets. A
         # model served again after a server restart brings its terms from disk (``saved_terms``).
         self.terms = terms or RejoinTerms(
@@ -58,26 +58,26 @@ class Readmission:
 
     def start(self) -> None:
         """Accept rejoins from now on, and readmit each party that comes back."""
-        self.parties.accept_rejoins(self.terms)
+        self.parties.rejoins.accept(self.terms)
         self._thread.start()
 
     def stop(self) -> None:
         """Stop readmitting, at once: the next job must not wait out the loop's poll."""
         self._stop.set()
-        self.parties.wake_waiters()
+        self.parties.members.wake_waiters()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(10)
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            party = self.parties.next_rejoined(0.5, self._stop.is_set)
+            party = self.parties.rejoins.next_rejoined(0.5, self._stop.is_set)
             if party is None:
                 continue
             try:
                 self._readmit(party)
             except Exception as exc:  # it left again, went silent, or aligned differently: never lose the loop
                 log.warning("party_not_readmitted", peer=party, error=str(exc) or type(exc).__name__)
-                self.parties.lose(party, f"it reconnected but did not load its trained part: {exc}")
+                self.parties.liveness.lose(party, f"it reconnected but did not load its trained part: {exc}")
 
     def _readmit(self, party: int) -> None:
         """Have ``party`` load its alignment and its trained part; fails if it aligned differently."""
@@ -86,24 +86,24 @@ class Readmission:
         def check() -> None:
             if self._stop.is_set():
                 raise PartyLost(party, "the model is no longer served")
-            member = fed.member(party)
+            member = fed.members.member(party)
             if not member.online or member.lost is not None or member.failure is not None:
-                raise PartyLost(party, fed.absence(party) or "it left again")
+                raise PartyLost(party, fed.liveness.absence(party) or "it left again")
 
         fed.expect(PSI_ALIGNED_DIGEST, 0, 0, (32,), "uint8", party=party)
         fed.dispatch(lambda tid: Align(tid, self.terms.alignment_key, run_psi=False), parties=[party])
         key = TensorKey(job_id, 0, 0, PSI_ALIGNED_DIGEST)
         try:
-            got = fed.uploads.take(party, key, timeout=fed.psi_timeout_s, check=check)
+            got = fed.uploads.mailbox.take(party, key, timeout=fed.psi_timeout_s, check=check)
         finally:
             fed.forget(PSI_ALIGNED_DIGEST, 0, 0)
         if not np.array_equal(got, self._digest):
             message = f"party {party} aligned its rows differently from the served model; submit the job again"
-            fed.refuse_rejoin(party, message)
+            fed.rejoins.refuse(party, message)
             fed.dispatch(lambda tid: Finish(tid, False, message), parties=[party])
             raise PartyLost(party, message)
         # The best epoch (validation) may have newer checkpoints: kept, as at the end of training.
         served = self.terms.position
         best = served != Position.after_epoch(fed.job.epochs - 1)
         fed.dispatch(lambda tid: Restore(tid, served, serve=best), parties=[party])
-        fed.readmitted(party)
+        fed.rejoins.readmitted(party)

@@ -1,7 +1,7 @@
 """A federated model served again after a server crash, rebuilt from the active party's disk.
 
 A federated model (SplitNN, VIM, AdptVFedConv) is kept served after its job, until the next job
-starts (``JobRunner._serve``). A server that crashes loses it from memory but not from disk: the
+starts (``ModelServing.serve``). A server that crashes loses it from memory but not from disk: the
 active party's saved alignment (``psi/``) and its checkpoint at the end of training. What ties
 them together is written here when the model is first served (``served_model.json``: the
 alignment's key, the checkpoint's position and each passive party's ID-set digest; digests and

@@ -1,126 +1,28 @@
-"""What every algorithm provides, what each party gives it, and the registry that finds them.
+"""The two halves of a training algorithm: the active party's and a passive party's.
 
-An algorithm is one folder under ``vflalgorithms/``. Its ``spec.py`` registers an
-``AlgorithmSpec``: the name ``[job] algorithm`` uses, the two halves, the in-process reference
-and its options (defaults and checks). The daemons only call the methods below and never branch
-on an algorithm's name, so adding an algorithm adds a folder and nothing else.
-
-Discovery: ``algorithm_spec(name)`` imports ``vflalgorithms.<folder>.spec`` for every folder
-the first time it is called. Code outside this package (a plugin, a test) registers its own
-spec by calling ``register`` when it is imported.
+Each algorithm's folder subclasses both (``ServerAlgorithm``, ``ClientAlgorithm``). The daemons
+call only the methods declared here (train an epoch, predict or embed rows, export to ONNX,
+checkpoint and restore), so they never need to know which algorithm runs. The class attributes
+are what an algorithm declares about itself (its ``[model]`` factories, which tensors a label
+defence protects, whether it resumes mid-epoch).
 """
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
+from vflalgorithms.contexts import ActiveContext, PassiveContext
 from vflalgorithms.factories import ModelSlot
 from vflcore.errors import ConfigError, check_finite
-from vflcore.job.schedule import Schedule
 from vflcore.job.spec import JobSpec
-from vflcore.ml.models import build_seeded
 from vflcore.ml.onnx_export import OnnxPart
 from vflcore.ml.state import capture, restore
-from vflcore.wire.links import TrainingLink
-from vflcore.wire.tensors import TensorKey
-from vflcore.work_items import Task
-
-# ---- the active party's half ------------------------------------------------------------------
-
-#: Leaves each passive party of a round its answer: named tensors per party, in party order.
-Publish = Callable[[list[dict[str, torch.Tensor]]], None]
-
-#: Called by a half after each training step: (epoch, batches of it done, batches per epoch).
-#: The party saves a checkpoint there when ``[job] checkpoint_every_steps`` says one is due.
-AfterStep = Callable[[int, int, int], None]
-
-
-def _no_checkpoints(epoch: int, done: int, per_epoch: int) -> None:
-    """A half run outside a party (a test, a reference): nothing to save."""
-
-
-class PassivePartiesView(Protocol):
-    """What an algorithm's active half may do with the passive parties (``vflserver.federation.passive_parties``)."""
-
-    def dispatch(self, make_task: Callable[[int], Task], *, parties: Iterable[int] | None = None) -> None: ...
-
-    def expect(
-        self,
-        name: str,
-        round_: int,
-        batch: int,
-        shape: tuple[int, ...],
-        dtype: str = "float32",
-        *,
-        party: int | None = None,
-    ) -> None: ...
-
-    def gather(
-        self, name: str, round_: int, batch: int, *, timeout_s: float | None = None
-    ) -> dict[int, np.ndarray]: ...
-
-    def next_arrival(
-        self, name: str, round_: int, *, timeout_s: float | None = None
-    ) -> tuple[int, int, np.ndarray]: ...
-
-    def forget(self, name: str, round_: int, batch: int) -> None: ...
-
-    def publish(self, party: int, key: TensorKey, array: np.ndarray, *, exact: bool = False) -> None: ...
-
-
-class _OnDevice:
-    """What both contexts share: the party's ``[compute] device``, and arrays from the wire moved there."""
-
-    device: torch.device
-
-    def tensor(self, array: np.ndarray) -> torch.Tensor:
-        """A float32 array from the wire, as a tensor on this party's device (copied: wire buffers are read-only)."""
-        return torch.from_numpy(np.array(array, dtype=np.float32)).to(self.device)
-
-
-@dataclass
-class ActiveContext(_OnDevice):
-    """The active party's own data and its link to the passive parties, for one job."""
-
-    job: JobSpec
-    schedule: Schedule
-    parties: PassivePartiesView
-    features: torch.Tensor  # aligned rows x own features (may have 0 columns)
-    labels: torch.Tensor  # int64 class ids, or float32 (n, 1) targets for regression
-    num_outputs: int
-    top_hidden: tuple[int, ...]
-    #: Dropout after each hidden layer of the active party's MLP top (``[model] top_dropout``).
-    top_dropout: float = 0.0
-    after_step: AfterStep = _no_checkpoints
-    #: The job's own model factories by ``[model]`` key (``vflalgorithms.factories``), already imported.
-    factories: Mapping[str, Callable[..., nn.Module]] = field(default_factory=dict)
-    #: Where this party computes (``[compute] device``); ``features`` and ``labels`` are there already.
-    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
-    #: The active party's secret noise key (``vflprivacy.noise``) when the job's ``[privacy]``
-    #: asks it for noise (a label defence, label DP, h^A's noise): drawn from it, never from the job's seed.
-    privacy_key: bytes | None = None
-    #: This party's job folder, where ``privacy.json`` counts what it releases (APFed's h^A).
-    folder: Path | None = None
-
-    def model(self, key: str, default: Callable[..., nn.Module], args: tuple[int, ...], seed: int) -> nn.Module:
-        """The model for factory ``key``: the job's own factory if it names one, else ``default``.
-
-        Called with ``args``, built from ``seed`` (``build_seeded``) and moved to ``device``. A
-        factory equivalent to the default (same layers, same widths) draws the same weights.
-        """
-        factory = self.factories.get(key, default)
-        return build_seeded(lambda: factory(*args), seed).to(self.device)
 
 
 class ServerAlgorithm(ABC):
@@ -299,27 +201,6 @@ class ServerAlgorithm(ABC):
         return None
 
 
-# ---- a passive party's half -------------------------------------------------------------------
-
-#: Builds a party's own bottom model: ``factory(num_features, embedding_dim) -> nn.Module``.
-ModelFactory = Callable[[int, int], nn.Module]
-
-
-@dataclass
-class PassiveContext(_OnDevice):
-    """One passive party's data, model factory and link to the server, for one job."""
-
-    party: int
-    job: JobSpec
-    schedule: Schedule
-    features: torch.Tensor  # aligned rows x this party's features
-    link: TrainingLink
-    model_factory: ModelFactory | None = None
-    after_step: AfterStep = _no_checkpoints
-    #: Where this party computes (``[compute] device``); ``features`` is there already.
-    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
-
-
 class ClientAlgorithm(ABC):
     """A passive party's half of a training algorithm."""
 
@@ -376,118 +257,3 @@ def _modules(half: object, names: Iterable[str]) -> list[nn.Module]:
     """The torch modules among a half's ``checkpointed`` attributes: the models its ONNX export uses."""
     found = [getattr(half, name, None) for name in names if "." not in name]
     return [module for module in found if isinstance(module, nn.Module)]
-
-
-# ---- the spec and the registry ----------------------------------------------------------------
-
-#: Checks an algorithm's completed options; raises ConfigError naming the key.
-OptionsCheck = Callable[[Mapping[str, Any]], None]
-
-
-def _no_check(options: Mapping[str, Any]) -> None:
-    """For an algorithm whose options need no check beyond their names."""
-
-
-def _resolve(target: type | str) -> Any:
-    """A class, or the class a ``"package.module:Class"`` string names (imported on first use)."""
-    if not isinstance(target, str):
-        return target
-    module, _, name = target.partition(":")
-    return getattr(importlib.import_module(module), name)
-
-
-@dataclass(frozen=True)
-class AlgorithmSpec:
-    """Everything the daemons need to know about one algorithm, by the name ``[job] algorithm`` uses.
-
-    The halves and the reference may be given as ``"module:Class"`` strings: a ``spec.py`` then
-    need not import the halves, which import its tensor names (no import cycle), and listing the
-    algorithms does not build any of them.
-    """
-
-    name: str
-    active: type[ServerAlgorithm] | str
-    passive: type[ClientAlgorithm] | str
-    #: Each option's default (the ``[algorithm]`` table); an option not listed here is refused.
-    defaults: Mapping[str, Any] = field(default_factory=dict)
-    check: OptionsCheck = _no_check
-    #: The in-process reference (``from_tables``, ``train_epoch``, ``step_losses``), if it has one.
-    reference: type | str | None = None
-    #: The options that change how far a step goes (VIMADMM's ``rho``): named, with their values,
-    #: in the message of a job that diverged (``divergence_advice``), beside ``[job] learning_rate``.
-    tuning: tuple[str, ...] = ()
-
-    def active_half(self) -> type[ServerAlgorithm]:
-        """The active party's half."""
-        half: type[ServerAlgorithm] = _resolve(self.active)
-        return half
-
-    def passive_half(self) -> type[ClientAlgorithm]:
-        """A passive party's half."""
-        half: type[ClientAlgorithm] = _resolve(self.passive)
-        return half
-
-    def reference_class(self) -> Any:
-        """The in-process reference, or None."""
-        return None if self.reference is None else _resolve(self.reference)
-
-    def options(self, given: Mapping[str, Any]) -> dict[str, Any]:
-        """``given`` checked against this algorithm's options and completed with their defaults."""
-        unknown = sorted(set(given) - set(self.defaults))
-        if unknown:
-            allowed = ", ".join(sorted(self.defaults)) or "none"
-            raise ConfigError(f"[algorithm] {unknown[0]} is not an option of {self.name!r} (its options: {allowed})")
-        options = {**self.defaults, **given}
-        self.check(options)
-        return options
-
-
-_REGISTRY: dict[str, AlgorithmSpec] = {}
-_DISCOVERY = threading.Lock()
-_discovered = False
-
-
-def register(spec: AlgorithmSpec) -> AlgorithmSpec:
-    """Make ``spec`` available by its name; returns it, so a ``spec.py`` can write ``SPEC = register(...)``."""
-    known = _REGISTRY.get(spec.name)
-    if known is not None and known != spec:
-        raise ConfigError(f"two algorithms are registered as {spec.name!r}: {known.active} and {spec.active}")
-    _REGISTRY[spec.name] = spec
-    return spec
-
-
-def _discover() -> None:
-    """Import ``vflalgorithms.<folder>.spec`` for every folder, once per process."""
-    global _discovered
-    with _DISCOVERY:
-        if _discovered:
-            return
-        package = importlib.import_module("vflalgorithms")
-        for module in pkgutil.iter_modules(package.__path__):
-            if module.ispkg:
-                importlib.import_module(f"vflalgorithms.{module.name}.spec")
-        _discovered = True
-
-
-def algorithms() -> dict[str, AlgorithmSpec]:
-    """Every registered algorithm, by name."""
-    _discover()
-    return dict(sorted(_REGISTRY.items()))
-
-
-def algorithm_spec(name: str) -> AlgorithmSpec:
-    """The spec registered as ``name``, or a ConfigError listing what exists."""
-    found = algorithms()
-    if name not in found:
-        raise ConfigError(f"[job] algorithm = {name!r} is not available; choose one of {sorted(found)}")
-    return found[name]
-
-
-def algorithm_options(name: str, given: Mapping[str, Any]) -> dict[str, Any]:
-    """``given`` checked against algorithm ``name``'s options and completed with their defaults."""
-    return algorithm_spec(name).options(given)
-
-
-def job_options(job: JobSpec) -> dict[str, Any]:
-    """The job's algorithm options, completed with their defaults: what both halves read."""
-    return algorithm_options(job.algorithm, job.algorithm_options)
