@@ -4,7 +4,7 @@ A finished job's model is added to the endpoint's registry before the job is rec
 so whoever sees it finished can query it: a standalone artifact (and a distilled student) for
 as long as the server runs, a federated model only until the next job starts, since that model
 holds its parties. At start-up the models saved by earlier runs are served again, a federated
-one too if its parties come back (``served_federated``).
+one too if its parties come back (``served_again.federated``).
 """
 
 from __future__ import annotations
