@@ -15,13 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from tests.integration.conftest import RunningJob, run_whole_job
 from vflalgorithms.apfed.reference import ReferenceAPFed
 from vflalgorithms.base import ServerAlgorithm, algorithm_spec
 from vflalgorithms.splitnn.reference import ReferenceSplitNN
 from vflclient import read_party_csv
 from vflcore.job import JobSpec
 from vflserver.training.reports import RunSummary
+from vfltesting.in_process import RunningJob, run_whole_job
 from vfltesting.pki import Pki
 
 # Per-step losses may differ only by float32 rounding: the wire carries the exact float32 bytes.

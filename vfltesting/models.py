@@ -1,6 +1,6 @@
 """Model factories the tests name by ``module:function``, as a user's own module would hold them.
 
-``tests.models:...`` is importable by the in-process parties and by the daemons the tests start
+``vfltesting.models:...`` is importable by the in-process parties and by the daemons the tests start
 (``vfltesting.service`` puts this checkout on their PYTHONPATH).
 """
 

@@ -7,9 +7,9 @@ this module registers it, and the daemons find it by the name the job carries.
 from collections.abc import Mapping
 from typing import Any
 
-from tests.integration.throwaway.halves import LinearProbeClient, LinearProbeServer
 from vflalgorithms.base import AlgorithmSpec, register
 from vflalgorithms.options import positive_numbers
+from vfltesting.throwaway.halves import LinearProbeClient, LinearProbeServer
 
 NAME = "throwaway_linear_probe"
 

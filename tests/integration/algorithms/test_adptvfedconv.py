@@ -19,8 +19,6 @@ import numpy as np
 import pytest
 import structlog
 
-from tests.integration.conftest import run_whole_job, start_job
-from tests.integration.equivalence import assert_same_losses
 from tests.integration.test_party_offline import _Party
 from vflalgorithms.adptvfedconv.reference import ReferenceAdptVFedConv
 from vflalgorithms.adptvfedconv.spec import FEATURE_MAPS
@@ -29,6 +27,8 @@ from vflclient import read_party_csv
 from vflcore.errors import PartyUnavailable
 from vflcore.wire import serde as wire
 from vflcore.wire.tensors import TensorKey
+from vfltesting.equivalence import assert_same_losses
+from vfltesting.in_process import run_whole_job, start_job
 from vfltesting.jobs import DIGITS_JOB
 from vfltesting.pki import Pki
 

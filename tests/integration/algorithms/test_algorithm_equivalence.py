@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 import torch
 
-from tests.integration.conftest import run_whole_job
-from tests.integration.equivalence import TOP_HIDDEN, Comparison, assert_same_steps, compare
-from tests.integration.test_reference_equivalence import REFERENCE_JOB
 from vflalgorithms.splitnn.reference import ReferenceSplitNN
 from vflalgorithms.vimadmm.active import VIMADMMServer
 from vflclient import read_party_csv
 from vflcore.job import JobSpec
+from vfltesting.equivalence import TOP_HIDDEN, Comparison, assert_same_steps, compare
+from vfltesting.in_process import run_whole_job
+from vfltesting.jobs import REFERENCE_JOB
 from vfltesting.pki import Pki
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_torch_thread")]

@@ -16,14 +16,14 @@ import numpy as np
 import pytest
 import torch
 
-from tests.integration.equivalence import Comparison, assert_same_steps, compare
-from tests.integration.test_reference_equivalence import REFERENCE_JOB
 from vflclient import read_party_csv
 from vflcore.errors import ConfigError
 from vflserver.inference.artifact import FEATURES, LABEL, PROBABILITIES
 from vflserver.inference.onnx_model import OnnxServable
 from vflserver.training.active_party import ActiveParty
 from vflserver.training.job_plan import JobPlan
+from vfltesting.equivalence import Comparison, assert_same_steps, compare
+from vfltesting.jobs import REFERENCE_JOB
 from vfltesting.pki import Pki
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_torch_thread")]

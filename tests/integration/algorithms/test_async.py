@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import run_whole_job
-from tests.integration.test_reference_equivalence import REFERENCE_JOB
 from vflalgorithms.asynchronous.active import AsyncServer
 from vflalgorithms.base import ServerAlgorithm
 from vflcore.job import JobSpec
 from vflserver.training.reports import RunSummary
+from vfltesting.in_process import run_whole_job
+from vfltesting.jobs import REFERENCE_JOB
 from vfltesting.pki import Pki
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_torch_thread")]

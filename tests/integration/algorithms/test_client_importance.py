@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.integration.conftest import run_whole_job
-from tests.integration.test_reference_equivalence import REFERENCE_JOB
 from vflserver.training.importance import JSON_NAME, PNG_NAME
+from vfltesting.in_process import run_whole_job
+from vfltesting.jobs import REFERENCE_JOB
 from vfltesting.pki import Pki
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_torch_thread")]

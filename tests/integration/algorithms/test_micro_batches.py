@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.equivalence import TOP_HIDDEN, Comparison, assert_same_losses, assert_same_steps, compare
-from tests.integration.test_reference_equivalence import REFERENCE_JOB
 from vflalgorithms.base import algorithm_spec
 from vflclient import read_party_csv
 from vflcore.job import JobSpec
+from vfltesting.equivalence import TOP_HIDDEN, Comparison, assert_same_losses, assert_same_steps, compare
+from vfltesting.jobs import REFERENCE_JOB
 from vfltesting.pki import Pki
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_torch_thread")]

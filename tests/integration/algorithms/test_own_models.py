@@ -28,22 +28,22 @@ import torch
 from google.protobuf import text_format
 from tritonclient.grpc import InferInput, model_config_pb2
 
-from tests.integration.equivalence import Comparison, assert_same_steps, compare
-from tests.integration.test_reference_equivalence import REFERENCE_JOB
-from tests.servables import triton_grpc_client
 from vflclient import JobClient, read_party_csv
 from vflcore.errors import VflError
 from vflcore.ml.onnx_export import MODEL_FILE, onnx_session
 from vflserver.inference.servable import LABEL, PROBABILITIES
+from vfltesting.equivalence import Comparison, assert_same_steps, compare
+from vfltesting.jobs import REFERENCE_JOB
 from vfltesting.pki import Pki
+from vfltesting.servables import triton_grpc_client
 from vfltesting.service import ServiceRun, job_document, service_env, toml_text
 
 pytestmark = [pytest.mark.integration]
 
-#: Each algorithm's own factories, equal to its default MLPs (``tests.models``).
+#: Each algorithm's own factories, equal to its default MLPs (``vfltesting.models``).
 EQUIVALENT = {
-    "splitnn": {"own_bottom_factory": "tests.models:mlp_bottom", "top_factory": "tests.models:mlp_top"},
-    "apfed_c": {"encoder_factory": "tests.models:mlp_bottom", "head_factory": "tests.models:mlp_top"},
+    "splitnn": {"own_bottom_factory": "vfltesting.models:mlp_bottom", "top_factory": "vfltesting.models:mlp_top"},
+    "apfed_c": {"encoder_factory": "vfltesting.models:mlp_bottom", "head_factory": "vfltesting.models:mlp_top"},
 }
 ONNX_TOLERANCE = 1e-5
 
@@ -104,7 +104,7 @@ def test_every_partys_onnx_export_matches_torch(run: Comparison) -> None:
 @pytest.fixture(scope="module")
 def daemons(pki: Pki, digits_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceRun]:
     """A server with an inference endpoint and parties 2 and 3, each with a ``[models]`` table."""
-    models = {"models": {"wide": "tests.models:wide_bottom"}}
+    models = {"models": {"wide": "vfltesting.models:wide_bottom"}}
     with ServiceRun(tmp_path_factory.mktemp("own-models"), pki, digits_data, client_tables=models).started() as run:
         yield run
 
@@ -122,7 +122,9 @@ CONV_JOB = "own-conv-apfed"
 def conv_job(daemons: ServiceRun, pki: Pki) -> Path:
     """APFed-C with the active party's own Conv1d encoder and LayerNorm head, trained once; its runs folder."""
     document = job_document(CONV_JOB, "apfed_c", epochs=3)
-    document["model"].update(encoder_factory="tests.models:conv_encoder", head_factory="tests.models:layernorm_head")
+    document["model"].update(
+        encoder_factory="vfltesting.models:conv_encoder", head_factory="vfltesting.models:layernorm_head"
+    )
     with JobClient(daemons.address, tls=pki.operator_files("alice")) as jobs:
         _finished(jobs, document, daemons)
         assert jobs.get(CONV_JOB).served
@@ -214,12 +216,16 @@ def test_vfl_serve_serves_the_triton_repository(conv_job: Path, pki: Pki, digits
         ),
         (
             "splitnn",
-            {"top_factory": "tests.models:one_too_wide"},
+            {"top_factory": "vfltesting.models:one_too_wide"},
             ["[model] top_factory", "returns [4, 11]", "must return shape [4, 10]"],
         ),
-        ("splitnn", {"top_factory": "tests.models:not_a_model"}, ["[model] top_factory", "expected a torch.nn.Module"]),
-        ("splitnn", {"encoder_factory": "tests.models:mlp_bottom"}, ["[model] encoder_factory", "does not take"]),
-        ("vimsgd", {"top_factory": "tests.models:mlp_top"}, ["[model] top_factory", "vimsgd does not take"]),
+        (
+            "splitnn",
+            {"top_factory": "vfltesting.models:not_a_model"},
+            ["[model] top_factory", "expected a torch.nn.Module"],
+        ),
+        ("splitnn", {"encoder_factory": "vfltesting.models:mlp_bottom"}, ["[model] encoder_factory", "does not take"]),
+        ("vimsgd", {"top_factory": "vfltesting.models:mlp_top"}, ["[model] top_factory", "vimsgd does not take"]),
     ],
 )
 def test_a_bad_factory_is_refused_at_submission(
@@ -268,7 +274,7 @@ def test_a_bad_factory_in_the_servers_own_job_exits_2(tmp_path: Path, pki: Pki, 
         "tls": {"ca": files.ca, "cert": files.cert, "key": files.key},
         "data": {"path": digits_data / "party1.csv"},
         "job": {"algorithm": "splitnn", "passive_parties": [2, 3]},
-        "model": {"top_factory": "tests.models:one_too_wide"},
+        "model": {"top_factory": "vfltesting.models:one_too_wide"},
     }
     config = tmp_path / "server.toml"
     config.write_text(toml_text(document))

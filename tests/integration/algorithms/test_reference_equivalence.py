@@ -15,20 +15,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.integration.equivalence import LOSS_TOLERANCE, Comparison, assert_same_steps, compare
 from vflcore.job import JobSpec
 from vflcore.ml.metrics import task_metrics
-from vfltesting import jobs
+from vfltesting.equivalence import LOSS_TOLERANCE, Comparison, assert_same_steps, compare
+from vfltesting.jobs import REFERENCE_JOB
 from vfltesting.pki import Pki
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_torch_thread")]
 
 ACCURACY_BAR = 0.93
 
-# The example digits give each party 85-90 % of the 1797 samples; PSI finds the ~1170 they share.
-# 20 % held out: 936 training rows = 15 batches of 64 per epoch, 180 steps in 12 epochs (12 rather
-# than fewer so that the accuracy bar is met with a margin: 0.97 on the 234 held-out digits).
-REFERENCE_JOB = replace(jobs.DIGITS_JOB, job_id="reference-digits", seed=7, epochs=12)
 # 442 diabetes rows, 20 % held out: 354 training rows = 12 batches of 32 per epoch, 108 steps in 9.
 DIABETES_JOB = JobSpec(
     job_id="reference-diabetes",

@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.integration.conftest import SMALL_JOB, run_party_in_thread
 from vflclient import Connection, PassiveParty, RunResult, read_party_csv
 from vflcore.data.checkpoints import load_checkpoint
 from vflcore.ml.models import load_factory
+from vfltesting.in_process import run_party_in_thread
+from vfltesting.jobs import SMALL_JOB
 from vfltesting.pki import Pki
 
 pytestmark = pytest.mark.integration

@@ -1,4 +1,4 @@
-"""A new algorithm is one folder: one defined only under tests/integration/throwaway/ trains over mTLS.
+"""A new algorithm is one folder: one defined only under vfltesting/throwaway/ trains over mTLS.
 
 Nothing in the product names it. Importing its spec registers it; the active party builds its
 server half from the job's algorithm name, the passive parties build their half from the name
@@ -14,14 +14,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.integration.conftest import run_whole_job
-from tests.integration.test_reference_equivalence import REFERENCE_JOB
-from tests.integration.throwaway.spec import NAME, SPEC
 from vflalgorithms.base import algorithm_options, algorithm_spec, algorithms
 from vflcore.errors import ConfigError
 from vflserver.training.job_plan import plan_from_document
+from vfltesting.in_process import run_whole_job
+from vfltesting.jobs import REFERENCE_JOB
 from vfltesting.pki import Pki
 from vfltesting.service import job_document
+from vfltesting.throwaway.spec import NAME, SPEC
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_torch_thread")]
 

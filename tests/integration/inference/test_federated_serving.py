@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 import structlog
 
-from tests.integration.conftest import SMALL_JOB, RunningJob, start_job
 from tests.integration.test_party_offline import _Party
 from vflclient import InferenceClient, ServerUnavailable, TensorRejected
 from vflserver.inference.artifact import LABEL, PROBABILITIES
@@ -26,6 +25,8 @@ from vflserver.inference.endpoint import InferenceEndpoint
 from vflserver.inference.federated import IDS, FederatedServable
 from vflserver.inference.registry import ModelRegistry
 from vflserver.inference.servable import PartyUnavailable
+from vfltesting.in_process import RunningJob, start_job
+from vfltesting.jobs import SMALL_JOB
 from vfltesting.pki import Pki
 
 pytestmark = pytest.mark.integration

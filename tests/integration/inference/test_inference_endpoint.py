@@ -22,13 +22,13 @@ import tritonclient.http as triton_http
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from tests.servables import DigitsClassifier, digits_rows, triton_grpc_client
 from vflclient import InferenceClient, ModelNotFound, ServerUnavailable, TensorRejected
 from vflcore.security.tls import TlsFiles, channel_credentials
 from vflserver.inference.config import ServingConfig
 from vflserver.inference.endpoint import BoundPorts, InferenceEndpoint
 from vflserver.inference.registry import ModelRegistry
 from vfltesting.pki import Pki
+from vfltesting.servables import DigitsClassifier, digits_rows, triton_grpc_client
 
 pytestmark = pytest.mark.integration
 

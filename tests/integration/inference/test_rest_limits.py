@@ -21,11 +21,11 @@ import numpy as np
 import pytest
 import tritonclient.grpc as triton_grpc
 
-from tests.servables import DigitsClassifier, digits_rows, triton_grpc_client
 from vflserver.inference.config import RestLimits, ServingConfig
 from vflserver.inference.endpoint import InferenceEndpoint
 from vflserver.inference.registry import ModelRegistry
 from vfltesting.pki import Pki
+from vfltesting.servables import DigitsClassifier, digits_rows, triton_grpc_client
 
 pytestmark = pytest.mark.integration
 

@@ -21,18 +21,18 @@ import pytest
 import tritonclient.grpc as triton_grpc
 import tritonclient.http as triton_http
 
-from tests.servables import triton_grpc_client
 from vflclient import read_party_csv
 from vflcore.ml.onnx_export import MODEL_FILE
 from vflserver.inference.artifact import FEATURES, LABEL, PROBABILITIES
 from vflserver.inference.onnx_model import OnnxServable, load_servable
 from vflserver.training.export import MODEL_REPOSITORY
 from vfltesting.localrun import stop_all, wait_for_port
+from vfltesting.paths import REPO_ROOT as ROOT
 from vfltesting.pki import Pki
+from vfltesting.servables import triton_grpc_client
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 JOB_ID = "serve-alone"
 # 15 epochs of APFed-C on the example split: the active party alone, from its top three image rows.

@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from vfltesting.paths import REPO_ROOT as ROOT
+
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}  # bench and vfltesting are not installed
 VERDICT = re.compile(r"BENCH privacy_worst_algorithm_attack_auc (\d\.\d{3}) auc target <= 0\.60 (MET|MISSED)")
 

@@ -18,20 +18,15 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import RunningJob, start_job
-from tests.integration.test_recovery import (
-    _jobs,
-    _outcome,
-    _restart_after,
-    _service,
-)
 from vflclient import Connection, JoinRejected, PartyPrivacy, PassiveParty, RunResult, read_party_csv
 from vflcore.data.checkpoints import epoch_path
 from vflcore.privacy import PrivacySpec
 from vflprivacy.accounting import REPORT_FILE, embedding_epsilon
 from vflprivacy.noise import KEY_FILE
 from vflserver.training.reports import RunSummary
+from vfltesting.faults import operator_client, restart_after_kill, run_outcome, service_with_short_limits
 from vfltesting.freeze import frozen
+from vfltesting.in_process import RunningJob, start_job
 from vfltesting.jobs import DIGITS_JOB
 from vfltesting.pki import Pki
 from vfltesting.recovery import assert_same_model
@@ -239,11 +234,11 @@ def _daemons_run(pki: Pki, data: Path, root: Path, *, refuse_first: bool, kill: 
     party 3 once it has saved a checkpoint inside epoch 2, then a restart.
     """
     job_id = "noisy-resume"
-    run = _service(root, pki, data, client_tables=DAEMON_PRIVACY)
+    run = service_with_short_limits(root, pki, data, client_tables=DAEMON_PRIVACY)
     runs = run.root / "runs"
     party3 = runs / job_id / "party-3"
     try:
-        with _jobs(run, pki) as jobs:
+        with operator_client(run, pki) as jobs:
             if refuse_first:
                 jobs.submit(_daemon_job(runs, "no-noise"))
                 events = [str(event) for event in jobs.watch("no-noise")]
@@ -257,12 +252,12 @@ def _daemons_run(pki: Pki, data: Path, root: Path, *, refuse_first: bool, kill: 
                 with frozen(run, "party-3"):  # checked while frozen: what it sees holds at the kill
                     assert not epoch_path(party3, 1).exists(), "the kill missed the middle of epoch 2"
                     run.kill("party-3")
-                _restart_after(run, "party-3")
+                restart_after_kill(run, "party-3")
             finish_job(jobs, run, job_id)
         assert all(run.alive().values()), run.tail()
     finally:
         run.stop()  # SIGTERM, then up to 60 s: a loaded 2-core machine took 14 s to stop vfl-server
-    return _outcome(run, job_id), json.loads((party3 / REPORT_FILE).read_text())
+    return run_outcome(run, job_id), json.loads((party3 / REPORT_FILE).read_text())
 
 
 @pytest.mark.timeout(600)

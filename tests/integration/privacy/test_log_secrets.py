@@ -24,7 +24,6 @@ import numpy as np
 import pytest
 import structlog
 
-from tests.integration.conftest import SMALL_JOB
 from vflclient import JobClient
 from vflcore.data.tables import read_party_csv
 from vflcore.proto import federation_pb2 as pb
@@ -36,6 +35,7 @@ from vflserver.federation.server import build_server
 from vflserver.training.active_party import ActiveParty
 from vflserver.training.job_plan import JobPlan
 from vfltesting.datasets import write_vertical_split
+from vfltesting.jobs import SMALL_JOB
 from vfltesting.leaks import Leak, find_leaks, party_secrets
 from vfltesting.pki import Pki
 from vfltesting.service import ServiceRun, job_document, wait_until

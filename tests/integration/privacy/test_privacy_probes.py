@@ -18,12 +18,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.integration.conftest import SMALL_JOB, start_job
 from vflclient import Connection, PassiveParty, RunResult, read_party_csv
 from vflcore.job import JobSpec
 from vflcore.privacy import PrivacySpec
 from vflcore.wire.names import EMBEDDING
 from vflprivacy.recording import RECEIVED, SENT, LinkRecorder, Recording
+from vfltesting.in_process import start_job
+from vfltesting.jobs import SMALL_JOB
 from vfltesting.pki import Pki
 from vfltesting.privacy_probe import KEYS, PROBED, probe
 

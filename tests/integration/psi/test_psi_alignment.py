@@ -20,13 +20,14 @@ import grpc
 import pytest
 import structlog
 
-from tests.integration.conftest import SMALL_JOB, RunningJob, play_parties, start_job
 from vflclient import JobAborted, PassiveParty, RunResult, read_party_csv
 from vflclient.cli import main as client_main
 from vflcore.psi.blinding import SERIAL_BELOW
 from vflcore.runtime import daemon
 from vflserver.federation.alignment import EmptyIntersection
 from vflserver.training.reports import RunSummary
+from vfltesting.in_process import RunningJob, play_parties, start_job
+from vfltesting.jobs import SMALL_JOB
 from vfltesting.pki import Pki
 
 pytestmark = pytest.mark.integration

@@ -17,112 +17,46 @@ from typing import Any
 
 import pytest
 
-from vflclient import JobClient
 from vflcore.data.checkpoints import epoch_path
+from vfltesting.faults import (
+    CLIENT,
+    EPOCHS,
+    EVERY_STEPS,
+    SERVER,
+    fault_document,
+    fault_job_id,
+    kill_inside_epoch,
+    operator_client,
+    restart_after_kill,
+    run_outcome,
+    service_with_short_limits,
+)
 from vfltesting.freeze import frozen_inside_epoch, frozen_when
 from vfltesting.pki import Pki
 from vfltesting.proxy import CuttableProxy
-from vfltesting.recovery import JobOutcome, assert_same_model, job_outcome
-from vfltesting.service import ServiceRun, finish_job, job_document, wait_until
+from vfltesting.recovery import JobOutcome, assert_same_model
+from vfltesting.service import ServiceRun, finish_job, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
-#: Four epochs: every fault below lands in epoch 2 or 3 and leaves an epoch after it to resume into.
-EPOCHS = 4
-#: Batches of 16: 59 steps an epoch, enough to be frozen and killed inside one (``frozen_inside_epoch``
-#: and the checkpoint waits below find the moment by events, not by time, so a short epoch is as
-#: good as a long one). At batch 8 (117 steps) every job cost twice the training CPU: these files
-#: were a quarter of the suite's CPU on 2 cores (measured 2026-11-28).
-JOB = {"batch_size": 16, "join_timeout_s": 60}
 ALGORITHMS = ("splitnn", "vimadmm", "apfed_c")
-#: Short limits, so that a frozen party is noticed in seconds, not minutes.
-SERVER = {"party_timeout_s": 60, "heartbeat_timeout_s": 3}
-CLIENT = {"heartbeat_s": 0.3}
-#: VIMADMM's and VIMADMM-J's local steps per batch (τ), fewer than their default 10. What is
-#: checked here is the resume, which τ does not change (2 is still several steps on one answer);
-#: at 10 a VIMADMM job cost 21 CPU-s against SplitNN's 3.4 (5 epochs, measured 2026-11-28).
-LOCAL_STEPS = {"vimadmm": 2, "vimadmm_j": 2}
-
-
-def _job_id(algorithm: str, tag: str) -> str:
-    return f"{tag}-{algorithm.replace('_', '-')}"
-
-
-def _document(job_id: str, algorithm: str, *, epochs: int = EPOCHS, **job: Any) -> dict[str, dict[str, Any]]:
-    """The digits job of these tests (``JOB``, then ``job``); VIMADMM's with ``LOCAL_STEPS``."""
-    options = {"local_steps": LOCAL_STEPS[algorithm]} if algorithm in LOCAL_STEPS else {}
-    settings = {**JOB, **job}
-    settings["algorithm_options"] = {**options, **settings.get("algorithm_options", {})}
-    return job_document(job_id, algorithm, epochs=epochs, **settings)
-
-
-def _service(root: Path, pki: Pki, data: Path, **settings: Any) -> ServiceRun:
-    root.mkdir(parents=True, exist_ok=True)
-    run = ServiceRun(
-        root,
-        pki,
-        data,
-        serving=False,
-        server_settings={**SERVER, **settings.pop("server", {})},
-        client_settings={**CLIENT, **settings.pop("client", {})},
-        **settings,
-    )
-    run.start_server()
-    run.start_clients()
-    return run
-
-
-def _jobs(run: ServiceRun, pki: Pki) -> JobClient:
-    return JobClient(run.address, tls=pki.operator_files("alice"))
-
-
-def _outcome(run: ServiceRun, job_id: str) -> JobOutcome:
-    return job_outcome(run.root / "runs", job_id)
 
 
 @pytest.fixture(scope="module")
 def clean(pki: Pki, digits_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, JobOutcome]]:
     """The fault-free run of every algorithm's job, on one set of daemons."""
-    run = _service(tmp_path_factory.mktemp("clean"), pki, digits_data)
+    run = service_with_short_limits(tmp_path_factory.mktemp("clean"), pki, digits_data)
     try:
         outcomes = {}
-        with _jobs(run, pki) as jobs:
+        with operator_client(run, pki) as jobs:
             for algorithm in ALGORITHMS:
-                job_id = _job_id(algorithm, "fault")
-                jobs.submit(_document(job_id, algorithm))
+                job_id = fault_job_id(algorithm, "fault")
+                jobs.submit(fault_document(job_id, algorithm))
                 finish_job(jobs, run, job_id)
-                outcomes[algorithm] = _outcome(run, job_id)
+                outcomes[algorithm] = run_outcome(run, job_id)
         yield outcomes
     finally:
         run.close()
-
-
-def _epochs_done(jobs: JobClient, job_id: str) -> int:
-    return jobs.get(job_id).epochs_done
-
-
-def _kill_inside_epoch(
-    run: ServiceRun, jobs: JobClient, job_id: str, done: int, name: str = "party-3", fraction: float = 0.25
-) -> int:
-    """kill -9 of ``name`` inside epoch ``done + 1`` or, if the machine was too slow for that, a later
-    one; returns the epochs done at the kill. Frozen first, so the check holds at the kill."""
-    with frozen_inside_epoch(run, jobs, job_id, done, party=name, fraction=fraction) as killed_after:
-        run.kill(name)
-    return killed_after
-
-
-def _restart_after(run: ServiceRun, name: str) -> None:
-    """Start ``name`` again after its kill -9, with no pause: none is needed, and none is waited out.
-
-    ``run.kill`` returns once the process has exited, so its port is free. A passive daemon that
-    comes back at once asks for a job while the server still counts it in the running one, which
-    marks its old session lost there and then (``JobBoard._restarted``): the same resume as after a
-    long absence. The pauses of 0.5 to 1 s that stood here explained neither (issue 40).
-    """
-    if name == "server":
-        run.start_server(f"127.0.0.1:{run.port}")
-    else:
-        run.start_client(int(name.split("-")[1]))
 
 
 class TestPassivePartyKilled:
@@ -131,13 +65,13 @@ class TestPassivePartyKilled:
         self, algorithm: str, clean: dict[str, JobOutcome], pki: Pki, digits_data: Path, tmp_path: Path
     ) -> None:
         """kill -9 of party 3 during PSI, in the middle of epoch 2 and right after epoch 3: the same model."""
-        run = _service(tmp_path, pki, digits_data)
-        job_id = _job_id(algorithm, "fault")
+        run = service_with_short_limits(tmp_path, pki, digits_data)
+        job_id = fault_job_id(algorithm, "fault")
         party3 = run.root / "runs" / job_id / "party-3"
         server_log = run.logs["server"]
         try:
-            with _jobs(run, pki) as jobs:
-                jobs.submit(_document(job_id, algorithm))
+            with operator_client(run, pki) as jobs:
+                jobs.submit(fault_document(job_id, algorithm))
                 # 1. During PSI: the server has started it, and party 3 has no saved alignment yet.
                 with frozen_when(
                     run.procs["party-3"],
@@ -146,18 +80,18 @@ class TestPassivePartyKilled:
                     "PSI started, party 3's unfinished",
                 ):
                     run.kill("party-3")
-                _restart_after(run, "party-3")
+                restart_after_kill(run, "party-3")
                 # 2. Inside epoch 2 (index 1), or a later one on a slow machine: never after it.
-                killed_after = _kill_inside_epoch(run, jobs, job_id, 1)
-                _restart_after(run, "party-3")
+                killed_after = kill_inside_epoch(run, jobs, job_id, 1)
+                restart_after_kill(run, "party-3")
                 # 3. Between epochs: right after party 3 saved the next epoch's checkpoint (epoch 3's).
                 after = epoch_path(party3, killed_after + 1)
                 wait_until(after.exists, f"party 3's checkpoint of epoch {killed_after + 2}", run)
                 run.kill("party-3")
-                _restart_after(run, "party-3")
+                restart_after_kill(run, "party-3")
                 lines = finish_job(jobs, run, job_id)
             assert sum("waiting for party 3" in line for line in lines) == 3, lines
-            assert_same_model(_outcome(run, job_id), clean[algorithm])
+            assert_same_model(run_outcome(run, job_id), clean[algorithm])
         finally:
             run.close()
 
@@ -167,22 +101,22 @@ class TestServerKilled:
         self, clean: dict[str, JobOutcome], pki: Pki, digits_data: Path, tmp_path: Path
     ) -> None:
         """kill -9 of vfl-server in the middle of epoch 3, then a restart: the job resumes by itself."""
-        run = _service(tmp_path, pki, digits_data)
-        job_id = _job_id("splitnn", "fault")
+        run = service_with_short_limits(tmp_path, pki, digits_data)
+        job_id = fault_job_id("splitnn", "fault")
         try:
-            with _jobs(run, pki) as jobs:
-                jobs.submit(_document(job_id, "splitnn"))
+            with operator_client(run, pki) as jobs:
+                jobs.submit(fault_document(job_id, "splitnn"))
                 # Party 3 frozen inside epoch 3 holds the training there while the server dies.
                 with frozen_inside_epoch(run, jobs, job_id, 2) as done:
                     run.kill("server")
-            _restart_after(run, "server")
-            with _jobs(run, pki) as jobs:
+            restart_after_kill(run, "server")
+            with operator_client(run, pki) as jobs:
                 lines = finish_job(jobs, run, job_id)
             # The server may also have recorded the epoch whose last step party 3 served before it froze.
             resumed = [line for line in lines if "resuming after" in line]
             said = [f"resuming after {n} of {EPOCHS} epochs" for n in (done, done + 1)]
             assert any(words in line for line in resumed for words in said), lines
-            assert_same_model(_outcome(run, job_id), clean["splitnn"])
+            assert_same_model(run_outcome(run, job_id), clean["splitnn"])
         finally:
             run.close()
 
@@ -195,19 +129,19 @@ class TestNetwork:
         run = ServiceRun(
             tmp_path, pki, digits_data, serving=False, server_settings=dict(SERVER), client_settings=dict(CLIENT)
         )
-        job_id = _job_id("splitnn", "fault")
+        job_id = fault_job_id("splitnn", "fault")
         try:
             run.start_server()
             with CuttableProxy(("127.0.0.1", run.port)) as proxy:
                 run.via[3] = proxy.address
                 run.start_clients()
-                with _jobs(run, pki) as jobs:
-                    jobs.submit(_document(job_id, "splitnn"))
+                with operator_client(run, pki) as jobs:
+                    jobs.submit(fault_document(job_id, "splitnn"))
                     for after in (1, 2):  # party 3 held inside the epoch while its link is cut
                         with frozen_inside_epoch(run, jobs, job_id, after):
                             assert proxy.cut() > 0
                     finish_job(jobs, run, job_id)
-            assert_same_model(_outcome(run, job_id), clean["splitnn"])
+            assert_same_model(run_outcome(run, job_id), clean["splitnn"])
         finally:
             run.close()
 
@@ -215,11 +149,11 @@ class TestNetwork:
         self, clean: dict[str, JobOutcome], pki: Pki, digits_data: Path, tmp_path: Path
     ) -> None:
         """SIGSTOP for longer than heartbeat_timeout_s: the job waits for party 3, and resumes after SIGCONT."""
-        run = _service(tmp_path, pki, digits_data)
-        job_id = _job_id("splitnn", "fault")
+        run = service_with_short_limits(tmp_path, pki, digits_data)
+        job_id = fault_job_id("splitnn", "fault")
         try:
-            with _jobs(run, pki) as jobs:
-                jobs.submit(_document(job_id, "splitnn"))
+            with operator_client(run, pki) as jobs:
+                jobs.submit(fault_document(job_id, "splitnn"))
                 with frozen_inside_epoch(run, jobs, job_id, 1):  # SIGSTOP inside epoch 2 or later; SIGCONT after
                     wait_until(
                         lambda: jobs.get(job_id).state == "waiting",
@@ -231,18 +165,18 @@ class TestNetwork:
                 lines = finish_job(jobs, run, job_id)
             waits = [line for line in lines if "waiting for party 3" in line]
             assert waits and "heartbeat" in waits[0], lines
-            assert_same_model(_outcome(run, job_id), clean["splitnn"])
+            assert_same_model(run_outcome(run, job_id), clean["splitnn"])
         finally:
             run.close()
 
     def test_party_away_too_long_fails_the_job_naming_it(self, pki: Pki, digits_data: Path, tmp_path: Path) -> None:
         """A party away longer than party_timeout_s fails the job; the message names it and the last checkpoint."""
-        run = _service(tmp_path, pki, digits_data, server={"party_timeout_s": 3})
-        job_id = _job_id("splitnn", "away")
+        run = service_with_short_limits(tmp_path, pki, digits_data, server={"party_timeout_s": 3})
+        job_id = fault_job_id("splitnn", "away")
         try:
-            with _jobs(run, pki) as jobs:
-                jobs.submit(_document(job_id, "splitnn"))
-                _kill_inside_epoch(run, jobs, job_id, 1)
+            with operator_client(run, pki) as jobs:
+                jobs.submit(fault_document(job_id, "splitnn"))
+                kill_inside_epoch(run, jobs, job_id, 1)
                 lines = [str(event) for event in jobs.watch(job_id)]
                 record = jobs.get(job_id)
             assert record.state == "failed", lines
@@ -263,18 +197,18 @@ class TestWhatAResumedJobReports:
         pairwise overlaps of the PSI run although the resumed job reused its alignment (before:
         {}); and the server's ``aligned`` line times the whole phase from ``psi_started``.
         """
-        run = _service(tmp_path, pki, digits_data)
-        job_id = _job_id("splitnn", "rerun")
+        run = service_with_short_limits(tmp_path, pki, digits_data)
+        job_id = fault_job_id("splitnn", "rerun")
         party3 = run.root / "runs" / job_id / "party-3"
         try:
-            with _jobs(run, pki) as jobs:
-                jobs.submit(_document(job_id, "splitnn"))
+            with operator_client(run, pki) as jobs:
+                jobs.submit(fault_document(job_id, "splitnn"))
                 # Killed as party 3 saves epoch 2's checkpoint, not after a timed sleep: a sleep of
                 # half an epoch once landed in epoch 4 on CI ("the kill missed the middle of epoch 3").
                 wait_until(lambda: (party3 / "epoch-0001.pt").exists(), "party 3's checkpoint of epoch 2", run)
                 run.kill("party-3")
                 (party3 / "epoch-0001.pt").unlink()  # the end of epoch 2: the newest common one is epoch 1's
-                _restart_after(run, "party-3")
+                restart_after_kill(run, "party-3")
                 events = list(jobs.watch(job_id))
                 record = jobs.get(job_id)
             lines = [str(event) for event in events]
@@ -307,7 +241,6 @@ def _logged_at(event: dict[str, Any]) -> float:
 
 #: Batches per epoch of these jobs: 936 training rows in batches of 16 (the last one of 8).
 BATCHES_PER_EPOCH = 59
-EVERY_STEPS = 50
 #: The step after which a party is killed in the checkpoint tests: 41 batches into epoch 2 (from 0: 1).
 KILL_STEP = 2 * EVERY_STEPS
 
@@ -321,25 +254,25 @@ def step_checkpoint(step: int) -> str:
 def _micro_batched_run(root: Path, pki: Pki, data: Path, *, kill: bool) -> JobOutcome:
     """SplitNN, 3 epochs, every batch in 3 parts, checkpoints every 50 steps; with ``kill``, party 3 is
     killed once step 100 (batch 41 of epoch 2) is saved on both ends, and the job must resume there."""
-    run = _service(root, pki, data)
-    job_id = _job_id("splitnn", "micro")
+    run = service_with_short_limits(root, pki, data)
+    job_id = fault_job_id("splitnn", "micro")
     job = {"checkpoint_every_steps": EVERY_STEPS, "algorithm_options": {"micro_batches": 3}}
     folders = [run.root / "runs" / job_id / f"party-{p}" for p in (1, 3)]
     try:
-        with _jobs(run, pki) as jobs:
-            jobs.submit(_document(job_id, "splitnn", epochs=3, **job))
+        with operator_client(run, pki) as jobs:
+            jobs.submit(fault_document(job_id, "splitnn", epochs=3, **job))
             if kill:
                 kill_at = step_checkpoint(KILL_STEP)
                 wait_until(lambda: all((f / kill_at).exists() for f in folders), f"step {KILL_STEP}", run)
                 time.sleep(0.05)
                 run.kill("party-3")
-                _restart_after(run, "party-3")
+                restart_after_kill(run, "party-3")
             finish_job(jobs, run, job_id)
         if kill:
             events = [json.loads(line) for line in run.logs["server"].read_text().splitlines()]
             [resumed] = [e for e in events if e["event"] == "resumed"]
             assert (resumed["epoch"], resumed["batch"]) == divmod(KILL_STEP, BATCHES_PER_EPOCH) == (1, 41), resumed
-        return _outcome(run, job_id)
+        return run_outcome(run, job_id)
     finally:
         run.close()
 
@@ -350,19 +283,19 @@ class TestCheckpointsInsideEpochs:
         self, algorithm: str, clean: dict[str, JobOutcome], pki: Pki, digits_data: Path, tmp_path: Path
     ) -> None:
         """checkpoint_every_steps = 50: a kill inside epoch 2 resumes inside it, at most 50 steps back; same model."""
-        run = _service(tmp_path, pki, digits_data)
-        job_id = _job_id(algorithm, "fault")
+        run = service_with_short_limits(tmp_path, pki, digits_data)
+        job_id = fault_job_id(algorithm, "fault")
         job = {"checkpoint_every_steps": EVERY_STEPS}
         try:
-            with _jobs(run, pki) as jobs:
-                jobs.submit(_document(job_id, algorithm, **job))
+            with operator_client(run, pki) as jobs:
+                jobs.submit(fault_document(job_id, algorithm, **job))
                 # Step 100 is 41 batches into epoch 2: kill once both ends have saved it.
                 folders = [run.root / "runs" / job_id / f"party-{p}" for p in (1, 3)]
                 kill_at = step_checkpoint(KILL_STEP)
                 wait_until(lambda: all((f / kill_at).exists() for f in folders), f"step {KILL_STEP}", run)
                 time.sleep(0.05)
                 run.kill("party-3")
-                _restart_after(run, "party-3")
+                restart_after_kill(run, "party-3")
                 finish_job(jobs, run, job_id)
             events = [json.loads(line) for line in run.logs["server"].read_text().splitlines()]
             [lost] = [e["steps_done"] for e in events if e["event"] == "job_waiting"]
@@ -373,7 +306,7 @@ class TestCheckpointsInsideEpochs:
             saved = sorted(p.name for p in (run.root / "runs" / job_id / "party-3").glob("epoch-*.pt"))
             # The newest two: 200 steps (4 x 50) is 23 batches into epoch 4, then that epoch's end.
             assert saved == ["epoch-0003-batch-00023.pt", "epoch-0003.pt"], saved
-            assert_same_model(_outcome(run, job_id), clean[algorithm])
+            assert_same_model(run_outcome(run, job_id), clean[algorithm])
         finally:
             run.close()
 

@@ -1,7 +1,7 @@
 """AdptVFedConv recovers too: kills in its phases 2 and 3, and checkpoints inside phase 3 epochs; same model.
 
 A file of its own so that pytest-xdist (``--dist loadfile``) runs it beside ``test_recovery.py``.
-The helpers are ``test_recovery``'s.
+The helpers are in ``vfltesting.faults``.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from tests.integration.test_recovery import EVERY_STEPS, _epochs_done, _jobs, _restart_after, _service
 from vflclient import JobClient
 from vflcore.data.checkpoints import checkpoint_positions
 from vflcore.job import Position
+from vfltesting.faults import EVERY_STEPS, epochs_done, operator_client, restart_after_kill, service_with_short_limits
 from vfltesting.pki import Pki
 from vfltesting.recovery import JobOutcome, assert_same_model, job_outcome
 from vfltesting.service import ServiceRun, finish_job, job_document, wait_until
@@ -40,11 +40,11 @@ def _adptvfedconv(
 ) -> JobOutcome:
     """One AdptVFedConv job on digits quadrants; ``kill`` interrupts it (and restarts what it killed)."""
     keeping = {"keep_checkpoints": keep}
-    run = _service(root, pki, data, parties=(2, 3, 4), server=keeping, client=keeping)
+    run = service_with_short_limits(root, pki, data, parties=(2, 3, 4), server=keeping, client=keeping)
     job_id = "fault-adptvfedconv"
     document = job_document(job_id, "adptvfedconv", epochs=3, algorithm_options=CONV_OPTIONS, **CONV_JOB, **job)
     try:
-        with _jobs(run, pki) as jobs:
+        with operator_client(run, pki) as jobs:
             jobs.submit(document)
             if kill is not None:
                 kill(run, jobs, job_id)
@@ -70,12 +70,12 @@ class TestAdptVFedConv:
             log3 = run.root / "party-3.log"
             wait_until(lambda: '"extractor_received"' in log3.read_text(errors="replace"), "phase 2", run)
             run.kill("party-3")
-            _restart_after(run, "party-3")
+            restart_after_kill(run, "party-3")
             # Phase 3: the server trains its classifier alone (an epoch is a fraction of the
             # first, which held phases 1 and 2), so kill at once; the loss shows at its evaluation.
-            wait_until(lambda: _epochs_done(jobs, job_id) >= 1, "epoch 1", run)
+            wait_until(lambda: epochs_done(jobs, job_id) >= 1, "epoch 1", run)
             run.kill("party-3")
-            _restart_after(run, "party-3")
+            restart_after_kill(run, "party-3")
             lines = finish_job(jobs, run, job_id)
             assert sum("waiting for party 3" in line for line in lines) == 2, lines
 
@@ -94,7 +94,7 @@ class TestAdptVFedConv:
             wait_until(lambda: any(folder.glob("epoch-0001-batch-*.pt")), "a checkpoint inside epoch 2", run)
             run.kill("party-3")
             newest = checkpoint_positions(folder)[-1]
-            _restart_after(run, "party-3")
+            restart_after_kill(run, "party-3")
             finish_job(jobs, run, job_id)
             events = [json.loads(line) for line in run.logs["server"].read_text().splitlines()]
             [resumed] = [e for e in events if e["event"] == "resumed"]

@@ -1,7 +1,7 @@
 """Recovery of every algorithm ``test_recovery.py`` does not kill many times: one kill each, same model.
 
 A file of its own so that pytest-xdist (``--dist loadfile``) runs it beside ``test_recovery.py``:
-together they were half the suite's time on one worker. The helpers are ``test_recovery``'s.
+together they were half the suite's time on one worker. The helpers are in ``vfltesting.faults``.
 """
 
 from __future__ import annotations
@@ -13,15 +13,15 @@ from typing import Any
 
 import pytest
 
-from tests.integration.test_recovery import (
+from vfltesting.faults import (
     EVERY_STEPS,
-    _document,
-    _job_id,
-    _jobs,
-    _kill_inside_epoch,
-    _outcome,
-    _restart_after,
-    _service,
+    fault_document,
+    fault_job_id,
+    kill_inside_epoch,
+    operator_client,
+    restart_after_kill,
+    run_outcome,
+    service_with_short_limits,
 )
 from vfltesting.pki import Pki
 from vfltesting.recovery import assert_same_model
@@ -37,7 +37,7 @@ OTHER_EPOCHS = 3
 #: (at 3 epochs two fault-free async runs differed by 1.7 points).
 ASYNC_EPOCHS = 10
 #: ...and in batches of 8 (117 an epoch: step 150 is batch 33 of epoch 2), not the other jobs' 16
-#: (``test_recovery.JOB``): the band below was measured at 8. At 16, ten epochs are half the steps
+#: (``vfltesting.faults.JOB``): the band below was measured at 8. At 16, ten epochs are half the steps
 #: and the accuracy has not settled: eight fault-free runs on a quiet machine spanned 0.927-0.944,
 #: against 0.957-0.962 at 8 (2026-11-28).
 ASYNC_BATCH = 8
@@ -52,7 +52,7 @@ ASYNC_FLOOR = 0.93
 
 
 def _settings_for(algorithm: str) -> dict[str, int]:
-    """The job settings that set ``algorithm``'s apart from ``test_recovery.JOB``: epochs (and async's batches)."""
+    """The job settings that set ``algorithm``'s apart from ``vfltesting.faults.JOB``: epochs (and async's batches)."""
     if algorithm == "async":
         return {"epochs": ASYNC_EPOCHS, "batch_size": ASYNC_BATCH}
     return {"epochs": OTHER_EPOCHS}
@@ -61,17 +61,17 @@ def _settings_for(algorithm: str) -> dict[str, int]:
 @pytest.fixture(scope="module")
 def clean_others(pki: Pki, digits_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """The fault-free run's outcome of each of ``OTHERS`` but async (``ASYNC_FLOOR``)."""
-    run = _service(tmp_path_factory.mktemp("clean-others"), pki, digits_data)
+    run = service_with_short_limits(tmp_path_factory.mktemp("clean-others"), pki, digits_data)
     try:
         outcomes = {}
-        with _jobs(run, pki) as jobs:
+        with operator_client(run, pki) as jobs:
             for algorithm in OTHERS:
                 if algorithm == "async":
                     continue
-                job_id = _job_id(algorithm, "other")  # the faulty run's id
-                jobs.submit(_document(job_id, algorithm, **_settings_for(algorithm)))
+                job_id = fault_job_id(algorithm, "other")  # the faulty run's id
+                jobs.submit(fault_document(job_id, algorithm, **_settings_for(algorithm)))
                 finish_job(jobs, run, job_id)
-                outcomes[algorithm] = _outcome(run, job_id)
+                outcomes[algorithm] = run_outcome(run, job_id)
         yield outcomes
     finally:
         run.close()
@@ -83,13 +83,13 @@ class TestEveryOtherAlgorithm:
         self, algorithm: str, clean_others: dict[str, Any], pki: Pki, digits_data: Path, tmp_path: Path
     ) -> None:
         """kill -9 of party 3 mid epoch 2: the same model; async (not deterministic) near the clean runs."""
-        run = _service(tmp_path, pki, digits_data)
-        job_id = _job_id(algorithm, "other")
+        run = service_with_short_limits(tmp_path, pki, digits_data)
+        job_id = fault_job_id(algorithm, "other")
         try:
-            with _jobs(run, pki) as jobs:
-                jobs.submit(_document(job_id, algorithm, **_settings_for(algorithm)))
-                _kill_inside_epoch(run, jobs, job_id, 1)
-                _restart_after(run, "party-3")
+            with operator_client(run, pki) as jobs:
+                jobs.submit(fault_document(job_id, algorithm, **_settings_for(algorithm)))
+                kill_inside_epoch(run, jobs, job_id, 1)
+                restart_after_kill(run, "party-3")
                 lines = finish_job(jobs, run, job_id)
                 accuracy = jobs.get(job_id).final_metrics["accuracy"]
             assert any("waiting for party 3" in line for line in lines), lines
@@ -98,7 +98,7 @@ class TestEveryOtherAlgorithm:
                 [resumed] = log_events(run.logs["server"], "resumed")
                 assert (resumed["epoch"], resumed["batch"]) == (1, 0), resumed  # epoch 1's checkpoint, not afresh
             else:
-                assert_same_model(_outcome(run, job_id), clean_others[algorithm])
+                assert_same_model(run_outcome(run, job_id), clean_others[algorithm])
         finally:
             run.close()
 
@@ -106,15 +106,17 @@ class TestEveryOtherAlgorithm:
 class TestCheckpointsInsideEpochs:
     def test_async_waits_for_every_party_at_each_checkpoint(self, pki: Pki, digits_data: Path, tmp_path: Path) -> None:
         """Async, checkpoint_every_steps = 50: each party has done 150 batches at that save; a kill resumes there."""
-        run = _service(tmp_path, pki, digits_data)
-        job_id = _job_id("async", "other")
+        run = service_with_short_limits(tmp_path, pki, digits_data)
+        job_id = fault_job_id("async", "other")
         try:
-            with _jobs(run, pki) as jobs:
-                jobs.submit(_document(job_id, "async", **_settings_for("async"), checkpoint_every_steps=EVERY_STEPS))
+            with operator_client(run, pki) as jobs:
+                jobs.submit(
+                    fault_document(job_id, "async", **_settings_for("async"), checkpoint_every_steps=EVERY_STEPS)
+                )
                 folders = [run.root / "runs" / job_id / f"party-{p}" for p in (1, 2, 3)]
                 wait_until(lambda: all((f / "epoch-0001-batch-00033.pt").exists() for f in folders), "step 150", run)
                 run.kill("party-3")
-                _restart_after(run, "party-3")
+                restart_after_kill(run, "party-3")
                 finish_job(jobs, run, job_id)
                 accuracy = jobs.get(job_id).final_metrics["accuracy"]
             events = [json.loads(line) for line in run.logs["server"].read_text().splitlines()]

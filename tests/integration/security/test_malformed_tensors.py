@@ -22,7 +22,6 @@ import numpy as np
 import pytest
 import torch
 
-from tests.integration.conftest import SMALL_JOB, RunningJob, run_party_in_thread
 from vflclient import Connection, RunResult, TensorRejected, read_party_csv
 from vflclient._alignment import align_passive
 from vflcore.job import JobSpec
@@ -34,6 +33,8 @@ from vflcore.wire.codecs import parse_codec
 from vflcore.wire.names import EVAL_EMBEDDING, infer_embedding_name
 from vflcore.wire.tensors import TensorKey
 from vflcore.work_items import Align, Evaluate, Finish, Infer, Restore, Task, TrainEpoch
+from vfltesting.in_process import RunningJob, run_party_in_thread
+from vfltesting.jobs import SMALL_JOB
 from vfltesting.pki import Pki
 
 pytestmark = pytest.mark.integration

@@ -22,10 +22,10 @@ from pathlib import Path
 import grpc
 import pytest
 
-from tests.integration.conftest import start_service
 from vflcore.proto import federation_pb2 as pb
 from vflcore.security.tls import TlsFiles, channel_credentials
 from vflserver.jobs.app import Service
+from vfltesting.in_process import start_service
 from vfltesting.pki import Pki, issue_strangers
 from vfltesting.rpc import CONTROL, FEDERATION, Rpc
 

@@ -18,12 +18,13 @@ from pathlib import Path
 import grpc
 import pytest
 
-from tests.integration.conftest import SMALL_JOB, RunningJob, run_party_in_thread, start_job
 from vflclient import RunResult
 from vflcore.data.tables import ids_digest, read_party_csv
 from vflcore.proto import federation_pb2 as pb
 from vflcore.proto import federation_pb2_grpc as pb_grpc
 from vflcore.security.tls import TlsFiles
+from vfltesting.in_process import RunningJob, run_party_in_thread, start_job
+from vfltesting.jobs import SMALL_JOB
 from vfltesting.pki import Pki, Strangers, issue_strangers
 
 pytestmark = pytest.mark.integration

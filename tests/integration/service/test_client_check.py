@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import RunningJob
 from vflclient.cli import main
 from vflcore.runtime import daemon
+from vfltesting.in_process import RunningJob
 from vfltesting.pki import Pki
 
 pytestmark = pytest.mark.integration

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from vfltesting.paths import REPO_ROOT as ROOT
+
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 #: The examples import ``vfltesting``, which is not installed: the repository root goes on the path.
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}

@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 import torch
 
-from tests.integration.conftest import run_whole_job
-from tests.integration.test_reference_equivalence import REFERENCE_JOB
+from vfltesting.in_process import run_whole_job
+from vfltesting.jobs import REFERENCE_JOB
 from vfltesting.pki import Pki
 from vfltesting.service import toml_text
 

@@ -27,7 +27,6 @@ import pytest
 import torch
 from tritonclient.grpc import InferInput
 
-from tests.servables import triton_grpc_client
 from vflclient import JobClient, read_party_csv
 from vflcore.data.checkpoints import LATEST, load_checkpoint
 from vflcore.job import JobSpec
@@ -39,6 +38,7 @@ from vflserver.training.student import default_student
 from vfltesting.freeze import frozen_when
 from vfltesting.pki import Pki
 from vfltesting.recovery import tensors
+from vfltesting.servables import triton_grpc_client
 from vfltesting.service import ServiceRun, finish_job, job_document, log_events
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]

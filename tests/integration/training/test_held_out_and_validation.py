@@ -26,11 +26,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.integration.conftest import SMALL_JOB, RunningJob, run_party_in_thread, start_job
 from vflclient import JobClient, RunResult
 from vflcore.data.checkpoints import checkpoint_positions, epoch_path, party_dir, pinned
 from vflcore.data.held_out import read_held_out_ids
 from vflcore.job import Position
+from vfltesting.in_process import RunningJob, run_party_in_thread, start_job
+from vfltesting.jobs import SMALL_JOB
 from vfltesting.pki import Pki
 from vfltesting.recovery import assert_same_model, job_outcome
 from vfltesting.service import ServiceRun, finish_job, job_document, wait_until
@@ -158,9 +159,9 @@ def test_a_server_killed_mid_job_resumes_to_the_same_best_epoch(pki: Pki, digits
 def test_a_job_that_runs_away_after_its_best_epoch_serves_that_epoch(
     pki: Pki, digits_data: Path, tmp_path: Path
 ) -> None:
-    """Party 3's own model turns NaN at its 51st step (``tests.models:runaway_bottom``): party 3 reports the
+    """Party 3's own model turns NaN at its 51st step (``vfltesting.models:runaway_bottom``): party 3 reports the
     divergence, party 2 is stopped in its step, and both come back to load and serve the best epoch."""
-    models = {"models": {"runaway": "tests.models:runaway_bottom"}}
+    models = {"models": {"runaway": "vfltesting.models:runaway_bottom"}}
     job = {"epochs": 8, "batch_size": 64, "learning_rate": 0.05, "validation_fraction": 0.2, "models": {"3": "runaway"}}
     with ServiceRun(tmp_path, pki, digits_data, serving=False, client_tables=models).started() as run:
         with JobClient(run.address, tls=pki.operator_files("alice")) as jobs:

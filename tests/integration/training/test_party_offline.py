@@ -10,10 +10,11 @@ from pathlib import Path
 import grpc
 import pytest
 
-from tests.integration.conftest import SMALL_JOB, start_job
 from vflclient import Connection, PassiveParty, RunResult, read_party_csv
 from vflcore.errors import JobAborted, PartyUnavailable
 from vflserver.federation.servicer import status_of_error
+from vfltesting.in_process import start_job
+from vfltesting.jobs import SMALL_JOB
 from vfltesting.pki import Pki
 
 pytestmark = pytest.mark.integration

@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 
 from bench.common.versions import ABSENT, versions_line
-
-ROOT = Path(__file__).resolve().parents[2]
+from vfltesting.paths import REPO_ROOT as ROOT
 
 
 def _bench_targets() -> dict[str, list[str]]:

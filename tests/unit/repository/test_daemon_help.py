@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 
 from vflclient import cli as client_cli
 from vflserver import cli as server_cli
 from vflserver.scoring import cli as score_cli
-
-ROOT = Path(__file__).resolve().parents[2]
+from vfltesting.paths import REPO_ROOT as ROOT
 
 Main = Callable[[list[str] | None], int]
 

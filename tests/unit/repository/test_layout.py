@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from vflalgorithms.base import algorithms
+from vfltesting.paths import REPO_ROOT as ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = ("vflcore", "vflprivacy", "vflalgorithms", "vflserver", "vflclient")
 
 #: For each product package, the top-level packages of this repository it must never import.

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import re
 import tomllib
-from pathlib import Path
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-ROOT = Path(__file__).resolve().parents[2]
+from vfltesting.paths import REPO_ROOT as ROOT
+
 CONSTRAINTS = ROOT / "constraints" / "dev.txt"
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
 

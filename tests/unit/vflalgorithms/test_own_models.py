@@ -91,14 +91,14 @@ class TestActiveFactories:
             plan_from_document(_job({"top_factroy": "m:top"}), default_join_timeout_s=1)
 
     def test_a_good_factory_passes_the_probe(self) -> None:
-        check_factories({"top_factory": "tests.models:mlp_top"}, "splitnn", ("top_factory",), SLOTS)
+        check_factories({"top_factory": "vfltesting.models:mlp_top"}, "splitnn", ("top_factory",), SLOTS)
 
     @pytest.mark.parametrize(
         ("spec", "message"),
         [
-            ("tests.models:one_too_wide", r"returns \[4, 11\]; the top model must return shape \[4, 10\]"),
-            ("tests.models:not_a_model", "expected a torch.nn.Module"),
-            ("tests.models:missing", "has no attribute 'missing'"),
+            ("vfltesting.models:one_too_wide", r"returns \[4, 11\]; the top model must return shape \[4, 10\]"),
+            ("vfltesting.models:not_a_model", "expected a torch.nn.Module"),
+            ("vfltesting.models:missing", "has no attribute 'missing'"),
             ("tests.nowhere:top", "cannot import module 'tests.nowhere'"),
         ],
     )
@@ -110,4 +110,4 @@ class TestActiveFactories:
     def test_an_own_bottom_without_own_features_is_refused(self) -> None:
         takes = ("own_bottom_factory", "top_factory")
         with pytest.raises(ConfigError, match="has no feature columns"):
-            check_factories({"own_bottom_factory": "tests.models:mlp_bottom"}, "splitnn", takes, SLOTS)
+            check_factories({"own_bottom_factory": "vfltesting.models:mlp_bottom"}, "splitnn", takes, SLOTS)

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 import vflclient
-
-ROOT = Path(__file__).resolve().parents[2]
+from vfltesting.paths import REPO_ROOT as ROOT
 
 EXPECTED = [
     "ConfigError",

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from vflcore.job import epoch_batches, split_rows
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from vfltesting.paths import REPO_ROOT
 
 
 class TestSplitRows:

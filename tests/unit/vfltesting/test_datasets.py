@@ -20,8 +20,7 @@ from vfltesting.datasets import (
     write_synthetic_split,
     write_vertical_split,
 )
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from vfltesting.paths import REPO_ROOT
 
 
 def read_aligned(paths: list[Path]) -> list[PartyTable]:

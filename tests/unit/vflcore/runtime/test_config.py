@@ -26,8 +26,7 @@ from vflcore.settings import default_of, setting_key
 from vflserver.inference.config import RestLimits, ServingConfig, serving_config_from
 from vflserver.training.distill_settings import DistillSpec
 from vflserver.training.job_plan import JobPlan, plan_from_document
-
-ROOT = Path(__file__).resolve().parents[2]
+from vfltesting.paths import REPO_ROOT as ROOT
 
 
 class TestServerConfig:

@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from vfltesting.paths import REPO_ROOT as ROOT
 
 #: In a fresh interpreter (this one may have loaded everything already): warm up, then do what a
 #: job's first step does with the project's own pieces, and report what that step still loaded.

@@ -6,7 +6,6 @@ import grpc
 import numpy as np
 import pytest
 
-from tests.servables import DigitsClassifier, digits_rows
 from vflcore import errors
 from vflcore.wire.oip import InferRequest, RequestedOutput, RequestTensor, array_to_raw
 from vflserver.inference.handler import InferenceHandler, failure
@@ -17,6 +16,7 @@ from vflserver.inference.servable import (
     PartyUnavailable,
     computes_inline,
 )
+from vfltesting.servables import DigitsClassifier, digits_rows
 
 
 def _raw(name: str, array: np.ndarray, datatype: str = "FP32") -> RequestTensor:

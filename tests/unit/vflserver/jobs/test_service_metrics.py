@@ -8,7 +8,6 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from concurrent import futures
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -19,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from vflserver.inference.model_state import ModelState
 from vflserver.jobs.metrics import ServiceMetrics, split_method
+from vfltesting.paths import REPO_ROOT
 
 PROBE = "test.Probe"
 #: Every metric the service exposes, as docs/metrics.md lists them.
@@ -224,7 +224,7 @@ class TestDocumentation:
         exposed = {family.name for family in text_string_to_metric_families(metrics.render())}
         # the parser names counters without _total; prometheus_client adds _created series of its own
         assert exposed == {name.removesuffix("_total") for name in EVERY_METRIC}
-        table = (Path(__file__).parents[2] / "docs" / "metrics.md").read_text()
+        table = (REPO_ROOT / "docs" / "metrics.md").read_text()
         for name in EVERY_METRIC:
             assert f"| `{name}` |" in table, name
 

@@ -63,9 +63,11 @@ class TestSettings:
         assert plan.distill is None
 
     def test_every_setting_is_read(self) -> None:
-        table = {"temperature": 4, "label_weight": 0.25, "epochs": 9, "student_factory": "tests.models:mlp_top"}
+        table = {"temperature": 4, "label_weight": 0.25, "epochs": 9, "student_factory": "vfltesting.models:mlp_top"}
         spec = plan_from_document(_document(table), default_join_timeout_s=60).distill
-        assert spec == DistillSpec(temperature=4.0, label_weight=0.25, epochs=9, student_factory="tests.models:mlp_top")
+        assert spec == DistillSpec(
+            temperature=4.0, label_weight=0.25, epochs=9, student_factory="vfltesting.models:mlp_top"
+        )
         assert spec.student_epochs(7) == 9
 
     @pytest.mark.parametrize(
@@ -96,8 +98,8 @@ class TestSettings:
         ("factory", "message"),
         [
             ("tests.nowhere:student", r"\[distill\] student_factory: .*tests\.nowhere"),
-            ("tests.models:one_too_wide", r"\[distill\] student_factory = .* returns \[4, 11\]; the student must"),
-            ("tests.models:not_a_model", r"\[distill\] student_factory = .*calling it with \(24, 10\) failed"),
+            ("vfltesting.models:one_too_wide", r"\[distill\] student_factory = .* returns \[4, 11\]; the student must"),
+            ("vfltesting.models:not_a_model", r"\[distill\] student_factory = .*calling it with \(24, 10\) failed"),
         ],
     )
     def test_a_student_factory_that_cannot_work_is_refused_at_submission(
@@ -107,7 +109,7 @@ class TestSettings:
             _submit(_document({"student_factory": factory}), digits_data)
 
     def test_a_student_factory_that_fits_is_accepted(self, digits_data: Path) -> None:
-        _submit(_document({"student_factory": "tests.models:mlp_top"}), digits_data)
+        _submit(_document({"student_factory": "vfltesting.models:mlp_top"}), digits_data)
 
     def test_an_active_party_without_features_is_refused(self, tmp_path: Path) -> None:
         (tmp_path / "party1.csv").write_text("id,label\na,0\nb,1\n")

@@ -29,6 +29,7 @@ from vflserver.jobs.plan import check_models
 from vflserver.training.active_party import ActiveParty
 from vflserver.training.job_plan import JobPlan, plan_from_document
 from vflserver.training.training_labels import labels_to_train_on
+from vfltesting.paths import REPO_ROOT
 
 #: The algorithms whose passive parties are sent per-row tensors computed from the labels (∂L/∂h, or
 #: λ_B and s_B): the ones a label defence applies to.
@@ -152,7 +153,7 @@ class TestTrainingLabels:
 class TestDocumented:
     def test_every_privacy_key_is_documented_with_its_default(self) -> None:
         """docs/configuration.md's ``[privacy]`` lists every ``PrivacySpec`` key with its default, and no other."""
-        text = (Path(__file__).resolve().parents[2] / "docs/configuration.md").read_text()
+        text = (REPO_ROOT / "docs/configuration.md").read_text()
         section = text[text.index("### `[privacy]`") :]
         section = section[: section.index("\n### ", 1)]
         rows = dict(re.findall(r"^\| `(\w+)` \| [^|]* \| ([^|]*) \|", section, flags=re.M))
