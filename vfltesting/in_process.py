@@ -28,7 +28,15 @@ from vflserver.training.reports import RunSummary
 from vfltesting.jobs import SMALL_JOB
 from vfltesting.pki import Pki
 
-__all__ = ["RunningJob", "play_parties", "run_party_in_thread", "run_whole_job", "start_job", "start_service"]
+__all__ = [
+    "CuttableParty",
+    "RunningJob",
+    "play_parties",
+    "run_party_in_thread",
+    "run_whole_job",
+    "start_job",
+    "start_service",
+]
 
 
 @dataclass
@@ -194,3 +202,24 @@ def start_service(pki: Pki, digits_data: Path, run_dir: Path) -> Service:
     service = Service(config)
     service.start()
     return service
+
+
+class CuttableParty:
+    """A passive party running in a thread, whose connection the test can cut (``cut``) to take it offline."""
+
+    def __init__(self, address: str, pki: Pki, data: Path, runs: Path, party: int) -> None:
+        self.conn = Connection(address, party, tls=pki.party_files(party), connect_timeout_s=20)
+        self.party = PassiveParty(party, read_party_csv(data / f"party{party}.csv"), run_dir=runs)
+        self.result: RunResult | BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.result = self.party.run(self.conn)
+        except BaseException as exc:
+            self.result = exc
+
+    def cut(self) -> None:
+        """Close the party's connection: to the active party, it has gone."""
+        self.conn.close()

@@ -25,6 +25,11 @@ def mlp_top(input_width: int, num_outputs: int) -> nn.Module:
     return mlp(input_width, HIDDEN, num_outputs)
 
 
+def small_bottom(num_features: int, embedding_dim: int) -> nn.Module:
+    """A party's own model, as a user would bring it with ``[model] factory``: 12 tanh units."""
+    return nn.Sequential(nn.Linear(num_features, 12), nn.Tanh(), nn.Linear(12, embedding_dim))
+
+
 def wide_bottom(num_features: int, embedding_dim: int) -> nn.Module:
     """A passive party's own, wider model (128 hidden units): what a ``[models]`` name stands for."""
     return mlp(num_features, (128,), embedding_dim)

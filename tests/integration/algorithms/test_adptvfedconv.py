@@ -19,7 +19,6 @@ import numpy as np
 import pytest
 import structlog
 
-from tests.integration.test_party_offline import _Party
 from vflalgorithms.adptvfedconv.reference import ReferenceAdptVFedConv
 from vflalgorithms.adptvfedconv.spec import FEATURE_MAPS
 from vflalgorithms.reference import aligned_tables
@@ -28,7 +27,7 @@ from vflcore.errors import PartyUnavailable
 from vflcore.wire import serde as wire
 from vflcore.wire.tensors import TensorKey
 from vfltesting.equivalence import assert_same_losses
-from vfltesting.in_process import run_whole_job, start_job
+from vfltesting.in_process import CuttableParty, run_whole_job, start_job
 from vfltesting.jobs import DIGITS_JOB
 from vfltesting.pki import Pki
 
@@ -102,7 +101,7 @@ def test_a_party_lost_in_phase_2_fails_the_job_by_name_and_saves_nothing(
     job = replace(JOB, job_id="adptvfedconv-lost", algorithm_options={**JOB.algorithm_options, "finetune_epochs": 10})
     running = start_job(pki, digits_quadrants, tmp_path, job, offline_grace_s=0.0)
     try:
-        parties = {p: _Party(running.address, pki, digits_quadrants, tmp_path, p) for p in job.passive_parties}
+        parties = {p: CuttableParty(running.address, pki, digits_quadrants, tmp_path, p) for p in job.passive_parties}
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             algorithm = getattr(running.active, "algorithm", None)

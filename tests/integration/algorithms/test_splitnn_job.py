@@ -8,7 +8,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-import torch
 
 from vflclient import Connection, PassiveParty, RunResult, read_party_csv
 from vflcore.data.checkpoints import load_checkpoint
@@ -73,18 +72,13 @@ class TestSplitNNJob:
         assert "no-such-id" not in str(refused.value)  # which IDs are aligned is not told
 
 
-def small_bottom(num_features: int, embedding_dim: int) -> torch.nn.Module:
-    """A party's own model, as a user would bring it with ``[model] factory``."""
-    return torch.nn.Sequential(torch.nn.Linear(num_features, 12), torch.nn.Tanh(), torch.nn.Linear(12, embedding_dim))
-
-
 class TestOwnModel:
     def test_factory_model_trains_and_is_checkpointed(
         self, job_factory, pki: Pki, digits_data: Path, tmp_path: Path
     ) -> None:
         """A passive party built from a module:function factory trains, and its checkpoint holds that model."""
         running = job_factory(replace(SMALL_JOB, epochs=1))
-        factory = load_factory("tests.integration.test_splitnn_job:small_bottom")
+        factory = load_factory("vfltesting.models:small_bottom")
         box: dict[str, object] = {}
 
         def party(n: int) -> None:

@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 import structlog
 
-from tests.integration.test_party_offline import _Party
 from vflclient import InferenceClient, ServerUnavailable, TensorRejected
 from vflserver.inference.artifact import LABEL, PROBABILITIES
 from vflserver.inference.config import ServingConfig
@@ -25,7 +24,7 @@ from vflserver.inference.endpoint import InferenceEndpoint
 from vflserver.inference.federated import IDS, FederatedServable
 from vflserver.inference.registry import ModelRegistry
 from vflserver.inference.servable import PartyUnavailable
-from vfltesting.in_process import RunningJob, start_job
+from vfltesting.in_process import CuttableParty, RunningJob, start_job
 from vfltesting.jobs import SMALL_JOB
 from vfltesting.pki import Pki
 
@@ -33,11 +32,11 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def serving(pki: Pki, digits_data: Path, tmp_path: Path) -> Iterator[tuple[RunningJob, dict[int, _Party]]]:
+def serving(pki: Pki, digits_data: Path, tmp_path: Path) -> Iterator[tuple[RunningJob, dict[int, CuttableParty]]]:
     """A trained SplitNN job whose parties stay connected for inference."""
     job = replace(SMALL_JOB, epochs=1)
     running = start_job(pki, digits_data, tmp_path, job, offline_grace_s=0.0, keep_serving=True)
-    parties = {p: _Party(running.address, pki, digits_data, tmp_path, p) for p in job.passive_parties}
+    parties = {p: CuttableParty(running.address, pki, digits_data, tmp_path, p) for p in job.passive_parties}
     try:
         running.thread.join(60)
         assert "summary" in running.outcome, running.outcome
@@ -47,7 +46,7 @@ def serving(pki: Pki, digits_data: Path, tmp_path: Path) -> Iterator[tuple[Runni
         running.server.stop(grace=None)
 
 
-def _cut(running: RunningJob, party: _Party, number: int) -> None:
+def _cut(running: RunningJob, party: CuttableParty, number: int) -> None:
     party.cut()
     deadline = time.monotonic() + 10
     while number in running.active.parties.online_parties() and time.monotonic() < deadline:
@@ -55,7 +54,7 @@ def _cut(running: RunningJob, party: _Party, number: int) -> None:
     assert number not in running.active.parties.online_parties()
 
 
-def test_predicts_by_id_with_every_party(serving: tuple[RunningJob, dict[int, _Party]]) -> None:
+def test_predicts_by_id_with_every_party(serving: tuple[RunningJob, dict[int, CuttableParty]]) -> None:
     running, _ = serving
     ids = [str(i) for i in running.active.table.ids[:6]]
     servable = FederatedServable(running.active)
@@ -66,7 +65,7 @@ def test_predicts_by_id_with_every_party(serving: tuple[RunningJob, dict[int, _P
     assert np.allclose(out[PROBABILITIES].sum(axis=1), 1.0, atol=1e-6)
 
 
-def test_missing_party_is_unavailable_naming_it(serving: tuple[RunningJob, dict[int, _Party]]) -> None:
+def test_missing_party_is_unavailable_naming_it(serving: tuple[RunningJob, dict[int, CuttableParty]]) -> None:
     running, parties = serving
     servable = FederatedServable(running.active)
     _cut(running, parties[3], 3)
@@ -77,7 +76,7 @@ def test_missing_party_is_unavailable_naming_it(serving: tuple[RunningJob, dict[
 
 
 @pytest.mark.parametrize("mode", ["zeros", "mean"])
-def test_degraded_mode_stands_in_and_warns(serving: tuple[RunningJob, dict[int, _Party]], mode: str) -> None:
+def test_degraded_mode_stands_in_and_warns(serving: tuple[RunningJob, dict[int, CuttableParty]], mode: str) -> None:
     running, parties = serving
     servable = FederatedServable(running.active, degraded=mode)  # TVFL-A's mean is taken while all are online
     ids = [str(i) for i in running.active.table.ids[:4]]
@@ -96,7 +95,7 @@ def test_degraded_mode_stands_in_and_warns(serving: tuple[RunningJob, dict[int, 
 
 
 def test_the_endpoint_serves_it_by_id_and_reports_a_missing_party(
-    pki: Pki, serving: tuple[RunningJob, dict[int, _Party]]
+    pki: Pki, serving: tuple[RunningJob, dict[int, CuttableParty]]
 ) -> None:
     """Through the KServe v2 gRPC endpoint (SDK client, mTLS): predictions by ID, then UNAVAILABLE naming party 3."""
     running, parties = serving

@@ -24,9 +24,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.integration.test_psi_alignment import customer_ids, intersection, write_party_csv
-from tests.unit.test_onnx_serving import export_standalone
-from tests.unit.test_scoring import customers, write_input
 from vflclient import PassiveParty, RunResult, read_party_csv
 from vflcore.errors import DataError, JobAborted, PsiError
 from vflcore.ml.onnx_export import MODEL_FILE
@@ -37,8 +34,10 @@ from vflcore.psi.x25519_mb import Unavailable, load
 from vflcore.runtime.compute import LOCAL, ComputeEngine, connect
 from vflserver.scoring.engines import score_table_folder
 from vflserver.scoring.model import ScoringModel
+from vfltesting.id_tables import customer_ids, intersection, write_party_csv
 from vfltesting.in_process import play_parties, start_job
 from vfltesting.jobs import SMALL_JOB
+from vfltesting.onnx_models import customers, export_standalone, write_input
 from vfltesting.pki import Pki
 
 pytestmark = pytest.mark.integration

@@ -26,6 +26,7 @@ from vflcore.psi.blinding import SERIAL_BELOW
 from vflcore.runtime import daemon
 from vflserver.federation.alignment import EmptyIntersection
 from vflserver.training.reports import RunSummary
+from vfltesting.id_tables import customer_ids, intersection, write_party_csv
 from vfltesting.in_process import RunningJob, play_parties, start_job
 from vfltesting.jobs import SMALL_JOB
 from vfltesting.pki import Pki
@@ -36,17 +37,6 @@ JOB_ID = "psi-job"
 
 
 # ---- running one alignment -------------------------------------------------------------------
-
-
-def write_party_csv(path: Path, ids: Sequence[str], *, label: bool = False, id_column: str = "id") -> Path:
-    """One party's CSV: the IDs in the given order, feature ``x`` = row number, and maybe a label."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow([id_column, "x", *(["label"] if label else [])])
-        for n, value in enumerate(ids):
-            writer.writerow([value, n, *([n % 2] if label else [])])
-    return path
 
 
 def first_row_of(ids: Sequence[str]) -> dict[str, int]:
@@ -145,14 +135,6 @@ def assert_aligned(outcome: Outcome, expected: list[str]) -> None:
 def pairwise_sizes(parties: Mapping[int, Sequence[str]]) -> dict[int, int]:
     active = set(parties[1])
     return {p: len(active & set(ids)) for p, ids in parties.items() if p != 1}
-
-
-def intersection(parties: Mapping[int, Sequence[str]]) -> set[str]:
-    return set.intersection(*(set(ids) for ids in parties.values()))
-
-
-def customer_ids(numbers: Sequence[int]) -> list[str]:
-    return [f"customer-{n:06d}" for n in numbers]
 
 
 # ---- the tests -------------------------------------------------------------------------------

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -10,37 +9,17 @@ from pathlib import Path
 import grpc
 import pytest
 
-from vflclient import Connection, PassiveParty, RunResult, read_party_csv
+from vflclient import RunResult
 from vflcore.errors import JobAborted, PartyUnavailable
 from vflserver.federation.servicer import status_of_error
-from vfltesting.in_process import start_job
+from vfltesting.in_process import CuttableParty, start_job
 from vfltesting.jobs import SMALL_JOB
 from vfltesting.pki import Pki
 
 pytestmark = pytest.mark.integration
 
 
-class _Party:
-    """A passive party in a thread whose connection the test can cut."""
-
-    def __init__(self, address: str, pki: Pki, data: Path, runs: Path, party: int) -> None:
-        self.conn = Connection(address, party, tls=pki.party_files(party), connect_timeout_s=20)
-        self.party = PassiveParty(party, read_party_csv(data / f"party{party}.csv"), run_dir=runs)
-        self.result: RunResult | BaseException | None = None
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        try:
-            self.result = self.party.run(self.conn)
-        except BaseException as exc:
-            self.result = exc
-
-    def cut(self) -> None:
-        self.conn.close()
-
-
-def _join(parties: dict[int, _Party]) -> None:
+def _join(parties: dict[int, CuttableParty]) -> None:
     """Wait for every party's thread: one still logging after its test ended (party 3, whose connection
     was cut) wrote to the terminal between pytest's captures. Each join returns once its thread ends."""
     for party in parties.values():
@@ -53,9 +32,9 @@ class TestPartyOffline:
         running = start_job(
             pki, digits_data, tmp_path, replace(SMALL_JOB, epochs=1), offline_grace_s=0.0, keep_serving=True
         )
-        parties: dict[int, _Party] = {}
+        parties: dict[int, CuttableParty] = {}
         try:
-            parties.update({p: _Party(running.address, pki, digits_data, tmp_path, p) for p in (2, 3)})
+            parties.update({p: CuttableParty(running.address, pki, digits_data, tmp_path, p) for p in (2, 3)})
             running.thread.join(60)
             assert "summary" in running.outcome, running.outcome
             ids = [str(i) for i in running.active.table.ids[:5]]
@@ -81,9 +60,9 @@ class TestPartyOffline:
         """If party 3 vanishes during training, the job fails naming party 3 and party 2 is told why."""
         job = replace(SMALL_JOB, epochs=200)
         running = start_job(pki, digits_data, tmp_path, job, offline_grace_s=0.0)
-        parties: dict[int, _Party] = {}
+        parties: dict[int, CuttableParty] = {}
         try:
-            parties.update({p: _Party(running.address, pki, digits_data, tmp_path, p) for p in (2, 3)})
+            parties.update({p: CuttableParty(running.address, pki, digits_data, tmp_path, p) for p in (2, 3)})
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:
                 algorithm = getattr(running.active, "algorithm", None)  # built once PSI has aligned the rows

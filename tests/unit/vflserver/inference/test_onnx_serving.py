@@ -10,82 +10,27 @@ folder, and must still serve a legacy ``model.safetensors``; everything else is 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from torch import nn
 
 from vflcore.errors import ArtifactError, InferenceInputError
 from vflcore.ml.models import build_seeded, mlp
-from vflcore.ml.onnx_export import MODEL_FILE, OnnxPart, export_onnx
-from vflserver.inference.artifact import LABEL, PREDICTION, PROBABILITIES, ArtifactInfo, ArtifactServable, save_artifact
+from vflcore.ml.onnx_export import MODEL_FILE
+from vflserver.inference.artifact import LABEL, PREDICTION, PROBABILITIES, ArtifactServable, save_artifact
 from vflserver.inference.onnx_model import OnnxServable, info_metadata, is_standalone, load_servable, read_info
 from vflserver.inference.servable import TensorSpec, computes_inline
 from vflserver.inference.triton_repository import write_triton_repository
-
-FEATURES, CLASSES = 6, 3
-
-
-def _info(task: str, *, features: int = FEATURES, outputs: int = CLASSES) -> ArtifactInfo:
-    return ArtifactInfo(
-        model_name=f"{task[:3]}-job",
-        job_id=f"{task[:3]}-job",
-        algorithm="apfed_c" if task == "classification" else "apfed_r",
-        task=task,
-        feature_names=tuple(f"f{i}" for i in range(features)),
-        num_outputs=outputs,
-    )
-
-
-def _classifier() -> nn.Module:
-    """Linear, LayerNorm, ReLU, Linear: LayerNorm is what the legacy artifact could not hold."""
-    return nn.Sequential(nn.Linear(FEATURES, 16), nn.LayerNorm(16), nn.ReLU(), nn.Linear(16, CLASSES))
-
-
-class _ConvRegressor(nn.Module):
-    """A Conv1d over the feature vector, then a linear head: a single value per row."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = nn.Conv1d(1, 4, kernel_size=3)
-        self.head = nn.Linear(4 * (FEATURES - 2), 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(torch.relu(self.conv(x.unsqueeze(1))).flatten(1))
-
-
-def _rows(n: int, seed: int) -> np.ndarray:
-    return np.random.default_rng(seed).normal(size=(n, FEATURES)).astype(np.float32)
-
-
-Reference = Callable[[np.ndarray], dict[str, np.ndarray]]
-
-
-def export_standalone(path: Path, task: str, *, metadata: dict[str, str] | None = None) -> Reference:
-    """Export a seeded model of ``task`` to ``path`` as the active party would; its torch reference."""
-    builder = _classifier if task == "classification" else _ConvRegressor
-    network = build_seeded(builder, 0).eval().requires_grad_(False)
-
-    def forward(features: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        output = network(features)
-        if task == "classification":
-            return torch.softmax(output, dim=1), output.argmax(dim=1)
-        return output
-
-    names = (PROBABILITIES, LABEL) if task == "classification" else (PREDICTION,)
-    meta = info_metadata(_info(task)) if metadata is None else metadata
-    export_onnx(OnnxPart(forward, {"features": torch.from_numpy(_rows(16, seed=1))}, names, meta), path)
-
-    def reference(features: np.ndarray) -> dict[str, np.ndarray]:
-        with torch.no_grad():
-            output = forward(torch.from_numpy(features))
-        outputs = output if isinstance(output, tuple) else (output,)
-        return {name: tensor.numpy() for name, tensor in zip(names, outputs, strict=True)}
-
-    return reference
+from vfltesting.onnx_models import (
+    CLASSES,
+    FEATURES,
+    Reference,
+    artifact_info,
+    export_standalone,
+    feature_rows,
+)
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +48,7 @@ def regressor(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Reference
 class TestOnnxServable:
     def test_classifier_answers_what_torch_computes(self, classifier: tuple[Path, Reference]) -> None:
         path, reference = classifier
-        features = _rows(64, seed=2)
+        features = feature_rows(64, seed=2)
         got, want = OnnxServable(path).predict({"features": features}), reference(features)
         assert set(got) == {PROBABILITIES, LABEL}
         assert got[PROBABILITIES].dtype == np.float32 and got[PROBABILITIES].shape == (64, CLASSES)
@@ -113,7 +58,7 @@ class TestOnnxServable:
 
     def test_regressor_answers_what_torch_computes(self, regressor: tuple[Path, Reference]) -> None:
         path, reference = regressor
-        features = _rows(32, seed=3)
+        features = feature_rows(32, seed=3)
         got, want = OnnxServable(path).predict({"features": features}), reference(features)
         assert set(got) == {PREDICTION} and got[PREDICTION].shape == (32, 1)
         np.testing.assert_allclose(got[PREDICTION], want[PREDICTION], atol=1e-5, rtol=1e-5)
@@ -121,7 +66,7 @@ class TestOnnxServable:
     def test_one_row_and_a_non_contiguous_batch(self, classifier: tuple[Path, Reference]) -> None:
         path, reference = classifier
         servable = OnnxServable(path)
-        wide = _rows(8, seed=4).repeat(2, axis=1)[:, ::2]  # a strided view, as a decoded request may be
+        wide = feature_rows(8, seed=4).repeat(2, axis=1)[:, ::2]  # a strided view, as a decoded request may be
         np.testing.assert_array_equal(servable.predict({"features": wide})[LABEL], reference(wide.copy())[LABEL])
         assert servable.predict({"features": wide[:1]})[LABEL].shape == (1,)
 
@@ -134,18 +79,18 @@ class TestOnnxServable:
             TensorSpec(LABEL, "INT64", (-1,)),
         ]
         assert servable.ready() and computes_inline(servable)
-        assert servable.info == _info("classification")
+        assert servable.info == artifact_info("classification")
         assert OnnxServable(classifier[0], name="other").name == "other"
 
     @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
     def test_non_finite_input_is_refused(self, classifier: tuple[Path, Reference], bad: float) -> None:
-        features = _rows(2, seed=5)
+        features = feature_rows(2, seed=5)
         features[1, 3] = bad
         with pytest.raises(InferenceInputError, match=r"input 'features'.*finite"):
             OnnxServable(classifier[0]).predict({"features": features})
 
     def test_metadata_round_trips(self, classifier: tuple[Path, Reference]) -> None:
-        assert read_info(classifier[0]) == _info("classification")
+        assert read_info(classifier[0]) == artifact_info("classification")
         assert is_standalone(classifier[0])
 
 
@@ -161,7 +106,7 @@ class TestLoadServable:
         target = {"root": tmp_path / "repository", "model folder": folder, "version folder": folder / "1"}[where]
         servable = load_servable(target)
         assert servable.name == "digits"  # the folder's name, as Triton names the model
-        features = _rows(5, seed=6)
+        features = feature_rows(5, seed=6)
         np.testing.assert_array_equal(servable.predict({"features": features})[LABEL], reference(features)[LABEL])
         assert load_servable(target, name="job-7").name == "job-7"
 
@@ -190,10 +135,10 @@ class TestLoadServable:
 
     def test_a_legacy_safetensors_artifact_still_serves(self, tmp_path: Path) -> None:
         network = build_seeded(lambda: mlp(FEATURES, (8,), CLASSES), 0).eval()
-        path = save_artifact(tmp_path / "model.safetensors", network, _info("classification"))
+        path = save_artifact(tmp_path / "model.safetensors", network, artifact_info("classification"))
         servable = load_servable(path)
         assert isinstance(servable, ArtifactServable) and servable.name == "cla-job"
-        features = _rows(10, seed=7)
+        features = feature_rows(10, seed=7)
         with torch.no_grad():
             logits = network(torch.from_numpy(features))
         got = servable.predict({"features": features})
@@ -223,7 +168,7 @@ class TestLoadServable:
 
     def test_metadata_that_disagrees_with_the_graph_is_refused(self, tmp_path: Path) -> None:
         path = tmp_path / MODEL_FILE
-        export_standalone(path, "classification", metadata=info_metadata(_info("classification", features=5)))
+        export_standalone(path, "classification", metadata=info_metadata(artifact_info("classification", features=5)))
         with pytest.raises(ArtifactError, match=re.escape(f"{path}: the graph does not match its metadata")):
             OnnxServable(path)
 

@@ -2,7 +2,7 @@
 
 The model is exported the way an APFed job exports the active party's model (``export_standalone``
 from the ONNX serving tests). Ray Data's side, and its equality with this one, is in
-``tests/integration/test_ray_engine.py``.
+``tests/integration/inference/test_ray_engine.py``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.unit.test_onnx_serving import FEATURES, Reference, export_standalone
 from vflcore.errors import ArtifactError, DataError
 from vflcore.ml.onnx_export import MODEL_FILE
 from vflcore.runtime.compute import LOCAL
@@ -23,27 +22,12 @@ from vflserver.inference.triton_repository import write_triton_repository
 from vflserver.scoring.cli import main
 from vflserver.scoring.engines import score_table_folder
 from vflserver.scoring.model import ROWS_PER_RUN, ScoringModel
+from vfltesting.onnx_models import Reference, customers, export_standalone, feature_names, write_input
 
 # The command-line tests set up logging on pytest's captured stderr; put it back (tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("restore_logging")
 
-NAMES = [f"f{i}" for i in range(FEATURES)]
-
-
-def customers(rows: int, seed: int, *, prefix: str = "c") -> pa.Table:
-    """IDs, the model's features in a shuffled column order (float64 and float32), and a column it ignores."""
-    rng = np.random.default_rng(seed)
-    columns: dict[str, object] = {"id": [f"{prefix}{i:06d}" for i in range(rows)], "segment": rng.integers(0, 5, rows)}
-    for name in reversed(NAMES):
-        columns[name] = rng.normal(size=rows).astype(np.float64 if name.endswith(("1", "3")) else np.float32)
-    return pa.table(columns)
-
-
-def write_input(folder: Path, tables: dict[str, pa.Table], row_group_size: int = 700) -> Path:
-    for name, table in tables.items():
-        (folder / name).parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(table, folder / name, row_group_size=row_group_size)
-    return folder
+NAMES = feature_names()
 
 
 def features_of(table: pa.Table) -> np.ndarray:
