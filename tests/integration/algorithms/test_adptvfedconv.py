@@ -11,7 +11,6 @@ phase 2 must fail the job with its name, leaving no checkpoint behind.
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from vflcore.errors import PartyUnavailable
 from vflcore.wire import serde as wire
 from vflcore.wire.tensors import TensorKey
 from vfltesting.equivalence import assert_same_losses
+from vfltesting.eventually import eventually
 from vfltesting.in_process import CuttableParty, run_whole_job, start_job
 from vfltesting.jobs import DIGITS_JOB
 from vfltesting.pki import Pki
@@ -102,12 +102,12 @@ def test_a_party_lost_in_phase_2_fails_the_job_by_name_and_saves_nothing(
     running = start_job(pki, digits_quadrants, tmp_path, job, offline_grace_s=0.0)
     try:
         parties = {p: CuttableParty(running.address, pki, digits_quadrants, tmp_path, p) for p in job.passive_parties}
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
+
+        def transferring() -> bool:
             algorithm = getattr(running.active, "algorithm", None)
-            if algorithm is not None and getattr(algorithm, "phase", "") == "transfer":
-                break
-            time.sleep(0.01)
+            return algorithm is not None and getattr(algorithm, "phase", "") == "transfer"
+
+        eventually(transferring, "the transfer phase", 120)
         parties[3].cut()
         running.thread.join(120)
         error = running.outcome.get("error")

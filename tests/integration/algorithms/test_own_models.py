@@ -15,7 +15,6 @@ from __future__ import annotations
 import csv
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -36,7 +35,7 @@ from vfltesting.equivalence import Comparison, assert_same_steps, compare
 from vfltesting.jobs import REFERENCE_JOB
 from vfltesting.pki import Pki
 from vfltesting.servables import triton_grpc_client
-from vfltesting.service import ServiceRun, job_document, service_env, toml_text
+from vfltesting.service import ServiceRun, announced_ports, job_document, service_env, toml_text
 
 pytestmark = [pytest.mark.integration]
 
@@ -173,13 +172,7 @@ def test_a_conv_and_layernorm_apfed_model_is_served_from_onnx(
 
 def _announced_grpc_port(ports: Path, serve: subprocess.Popen[bytes], timeout_s: float = 60) -> int:
     """The gRPC port ``vfl-serve --port-file`` announces ("grpc_port rest_port" and a newline)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if ports.exists() and ports.read_text().endswith("\n"):
-            return int(ports.read_text().split()[0])
-        assert serve.poll() is None, f"vfl-serve exited with {serve.returncode} before listening"
-        time.sleep(0.05)
-    raise AssertionError(f"vfl-serve did not listen within {timeout_s:.0f} s")
+    return announced_ports(ports, timeout_s, server=serve)[0]
 
 
 def test_vfl_serve_serves_the_triton_repository(conv_job: Path, pki: Pki, digits_data: Path, tmp_path: Path) -> None:

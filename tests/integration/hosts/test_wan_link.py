@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from vflclient import JobClient
+from vfltesting.eventually import eventually
 from vfltesting.pki import Pki
 from vfltesting.service import ServiceRun, job_document
 from vfltesting.wan import LINKS, LinkProfile, WanProxy
@@ -78,9 +79,7 @@ def test_throughput(link: LinkProfile) -> None:
     listener, arrivals = _serve("sink")
     with listener, WanProxy(listener.getsockname()[:2], link) as proxy, _connect(proxy) as sock:
         sock.sendall(bytes(total))
-        deadline = time.monotonic() + 30
-        while sum(arrivals[1::2]) < total and time.monotonic() < deadline:
-            time.sleep(0.01)
+        eventually(lambda: sum(arrivals[1::2]) >= total, f"{total} bytes through the link", 30)
     times, sizes = arrivals[0::2], arrivals[1::2]
     assert sum(sizes) == total
     rate = (total - sizes[0]) * 8 / (times[-1] - times[0]) / 1e6  # the first chunk's arrival starts the clock

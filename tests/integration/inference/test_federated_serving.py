@@ -8,7 +8,6 @@ warning on every such request.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -24,6 +23,7 @@ from vflserver.inference.endpoint import InferenceEndpoint
 from vflserver.inference.federated import IDS, FederatedServable
 from vflserver.inference.registry import ModelRegistry
 from vflserver.inference.servable import PartyUnavailable
+from vfltesting.eventually import eventually
 from vfltesting.in_process import CuttableParty, RunningJob, start_job
 from vfltesting.jobs import SMALL_JOB
 from vfltesting.pki import Pki
@@ -48,10 +48,7 @@ def serving(pki: Pki, digits_data: Path, tmp_path: Path) -> Iterator[tuple[Runni
 
 def _cut(running: RunningJob, party: CuttableParty, number: int) -> None:
     party.cut()
-    deadline = time.monotonic() + 10
-    while number in running.active.parties.online_parties() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert number not in running.active.parties.online_parties()
+    eventually(lambda: number not in running.active.parties.online_parties(), f"party {number} offline", 10, every=0.05)
 
 
 def test_predicts_by_id_with_every_party(serving: tuple[RunningJob, dict[int, CuttableParty]]) -> None:

@@ -12,7 +12,6 @@ import http.client
 import json
 import socket
 import ssl
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -24,6 +23,7 @@ import tritonclient.grpc as triton_grpc
 from vflserver.inference.config import RestLimits, ServingConfig
 from vflserver.inference.endpoint import InferenceEndpoint
 from vflserver.inference.registry import ModelRegistry
+from vfltesting.eventually import eventually
 from vfltesting.pki import Pki
 from vfltesting.servables import DigitsClassifier, digits_rows, triton_grpc_client
 
@@ -171,19 +171,19 @@ class TestConnectionCap:
             gate = running._rest.gate if running._rest is not None else None
             assert gate is not None
             # The server has accepted all 20: waited for, not assumed after a fixed pause.
-            deadline = time.monotonic() + CUT_WITHIN_S
-            while len(gate.open) < 20:
-                assert time.monotonic() < deadline, f"the server accepted {len(gate.open)} of 20 connections"
-                threading.Event().wait(0.01)
+            eventually(
+                lambda: len(gate.open) >= 20,
+                "the server to accept 20 connections",
+                CUT_WITHIN_S,
+                explain=lambda: f"it accepted {len(gate.open)}",
+            )
             extra = _connect(running.ports.rest, b"\x16")
             stack.callback(extra.close)
             assert _closed_by_server(extra, within_s=5.0) == b""
             assert gate.refused >= 1
             for sock in held:
                 sock.close()
-            deadline = time.monotonic() + CUT_WITHIN_S
-            while len(gate.open) and time.monotonic() < deadline:
-                time.sleep(0.05)
+            eventually(lambda: not gate.open, "the server to close the 20 connections", CUT_WITHIN_S, every=0.05)
             assert _rest_infer(pki, running.ports.rest, digits_rows(1)) == list(
                 model.reference(digits_rows(1))["label"]
             )

@@ -13,7 +13,6 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +29,7 @@ from vfltesting.localrun import stop_all, wait_for_port
 from vfltesting.paths import REPO_ROOT as ROOT
 from vfltesting.pki import Pki
 from vfltesting.servables import triton_grpc_client
+from vfltesting.service import announced_ports
 
 pytestmark = pytest.mark.integration
 
@@ -47,18 +47,6 @@ def _config(tmp: Path, pki: Pki, data: Path) -> Path:
     path = tmp / "server.toml"
     path.write_text(text)
     return path
-
-
-def _read_ports(path: Path, server: subprocess.Popen[bytes], timeout_s: float = 120) -> tuple[int, int]:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if path.exists() and path.read_text().endswith("\n"):
-            grpc_port, rest_port = path.read_text().split()
-            return int(grpc_port), int(rest_port)
-        if server.poll() is not None:
-            raise RuntimeError(f"vfl-server exited with {server.returncode} before serving")
-        time.sleep(0.2)
-    raise TimeoutError("the inference endpoints did not come up")
 
 
 def test_endpoint_answers_with_every_passive_party_gone(pki: Pki, digits_data: Path, tmp_path: Path) -> None:
@@ -85,7 +73,7 @@ def test_endpoint_answers_with_every_passive_party_gone(pki: Pki, digits_data: P
                 + ["--key", str(files.key), *common],
                 stderr=logs[f"party-{party}"],
             )
-        grpc_port, rest_port = _read_ports(serving_ports, procs["server"])
+        grpc_port, rest_port = announced_ports(serving_ports, 120, server=procs["server"])
         for party in (2, 3):  # training is over: every passive party has left
             assert procs[f"party-{party}"].wait(timeout=60) == 0
         assert procs["server"].poll() is None

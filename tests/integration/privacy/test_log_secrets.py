@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ from vflserver.federation.server import build_server
 from vflserver.training.active_party import ActiveParty
 from vflserver.training.job_plan import JobPlan
 from vfltesting.datasets import write_vertical_split
+from vfltesting.eventually import eventually
 from vfltesting.jobs import SMALL_JOB
 from vfltesting.leaks import Leak, find_leaks, party_secrets
 from vfltesting.pki import Pki
@@ -198,9 +198,7 @@ class TestCancelledUpload:
                     assert seen.entered.wait(10), "the server never started the handler"
                     call.cancel()
                     assert call.cancelled()
-                    deadline = time.monotonic() + 10
-                    while len(seen.codes) < n and time.monotonic() < deadline:
-                        time.sleep(0.002)
+                    eventually(lambda n=n: len(seen.codes) >= n, f"{n} calls to end", 10, every=0.002)
             assert seen.codes == [grpc.StatusCode.CANCELLED] * self.CALLS
             cancelled = {"event": "rpc_cancelled", "log_level": "info", "rpc": "SendEmbeddings", "code": "CANCELLED"}
             assert logs == [cancelled] * self.CALLS

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from vflcore.errors import ConfigError, DuplicateJob, JobNotFound, JobStateError
 from vflcore.runtime.config import server_config_from
 from vflserver.jobs.app import Service
 from vflserver.jobs.store import EpochRecord
+from vfltesting.eventually import eventually
 from vfltesting.pki import Pki
 from vfltesting.service import job_document, toml_text
 
@@ -90,10 +90,13 @@ def service(pki: Pki, digits_data: Path, tmp_path_factory: pytest.TempPathFactor
                     break
             # After that event the runner logs once more (job_held), then nothing about it until the
             # service stops; wait for that line here, or it may land in a later test's captured stdout.
-            deadline = time.monotonic() + 10
-            while not any(e["event"] == "job_held" and e["job"] == "blocker" for e in logs):
-                assert time.monotonic() < deadline, logs
-                time.sleep(0.01)
+            held = [{"event": "job_held", "job": "blocker"}]
+            eventually(
+                lambda: any(e["event"] == "job_held" and e["job"] == "blocker" for e in logs),
+                f"{held} in the logs",
+                10,
+                explain=lambda: str(logs),
+            )
         yield service
     finally:
         service.stop(grace_s=0)

@@ -13,13 +13,13 @@ import signal
 import socket
 import stat
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from vflclient import JobClient
+from vfltesting.eventually import eventually
 from vfltesting.localrun import wait_for_port
 from vfltesting.pki import Pki
 from vfltesting.service import BIN, ServiceRun, job_document, service_env
@@ -42,11 +42,17 @@ def _json_lines(path: Path) -> list[str]:
 
 
 def _wait_for_event(path: Path, event: str, proc: subprocess.Popen[bytes], stderr: Path) -> None:
-    deadline = time.monotonic() + _PATIENCE_S
-    while event not in _events(path):
+    def logged() -> bool:
         assert proc.poll() is None, f"the daemon exited with {proc.returncode}: {stderr.read_text()}"
-        assert time.monotonic() < deadline, f"no {event!r} in {path}: {_events(path)}; stderr: {stderr.read_text()}"
-        time.sleep(0.05)
+        return event in _events(path)
+
+    eventually(
+        logged,
+        f"{event!r} in {path}",
+        _PATIENCE_S,
+        every=0.05,
+        explain=lambda: f"{_events(path)}; stderr: {stderr.read_text()}",
+    )
 
 
 def _rotate(path: Path, proc: subprocess.Popen[bytes]) -> Path:
@@ -133,10 +139,14 @@ class TestLogFile:
         rotated = _rotate(log, client)
         _wait_for_event(log, "log_file_reopened", client, stderr)
         retries = _events(log).count("server_unreachable")
-        deadline = time.monotonic() + _PATIENCE_S
-        while _events(log).count("server_unreachable") == retries:  # the next retry lands in the fresh file
-            assert time.monotonic() < deadline, _events(log)
-            time.sleep(0.05)
+        # the next retry lands in the fresh file
+        eventually(
+            lambda: _events(log).count("server_unreachable") != retries,
+            "the next retry",
+            _PATIENCE_S,
+            every=0.05,
+            explain=lambda: str(_events(log)),
+        )
 
         client.send_signal(signal.SIGTERM)
         assert client.wait(timeout=_PATIENCE_S) == 0, stderr.read_text()

@@ -20,7 +20,7 @@ import pytest
 from vflclient import InferenceClient, JobClient
 from vflserver.inference.federated import IDS
 from vfltesting.pki import Pki
-from vfltesting.service import ServiceRun, job_document, toml_text, wait_until
+from vfltesting.service import ServiceRun, job_document, toml_text, wait_until, watch_until
 
 BIN = Path(sys.executable).parent
 pytestmark = pytest.mark.timeout(600)
@@ -193,7 +193,7 @@ class TestReconnect:
                 jobs.submit(job_document("long", "splitnn", epochs=50, batch_size=8))
                 for job_id in ("queued-1", "queued-2"):
                     jobs.submit(job_document(job_id, "splitnn"))
-                _wait_for_state(jobs, "long", "training")
+                watch_until(jobs, "long", lambda event: event.state == "training", "the state training")
                 assert [j.id for j in jobs.list(states=["queued"])] == ["queued-2", "queued-1", "held"]
             assert run.stop(["server"]) == {"server": 0}
             run.start_server(run.address)
@@ -219,23 +219,13 @@ class TestReconnect:
                 for job_id in ("queued-1", "queued-2"):
                     assert jobs.wait(job_id).state == "finished", run.tail()
                 assert jobs.get("held").state == "queued"
-                _wait_for_event(jobs, "held", "party 4 is not connected")
+                watch_until(
+                    jobs,
+                    "held",
+                    lambda event: "party 4 is not connected" in str(event),
+                    "an event saying party 4 is not connected",
+                )
             assert all(run.alive().values())  # the same client daemons, reconnected by themselves
         finally:
             run.stop()
             run.close()
-
-
-def _wait_for_event(jobs: JobClient, job_id: str, text: str) -> None:
-    """Until an event of ``job_id`` (its history included) says ``text``."""
-    for event in jobs.watch(job_id):
-        if text in str(event):
-            return
-    raise AssertionError(f"job {job_id} ended without an event saying {text!r}")
-
-
-def _wait_for_state(jobs: JobClient, job_id: str, state: str) -> None:
-    for event in jobs.watch(job_id):
-        if event.state == state:
-            return
-    raise AssertionError(f"job {job_id} ended without reaching {state}")

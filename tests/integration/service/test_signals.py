@@ -18,6 +18,7 @@ from vflcore.data.tables import read_party_csv
 from vflserver.federation.board import JobBoard
 from vflserver.federation.server import build_server
 from vflserver.jobs.store import JobStore
+from vfltesting.eventually import eventually
 from vfltesting.pki import Pki
 from vfltesting.service import ServiceRun, finish_job, job_document, log_events, service_env, wait_until
 
@@ -27,13 +28,11 @@ BIN = Path(sys.executable).parent
 
 
 def _wait_for(path: Path, proc: subprocess.Popen[bytes], timeout: float = 60) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists() and path.read_text().strip():
-            return path.read_text().strip()
+    def written() -> str:
         assert proc.poll() is None, proc.communicate()
-        time.sleep(0.05)
-    raise AssertionError(f"{path} never appeared")
+        return path.read_text().strip() if path.exists() else ""
+
+    return eventually(written, f"{path} to be written", timeout, every=0.05)
 
 
 def _server(pki: Pki, data: Path, tmp_path: Path) -> tuple[subprocess.Popen[bytes], int]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import pytest
 from vflclient import RunResult
 from vflcore.errors import JobAborted, PartyUnavailable
 from vflserver.federation.servicer import status_of_error
+from vfltesting.eventually import eventually
 from vfltesting.in_process import CuttableParty, start_job
 from vfltesting.jobs import SMALL_JOB
 from vfltesting.pki import Pki
@@ -40,9 +40,7 @@ class TestPartyOffline:
             ids = [str(i) for i in running.active.table.ids[:5]]
             assert running.active.predict_ids(ids).shape == (5, 10)  # everyone online: it works
             parties[3].cut()
-            deadline = time.monotonic() + 10
-            while 3 in running.active.parties.online_parties() and time.monotonic() < deadline:
-                time.sleep(0.05)
+            eventually(lambda: 3 not in running.active.parties.online_parties(), "party 3 offline", 10, every=0.05)
             with pytest.raises(PartyUnavailable, match="party 3") as caught:
                 running.active.predict_ids(ids)
             assert caught.value.party == 3
@@ -63,12 +61,12 @@ class TestPartyOffline:
         parties: dict[int, CuttableParty] = {}
         try:
             parties.update({p: CuttableParty(running.address, pki, digits_data, tmp_path, p) for p in (2, 3)})
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
+
+            def five_steps() -> bool:
                 algorithm = getattr(running.active, "algorithm", None)  # built once PSI has aligned the rows
-                if algorithm is not None and len(algorithm.step_losses) >= 5:
-                    break
-                time.sleep(0.01)
+                return algorithm is not None and len(algorithm.step_losses) >= 5
+
+            eventually(five_steps, "five training steps", 30)
             parties[3].cut()
             running.thread.join(30)
             error = running.outcome.get("error")
