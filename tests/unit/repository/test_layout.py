@@ -3,7 +3,9 @@
 The folders are the architecture (docs/architecture.md): ``vflcore`` at the bottom, the
 algorithms above it, the two daemons on top and apart from each other, and ``vfltesting`` for
 tests, benches and examples only. Inside ``vflserver`` the folders are floors too, and no product
-module passes 500 lines. A rule that only lives in a document decays; these tests keep it.
+module passes 500 lines. The tests mirror the product too: ``tests/unit/<package>/`` and
+``tests/integration/<feature>/``, and no test module imports another. A rule that only lives in
+a document decays; these tests keep it.
 """
 
 from __future__ import annotations
@@ -192,3 +194,93 @@ def test_no_private_name_crosses_a_package() -> None:
                             f"{path.relative_to(ROOT)}:{node.lineno} imports {alias.name} from {node.module}"
                         )
     assert not crossing, "\n".join(crossing)
+
+
+#: The first folder under ``tests/unit/``: a package of this repository, or ``repository`` for the
+#: rules about the whole of it (this file, the pinned tools, the daemons' help).
+UNIT_FOLDERS = {*PRODUCT, "vfltesting", "bench", "repository"}
+#: The folders under ``tests/integration/``: one per feature a user meets, each test file in one.
+INTEGRATION_FEATURES = {
+    "algorithms",
+    "hosts",
+    "inference",
+    "privacy",
+    "psi",
+    "recovery",
+    "security",
+    "service",
+    "training",
+}
+#: The files the tests tree may hold: tests, pytest's fixtures, and the packages' markers. Anything
+#: shared between test modules belongs in ``vfltesting`` (or a conftest.py fixture), not here.
+_TEST_TREE_FILES = ("conftest.py", "__init__.py")
+
+
+def _test_files() -> list[Path]:
+    return sorted(path for path in (ROOT / "tests").rglob("*.py") if path.name not in _TEST_TREE_FILES)
+
+
+def test_no_test_module_imports_another() -> None:
+    """No module under tests/ imports from ``tests``: what two tests share lives in vfltesting or a fixture."""
+    found = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno} imports relatively (from {'.' * node.level})")
+            for line, name in _imports_of(node):
+                if name.split(".")[0] == "tests":
+                    found.append(f"{path.relative_to(ROOT)}:{line} imports {name}")
+    assert not found, "\n".join(found)
+
+
+def _imports_of(node: ast.AST) -> Iterator[tuple[int, str]]:
+    if isinstance(node, ast.Import):
+        yield from ((node.lineno, alias.name) for alias in node.names)
+    elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+        yield node.lineno, node.module
+
+
+def test_the_tests_tree_holds_only_tests() -> None:
+    """Every module under tests/ is a ``test_*.py``, a ``conftest.py`` or an ``__init__.py``."""
+    others = [str(path.relative_to(ROOT)) for path in _test_files() if not path.name.startswith("test_")]
+    assert not others, "move these into vfltesting (or a conftest.py fixture):\n" + "\n".join(others)
+
+
+def test_unit_test_folders_mirror_the_packages() -> None:
+    """``tests/unit/<package>/<subpackage>/test_*.py``: each folder names a package and subpackage that exist."""
+    wrong = []
+    for path in _test_files():
+        parts = path.relative_to(ROOT / "tests").parts
+        if parts[0] != "unit":
+            continue
+        folders = parts[1:-1]
+        if not folders or folders[0] not in UNIT_FOLDERS:
+            wrong.append(f"{path.relative_to(ROOT)}: not in a folder of {sorted(UNIT_FOLDERS)}")
+        elif folders[0] != "repository" and not ROOT.joinpath(*folders).is_dir():
+            wrong.append(f"{path.relative_to(ROOT)}: there is no package {'.'.join(folders)}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_integration_test_folders_are_features() -> None:
+    """``tests/integration/<feature>/test_*.py``, one folder deep, the feature one of ``INTEGRATION_FEATURES``."""
+    wrong = [
+        f"{path.relative_to(ROOT)}: not in one of {sorted(INTEGRATION_FEATURES)}"
+        for path in _test_files()
+        if (parts := path.relative_to(ROOT / "tests").parts)[0] == "integration"
+        and (len(parts) != 3 or parts[1] not in INTEGRATION_FEATURES)
+    ]
+    stray = [p for p in _test_files() if p.relative_to(ROOT / "tests").parts[0] not in ("unit", "integration")]
+    assert not wrong and not stray, "\n".join(
+        wrong + [f"{p.relative_to(ROOT)}: not under unit/ or integration/" for p in stray]
+    )
+
+
+def test_every_test_folder_is_a_package() -> None:
+    """An ``__init__.py`` in every folder under tests/: test files in different folders may share a name
+    (``unit/vflcore/runtime/test_log_file.py``, ``integration/service/test_log_file.py``)."""
+    bare = [
+        str(folder.relative_to(ROOT))
+        for folder in sorted({ROOT / "tests", *(p for p in (ROOT / "tests").rglob("*") if p.is_dir())})
+        if folder.name != "__pycache__" and not (folder / "__init__.py").exists()
+    ]
+    assert not bare, "\n".join(bare)
