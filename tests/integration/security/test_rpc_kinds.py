@@ -29,7 +29,7 @@ class TestRpcKinds:
         Party 2 has not joined this job: the kind of tensor is checked first (INVALID_ARGUMENT), and
         a tensor of the right kind is ABORTED, as a late upload from before a pause is, so that
         the party's daemon takes the job again. A joined party's unasked tensor is INVALID_ARGUMENT
-        (``tests/unit/test_passive_parties.py``).
+        (``tests/unit/vflserver/federation/test_passive_parties.py``).
         """
         running = job_factory()
         chunks = wire.tensor_to_chunks(TensorKey("test-job", 0, 0, name), np.zeros((2, 3), np.float32))

@@ -2,7 +2,7 @@
 
 One service serves the module. Before it starts, job "done" is submitted through the service's own
 submit path and then written to its job store as finished after 2 epochs (a run to the end needs
-passive daemons; tests/integration/test_service.py does that with processes). Once it runs, two real
+passive daemons; tests/integration/service/test_service.py does that with processes). Once it runs, two real
 jobs name party 4, which never connects: "broke" fails after its 0.5 s join timeout, and "blocker"
 waits ``queued`` for it for ten minutes. No party's daemon runs, so every job submitted after them
 stays ``queued`` too, until its parties connect. Tests

@@ -1,6 +1,6 @@
 """``vfl-jobs`` and ``JobClient`` without a vfl-server: events, documents, rendering, flags, and arguments.
 
-Every call to the Control API runs against a real service in tests/integration/test_job_client.py.
+Every call to the Control API runs against a real service in tests/integration/service/test_job_client.py.
 """
 
 from __future__ import annotations
@@ -292,7 +292,7 @@ class TestCommandLine:
         assert (args.server, args.insecure) == ("b:2", True)
 
 
-# ---- JobClient before any call (calls to a real server: tests/integration/test_job_client.py) -----
+# ---- JobClient before any call (calls to a real server: tests/integration/service/test_job_client.py) -----
 
 
 class TestJobClient:

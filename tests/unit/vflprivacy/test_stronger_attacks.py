@@ -2,7 +2,7 @@
 
 Each attack gets two checks: it finds a leak that the project's older attacks (plain norm, signed
 direction) miss, and it reads chance when the labels are drawn at random. The recorded-run checks
-(a real SplitNN job over mTLS) are in tests/integration/test_privacy_probes.py.
+(a real SplitNN job over mTLS) are in tests/integration/privacy/test_privacy_probes.py.
 """
 
 from __future__ import annotations

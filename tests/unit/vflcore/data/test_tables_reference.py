@@ -219,7 +219,7 @@ class TestPsiTables:
 
 # ---- test_data's inline files and the edges around them ----------------------------------------
 
-#: (name, file name, bytes, options): every file tests/unit/test_data.py writes, then edges.
+#: (name, file name, bytes, options): every file tests/unit/vflcore/data/test_data.py writes, then edges.
 INLINE: list[tuple[str, str, bytes, Options]] = [
     ("ids features labels", "p.csv", b"id,label,a,b\n007,1,0.5,2\nx9,0,1.5,-3e2\n", {"label_column": "label"}),
     ("label only", "p.csv", b"id,label\na,1\nb,2\n", {"label_column": "label"}),

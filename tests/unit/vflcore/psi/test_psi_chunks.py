@@ -2,8 +2,8 @@
 aligned order, the progress files and the pipeline helpers.
 
 Everything runs in this process on small inputs; the exchange itself is in
-``tests/integration/test_psi_alignment.py`` (chunked equals one chunk) and
-``tests/integration/test_psi_resume.py`` (a real restart).
+``tests/integration/psi/test_psi_alignment.py`` (chunked equals one chunk) and
+``tests/integration/psi/test_psi_resume.py`` (a real restart).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``[compute] engine`` and ``ray_address``: read in both daemons' configs, refused by name when wrong.
 
-Whether a Ray cluster answers is the Ray tests' business (``tests/integration/test_ray_engine.py``);
+Whether a Ray cluster answers is the Ray tests' business (``tests/integration/inference/test_ray_engine.py``);
 here only the config: the defaults, the values, and the errors that name the file and the key.
 """
 

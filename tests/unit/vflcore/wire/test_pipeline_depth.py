@@ -3,7 +3,7 @@
 The order of a passive half's uploads and downloads is what the option changes, so these tests
 run SplitNN's passive half over an in-memory link that records it and answers each upload with
 a gradient computed from it. (The real link, over mTLS with a real server, is in
-``tests/integration/test_micro_batches.py``.)
+``tests/integration/algorithms/test_micro_batches.py``.)
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The console's pages, rendered from records made by hand: escaped, path-free, no numbers that read like a tensor.
 
-The browser tests (``tests/integration/test_console.py``) drive the real thing; these pin what
+The browser tests (``tests/integration/service/test_console.py``) drive the real thing; these pin what
 each page may hold, on inputs chosen to be hostile: a job id and messages with markup, paths
 outside the run folder, many epochs of losses.
 """

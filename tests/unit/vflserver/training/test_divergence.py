@@ -1,6 +1,6 @@
 """Training that runs away: found where it happens, failed in words a user can act on, warned of before.
 
-The whole path over mTLS, with daemons, is ``tests/integration/test_divergence.py``; here each
+The whole path over mTLS, with daemons, is ``tests/integration/training/test_divergence.py``; here each
 finder alone: the server's loss, what the server would send, what a passive party would send,
 checkpoints, the job's message, and the warning of a test loss far past its best.
 """
