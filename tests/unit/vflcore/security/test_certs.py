@@ -31,12 +31,6 @@ from vflcore.security.identity import operator_from_certificate, party_from_cert
 from vflcore.security.tls import TlsConfigError, TlsFiles, channel_credentials, server_credentials
 
 
-@pytest.fixture
-def ca(tmp_path: Path) -> CertificateAuthority:
-    create_ca(tmp_path)
-    return load_ca(tmp_path)
-
-
 def _mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 

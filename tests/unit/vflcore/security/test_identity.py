@@ -17,13 +17,11 @@ from cryptography.x509.oid import NameOID
 from vflcore.job import ACTIVE_PARTY
 from vflcore.security.certs import (
     CertificateAuthority,
-    create_ca,
     issue_caller_cert,
     issue_operator_cert,
     issue_party_cert,
     issue_self_signed_party_cert,
     issue_server_cert,
-    load_ca,
     load_certificate,
 )
 from vflcore.security.identity import (
@@ -40,12 +38,6 @@ from vflcore.security.identity import (
 from vflcore.security.tls import TlsFiles, channel_credentials, server_credentials
 
 _METHOD = "/vfltest.Identity/WhoAmI"
-
-
-@pytest.fixture
-def ca(tmp_path: Path) -> CertificateAuthority:
-    create_ca(tmp_path)
-    return load_ca(tmp_path)
 
 
 def _hand_made_cert(common_names: list[str], uris: list[str]) -> x509.Certificate:
