@@ -18,7 +18,7 @@ T = TypeVar("T")
 
 
 def eventually(
-    condition: Callable[[], T],
+    condition: Callable[[], T | None],
     what: str,
     timeout: float = 120,
     *,

@@ -76,7 +76,7 @@ class _RunsAway(nn.Module):
         self.inner, self.steps, self.taken = inner, steps, 0
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
-        out = self.inner(features)
+        out: torch.Tensor = self.inner(features)
         if not (self.training and torch.is_grad_enabled()):
             return out
         self.taken += 1

@@ -66,7 +66,8 @@ class ConvRegressor(nn.Module):
         self.head = nn.Linear(4 * (FEATURES - 2), 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(torch.relu(self.conv(x.unsqueeze(1))).flatten(1))
+        out: torch.Tensor = self.head(torch.relu(self.conv(x.unsqueeze(1))).flatten(1))
+        return out
 
 
 def feature_rows(n: int, seed: int) -> np.ndarray:
@@ -84,7 +85,7 @@ def export_standalone(path: Path, task: str, *, metadata: dict[str, str] | None 
     network = build_seeded(builder, 0).eval().requires_grad_(False)
 
     def forward(features: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        output = network(features)
+        output: torch.Tensor = network(features)
         if task == "classification":
             return torch.softmax(output, dim=1), output.argmax(dim=1)
         return output
