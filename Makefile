@@ -139,7 +139,7 @@ bench-wan: venv
 FUZZ_CASES ?= 3000
 
 fuzz: venv
-	FUZZ_CASES=$(FUZZ_CASES) $(PY) -m pytest -q tests/integration/test_fuzz.py
+	FUZZ_CASES=$(FUZZ_CASES) $(PY) -m pytest -q tests/integration/security/test_fuzz.py
 
 bench-fuzz: venv
 	$(PY) -m bench.operations.fuzz

@@ -5,7 +5,7 @@ Every table a person writes is read this one way: a daemon's ``[server]``, ``[ps
 ``[model]``, ``[serving]``, ``[privacy]`` and ``[distill]``; a party's own ``[privacy]``. A field
 that a table sets carries ``setting(table, ...)`` in its metadata; ``read_settings`` walks the
 fields and reads each with its reader, or its type's. So the dataclass is the only list of a
-table's keys: ``tests/unit/test_config.py`` checks ``docs/configuration.md`` against the same
+table's keys: ``tests/unit/vflcore/runtime/test_config.py`` checks ``docs/configuration.md`` against the same
 declarations, and a typo in any table of a file is refused by name (``refuse_unknown_tables``).
 A field's ``check`` holds its rule, so an object built in code is refused as its file would be
 (``check_declared``, from each settings class's ``__post_init__``).

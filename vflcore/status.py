@@ -4,7 +4,7 @@ Every server surface reads it: the Federation servicer, the Control API and the 
 endpoint (whose REST half turns the gRPC status into an HTTP one through ``HTTP_STATUS``, also
 here). An error class that is not in ``STATUS`` (nor has an ancestor there) is the server's own
 fault: INTERNAL, logged. The tree in ``vflcore.errors`` draws the same column beside each class;
-``tests/unit/test_errors.py`` keeps the two in step. The SDK's way back, status to class, is
+``tests/unit/vflcore/test_errors.py`` keeps the two in step. The SDK's way back, status to class, is
 ``vflclient._exceptions``.
 
 It lives in ``vflcore`` beside the exception tree, on the floor every server module may import.

@@ -260,7 +260,7 @@ class FullCovarianceNoise:
 
     Each class's gradients are modelled as a Gaussian with their own mean and whole covariance
     (Marvell summarises the covariance by one variance averaged over the coordinates, and its bound
-    then holds for gradients of that shape only: ``tests/unit/test_stronger_attacks.py``).
+    then holds for gradients of that shape only: ``tests/unit/vflprivacy/test_stronger_attacks.py``).
     """
 
     #: (2, d, d): a factor F_y of each class's added covariance (F_y F_y^T), class 0 first.

@@ -1,6 +1,6 @@
 """What a finished job left on disk, compared between a fault-free run and one with failures.
 
-``tests/integration/test_recovery.py`` and ``make bench-recovery`` both ask the same question:
+``tests/integration/recovery/test_recovery.py`` and ``make bench-recovery`` both ask the same question:
 did the job that lost a party (or its server) end with the model the uninterrupted run produced?
 The answer comes from the files every party writes: the active party's ``summary.json`` (every
 per-step training loss, in order) and each party's newest checkpoint (its final weights).

@@ -4,7 +4,7 @@
 was replaced by ``vflcore.data.columnar`` with ``vflcore.data.exact_scan`` behind it, which must
 give the same arrays and the same messages. This module keeps the old code, unchanged but for
 names, so the tests can compare the two on every table and every bad file the suite has
-(``tests/unit/test_tables_reference.py``); and the digests, whose bytes key saved alignments.
+(``tests/unit/vflcore/data/test_tables_reference.py``); and the digests, whose bytes key saved alignments.
 """
 
 from __future__ import annotations

@@ -12,14 +12,14 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from vflclient import JobClient
+from vflclient import JobClient, JobEvent
+from vfltesting.eventually import eventually
 from vfltesting.forked import Launcher
 from vfltesting.localrun import Daemon, stop_all, wait_for_port
 from vfltesting.pki import Pki
@@ -212,24 +212,19 @@ class ServiceRun:
         proc.wait()
 
     def serving_ports(self, timeout_s: float = 60) -> tuple[int, int]:
-        path = self.root / "serving-ports"
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if path.exists() and path.read_text().endswith("\n"):
-                grpc_port, rest_port = path.read_text().split()
-                return int(grpc_port), int(rest_port)
-            time.sleep(0.1)
-        raise RuntimeError(f"the inference endpoint did not announce its ports within {timeout_s:.0f} s")
+        """The inference endpoint's gRPC and REST ports (``announced_ports``)."""
+        return announced_ports(self.root / "serving-ports", timeout_s)
 
     def console_port(self, timeout_s: float = 60) -> int:
         """The console's port, from the server's ``console_started`` log line (``[console] listen`` on port 0)."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+
+        def announced() -> int | None:
             for line in self.logs["server"].read_text(errors="replace").splitlines():
                 if '"console_started"' in line:
                     return int(json.loads(line)["port"])
-            time.sleep(0.1)
-        raise RuntimeError(f"the console did not announce its port within {timeout_s:.0f} s")
+            return None
+
+        return eventually(announced, "the console to announce its port", timeout_s, every=0.1)
 
     def stop(self, names: Iterable[str] | None = None) -> dict[str, int]:
         """SIGTERM the named processes (default: all) and return their exit codes."""
@@ -287,6 +282,21 @@ def service_env() -> dict[str, str]:
     return env
 
 
+def announced_ports(path: Path, timeout_s: float = 60, *, server: Daemon | None = None) -> tuple[int, int]:
+    """The inference endpoint's gRPC and REST ports, from the file vfl-server writes once both listen
+    (``--serving-port-file``); fails at once if ``server`` exits first."""
+
+    def announced() -> tuple[int, int] | None:
+        if server is not None and server.poll() is not None:
+            raise AssertionError(f"vfl-server exited with {server.returncode} before serving")
+        if not (path.exists() and path.read_text().endswith("\n")):
+            return None
+        grpc_port, rest_port = path.read_text().split()
+        return int(grpc_port), int(rest_port)
+
+    return eventually(announced, "the inference endpoint to announce its ports", timeout_s, every=0.1)
+
+
 def job_document(job_id: str, algorithm: str, *, epochs: int = 1, **job: Any) -> dict[str, dict[str, Any]]:
     """A digits job for parties 2 and 3 on the dataset "digits", as a job file holds it."""
     options = job.pop("algorithm_options", {})
@@ -334,17 +344,8 @@ def event_time(event: Mapping[str, Any]) -> float:
 def wait_until(
     condition: Callable[[], bool], what: str, run: ServiceRun, timeout_s: float = 120, *, every_s: float = 0.01
 ) -> None:
-    """Poll ``condition`` every ``every_s``; past ``timeout_s``, fail naming ``what``, with the daemons' log tails.
-
-    10 ms suits a look at a file. A condition that makes an RPC costs the server and the caller
-    about 2 ms of CPU each time (measured 2026-11-28): 16 % of a core at 10 ms, for the whole
-    wait; such a wait, where 50 ms later changes nothing, passes ``every_s=0.05``.
-    """
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}\n{run.tail()}")
-        time.sleep(every_s)
+    """``eventually``, failing with the daemons' log tails: poll ``condition`` every ``every_s`` up to ``timeout_s``."""
+    eventually(condition, what, timeout_s, every=every_s, explain=run.tail)
 
 
 def finish_job(jobs: JobClient, run: ServiceRun, job_id: str) -> list[str]:
@@ -352,3 +353,12 @@ def finish_job(jobs: JobClient, run: ServiceRun, job_id: str) -> list[str]:
     lines = [str(event) for event in jobs.watch(job_id)]
     assert jobs.get(job_id).state == "finished", "\n".join(lines) + run.tail()
     return lines
+
+
+def watch_until(jobs: JobClient, job_id: str, matches: Callable[[JobEvent], bool], what: str) -> JobEvent:
+    """The first event of ``job_id`` (its history included) that ``matches``; fails naming ``what`` if the job
+    ends without one. A watch, not a poll: the service streams the events, so nothing is asked twice."""
+    for event in jobs.watch(job_id):
+        if matches(event):
+            return event
+    raise AssertionError(f"job {job_id} ended without {what}")

@@ -14,7 +14,7 @@ Each direction of each connection is a lane modelled as a store-and-forward link
   own flow control pushes back on it, as a router's buffer would.
 
 The two directions are independent (full duplex), each at the full rate. The proxy's own test
-(``tests/integration/test_wan_link.py``) measures the RTT and the throughput through it and holds
+(``tests/integration/hosts/test_wan_link.py``) measures the RTT and the throughput through it and holds
 them within 10 % of the settings. A test and bench tool only: the product never runs it.
 """
 

@@ -47,6 +47,7 @@ from bench.algorithms.adptvfedconv_runs import (
 )
 from bench.common.paths import OUT
 from bench.common.pool import WORKERS, init_worker, run_in_pool
+from bench.common.report import publish
 from bench.common.versions import versions_line
 
 TARGET_PTS = 3.0
@@ -82,32 +83,23 @@ def main() -> int:
     met = gap <= TARGET_PTS
     ordering, holds = ordering_lines(table)
     bench = f"BENCH adptvfedconv_gap_to_centralized {gap:.2f} pts target <= {TARGET_PTS:g} {'MET' if met else 'MISSED'}"
-    report = "\n".join(
-        [
-            f"# AdptVFedConv Table 2 on digits (accuracy %, mean ± std over seeds {SEEDS})",
-            "",
-            markdown_table(table),
-            "",
-            "## The paper's ordering: centralised > AdptVFedConv > zero padding, no model transfer > non-cooperation",
-            "",
-            *(f"- {line}" for line in ordering),
-            "",
-            f"Ordering {'HOLDS' if holds else 'does NOT hold'} on the means.",
-            "",
-            f"Wall time {minutes:.1f} min with {WORKERS} workers.",
-            "",
-            bench,
-            "",
-        ]
-    )
+    lines = [
+        f"# AdptVFedConv Table 2 on digits (accuracy %, mean ± std over seeds {SEEDS})",
+        "",
+        markdown_table(table),
+        "",
+        "## The paper's ordering: centralised > AdptVFedConv > zero padding, no model transfer > non-cooperation",
+        "",
+        *(f"- {line}" for line in ordering),
+        "",
+        f"Ordering {'HOLDS' if holds else 'does NOT hold'} on the means.",
+        "",
+        f"Wall time {minutes:.1f} min with {WORKERS} workers.",
+        "",
+    ]
     OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "adptvfedconv.md").write_text(report, encoding="utf-8")
     png = plot_table(table, OUT / "adptvfedconv.png", title="digits, 4 quadrant parties: test accuracy by method")
-    print()
-    print(report.removesuffix(bench + "\n").rstrip())
-    print(f"\nreport: {OUT / 'adptvfedconv.md'}\nplot: {png}")
-    print(bench)
-    return 0
+    return publish(lines, bench, OUT / "adptvfedconv.md", [png])
 
 
 if __name__ == "__main__":

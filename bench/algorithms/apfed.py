@@ -57,6 +57,7 @@ from bench.algorithms.apfed_report import (
 from bench.algorithms.apfed_runs import SETTINGS, STRIPS, Result, Run, execute
 from bench.common.paths import OUT
 from bench.common.pool import WORKERS, init_worker, run_in_pool
+from bench.common.report import publish
 from bench.common.versions import versions_line
 
 TARGET_PTS = 0.8
@@ -126,35 +127,26 @@ def main() -> int:
     gain = apfed_gain(table)
     met = gain >= TARGET_PTS
     bench = f"BENCH apfed_minus_singlevl {gain:.2f} pts target >= {TARGET_PTS} {'MET' if met else 'MISSED'}"
-    report = "\n".join(
-        [
-            f"# APFed Table 2 on digits (accuracy %, mean ± std over seeds {TABLE_SEEDS})",
-            "",
-            markdown_table(table),
-            "",
-            f"## λ sweep, setting {SWEEP_SETTING} (seeds {SWEEP_SEEDS}; λ = 0 is SingleVL)",
-            "",
-            sweep_table(sweep),
-            "",
-            "## The paper's pattern, APFed ≥ SingleVL ≫ TVFL, per setting",
-            "",
-            *(f"- {line}" for line in pattern_lines(table)),
-            "",
-            f"Wall time {minutes:.1f} min with {WORKERS} workers.",
-            "",
-            bench,
-            "",
-        ]
-    )
+    lines = [
+        f"# APFed Table 2 on digits (accuracy %, mean ± std over seeds {TABLE_SEEDS})",
+        "",
+        markdown_table(table),
+        "",
+        f"## λ sweep, setting {SWEEP_SETTING} (seeds {SWEEP_SEEDS}; λ = 0 is SingleVL)",
+        "",
+        sweep_table(sweep),
+        "",
+        "## The paper's pattern, APFed ≥ SingleVL ≫ TVFL, per setting",
+        "",
+        *(f"- {line}" for line in pattern_lines(table)),
+        "",
+        f"Wall time {minutes:.1f} min with {WORKERS} workers.",
+        "",
+    ]
     OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "apfed.md").write_text(report, encoding="utf-8")
     png = plot_table(table, OUT / "apfed.png", title="digits: accuracy of the active party inferring alone")
     lambda_png = plot_sweep(sweep, OUT / "apfed_lambda.png", title=f"digits {SWEEP_SETTING}: accuracy against λ")
-    print()
-    print(report.removesuffix(bench + "\n").rstrip())
-    print(f"\nreport: {OUT / 'apfed.md'}\nplots: {png}, {lambda_png}")
-    print(bench)
-    return 0
+    return publish(lines, bench, OUT / "apfed.md", [png, lambda_png])
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 Every method trains through the project's own in-process references, so the experiment measures
 the code the product runs: APFed-R and APFed-C through ``ReferenceAPFed``, SingleVL through the
-same class with no passive party (λ = 0 is the same thing; ``tests/unit/test_apfed.py`` checks
+same class with no passive party (λ = 0 is the same thing; ``tests/unit/vflalgorithms/test_apfed.py`` checks
 that), and the three TVFL baselines through one ``ReferenceSplitNN`` trained with every party and
 then asked to infer with the passive parties gone. A run is a small frozen value so that it can
 cross to a worker process and come back as the key of its result.

@@ -67,6 +67,7 @@ from bench.algorithms.distill_runs import (
 )
 from bench.common.paths import OUT
 from bench.common.pool import WORKERS, init_worker, run_in_pool
+from bench.common.report import publish
 from bench.common.versions import versions_line
 
 SEEDS = (0, 1, 2, 3, 4)
@@ -136,33 +137,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     table = score_table(results.values(), seeds)
     seconds = time.perf_counter() - started
     bench = bench_line(table)
-    report = "\n".join(
-        [
-            f"# Distillation into an active-party-only student (mean ± std over seeds {seeds}, {epochs} epochs)",
-            "",
-            markdown_table(table),
-            "",
-            "APFed: " + ", ".join(f"{apfed_variant(task)} on {task}" for task in TASKS) + ".",
-            "",
-            "## Per task: margin over the better active-only baseline, SingleVL → teacher gap closed",
-            "",
-            *(f"- {line}" for line in task_lines(table, {task: apfed_variant(task) for task in TASKS})),
-            "",
-            f"Wall time {seconds / 60:.1f} min ({seconds:.0f} s), {_where(args.workers)} on {os.cpu_count()} cores "
-            f"(1-minute load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after).",
-            "",
-            bench,
-            "",
-        ]
-    )
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / ("distill_quick.md" if args.quick else "distill.md")
-    path.write_text(report, encoding="utf-8")
-    print()
-    print(report.removesuffix(bench + "\n").rstrip())
-    print(f"\nreport: {path}")
-    print(bench)
-    return 0
+    lines = [
+        f"# Distillation into an active-party-only student (mean ± std over seeds {seeds}, {epochs} epochs)",
+        "",
+        markdown_table(table),
+        "",
+        "APFed: " + ", ".join(f"{apfed_variant(task)} on {task}" for task in TASKS) + ".",
+        "",
+        "## Per task: margin over the better active-only baseline, SingleVL → teacher gap closed",
+        "",
+        *(f"- {line}" for line in task_lines(table, {task: apfed_variant(task) for task in TASKS})),
+        "",
+        f"Wall time {seconds / 60:.1f} min ({seconds:.0f} s), {_where(args.workers)} on {os.cpu_count()} cores "
+        f"(1-minute load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after).",
+        "",
+    ]
+    return publish(lines, bench, args.out / ("distill_quick.md" if args.quick else "distill.md"))
 
 
 if __name__ == "__main__":

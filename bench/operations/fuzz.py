@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
                 only=args.target,
                 stop_at=args.stop_at,
             )
-        except RuntimeError as exc:
+        except (RuntimeError, AssertionError) as exc:  # a job that failed; a wait that timed out
             print(f"bench failed: {exc}")
             return 1
     _print(report)

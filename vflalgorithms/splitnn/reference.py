@@ -1,11 +1,7 @@
 """SplitNN in one process, and the base its relatives' references build on: the yardstick.
 
-The same models (shapes and seeds), optimizers, batch schedule and loss as the federated
-algorithm, but every party's bottom model lives here and the embeddings never leave memory. Tests
-compare its per-step losses with a federated run, and the overhead benchmark compares its epoch
-time. It copies the federated numerics on purpose: each passive embedding is cut out of the
-graph (detach, then a leaf that requires grad) exactly where the wire cuts it, so that the two
-runs agree to float32 rounding rather than merely in distribution.
+What a reference is, and why it copies the federated numerics to the float32 rounding, is in
+``vflalgorithms.reference``.
 
 ``ReferenceSplitNNFamily`` holds what every member's reference shares (each party's bottom
 model, the server's model as ``_forward``, the epoch loop); ``ReferenceSplitNN`` (and so

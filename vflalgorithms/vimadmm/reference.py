@@ -5,8 +5,16 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from vflalgorithms.splitnn.reference import ReferenceSplitNNFamily
 from vflalgorithms.vimadmm import maths as admm
 from vflalgorithms.vimsgd.reference import ReferenceVIMSGD
+
+
+def admm_state(reference: ReferenceSplitNNFamily) -> tuple[float, int, torch.Tensor]:
+    """ρ, τ, and the duals λ of every aligned row (zeros at the start), as the server keeps them
+    across epochs: what both ADMM references (VIMADMM's and VIMADMM-J's) set up alike."""
+    rho, local_steps = float(reference.options["rho"]), int(reference.options["local_steps"])
+    return rho, local_steps, torch.zeros(reference.job.num_rows, reference.num_outputs)
 
 
 class ReferenceVIMADMM(ReferenceVIMSGD):
@@ -17,11 +25,7 @@ class ReferenceVIMADMM(ReferenceVIMSGD):
     def _build(self) -> None:
         """ρ, τ, and the duals λ of every aligned row, as the server keeps them across epochs."""
         super()._build()
-        job = self.job
-        self.rho = float(self.options["rho"])
-        self.local_steps = int(self.options["local_steps"])
-        #: λ of every aligned row, as the server keeps them across epochs.
-        self.duals = torch.zeros(job.num_rows, self.num_outputs)
+        self.rho, self.local_steps, self.duals = admm_state(self)
 
     def _train_round(self, rows: np.ndarray) -> float:
         """VIMADMM (004 §3.2, Eq. 6-10): z, λ and one head step here, then τ local steps per party."""

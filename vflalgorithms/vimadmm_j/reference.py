@@ -8,6 +8,7 @@ from torch import nn
 
 from vflalgorithms.splitnn.reference import ReferenceSplitNNFamily
 from vflalgorithms.vimadmm import maths as admm
+from vflalgorithms.vimadmm.reference import admm_state
 from vflcore.job.schedule import model_seed
 from vflcore.ml.models import linear_head, seed_dropout
 from vflcore.ml.optimizers import role_optimizer
@@ -22,10 +23,7 @@ class ReferenceVIMADMMJ(ReferenceSplitNNFamily):
         """ρ, τ, the duals, and every party's own head W_k with its optimizer."""
         super()._build()
         job = self.job
-        self.rho = float(self.options["rho"])
-        self.local_steps = int(self.options["local_steps"])
-        #: λ of every aligned row, as the server keeps them across epochs.
-        self.duals = torch.zeros(job.num_rows, self.num_outputs)
+        self.rho, self.local_steps, self.duals = admm_state(self)
         # Every party's own head, seeded as each party seeds its own; each model its own optimizer.
         self.heads: dict[int, nn.Linear] = {
             p: linear_head(job.embedding_dim, self.num_outputs, model_seed(job.seed, p, "head")) for p in self.bottoms

@@ -9,7 +9,7 @@ can go straight into logs and JSON.
 Written with numpy, not scikit-learn, although the definitions are scikit-learn's (macro averages
 over the labels seen in either array, zero for an empty denominator, R² of a constant target 1.0
 or 0.0): importing sklearn cost every daemon about a second of start-up, which a server restart
-pays before the job resumes. ``tests/unit/test_metrics.py`` checks every figure against sklearn.
+pays before the job resumes. ``tests/unit/vflcore/ml/test_metrics.py`` checks every figure against sklearn.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ The library comes from PyPI, not from this repository: the ``ipp-crypto`` wheel 
 and the system's OpenSSL 3 (``libcrypto.so.3``). They are loaded with ctypes: there is no Python
 binding, and a compiled extension of our own would need a compiler on every party's host.
 
-Same bytes as OpenSSL, on every input (``tests/unit/test_x25519_multibuffer.py``):
+Same bytes as OpenSSL, on every input (``tests/unit/vflcore/psi/test_x25519_multibuffer.py``):
 - the u-coordinate's top bit is cleared first, as RFC 7748 asks of every X25519 (both do it;
   done here too so that nothing depends on the library doing it);
 - a non-canonical u (p to 2^255 - 1) is reduced mod p by the curve arithmetic, in both;

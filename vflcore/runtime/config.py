@@ -152,7 +152,7 @@ class ServerSettings(PartySettings):
     """The server's own settings, each declared once: name, type, default, table, key and check.
 
     ``server_settings_from`` reads every field from its table. The service, the job runner and
-    each job's ``ActiveParty`` are handed this one object, and ``tests/unit/test_config.py``
+    each job's ``ActiveParty`` are handed this one object, and ``tests/unit/vflcore/runtime/test_config.py``
     checks ``docs/configuration.md`` against these declarations (and ``PartySettings``').
     """
 

@@ -17,7 +17,7 @@ The rule, as ``docs/operations.md`` ("The queue") states it for operators:
   ``join_timeout_s`` while the job was queued.
 
 Only the rule lives here, as plain functions of what the runner knows (tested in
-``tests/unit/test_scheduling.py``); ``vflserver.jobs.runner`` applies it.
+``tests/unit/vflserver/jobs/test_scheduling.py``); ``vflserver.jobs.runner`` applies it.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Both engines call the one function ``score_unit`` on the same units (``units.plan_units``), so a
 row is scored by the same onnxruntime options, in the same run of rows, either way; the scores
-are identical, not merely close (``tests/integration/test_ray_engine.py`` compares them bit for bit).
+are identical, not merely close (``tests/integration/inference/test_ray_engine.py`` compares them bit for bit).
 
 On Ray the units become a Ray Dataset of one row each, and ``map_batches`` runs ``score_unit``
 on one unit per Ray task, each task with one CPU, as many at once as the cluster has CPUs; Ray

@@ -29,6 +29,7 @@ from hypothesis import seed as hypothesis_seed
 
 from vflclient import InferenceClient, JobClient
 from vflcore.data.checkpoints import party_dir
+from vfltesting.eventually import eventually
 from vfltesting.fuzz.live import CALLER, FUZZ_TABLES, HONEST, OPERATOR, REFERENCE, LiveTargets, known_predictions
 from vfltesting.fuzz.offline import OfflineTargets
 from vfltesting.fuzz.report import Drawn, Report, Target
@@ -127,7 +128,7 @@ def run_campaign(
             log(f"reference job {REFERENCE!r}: {epochs} epochs in {time.monotonic() - started:.1f} s")
             honest = HonestJobs(jobs, {**document, "serving": {"enabled": False}})
             honest.submit_next()
-            _wait(honest.training_now, "the first honest job to start training")
+            eventually(honest.training_now, "the first honest job to start training", every=0.05)
             inference = run.serving_ports()
             with InferenceClient(f"127.0.0.1:{inference[0]}", tls=pki.caller_files(CALLER)) as client:
                 width = int(client.metadata(REFERENCE).inputs[0].shape[1])
@@ -261,11 +262,3 @@ def _finish(jobs: JobClient, job_id: str) -> None:
     state = jobs.get(job_id).state
     if state != "finished":
         raise RuntimeError(f"job {job_id} ended {state}: {jobs.get(job_id).error}")
-
-
-def _wait(condition: Callable[[], bool], what: str, timeout_s: float = 120) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out waiting for {what}")
-        time.sleep(0.05)

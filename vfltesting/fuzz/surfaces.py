@@ -12,7 +12,7 @@
 - ``job_table_mutants``: a job's ``[privacy]`` and ``[distill]`` tables with any value;
 - ``party_config_mutants``: a passive party's config with any ``[privacy]`` (and ``[client]``) values.
 
-Every mutation of a list is valid after any other, in any order (``tests/unit/test_fuzz_strategies.py``).
+Every mutation of a list is valid after any other, in any order (``tests/unit/vfltesting/test_fuzz_strategies.py``).
 """
 
 from __future__ import annotations

@@ -17,12 +17,12 @@ from __future__ import annotations
 import shutil
 import subprocess
 import tarfile
-import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from vfltesting.eventually import eventually
 from vfltesting.hosts.console import Console
 from vfltesting.hosts.install import CLEAN_ENV, install_host
 from vfltesting.hosts.network import Host, Network
@@ -241,15 +241,14 @@ class Deployment:
         round trip, then an RPC over mTLS), and every wait here is for a job's state or a logged
         event, whose time the tests read from the logs, not from when this noticed it.
         """
-        deadline = time.monotonic() + timeout_s
-        pause = threading.Event()
-        while not condition():
+
+        def holds() -> bool:
             if watch and self.procs[watch].poll() is not None:
                 raise AssertionError(f"{watch}'s daemon exited ({self.procs[watch].returncode}) before {what}\n"
                                      + self.tail())  # fmt: skip
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}\n{self.tail()}")
-            pause.wait(0.05)
+            return condition()
+
+        eventually(holds, what, timeout_s, every=0.05, explain=self.tail)
 
     def logged(self, key: str, name: str, count: int = 1) -> Callable[[], bool]:
         """A condition: host ``key``'s daemon has logged event ``name`` at least ``count`` times."""

@@ -1,0 +1,287 @@
+"""The attack probes work: on an undefended SplitNN job over real mTLS, each recovers what it should.
+
+Two passive parties train with the active party on sklearn's breast cancer set (569 rows, 30
+features split 10/10/10), each recording what crossed its link through its own code path
+(``PassiveParty(..., recorder=LinkRecorder(folder))``). The probes then run on party 2's
+recording. A probe that cannot beat its no-information baseline here would prove nothing when
+a defence brings it down, so each is asserted above that baseline by a margin measured on this job.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from vflclient import Connection, PassiveParty, RunResult, read_party_csv
+from vflcore.job.privacy import PrivacySpec
+from vflcore.job.spec import JobSpec
+from vflcore.runtime.config import ClientSettings
+from vflcore.wire.names import EMBEDDING
+from vflprivacy.recording import RECEIVED, SENT, LinkRecorder, Recording
+from vfltesting.in_process import start_job
+from vfltesting.jobs import SMALL_JOB
+from vfltesting.pki import Pki
+from vfltesting.privacy_probe import KEYS, PROBED, probe
+
+pytestmark = pytest.mark.integration
+
+CANCER_JOB = JobSpec(
+    job_id="cancer",
+    seed=0,
+    epochs=8,
+    batch_size=64,
+    embedding_dim=8,
+    bottom_hidden=(16,),
+    learning_rate=0.01,
+    test_fraction=0.2,
+    passive_parties=(2, 3),
+)
+
+
+def _run_recorded(
+    pki: Pki, data: Path, tmp_path: Path, job: JobSpec, top_hidden: tuple[int, ...] = (16,)
+) -> tuple[Any, dict[int, PassiveParty]]:
+    """Serve ``job`` and run both passive parties to the end, each recording under tmp_path/rec-<party>."""
+    running = start_job(pki, data, tmp_path, job, top_hidden=top_hidden)
+    parties: dict[int, PassiveParty] = {}
+    results: dict[int, RunResult | BaseException] = {}
+
+    def run(party: int) -> None:
+        try:
+            table = read_party_csv(data / f"party{party}.csv")
+            with Connection(running.address, party, tls=pki.party_files(party), connect_timeout_s=20) as conn:
+                parties[party] = PassiveParty(
+                    party,
+                    table,
+                    ClientSettings(run_dir=tmp_path / "runs"),
+                    recorder=LinkRecorder(tmp_path / f"rec-{party}"),
+                )
+                results[party] = parties[party].run(conn)
+        except BaseException as exc:
+            results[party] = exc
+
+    threads = [threading.Thread(target=run, args=(p,), daemon=True) for p in job.passive_parties]
+    for thread in threads:
+        thread.start()
+    try:
+        running.summary()
+        for thread in threads:
+            thread.join(60)
+    finally:
+        running.server.stop(grace=None)
+    assert all(isinstance(r, RunResult) and r.success for r in results.values()), results
+    return running, parties
+
+
+class TestProbesOnAnUndefendedSplitNNJob:
+    def test_every_probe_beats_its_baseline(
+        self, one_torch_thread: None, pki: Pki, cancer_data: Path, tmp_path: Path
+    ) -> None:
+        """Direction attack AUC >= 0.9; norm AUC, model completion and inversion each beat no information."""
+        running, parties = _run_recorded(pki, cancer_data, tmp_path, CANCER_JOB)
+        party = parties[2]
+        assert party.table is not None
+        labels = np.asarray(running.active.table.labels)
+        recording = Recording(tmp_path / "rec-2")
+        assert "embedding" in recording.names(SENT) and recording.names(RECEIVED) == {"gradient"}
+        assert recording.aligned_rows() == len(labels)
+
+        figures = probe(tmp_path / "rec-2", party.job or CANCER_JOB, party.table.features, labels, seed=0)
+        print({k: round(v, 3) for k, v in figures.items()})
+        assert set(figures) == set(KEYS)
+        # Measured on this job (probe seeds 0-5, party 2): direction 1.000 (k = 1 and 10), norm 0.809,
+        # completion 0.80-0.93 at 1 % and 0.92-0.93 at 5 % (raw features: 0.79-0.92), inversion
+        # MSE 0.26-0.31 against the mean's 1.01-1.04 (mean R² 0.69-0.74).
+        assert figures["direction_auc_k1"] >= 0.9
+        assert figures["direction_auc_k10"] >= 0.9
+        assert figures["norm_auc"] >= 0.7
+        assert figures["completion_1pct"] >= 0.7
+        assert figures["completion_5pct"] >= 0.8
+        assert figures["inversion_mse"] <= 0.5 * figures["inversion_baseline_mse"]
+        assert figures["inversion_r2"] >= 0.5
+        # The stronger attacker (issue 48), measured on this job (probe seed 0): |cos| 0.992, norm over
+        # the batch median 0.777, the learned probes (1 label per batch, 10 in all) and 2-means 1.000,
+        # rows averaged over epochs 1.000. The ratio's dispersion reads 0.507 here: undefended, both
+        # classes stand out of their batch's median (confident rows far below it, the rarer class
+        # above), so it finds nothing until a defence evens the classes' norms (issue 48: 0.811 on
+        # FedBCD with Marvell 0.25).
+        assert figures["abs_direction_auc_k1"] >= 0.9
+        assert figures["relative_norm_auc"] >= 0.7
+        assert figures["probe_auc_per_batch"] >= 0.9 and figures["probe_auc_k10"] >= 0.9
+        assert figures["cluster_auc"] >= 0.9
+        assert figures["averaged_strongest_auc"] >= 0.9
+        phases = ("strongest_auc_first10", "strongest_auc_last10", "strongest_auc_run")
+        assert all(figures[key] >= max(figures["direction_auc_k1"], figures["norm_auc"]) for key in phases)
+
+    @pytest.mark.parametrize(
+        ("algorithm", "options"),
+        [
+            ("splitnn", {"micro_batches": 3}),
+            ("fedbcd", {}),
+            ("async", {}),
+            ("vimsgd", {}),
+            ("vimadmm", {}),
+            ("vimadmm_j", {}),
+            ("apfed_r", {}),
+            ("apfed_c", {}),
+        ],
+    )
+    def test_every_algorithm_is_probed_on_its_own_tensors(
+        self,
+        one_torch_thread: None,
+        algorithm: str,
+        options: dict[str, Any],
+        pki: Pki,
+        cancer_data: Path,
+        tmp_path: Path,
+    ) -> None:
+        """Each algorithm's recording holds the tensors ``PROBED`` names, and every probe gives a figure from them."""
+        job = replace(
+            CANCER_JOB, job_id=f"cancer-{algorithm}", algorithm=algorithm, epochs=3, algorithm_options=options
+        )
+        running, parties = _run_recorded(pki, cancer_data, tmp_path, job)
+        party = parties[2]
+        assert party.table is not None and party.job is not None
+        recording = Recording(tmp_path / "rec-2")
+        assert PROBED[algorithm].answer in recording.names(RECEIVED)
+        assert PROBED[algorithm].upload in recording.names(SENT)
+        labels = np.asarray(running.active.table.labels)
+        figures = probe(tmp_path / "rec-2", party.job, party.table.features, labels, seed=0)
+        print(algorithm, {k: round(v, 3) for k, v in figures.items()})
+        has_residual = PROBED[algorithm].residual is not None
+        assert not [k for k, v in figures.items() if math.isnan(v) and (has_residual or not k.startswith("residual_"))]
+        if (
+            PROBED[algorithm].upload == EMBEDDING
+        ):  # APFed's upload is a gradient, which a linear decoder does not invert
+            assert figures["inversion_mse"] < figures["inversion_baseline_mse"]
+        # Every answer that comes down is a function of the labels, ADMM's dual λ included (measured
+        # after 3 epochs: direction k = 10 at 0.97 to 1.00; async is left out, its arrival order varies).
+        if algorithm != "async":
+            assert figures["direction_auc_k10"] >= 0.85, (algorithm, figures)
+
+    def test_multi_class_direction_attack_and_completion(
+        self, one_torch_thread: None, pki: Pki, digits_data: Path, tmp_path: Path
+    ) -> None:
+        """Ten digit classes: no norm attack (NaN); the direction attack's macro AUC and completion's accuracy far
+        above chance (0.5 and 0.1)."""
+        job = replace(SMALL_JOB, job_id="digits-probe", epochs=2)
+        running, parties = _run_recorded(pki, digits_data, tmp_path, job)
+        party = parties[2]
+        assert party.table is not None and party.job is not None
+        labels = np.asarray(running.active.table.labels)
+        figures = probe(tmp_path / "rec-2", party.job, party.table.features, labels, seed=0)
+        print({k: round(v, 3) for k, v in figures.items()})
+        assert math.isnan(figures["norm_auc"])
+        # Measured: direction macro AUC 0.989 (k = 1), 0.997 (k = 10); completion accuracy 0.60 at 5 %.
+        assert figures["direction_auc_k1"] >= 0.9
+        assert figures["completion_5pct"] >= 0.4
+
+
+#: Each defence, as a job's ``[privacy]`` asks for it, and the probe figures it must bring down.
+#: Measured (party 2, last epoch): undefended norm 0.809, direction k=1 1.000, k=10 1.000, inversion
+#: R² 0.719; Marvell 0.05: norm 0.529, direction 0.509; label DP ε=1: direction 0.720 / 0.708;
+#: embedding noise z=1, C=1: inversion R² 0.005. (Marvell at 0.25 left the norm attack at 0.78 here:
+#: its bound on the classes' KL caps, but does not remove, what a single statistic can separate.)
+DEFENCES: dict[str, tuple[PrivacySpec, tuple[str, ...]]] = {
+    "marvell": (PrivacySpec(label_defence="marvell", marvell_sum_kl=0.05), ("norm_auc", "direction_auc_k1")),
+    "marvell_full": (
+        PrivacySpec(label_defence="marvell_full", marvell_sum_kl=0.05),
+        ("norm_auc", "direction_auc_k1", "abs_direction_auc_k1", "strongest_auc_run"),
+    ),
+    "marvell_full_persistent": (
+        PrivacySpec(label_defence="marvell_full", marvell_sum_kl=0.05, noise_persistence=0.75),
+        ("norm_auc", "direction_auc_k1", "abs_direction_auc_k1", "strongest_auc_run"),
+    ),
+    "label_dp": (PrivacySpec(label_dp_epsilon=1.0), ("direction_auc_k1", "direction_auc_k10")),
+    "embedding_noise": (PrivacySpec(embedding_clip=1.0, embedding_noise_multiplier=1.0), ("inversion_r2",)),
+}
+
+
+#: ``marvell_full`` at sum-KL 0.05 on this job: the strongest attack over the run, as documented in
+#: docs/privacy.md; each bound is the mean plus 3 standard deviations over seeds 0-2 (each job also
+#: draws its noise from a fresh key, so a seed's figure varies too), measured 2026-11-29 with the
+#: job-level floor: 0.635, 0.592 and 0.619 (mean 0.615, sd 0.022). Marvell at the same sum-KL read
+#: 0.776, 0.667 and 0.733 (before the job-level floor).
+MARVELL_FULL_STRONGEST = 0.69
+#: The same with ``noise_persistence = 0.75`` (a row's noise mostly the same every epoch, so the
+#: average over epochs keeps it): 0.574, 0.564 and 0.609 (mean 0.582, sd 0.024).
+MARVELL_FULL_PERSISTENT_STRONGEST = 0.66
+
+
+class TestEachDefenceLowersItsAttack:
+    def test_the_defended_jobs_leak_less_than_the_undefended_one(
+        self, one_torch_thread: None, pki: Pki, cancer_data: Path, tmp_path: Path
+    ) -> None:
+        """One undefended job and one job per defence, same data and seeds: each defence lowers its attacks' figures.
+
+        The label attacks are scored against the TRUE labels, so randomised response counts as
+        protection only as far as it hides them.
+        """
+        figures: dict[str, dict[str, float]] = {}
+        for name, privacy in {"none": PrivacySpec(), **{k: v[0] for k, v in DEFENCES.items()}}.items():
+            job = replace(CANCER_JOB, job_id=f"cancer-{name.replace('_', '-')}", privacy=privacy)
+            running, parties = _run_recorded(pki, cancer_data, tmp_path / name, job)
+            party = parties[2]
+            assert party.table is not None
+            labels = np.asarray(running.active.table.labels)
+            figures[name] = probe(tmp_path / name / "rec-2", party.job or job, party.table.features, labels, seed=0)
+        print({name: {k: round(v, 3) for k, v in f.items() if not math.isnan(v)} for name, f in figures.items()})
+        assert figures["marvell_full"]["strongest_auc_run"] <= MARVELL_FULL_STRONGEST, figures["marvell_full"]
+        persistent = figures["marvell_full_persistent"]
+        assert persistent["strongest_auc_run"] <= MARVELL_FULL_PERSISTENT_STRONGEST, persistent
+        for name, (_, attacks) in DEFENCES.items():
+            for attack in attacks:
+                assert figures[name][attack] < figures["none"][attack] - 0.1, (
+                    name,
+                    attack,
+                    figures[name],
+                    figures["none"],
+                )
+
+
+#: Issue 38's defences for what is not a gradient, each against the attacks on what it protects:
+#: VIMADMM's λ_B and s^k_B under the label defence, APFed-C's h^A under the active party's noise.
+NEW_DEFENCES: dict[str, tuple[str, PrivacySpec, tuple[str, ...]]] = {
+    "admm": (
+        "vimadmm",
+        PrivacySpec(label_defence="marvell", marvell_sum_kl=0.05),
+        ("direction_auc_k1", "residual_direction_auc_k1_max"),
+    ),
+    "apfed": (
+        "apfed_c",
+        PrivacySpec(active_embedding_clip=1.0, active_embedding_noise_multiplier=2.0),
+        ("direction_auc_k1", "direction_auc_k10"),
+    ),
+}
+
+
+class TestDefencesBeyondTheGradient:
+    @pytest.mark.parametrize("name", sorted(NEW_DEFENCES))
+    def test_the_defence_lowers_the_attack_on_what_it_protects(
+        self, name: str, one_torch_thread: None, pki: Pki, cancer_data: Path, tmp_path: Path
+    ) -> None:
+        """Undefended and defended, same data and seeds, over mTLS: the attacks on the received tensors fall by 0.1+.
+
+        VIMADMM: the direction attack (k = 1) on λ_B and, on its own, on the residual s^k_B, as
+        received (its most telling epoch: undefended, s^k_B leaks most early, 0.64 at the last of 8 epochs
+        here). APFed-C: the direction attacks on h^A as received.
+        """
+        algorithm, privacy, attacked = NEW_DEFENCES[name]
+        figures: dict[str, dict[str, float]] = {}
+        for setting, spec in (("none", PrivacySpec()), (name, privacy)):
+            job = replace(CANCER_JOB, job_id=f"cancer-{name}-{setting}", algorithm=algorithm, privacy=spec)
+            running, parties = _run_recorded(pki, cancer_data, tmp_path / setting, job)
+            party = parties[2]
+            assert party.table is not None
+            labels = np.asarray(running.active.table.labels)
+            recorded = tmp_path / setting / "rec-2"
+            figures[setting] = probe(recorded, party.job or job, party.table.features, labels, seed=0)
+        print(name, {s: {k: round(figures[s][k], 3) for k in attacked} for s in figures})
+        for attack in attacked:
+            assert figures[name][attack] < figures["none"][attack] - 0.1, (attack, figures[name], figures["none"])

@@ -1,0 +1,107 @@
+"""AdptVFedConv recovers too: kills in its phases 2 and 3, and checkpoints inside phase 3 epochs; same model.
+
+A file of its own so that pytest-xdist (``--dist loadfile``) runs it beside ``test_recovery.py``.
+The helpers are in ``vfltesting.faults``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vflclient import JobClient
+from vflcore.data.checkpoints import checkpoint_positions
+from vflcore.job.schedule import Position
+from vfltesting.faults import EVERY_STEPS, epochs_done, operator_client, restart_after_kill, service_with_short_limits
+from vfltesting.pki import Pki
+from vfltesting.recovery import JobOutcome, assert_same_model, job_outcome
+from vfltesting.service import ServiceRun, finish_job, job_document, wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+
+
+#: AdptVFedConv on digits quadrants, one per party (003): its passive parties work only in epoch 1.
+#: Batches of 16 (90 an epoch), as ``test_recovery``'s jobs: the kills wait for events, not time.
+CONV_OPTIONS = {"pretrain_epochs": 3, "finetune_epochs": 2, "channels": 8}
+CONV_JOB = {"batch_size": 16, "join_timeout_s": 60, "passive_parties": [2, 3, 4], "seed": 3, "learning_rate": 0.003}
+
+
+def _adptvfedconv(
+    root: Path,
+    pki: Pki,
+    data: Path,
+    kill: Callable[[ServiceRun, JobClient, str], None] | None = None,
+    keep: int = 2,
+    **job: Any,
+) -> JobOutcome:
+    """One AdptVFedConv job on digits quadrants; ``kill`` interrupts it (and restarts what it killed)."""
+    keeping = {"keep_checkpoints": keep}
+    run = service_with_short_limits(root, pki, data, parties=(2, 3, 4), server=keeping, client=keeping)
+    job_id = "fault-adptvfedconv"
+    document = job_document(job_id, "adptvfedconv", epochs=3, algorithm_options=CONV_OPTIONS, **CONV_JOB, **job)
+    try:
+        with operator_client(run, pki) as jobs:
+            jobs.submit(document)
+            if kill is not None:
+                kill(run, jobs, job_id)
+            finish_job(jobs, run, job_id)
+        return job_outcome(run.root / "runs", job_id, parties=(1, 2, 3, 4))
+    finally:
+        run.close()
+
+
+@pytest.fixture(scope="module")
+def clean_adptvfedconv(pki: Pki, digits_quadrants: Path, tmp_path_factory: pytest.TempPathFactory) -> JobOutcome:
+    return _adptvfedconv(tmp_path_factory.mktemp("clean-adptvfedconv"), pki, digits_quadrants)
+
+
+class TestAdptVFedConv:
+    def test_killed_in_phase_2_and_phase_3(
+        self, clean_adptvfedconv: JobOutcome, pki: Pki, digits_quadrants: Path, tmp_path: Path
+    ) -> None:
+        """kill -9 of party 3 while it fine-tunes (phase 2) and while the server trains alone (phase 3): same model."""
+
+        def kill_twice(run: ServiceRun, jobs: JobClient, job_id: str) -> None:
+            # Phase 2: party 3 has the extractor and is fine-tuning; nothing is saved yet.
+            log3 = run.root / "party-3.log"
+            wait_until(lambda: '"extractor_received"' in log3.read_text(errors="replace"), "phase 2", run)
+            run.kill("party-3")
+            restart_after_kill(run, "party-3")
+            # Phase 3: the server trains its classifier alone (an epoch is a fraction of the
+            # first, which held phases 1 and 2), so kill at once; the loss shows at its evaluation.
+            wait_until(lambda: epochs_done(jobs, job_id) >= 1, "epoch 1", run)
+            run.kill("party-3")
+            restart_after_kill(run, "party-3")
+            lines = finish_job(jobs, run, job_id)
+            assert sum("waiting for party 3" in line for line in lines) == 2, lines
+
+        faulty = _adptvfedconv(tmp_path, pki, digits_quadrants, kill_twice)
+        assert_same_model(faulty, clean_adptvfedconv)
+
+    def test_checkpoints_inside_phase_3_epochs(
+        self, clean_adptvfedconv: JobOutcome, pki: Pki, digits_quadrants: Path, tmp_path: Path
+    ) -> None:
+        """checkpoint_every_steps = 50: the server tells the idle parties when to save; a kill resumes in epoch 2."""
+
+        def kill_inside_epoch_2(run: ServiceRun, jobs: JobClient, job_id: str) -> None:
+            # Its epochs are quick (the server trains alone), so every checkpoint is kept, and
+            # party 3 dies as soon as it has saved one inside epoch 2: there it resumes.
+            folder = run.root / "runs" / job_id / "party-3"
+            wait_until(lambda: any(folder.glob("epoch-0001-batch-*.pt")), "a checkpoint inside epoch 2", run)
+            run.kill("party-3")
+            newest = checkpoint_positions(folder)[-1]
+            restart_after_kill(run, "party-3")
+            finish_job(jobs, run, job_id)
+            events = [json.loads(line) for line in run.logs["server"].read_text().splitlines()]
+            [resumed] = [e for e in events if e["event"] == "resumed"]
+            assert Position(resumed["epoch"], resumed["batch"]) == newest, (resumed, newest)
+            assert newest.batch > 0, newest
+
+        faulty = _adptvfedconv(
+            tmp_path, pki, digits_quadrants, kill_inside_epoch_2, keep=100, checkpoint_every_steps=EVERY_STEPS
+        )
+        assert_same_model(faulty, clean_adptvfedconv)

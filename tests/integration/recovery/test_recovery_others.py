@@ -1,0 +1,130 @@
+"""Recovery of every algorithm ``test_recovery.py`` does not kill many times: one kill each, same model.
+
+A file of its own so that pytest-xdist (``--dist loadfile``) runs it beside ``test_recovery.py``:
+together they were half the suite's time on one worker. The helpers are in ``vfltesting.faults``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vfltesting.faults import (
+    EVERY_STEPS,
+    fault_document,
+    fault_job_id,
+    kill_inside_epoch,
+    operator_client,
+    restart_after_kill,
+    run_outcome,
+    service_with_short_limits,
+)
+from vfltesting.pki import Pki
+from vfltesting.recovery import assert_same_model
+from vfltesting.service import finish_job, log_events, wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+
+
+#: The algorithms not covered above: one kill each, in the middle of epoch 2 of 3.
+OTHERS = ("fedbcd", "vimsgd", "vimadmm_j", "apfed_r", "async")
+OTHER_EPOCHS = 3
+#: Async is compared by accuracy, not step by step: enough epochs that the accuracy has settled
+#: (at 3 epochs two fault-free async runs differed by 1.7 points).
+ASYNC_EPOCHS = 10
+#: ...and in batches of 8 (117 an epoch: step 150 is batch 33 of epoch 2), not the other jobs' 16
+#: (``vfltesting.faults.JOB``): the band below was measured at 8. At 16, ten epochs are half the steps
+#: and the accuracy has not settled: eight fault-free runs on a quiet machine spanned 0.927-0.944,
+#: against 0.957-0.962 at 8 (2026-11-28).
+ASYNC_BATCH = 8
+#: Async's arrival order decides its steps, so no run equals another, with or without a fault:
+#: its resumed runs are held to an accuracy floor, and what proves the resume is the step count
+#: (the checkpoints' names and the server's ``resumed`` line). Fault-free runs on a quiet machine
+#: spanned 0.953-0.962 (six runs, 2 of 234 test rows); sound resumes, in the whole suite on 2
+#: cores, 0.949-0.970. A resume that lost or repeated work shows as a lower accuracy. The floor
+#: was once the lowest of three fault-free runs less 2 points: those runs were a third of this
+#: file's time and the floor they gave moved with them.
+ASYNC_FLOOR = 0.93
+
+
+def _settings_for(algorithm: str) -> dict[str, int]:
+    """The job settings that set ``algorithm``'s apart from ``vfltesting.faults.JOB``: epochs (and async's batches)."""
+    if algorithm == "async":
+        return {"epochs": ASYNC_EPOCHS, "batch_size": ASYNC_BATCH}
+    return {"epochs": OTHER_EPOCHS}
+
+
+@pytest.fixture(scope="module")
+def clean_others(pki: Pki, digits_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """The fault-free run's outcome of each of ``OTHERS`` but async (``ASYNC_FLOOR``)."""
+    run = service_with_short_limits(tmp_path_factory.mktemp("clean-others"), pki, digits_data)
+    try:
+        outcomes = {}
+        with operator_client(run, pki) as jobs:
+            for algorithm in OTHERS:
+                if algorithm == "async":
+                    continue
+                job_id = fault_job_id(algorithm, "other")  # the faulty run's id
+                jobs.submit(fault_document(job_id, algorithm, **_settings_for(algorithm)))
+                finish_job(jobs, run, job_id)
+                outcomes[algorithm] = run_outcome(run, job_id)
+        yield outcomes
+    finally:
+        run.close()
+
+
+class TestEveryOtherAlgorithm:
+    @pytest.mark.parametrize("algorithm", OTHERS)
+    def test_killed_mid_epoch(
+        self, algorithm: str, clean_others: dict[str, Any], pki: Pki, digits_data: Path, tmp_path: Path
+    ) -> None:
+        """kill -9 of party 3 mid epoch 2: the same model; async (not deterministic) near the clean runs."""
+        run = service_with_short_limits(tmp_path, pki, digits_data)
+        job_id = fault_job_id(algorithm, "other")
+        try:
+            with operator_client(run, pki) as jobs:
+                jobs.submit(fault_document(job_id, algorithm, **_settings_for(algorithm)))
+                kill_inside_epoch(run, jobs, job_id, 1)
+                restart_after_kill(run, "party-3")
+                lines = finish_job(jobs, run, job_id)
+                accuracy = jobs.get(job_id).final_metrics["accuracy"]
+            assert any("waiting for party 3" in line for line in lines), lines
+            if algorithm == "async":  # arrival order decides the steps: not reproducible, even without faults
+                assert accuracy >= ASYNC_FLOOR, accuracy
+                [resumed] = log_events(run.logs["server"], "resumed")
+                assert (resumed["epoch"], resumed["batch"]) == (1, 0), resumed  # epoch 1's checkpoint, not afresh
+            else:
+                assert_same_model(run_outcome(run, job_id), clean_others[algorithm])
+        finally:
+            run.close()
+
+
+class TestCheckpointsInsideEpochs:
+    def test_async_waits_for_every_party_at_each_checkpoint(self, pki: Pki, digits_data: Path, tmp_path: Path) -> None:
+        """Async, checkpoint_every_steps = 50: each party has done 150 batches at that save; a kill resumes there."""
+        run = service_with_short_limits(tmp_path, pki, digits_data)
+        job_id = fault_job_id("async", "other")
+        try:
+            with operator_client(run, pki) as jobs:
+                jobs.submit(
+                    fault_document(job_id, "async", **_settings_for("async"), checkpoint_every_steps=EVERY_STEPS)
+                )
+                folders = [run.root / "runs" / job_id / f"party-{p}" for p in (1, 2, 3)]
+                wait_until(lambda: all((f / "epoch-0001-batch-00033.pt").exists() for f in folders), "step 150", run)
+                run.kill("party-3")
+                restart_after_kill(run, "party-3")
+                finish_job(jobs, run, job_id)
+                accuracy = jobs.get(job_id).final_metrics["accuracy"]
+            events = [json.loads(line) for line in run.logs["server"].read_text().splitlines()]
+            [resumed] = [e for e in events if e["event"] == "resumed"]
+            assert (resumed["epoch"], resumed["batch"]) == (1, 33), resumed
+            for folder in folders:  # 1150 steps (23 x 50) is 97 batches into epoch 10
+                saved = sorted(p.name for p in folder.glob("epoch-*.pt"))
+                assert saved == ["epoch-0009-batch-00097.pt", "epoch-0009.pt"], (folder.name, saved)
+            assert accuracy >= ASYNC_FLOOR, accuracy
+        finally:
+            run.close()

@@ -1,0 +1,280 @@
+"""SIGTERM and SIGINT stop the daemons cleanly, with the documented exit codes (143 and 130)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+import pytest
+
+from vflclient import Connection, JobClient, PassiveParty, ServerUnavailable, VflError
+from vflcore.data.tables import read_party_csv
+from vflcore.runtime.config import ClientSettings
+from vflserver.federation.board import JobBoard
+from vflserver.federation.server import build_server
+from vflserver.jobs.store import JobStore
+from vfltesting.eventually import eventually
+from vfltesting.pki import Pki
+from vfltesting.service import ServiceRun, finish_job, job_document, log_events, service_env, wait_until
+
+pytestmark = pytest.mark.integration
+
+BIN = Path(sys.executable).parent
+
+
+def _wait_for(path: Path, proc: subprocess.Popen[bytes], timeout: float = 60) -> str:
+    def written() -> str:
+        assert proc.poll() is None, proc.communicate()
+        return path.read_text().strip() if path.exists() else ""
+
+    return eventually(written, f"{path} to be written", timeout, every=0.05)
+
+
+def _server(pki: Pki, data: Path, tmp_path: Path) -> tuple[subprocess.Popen[bytes], int]:
+    files = pki.server_files()
+    port_file = tmp_path / "port"
+    proc = subprocess.Popen(
+        [str(BIN / "vfl-server"), "--once", "--listen", "127.0.0.1:0", "--port-file", str(port_file)]
+        + ["--data", str(data / "party1.csv"), "--ca", str(files.ca), "--cert", str(files.cert)]
+        + ["--key", str(files.key), "--run-dir", str(tmp_path / "runs"), "--log-format", "json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    return proc, int(_wait_for(port_file, proc))
+
+
+class TestSignals:
+    @pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+    def test_server_waiting_for_parties_stops_cleanly(
+        self, pki: Pki, digits_data: Path, tmp_path: Path, signum: int, code: int
+    ) -> None:
+        """A server still waiting for its parties exits with 143 on SIGTERM and 130 on SIGINT."""
+        proc, _ = _server(pki, digits_data, tmp_path)
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == code, err.decode()
+        assert b"stopped by signal" in err
+
+    def test_client_stops_cleanly_and_server_notices(self, pki: Pki, digits_data: Path, tmp_path: Path) -> None:
+        """A joined client exits 143 on SIGTERM; the server then logs it offline and still stops on its own signal.
+
+        Both passive parties run: a job starts only once every party it names is connected
+        (docs/operations.md, the queue), so party 2 alone would never join.
+        """
+        server, port = _server(pki, digits_data, tmp_path)
+        clients = {party: _client(pki, digits_data, tmp_path, port, party) for party in (2, 3)}
+        try:
+            deadline = time.monotonic() + 60
+            joined = b""
+            while b"party_online" not in joined and time.monotonic() < deadline:
+                time.sleep(0.1)
+                if any(client.poll() is not None for client in clients.values()):
+                    break
+                # the server logs party_online on stderr; read what is there without blocking
+                joined += _drain(server.stderr)
+            assert b"party_online" in joined, joined.decode()
+            clients[2].send_signal(signal.SIGTERM)
+            # past the stop deadline (45 s) a hung client exits 1 with every thread's stack on stderr
+            _, stopped = clients[2].communicate(timeout=60)
+            assert clients[2].returncode == 143, stopped.decode()
+        finally:
+            server.send_signal(signal.SIGTERM)
+            _, err = server.communicate(timeout=30)
+            for client in clients.values():
+                if client.poll() is None:
+                    client.terminate()
+                client.communicate(timeout=60)
+        assert server.returncode == 143
+        assert b"party_offline" in joined + err
+
+
+def _client(pki: Pki, data: Path, tmp_path: Path, port: int, party: int) -> subprocess.Popen[bytes]:
+    """``vfl-client --once`` for ``party``, its output piped."""
+    files = pki.party_files(party)
+    return subprocess.Popen(
+        [str(BIN / "vfl-client"), "--once", "--party", str(party), "--server", f"127.0.0.1:{port}"]
+        + ["--data", str(data / f"party{party}.csv"), "--ca", str(files.ca), "--cert", str(files.cert)]
+        + ["--key", str(files.key), "--run-dir", str(tmp_path / f"runs-{party}"), "--log-format", "json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
+def _drain(stream: IO[bytes] | None) -> bytes:
+    assert stream is not None
+    fd = stream.fileno()
+    os.set_blocking(fd, False)
+    try:
+        return os.read(fd, 1 << 16) or b""
+    except BlockingIOError:
+        return b""
+
+
+def _order(log: Path, *names: str) -> list[int]:
+    """The index of each named event's first appearance in ``log`` (-1 if it never came)."""
+    events = [str(e.get("event")) for e in log_events(log)]
+    return [events.index(name) if name in events else -1 for name in names]
+
+
+def _vfl_jobs_watch(run: ServiceRun, pki: Pki, job_id: str) -> subprocess.Popen[str]:
+    """``vfl-jobs watch JOB`` as an operator runs it, its output piped (JSON lines); returns once it has a line."""
+    files = pki.operator_files("alice")
+    command = [str(BIN / "vfl-jobs"), "--server", run.address, "--ca", str(files.ca), "--cert", str(files.cert)]
+    proc = subprocess.Popen(
+        [*command, "--key", str(files.key), "watch", job_id], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().startswith("{"), proc.communicate()  # the watch is open: it has replayed
+    return proc
+
+
+@pytest.mark.usefixtures("exec_daemons")  # the console scripts' own start and exit, not forked ones
+class TestServiceStop:
+    def test_server_sigterm_with_a_job_running(self, pki: Pki, digits_data: Path, tmp_path: Path) -> None:
+        """SIGTERM while a job trains: it is interrupted with its epochs kept, a queued one stays queued, exit 0.
+
+        Every call that would hold the stop ends when the stop starts, not at gRPC's grace: the
+        Watch of the queued job is told the server is shutting down, and party 3, which the
+        running job does not need, waits in a NextJob long poll all along. Every daemon warmed
+        up before it said it was ready (``warmed_up`` before listening, before dialling out).
+        """
+        run = ServiceRun(tmp_path, pki, digits_data)
+        seen: dict[str, list[str]] = {"stop-running": [], "stop-queued": []}
+        refused: dict[str, VflError] = {}
+
+        def watch(jobs: JobClient, job_id: str) -> None:
+            try:
+                for event in jobs.watch(job_id):
+                    seen[job_id].append(event.state)
+            except VflError as exc:
+                refused[job_id] = exc
+
+        with run.started(), JobClient(run.address, tls=pki.operator_files("alice")) as jobs:
+            # party 2 only: party 3 stays in its NextJob long poll; the second job queues behind the first
+            jobs.submit(job_document("stop-running", "splitnn", epochs=50, batch_size=8, passive_parties=[2]))
+            jobs.submit(job_document("stop-queued", "splitnn", epochs=1, passive_parties=[2]))
+            wait_until(lambda: jobs.get("stop-running").epochs_done >= 1, "the first epoch", run, every_s=0.05)
+            watchers = [threading.Thread(target=watch, args=(jobs, job_id)) for job_id in seen]
+            for thread in watchers:
+                thread.start()
+            wait_until(lambda: all(seen.values()), "both Watch calls to be open", run)
+            operators = {job_id: _vfl_jobs_watch(run, pki, job_id) for job_id in seen}
+            server = run.procs["server"]
+            server.send_signal(signal.SIGTERM)
+            assert server.wait(timeout=60) == 0, run.tail()
+            for thread in watchers:
+                thread.join(timeout=60)
+            printed = {job_id: proc.communicate(timeout=120) for job_id, proc in operators.items()}
+            assert all(run.alive()[f"party-{p}"] for p in (2, 3)), (
+                f"a passive daemon left with the server\n{run.tail()}"
+            )
+        assert seen["stop-running"][-1] == "interrupted" and "stop-running" not in refused, (seen, refused)
+        assert "watch it again once the server is back" in str(refused.get("stop-queued")), (seen, refused)
+        assert isinstance(refused["stop-queued"], ServerUnavailable), refused
+        # vfl-jobs watch: the interrupted job resumes at the next start, which it says, exit 3, not a failure
+        for job_id, proc in operators.items():
+            assert proc.returncode == 3, (job_id, printed[job_id])
+            assert "failed to connect" not in printed[job_id][1], printed[job_id]
+        assert '"state": "interrupted"' in printed["stop-running"][0].splitlines()[-1], printed["stop-running"]
+        assert "the server stopped; the job resumes when it restarts" in printed["stop-running"][1]
+        assert "watch it again once the server is back" in printed["stop-queued"][1], printed["stop-queued"]
+        records = JobStore(tmp_path / "runs" / "jobs.sqlite")
+        try:
+            running, queued = records.get("stop-running"), records.get("stop-queued")
+        finally:
+            records.close()
+        assert running.state == "interrupted" and running.epochs_done >= 1, running
+        assert queued.state == "queued", queued
+        for name, ready in (("server", "service_started"), ("party-2", "connected"), ("party-3", "connected")):
+            warmed, said = _order(run.logs[name], "warmed_up", ready)
+            assert 0 <= warmed < said, f"{name}: warmed_up must come before {ready}\n{run.tail()}"
+
+    def test_a_client_counts_the_job_it_trained_and_still_serves(
+        self, pki: Pki, digits_data: Path, tmp_path: Path
+    ) -> None:
+        """SIGTERM to a daemon serving the federated model of the job it trained: "after 1 job(s)", not 0.
+
+        The job's ``run`` never returned (the model was served until the stop), which is how the
+        count missed it.
+        """
+        run = ServiceRun(tmp_path, pki, digits_data, parties=(3,))  # party 2 started here, its stdout read
+        with run.started(), JobClient(run.address, tls=pki.operator_files("alice")) as jobs, _party_2(run) as party2:
+            finish_job(jobs, run, jobs.submit(job_document("trained-served", "splitnn")).id)
+            wait_until(
+                lambda: jobs.get("trained-served").serving == "serving", "the model to be served", run, every_s=0.05
+            )
+            out = _stop(party2, run)
+        assert "vfl-client party 2: stopped by signal after 1 job(s)" in out, out
+
+    def test_a_client_stopped_mid_job_names_the_job(self, pki: Pki, digits_data: Path, tmp_path: Path) -> None:
+        """SIGTERM to a daemon while its job trains: it says it stopped during that job, not "after 0 job(s)"."""
+        run = ServiceRun(tmp_path, pki, digits_data, parties=(3,))
+        with run.started(), JobClient(run.address, tls=pki.operator_files("alice")) as jobs, _party_2(run) as party2:
+            # it trains until the stop; a loaded host may take a minute to start both daemons
+            job = jobs.submit(job_document("cut-short", "splitnn", epochs=10_000, join_timeout_s=600)).id
+            wait_until(lambda: jobs.get(job).state == "training", "the job to train", run, 600, every_s=0.05)
+            out = _stop(party2, run)
+        assert "vfl-client party 2: stopped by signal during job cut-short after 0 finished job(s)" in out, out
+
+
+@contextlib.contextmanager
+def _party_2(run: ServiceRun) -> Iterator[subprocess.Popen[str]]:
+    """``vfl-client --party 2`` on ``run``'s config, stdout piped, log in ``party-2-own.log``; killed at exit."""
+    stderr = run.root / "party-2-own.log"
+    with stderr.open("wb") as sink:
+        party2 = subprocess.Popen(
+            [str(BIN / "vfl-client"), "--party", "2", "--config", str(run.client_config(2, run.address))]
+            + ["--log-format", "json"],
+            stdout=subprocess.PIPE,
+            stderr=sink,
+            env=service_env(),
+            cwd=run.root,
+            text=True,
+        )
+    try:
+        yield party2
+    finally:
+        if party2.poll() is None:
+            party2.kill()
+            party2.communicate()
+
+
+def _stop(party: subprocess.Popen[str], run: ServiceRun) -> str:
+    """SIGTERM to ``_party_2``'s daemon; it must exit 0. Returns its stdout."""
+    party.send_signal(signal.SIGTERM)
+    out, _ = party.communicate(timeout=60)
+    assert party.returncode == 0, (run.root / "party-2-own.log").read_text()
+    return out
+
+
+class TestClosedUnderIt:
+    def test_a_party_whose_connection_its_daemon_closed_stops_as_unavailable(
+        self, pki: Pki, digits_data: Path, tmp_path: Path
+    ) -> None:
+        """A signal closes the channel under the working thread: its next call is a stop, wherever it was.
+
+        Before, grpc's ValueError ("Channel closed!") escaped from Join, Subscribe or a send, and
+        ``vfl-client --once`` exited 1 with a traceback instead of 143.
+        """
+        server, port = build_server(JobBoard(), "127.0.0.1:0", pki.server_files())
+        server.start()
+        try:
+            connection = Connection(f"127.0.0.1:{port}", 2, tls=pki.party_files(2))
+            connection.close()  # what ShutdownSignals does, through PartyDaemon.stop
+            party = PassiveParty(
+                2, read_party_csv(digits_data / "party2.csv"), ClientSettings(run_dir=tmp_path / "runs")
+            )
+            with pytest.raises(ServerUnavailable, match="this party is stopping"):
+                party.run(connection, job_id="job-a")
+            with pytest.raises(ServerUnavailable, match="this party is stopping"), connection.closing_is_stopping():
+                connection.next_job(0.1)
+        finally:
+            server.stop(grace=None)
