@@ -36,8 +36,10 @@ from vfltesting.service import ServiceRun, finish_job, job_document
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 EPOCHS = 3
-#: Small batches: an epoch of 57 steps is long enough to be killed inside it.
-JOB = {"batch_size": 8, "embedding_dim": 8, "bottom_hidden": [16], "learning_rate": 0.01}
+#: Batches of 16: 29 steps an epoch, enough to be frozen and killed inside one (``frozen_inside_epoch``
+#: finds the moment by events, so a short epoch is as good as a long one). At batch 8 (57 steps)
+#: every job cost twice the training time, and the file's 9 jobs were its whole cost.
+JOB = {"batch_size": 16, "embedding_dim": 8, "bottom_hidden": [16], "learning_rate": 0.01}
 #: The ``[privacy]`` table and ``[algorithm]`` options of each SplitNN job; "plain" is the undefended run.
 JOBS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "plain": ({}, {}),
