@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import threading
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -74,20 +74,38 @@ def _run_recorded(
     return running, parties
 
 
-class TestProbesOnAnUndefendedSplitNNJob:
-    def test_every_probe_beats_its_baseline(
-        self, one_torch_thread: None, pki: Pki, cancer_data: Path, tmp_path: Path
-    ) -> None:
-        """Direction attack AUC >= 0.9; norm AUC, model completion and inversion each beat no information."""
-        running, parties = _run_recorded(pki, cancer_data, tmp_path, CANCER_JOB)
-        party = parties[2]
-        assert party.table is not None
-        labels = np.asarray(running.active.table.labels)
-        recording = Recording(tmp_path / "rec-2")
-        assert "embedding" in recording.names(SENT) and recording.names(RECEIVED) == {"gradient"}
-        assert recording.aligned_rows() == len(labels)
+@dataclass(frozen=True)
+class Undefended:
+    """The undefended SplitNN job on the cancer set: party 2's recording, its labels, and the probes' figures."""
 
-        figures = probe(tmp_path / "rec-2", party.job or CANCER_JOB, party.table.features, labels, seed=0)
+    recording: Path
+    labels: np.ndarray
+    figures: dict[str, float]
+
+
+@pytest.fixture(scope="module")
+def undefended(
+    one_torch_thread: None, pki: Pki, cancer_data: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Undefended:
+    """``CANCER_JOB`` undefended, trained and probed once: the baseline test's job is also the "none"
+    run every defence below is held against (the same job, data and seeds; it trained twice before)."""
+    tmp_path = tmp_path_factory.mktemp("undefended")
+    running, parties = _run_recorded(pki, cancer_data, tmp_path, CANCER_JOB)
+    party = parties[2]
+    assert party.table is not None
+    labels = np.asarray(running.active.table.labels)
+    figures = probe(tmp_path / "rec-2", party.job or CANCER_JOB, party.table.features, labels, seed=0)
+    return Undefended(tmp_path / "rec-2", labels, figures)
+
+
+class TestProbesOnAnUndefendedSplitNNJob:
+    def test_every_probe_beats_its_baseline(self, undefended: Undefended) -> None:
+        """Direction attack AUC >= 0.9; norm AUC, model completion and inversion each beat no information."""
+        recording = Recording(undefended.recording)
+        assert "embedding" in recording.names(SENT) and recording.names(RECEIVED) == {"gradient"}
+        assert recording.aligned_rows() == len(undefended.labels)
+
+        figures = undefended.figures
         print({k: round(v, 3) for k, v in figures.items()})
         assert set(figures) == set(KEYS)
         # Measured on this job (probe seeds 0-5, party 2): direction 1.000 (k = 1 and 10), norm 0.809,
@@ -211,15 +229,15 @@ MARVELL_FULL_PERSISTENT_STRONGEST = 0.66
 
 class TestEachDefenceLowersItsAttack:
     def test_the_defended_jobs_leak_less_than_the_undefended_one(
-        self, one_torch_thread: None, pki: Pki, cancer_data: Path, tmp_path: Path
+        self, one_torch_thread: None, undefended: Undefended, pki: Pki, cancer_data: Path, tmp_path: Path
     ) -> None:
-        """One undefended job and one job per defence, same data and seeds: each defence lowers its attacks' figures.
+        """The undefended job and one job per defence, same data and seeds: each defence lowers its attacks' figures.
 
         The label attacks are scored against the TRUE labels, so randomised response counts as
         protection only as far as it hides them.
         """
-        figures: dict[str, dict[str, float]] = {}
-        for name, privacy in {"none": PrivacySpec(), **{k: v[0] for k, v in DEFENCES.items()}}.items():
+        figures: dict[str, dict[str, float]] = {"none": undefended.figures}
+        for name, privacy in {k: v[0] for k, v in DEFENCES.items()}.items():
             job = replace(CANCER_JOB, job_id=f"cancer-{name.replace('_', '-')}", privacy=privacy)
             running, parties = _run_recorded(pki, cancer_data, tmp_path / name, job)
             party = parties[2]
