@@ -44,10 +44,11 @@ JOB = {"batch_size": 16, "join_timeout_s": 120}
 #: A long outage: the party's connection dies inside it and the party dials again, failing,
 #: until the link is back. Measured here (2026-11-29, 45 s outages during PSI and inside an epoch):
 #: the party's stream ended "No route to host" 10.3 and 9.6 s into the outage, then 12 failed dials
-#: 3 s apart; after 5 s outages the old connection carried on. 30 s leaves the connection dead for
-#: 20 s (6 failed dials) and is 10 times ``heartbeat_timeout_s`` (3 s, ``SERVER``): the server has
-#: given the party up and the operator sees the job wait for it. It was 60 s, which showed nothing
-#: more (16 failed dials instead of 6) and cost 30 s more an outage, three outages in the suite.
+#: 3 s apart; after 5 s outages the old connection carried on. At 30 s, the same: the stream ended
+#: about 10 s in and 7 dials failed before the party rejoined, in both training faults; and 30 s is
+#: 10 times ``heartbeat_timeout_s`` (3 s, ``SERVER``): the server has given the party up and the
+#: operator sees the job wait for it. It was 60 s, which showed nothing more (about 16 failed
+#: dials) and cost 30 s more an outage, three outages in the suite.
 LONG_OUTAGE_S = 30
 #: A short outage: over before the connection is given up, as a blip on a WAN link.
 SHORT_OUTAGE_S = 5
