@@ -114,7 +114,9 @@ def run_party_in_thread(
         try:
             table = read_party_csv(data / f"party{party}.csv")
             with Connection(job.address, party, tls=pki.party_files(party), connect_timeout_s=20) as conn:
-                job.passive[party] = PassiveParty(party, table, ClientSettings(run_dir=tmp_path / "runs", device=device))
+                job.passive[party] = PassiveParty(
+                    party, table, ClientSettings(run_dir=tmp_path / "runs", device=device)
+                )
                 box["result"] = job.passive[party].run(conn)
         except BaseException as exc:
             box["result"] = exc

@@ -56,21 +56,26 @@ def micro(
     return compare(job, digits_data, pki, tmp_path_factory.mktemp(job.job_id))
 
 
+@pytest.fixture(scope="module")
+def whole(micro: Comparison, digits_data: Path) -> list[float]:
+    """``micro``'s job's whole-batch reference losses, trained once for the two tests that compare with them."""
+    return whole_batch_losses(micro.reference.job, digits_data)
+
+
 class TestMicroBatches:
     def test_every_step_matches_the_reference_cut_the_same_way(self, micro: Comparison) -> None:
         assert_same_steps(micro)
 
-    def test_every_step_matches_the_whole_batch_reference(self, micro: Comparison, digits_data: Path) -> None:
-        job = micro.reference.job
-        assert_same_losses(micro.federated_losses, whole_batch_losses(job, digits_data), f"{job.job_id}-whole")
+    def test_every_step_matches_the_whole_batch_reference(self, micro: Comparison, whole: list[float]) -> None:
+        assert_same_losses(micro.federated_losses, whole, f"{micro.reference.job.job_id}-whole")
 
-    def test_the_parts_really_ran_apart(self, micro: Comparison, digits_data: Path) -> None:
+    def test_the_parts_really_ran_apart(self, micro: Comparison, whole: list[float]) -> None:
         """Not the whole-batch path under another name: the sums were taken part by part.
 
         (That each part crossed the wire apart is the job finishing at all: the server expects
         every part in its own shape and refuses a whole batch.)
         """
-        assert micro.federated_losses != whole_batch_losses(micro.reference.job, digits_data)
+        assert micro.federated_losses != whole
 
     def test_the_model_reaches_the_plain_jobs_accuracy_bar(self, micro: Comparison) -> None:
         assert micro.federated.final_metrics["accuracy"] >= 0.93

@@ -28,7 +28,9 @@ from vfltesting.hosts.deployment import CONTROL_PORT, Deployment
 from vfltesting.hosts.faults import (
     EPOCHS,
     JOB,
+    LONG_OUTAGE_S,
     MARKS,
+    SHORT_OUTAGE_S,
     Figures,
     deployed,
     frozen,
@@ -176,7 +178,7 @@ def _burst_through(
 
 def test_a_slow_link_then_link_faults_while_serving(hosts: Deployment, console: Console, clean: JobOutcome) -> None:
     """Party 3 on a 2 Mbit/s link (tc tbf) trains the same model; then, while it is served, party 3's link
-    goes down for 5 s and for 60 s, and the server's for 5 s, during bursts of requests by ID."""
+    goes down for 5 s and for 30 s (``LONG_OUTAGE_S``), and the server's for 5 s, during bursts of requests by ID."""
     figures = Figures("serving")
     hosts.network.throttle("party3", rate="2mbit", burst="32kbit", latency="400ms")
     try:
@@ -194,17 +196,18 @@ def test_a_slow_link_then_link_faults_while_serving(hosts: Deployment, console: 
     hosts.wait_for(lambda: console.call("ready", model="slow").get("ready") is True, "the model to be served")
     before = console.call("infer", model="slow", ids=ids)
     assert "failed" not in before, before
-    for seconds in (5, 60):
+    for seconds in (SHORT_OUTAGE_S, LONG_OUTAGE_S):
         failures, recovered = _burst_through(hosts, console, "slow", ids, "party3", seconds)
         figures.record(f"party 3 link down {seconds} s during an inference burst", recover_s=recovered,
                        failed_requests=len(failures))  # fmt: skip
-        if seconds >= 30:  # long enough for the server to notice (heartbeat_timeout_s = 3)
-            assert failures, "no request failed in a 60 s outage"
+        if seconds >= LONG_OUTAGE_S:  # long enough for the server to notice (heartbeat_timeout_s = 3)
+            assert failures, f"no request failed in a {seconds} s outage"
         assert all("party 3" in f["failed"] for f in failures), failures
         assert console.call("infer", model="slow", ids=ids)["outputs"] == before["outputs"]
 
-    failures, recovered = _burst_through(hosts, console, "slow", ids, "server", 5)
-    figures.record("server link down 5 s while serving", recover_s=recovered, failed_requests=len(failures))
+    failures, recovered = _burst_through(hosts, console, "slow", ids, "server", SHORT_OUTAGE_S)
+    figures.record(f"server link down {SHORT_OUTAGE_S} s while serving", recover_s=recovered,
+                   failed_requests=len(failures))  # fmt: skip
     # The caller cannot reach the server at all: its error names the server's host.
     assert failures and all(hosts.host("server").name in f["failed"] for f in failures), failures
     assert console.call("infer", model="slow", ids=ids)["outputs"] == before["outputs"]

@@ -1,4 +1,4 @@
-"""A passive party's link goes down during PSI and during an epoch, for 5 s and for 60 s: same model.
+"""A passive party's link goes down during PSI and during an epoch, for 5 s and for 30 s: same model.
 
 The parties run on separate hosts (``vfltesting.hosts``: a network namespace, a venv installed
 from the wheel and a folder each). Party 3's cable is pulled at the switch (``ip link set ...
@@ -9,10 +9,11 @@ or the server has recorded an epoch and party 3 has not saved the next one; the 
 well under a second, so for it party 3 runs in 5 ms slices from the submit on
 (``vfltesting.freeze.frozen_when``): a fast host cannot finish PSI between the check and the cut.
 
-Two jobs: 60 s down during PSI then 5 s inside epoch 2, and 5 s during PSI then 60 s inside
-epoch 2. Each must end with the per-step losses and final weights of a fault-free run of the same
-job on the same hosts, within 1e-6; the operator sees the job wait for party 3 by name during a
-60 s outage; and the job list holds each job once. Each fault's time to recover (link up to the
+Two jobs: 30 s down (``LONG_OUTAGE_S``: the party's connection dies inside it, and it dials
+again) during PSI then 5 s inside epoch 2, and 5 s during PSI then 30 s inside epoch 2. Each must end
+with the per-step losses and final weights of a fault-free run of the same job on the same
+hosts, within 1e-6; the operator sees the job wait for party 3 by name during a
+long outage; and the job list holds each job once. Each fault's time to recover (link up to the
 server's next ``aligned`` or ``first_step``) and the weight difference go to
 ``vfltesting.hosts.faults.FIGURES``.
 """
@@ -35,7 +36,9 @@ from vfltesting.hosts.deployment import Deployment
 from vfltesting.hosts.faults import (
     EPOCHS,
     JOB,
+    LONG_OUTAGE_S,
     MARKS,
+    SHORT_OUTAGE_S,
     Figures,
     deployed,
     first_event_after,
@@ -97,7 +100,7 @@ def _fault(hosts: Deployment, console: Console, job_id: str, seconds: float, mom
         hosts.network.cut("party3")
     started = time.monotonic()
     try:
-        if seconds >= 30:  # a short outage may end before the loss is noticed (heartbeat_timeout_s = 3)
+        if seconds >= LONG_OUTAGE_S:  # a short one may end before the loss is noticed (heartbeat_timeout_s = 3)
             hosts.wait_for(lambda: console.job(job_id)["state"] == "waiting", "the job to wait for party 3", seconds)
             message = console.job(job_id)["state_message"]
             assert message.startswith("waiting for party 3"), message
@@ -153,7 +156,11 @@ def _recovered(hosts: Deployment, event: str, restored: float) -> float:
     return round(event_time(found[0]) - restored, 2)
 
 
-@pytest.mark.parametrize(("psi_s", "epoch_s"), [(60, 5), (5, 60)], ids=["psi-60s-epoch-5s", "psi-5s-epoch-60s"])
+@pytest.mark.parametrize(
+    ("psi_s", "epoch_s"),
+    [(LONG_OUTAGE_S, SHORT_OUTAGE_S), (SHORT_OUTAGE_S, LONG_OUTAGE_S)],
+    ids=["psi-long-epoch-short", "psi-short-epoch-long"],
+)
 def test_party_link_down_during_psi_and_an_epoch(
     hosts: Deployment, console: Console, clean: JobOutcome, psi_s: float, epoch_s: float
 ) -> None:

@@ -31,7 +31,10 @@ def test_no_crash_no_internal_error_and_the_honest_jobs_are_undisturbed(tmp_path
     data = tmp_path / "data"
     data.mkdir()
     write_digits_split(data, seed=0)
-    report = run_campaign(tmp_path / "service", pki, data, cases=CASES, epochs=3, log=lambda _: None)
+    # Jobs of 2 epochs: the reference job and the last honest job's end are waited for outside the cases,
+    # and an honest copy is compared step by step with the reference whatever its length (at 3 epochs
+    # the test took 8 % longer, side by side on the 2-core machine, 2026-11-29).
+    report = run_campaign(tmp_path / "service", pki, data, cases=CASES, epochs=2, log=lambda _: None)
     assert report.total >= CASES, report.lines()
     assert failed(report) == [], "\n".join(report.lines() + failed(report))
     # Every target and surface was reached, and each honest job was compared step by step.
