@@ -60,7 +60,7 @@ def add_log_file_flag(parser: argparse.ArgumentParser) -> None:
         type=Path,
         metavar="PATH",
         help="append the log lines (JSON) to this file instead of stderr, created with mode 0640; "
-        "SIGHUP reopens it, for logrotate (see docs/operations.md)",
+        "SIGHUP reopens it, for logrotate (see docs/how-to/systemd.md)",
     )
 
 
