@@ -1,0 +1,63 @@
+"""The reference pages that code can check: exit codes, and the README as the site's front door.
+
+The settings tables are checked in ``test_config.py`` and ``test_label_protection_jobs.py``, the
+metrics table in ``test_service_metrics.py``; links and anchors by ``make docs`` (mkdocs
+``--strict``). Reads files and imports modules only.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from types import ModuleType
+
+from vflclient import jobs_cli
+from vflcore.runtime import daemon
+
+ROOT = Path(__file__).resolve().parents[2]
+CLI = (ROOT / "docs" / "reference" / "cli.md").read_text(encoding="utf-8")
+
+
+def exit_codes(module: ModuleType) -> set[int]:
+    """Every ``EXIT_*`` constant a command module declares."""
+    return {value for name, value in vars(module).items() if name.startswith("EXIT_") and isinstance(value, int)}
+
+
+def codes_in_table(heading: str) -> set[int]:
+    """The first column of the first ``| code |`` table after a heading of the CLI reference."""
+    start = CLI.index(f"{heading}\n")
+    table = CLI[CLI.index("| code |", start) :].split("\n\n", 1)[0]
+    return {int(code) for code in re.findall(r"^\| (\d+) \|", table, flags=re.M)}
+
+
+class TestExitCodes:
+    """``docs/reference/cli.md`` lists each command's exit codes as the code declares them, and no other."""
+
+    def test_the_one_job_table_is_the_daemons_codes(self) -> None:
+        once = CLI.index("With `--once` (one job")
+        table = CLI[CLI.index("| code | meaning |", once) :].split("\n\n", 1)[0]
+        documented = {int(code) for code in re.findall(r"^\| (\d+) \|", table, flags=re.M)}
+        assert documented == exit_codes(daemon)
+
+    def test_the_service_table_uses_only_the_daemons_codes(self) -> None:
+        assert codes_in_table("## Exit codes") <= exit_codes(daemon)
+
+    def test_the_vfl_jobs_table_is_its_codes(self) -> None:
+        assert codes_in_table("### `vfl-jobs` exit codes") == exit_codes(jobs_cli)
+
+
+class TestReadme:
+    """The README stays a front door: short, with the two commands, its links into the site alive."""
+
+    README = (ROOT / "README.md").read_text(encoding="utf-8")
+
+    def test_it_is_short(self) -> None:
+        assert len(self.README.encode()) <= 16_000, "the README is over 16 KB: move the detail into docs/"
+
+    def test_it_shows_make_demo_and_make_test(self) -> None:
+        assert "make demo" in self.README and "make test" in self.README
+
+    def test_every_relative_link_names_a_file(self) -> None:
+        links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", self.README)
+        missing = [link for link in links if "://" not in link and not (ROOT / link).exists()]
+        assert not missing, f"README links to files that are not there: {missing}"
