@@ -1,6 +1,6 @@
 """What both daemons share at their entry points: exit codes, log flags (and the log file) and signal handling.
 
-Exit codes (documented in the README):
+Exit codes (documented in docs/reference/cli.md, and tested against these constants):
 
     0    the job finished (or ``--check`` found nothing wrong)
     1    the job failed: a party went away, a peer reported an error, training diverged; or a
