@@ -13,9 +13,11 @@ from types import ModuleType
 
 from vflclient import jobs_cli
 from vflcore.runtime import daemon
+from vflcore.runtime.config import DATA_KEYS, TLS_KEYS, client_tables, server_tables
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI = (ROOT / "docs" / "reference" / "cli.md").read_text(encoding="utf-8")
+CONFIGURATION = (ROOT / "docs" / "reference" / "configuration.md").read_text(encoding="utf-8")
 
 
 def exit_codes(module: ModuleType) -> set[int]:
@@ -44,6 +46,40 @@ class TestExitCodes:
 
     def test_the_vfl_jobs_table_is_its_codes(self) -> None:
         assert codes_in_table("### `vfl-jobs` exit codes") == exit_codes(jobs_cli)
+
+
+def documented_tables(part: str) -> dict[str, set[str]]:
+    """A config file's part of the reference: each ``### `[table]``` heading -> the keys of its tables."""
+    start = CONFIGURATION.index(part)
+    end = CONFIGURATION.find("\n## ", start + 1)
+    tables: dict[str, set[str]] = {}
+    for section in re.split(r"^### ", CONFIGURATION[start:end], flags=re.M)[1:]:
+        names = re.findall(r"`\[(\w+)\]`", section.split("\n", 1)[0].split(":", 1)[0])
+        keys = set(re.findall(r"^\| `(\w+)` \|", section, flags=re.M))
+        for name in names:
+            tables.setdefault(name, set()).update(keys)
+    return tables
+
+
+class TestConfigTables:
+    """Every table a config file may hold is in the reference, and no other; ``test_config.py`` checks the keys.
+
+    This adds the tables whose keys no settings class declares: ``[tls]`` and ``[data]``, read by hand.
+    """
+
+    def test_the_server_configs_tables(self) -> None:
+        documented = documented_tables("## `server.toml`")
+        assert set(documented) == set(server_tables())
+        assert documented["tls"] == set(TLS_KEYS)
+        assert documented["data"] == set(DATA_KEYS)
+
+    def test_a_partys_tables(self) -> None:
+        documented = documented_tables("## `partyN.toml`")
+        assert set(documented) == set(client_tables())
+        assert documented["tls"] == set(TLS_KEYS)
+        # A passive party's [data] takes a path and an ID column. The reader shares DATA_KEYS with
+        # the server's, refuses held_out_ids with its own message, and ignores a label_column.
+        assert documented["data"] == {"path", "id_column"} < set(DATA_KEYS)
 
 
 class TestReadme:
