@@ -199,7 +199,7 @@ def operator_bundle(certs: Path, name: str, server_address: str, console: str | 
   vfl-jobs submit job.toml --watch
 
 The console (if the server enables it): https://{console or host + ":8443"}/ in a browser holding
-certs/{name}.pem and certs/{name}.key as its client certificate (see docs/how-to/certificates.md).
+certs/{name}.pem and certs/{name}.key as its client certificate (see docs/how-to/console.md).
 """
     members = (*_identity(certs, name, f"vfl-certs operator {name}"), Member("README.txt", readme.encode()))
     return Bundle(f"vfl-operator-{name}", members)
