@@ -82,9 +82,10 @@ typecheck: venv
 	$(VENV)/bin/mypy
 
 # The site goes to build/site (ignored). --strict: a broken link or anchor, or a page missing
-# from mkdocs.yml's nav, fails the build, and with it `make test`.
+# from mkdocs.yml's nav, fails the build, and with it `make test`. Not --quiet: it hides the
+# warnings, and --strict then has none to fail on.
 docs: venv
-	$(VENV)/bin/mkdocs build --strict --quiet --site-dir build/site
+	$(VENV)/bin/mkdocs build --strict --site-dir build/site
 
 # One generator, pinned: the committed code must be exactly what this produces.
 proto: venv

@@ -82,6 +82,27 @@ class TestConfigTables:
         assert documented["data"] == {"path", "id_column"} < set(DATA_KEYS)
 
 
+class TestSiteBuild:
+    """``make test`` builds the site in strict mode, where a broken link or anchor fails it."""
+
+    MAKEFILE = (ROOT / "Makefile").read_text(encoding="utf-8")
+
+    def test_make_test_runs_make_docs(self) -> None:
+        assert re.search(r"^test:.*\bdocs\b", self.MAKEFILE, flags=re.M)
+
+    def test_make_docs_builds_strict_and_shows_the_warnings(self) -> None:
+        """``--quiet`` hides the warnings, and ``--strict`` fails only on warnings it was shown."""
+        recipe = re.search(r"^docs:.*\n((?:\t.*\n)+)", self.MAKEFILE, flags=re.M)
+        assert recipe is not None
+        assert "mkdocs build --strict" in recipe.group(1)
+        assert not re.search(r"\s(-q|--quiet)\b", recipe.group(1))
+
+    def test_the_config_is_strict_about_every_link(self) -> None:
+        config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+        for check in ("omitted_files", "absolute_links", "unrecognized_links", "anchors", "not_found"):
+            assert re.search(rf"^  {check}: warn$", config, flags=re.M), check
+
+
 class TestReadme:
     """The README stays a front door: short, with the two commands, its links into the site alive."""
 
