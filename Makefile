@@ -11,11 +11,12 @@ GRPC_TOOLS_VERSION := 1.81.1
 CERTS := certs
 DATA := examples/data
 
-.PHONY: help venv certs data demo test test-unit test-integration lint typecheck proto proto-check bench-overhead bench-psi bench-psi-10m bench-data bench-train-10m bench-score bench-comm bench-oracles bench-fedbcd bench-async bench-apfed bench-distill bench-adptvfedconv bench-inference bench-wan bench-service bench-recovery bench-privacy bench-fuzz fuzz clean
+.PHONY: help venv certs data demo test test-unit test-integration lint typecheck proto proto-check docs bench-overhead bench-psi bench-psi-10m bench-data bench-train-10m bench-score bench-comm bench-oracles bench-fedbcd bench-async bench-apfed bench-distill bench-adptvfedconv bench-inference bench-wan bench-service bench-recovery bench-privacy bench-fuzz fuzz clean
 
 help:
 	@echo "make demo            set up, then run server + 2 clients over mTLS: training and inference"
-	@echo "make test            set up, then lint, typecheck, proto drift check and the whole suite"
+	@echo "make test            set up, then lint, typecheck, proto drift check, the docs and the whole suite"
+	@echo "make docs            build the documentation site (mkdocs.yml) in strict mode: a broken link fails"
 	@echo "make proto           regenerate the committed gRPC code from proto/"
 	@echo "make bench-overhead  federation overhead ratio (SplitNN over mTLS vs in-process)"
 	@echo "make bench-comm      bytes to 95 % accuracy: VIMADMM vs VIMSGD vs SplitNN (digits, 4 clients)"
@@ -63,7 +64,7 @@ data: $(DATA)/party1.csv
 demo: venv certs data
 	PYTHONPATH=$(CURDIR) $(PY) examples/run_demo.py --certs $(CERTS) --data $(DATA)
 
-test: venv lint typecheck proto-check
+test: venv lint typecheck proto-check docs
 	$(PY) -m pytest -q
 
 # One process: the unit tests take ~20-30 s, and starting xdist's workers costs more than they save.
@@ -79,6 +80,12 @@ lint: venv
 
 typecheck: venv
 	$(VENV)/bin/mypy
+
+# The site goes to build/site (ignored). --strict: a broken link or anchor, or a page missing
+# from mkdocs.yml's nav, fails the build, and with it `make test`. Not --quiet: it hides the
+# warnings, and --strict then has none to fail on.
+docs: venv
+	$(VENV)/bin/mkdocs build --strict --site-dir build/site
 
 # One generator, pinned: the committed code must be exactly what this produces.
 proto: venv

@@ -2,7 +2,7 @@
 
 ``make demo`` runs this after it has made the venv, the certificates and the example data. Each
 daemon is a real OS process talking gRPC over mutual TLS on 127.0.0.1, configured the way
-``docs/operations.md`` describes (datasets by name, a job store, the inference endpoint on).
+``docs/how-to/daemon-configs.md`` describes (datasets by name, a job store, the inference endpoint on).
 
 1. The three daemons start once. An operator (certificate ``demo-operator``) submits two job
    files through the Python SDK's ``JobClient`` and watches each live:

@@ -18,7 +18,7 @@ class PsiPlan:
     """How a party takes part in one PSI exchange: the chunking, and where a resumed exchange goes on.
 
     The active party decides it from what it kept of an interrupted run and what the party said
-    at Join it can resume (docs/psi.md, "Resuming").
+    at Join it can resume (docs/explanation/psi.md, "Resuming").
     """
 
     #: IDs per chunk of the exchange, in both directions.

@@ -2,7 +2,7 @@
 
 Privacy accounting is easy to get subtly wrong, so the arithmetic is opacus's
 (``opacus.accountants.RDPAccountant``); this module only says what is composed, under these
-assumptions, which ``docs/privacy.md`` repeats:
+assumptions, which ``docs/explanation/privacy.md`` repeats:
 
 - **Neighbouring datasets** differ in the features of one row (replace one row). Every embedding
   row is clipped to L2 norm C before it leaves (``vflprivacy.embedding_noise``), so one row's

@@ -58,7 +58,7 @@ _DESCRIPTION = (
 )
 _EPILOG = (
     "A service config: examples/configs/service.toml (vfl-server --config examples/configs/service.toml). "
-    "Keys, systemd units and logs: docs/operations.md."
+    "Keys, systemd units and logs: docs/how-to/systemd.md."
 )
 
 

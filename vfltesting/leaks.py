@@ -1,7 +1,7 @@
 """Find a party's private values in log text: its row IDs, its feature values, and anything printed like a tensor.
 
 No log line, at any level, may carry a tensor value, a sample ID or a feature value
-(``docs/security.md``). A test cannot know every way a value might be printed, so it looks for
+(``docs/explanation/security.md``). A test cannot know every way a value might be printed, so it looks for
 each party's own values in the forms Python, numpy and torch print them, and for the shapes any
 printed array takes (``array(``, ``tensor(``, a run of decimals), which catches the tensors a
 party computes (embeddings, gradients) without knowing them in advance.

@@ -1,7 +1,7 @@
 """The service as a user runs it: ``vfl-server`` and ``vfl-client`` daemons as OS processes, started once.
 
 Tests, the demo and ``make bench-service`` share this. Configs are written next to the data, in
-the form ``docs/operations.md`` documents; the server listens on port 0 (or a given port, for a
+the form ``docs/how-to/daemon-configs.md`` documents; the server listens on port 0 (or a given port, for a
 restart on the same address) and announces its ports in files.
 """
 

@@ -27,7 +27,7 @@ gradient awaited (``pipeline_depth``, staleness: other maths, never a default). 
 Accuracy is measured once per epoch on both sides, so a time to target is a whole number of
 epochs on both sides too. A job runs one epoch; one that misses the target runs again with
 ``RETRY_EPOCHS``. ``TARGET_ACCURACY`` (0.98) was fixed before measuring, from the yardstick in
-docs/performance.md (every reference reaches it in its first epoch).
+docs/explanation/performance.md (every reference reaches it in its first epoch).
 
 The last line: ``BENCH wan_best_vs_inprocess <x> x target <= 1.5 MET|MISSED``, where x is the
 fastest configuration's time to the target on the 20 ms / 100 Mbit/s link divided by its own

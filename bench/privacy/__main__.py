@@ -23,7 +23,7 @@ with ``--algorithms``), each with the settings that apply to it (``SETTINGS_OF``
 seeds each: 282 jobs.
 
 Writes ``bench/out/privacy/privacy.csv`` (every run), ``privacy.md`` (the cells, for
-``docs/privacy.md``) and ``privacy.png``. The last line is machine-readable:
+``docs/explanation/privacy.md``) and ``privacy.png``. The last line is machine-readable:
 ``BENCH privacy_worst_algorithm_attack_auc <value> auc target <= 0.60 MET|MISSED``.
 Exits 0 whether the target is met or missed.
 

@@ -87,7 +87,7 @@ def write_csv(outcomes: Sequence[Outcome], path: Path) -> Path:
 
 
 def cell_table(cells: Sequence[Cell]) -> list[str]:
-    """The cells as ``docs/privacy.md`` shows them: mean [95 % interval] over the seeds."""
+    """The cells as ``docs/explanation/privacy.md`` shows them: mean [95 % interval] over the seeds."""
     rows = [
         "| task | algorithm | setting | seeds | utility | cost (paired) | strongest attack | norm AUC "
         "| direction AUC k=1 | k=10 | s^k_B norm / direction k=1 | completion 5 % (raw) | inversion R² "

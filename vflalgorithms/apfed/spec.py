@@ -55,7 +55,7 @@ SPEC_C = register(
         reference="vflalgorithms.apfed.reference:ReferenceAPFed",
         # APFed-C adds the temperature of its contrastive loss (Eq. 14).
         # The paper gives no value. The authors' code uses 1.0, but on a 64-wide projection head and a
-        # two-sided loss, which this Eq. 14 lacks; here 1.0 learnt worse (docs/algorithms.md).
+        # two-sided loss, which this Eq. 14 lacks; here 1.0 learnt worse (docs/explanation/algorithms.md).
         defaults={**_WEIGHTS, "temperature": 0.5},
         check=_check_contrastive,
     )

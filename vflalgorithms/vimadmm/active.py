@@ -49,7 +49,7 @@ class VIMADMMServer(VIMSGDServer):
         The residual is formed from the contributions h^i W_i computed *before* the heads' step,
         as the authors' code does (``fedserver/vimadmm.py``); Eq. 9 of the paper writes the updated
         heads, and with those the parties' joint correction overshoots and training diverges
-        (docs/algorithms.md, "Where the papers and their code differ"). W_k itself is sent updated.
+        (docs/explanation/algorithms.md, "Where the papers and their code differ"). W_k itself is sent updated.
         """
         labels, heads = self.ctx.labels[rows], cast(LinearHeads, self.top)
         embeddings = [h.detach() for h in own + passive]

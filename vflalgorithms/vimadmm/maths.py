@@ -99,7 +99,7 @@ def joint_local_step(
     The paper's Appendix A.3 steps the head first, then the bottom under the new head; the
     authors' code (``fedclient/admmjoint.py``), which made the paper's tables, takes one backward
     pass and steps both. With the paper's order the parties overshoot and training diverges
-    (docs/algorithms.md, "Where the papers and their code differ"). ``h`` is the party's embedding
+    (docs/explanation/algorithms.md, "Where the papers and their code differ"). ``h`` is the party's embedding
     of the batch under its current bottom model, with its graph.
     """
     head_optimizer.zero_grad()

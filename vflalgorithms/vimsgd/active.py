@@ -68,7 +68,7 @@ class VIMSGDServer(SplitNNFamilyServer):
         The paper's Appendix A.1 writes the heads' step first and the embeddings' gradients under
         the updated heads (Eq. 11-13); the authors' code, which made the paper's tables, takes both
         from one backward pass, and with the paper's order VIMSGD learns slower and swings late in
-        training (docs/algorithms.md, "Where the papers and their code differ").
+        training (docs/explanation/algorithms.md, "Where the papers and their code differ").
         """
         labels = self.ctx.labels[rows]
         self.optimizer.zero_grad()

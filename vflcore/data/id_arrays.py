@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 #: The dtype of ``PartyTable.ids``.
 STRING_IDS = np.dtypes.StringDType()
 
-#: The longest ID a party's table may hold, in bytes of UTF-8 (docs/ids.md): the readers refuse longer ones.
+#: The longest ID a party's table may hold, in bytes of UTF-8 (docs/reference/ids.md): the readers refuse longer ones.
 MAX_ID_BYTES = 256
 
 #: Rows per slice where a whole-column operation would otherwise hold a second copy of every ID.

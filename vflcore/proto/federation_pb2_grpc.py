@@ -163,7 +163,7 @@ class FederationServicer:
         raise NotImplementedError('Method not implemented!')
 
     def PsiUpload(self, request_iterator, context):
-        """PSI (docs/psi.md): a party uploads a chunk of its blinded IDs, or its double-blinded copy of
+        """PSI (docs/explanation/psi.md): a party uploads a chunk of its blinded IDs, or its double-blinded copy of
         a chunk of the server's, keyed like any tensor ("psi/..." names, batch = the chunk's number,
         uint8 or int64 payloads).
         """

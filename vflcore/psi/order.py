@@ -7,7 +7,7 @@ more). So each party uploads in a fresh secret order, and positions say nothing.
 
 Why not ``rng.permutation(n)``: that is an index array of 8 bytes per ID held for the whole
 exchange, and PSI must not grow with the ID count beyond the aligned result and one sorted array
-(docs/psi.md). A keyed permutation computes ``position -> row`` for any chunk of positions on
+(docs/explanation/psi.md). A keyed permutation computes ``position -> row`` for any chunk of positions on
 demand, and what has to survive a restart (``vflcore.psi.progress``) is its 16-byte key.
 
 Construction: a Feistel network on Z_a × Z_a with a = ceil(sqrt(n)) (the numeral-string Feistel

@@ -24,7 +24,7 @@ Ray's own traffic between nodes is gRPC without TLS unless the cluster enables i
 ``RAY_USE_TLS``); a party whose nodes talk over a network it does not trust turns that on. What
 crosses to the other party is unchanged: blinded points only, sent by PSI's halves as today.
 The IDs themselves go to the workers too (a chunk over 100 KiB travels through the object store);
-they are the party's own data on the party's own machines (``docs/scale.md``).
+they are the party's own data on the party's own machines (``docs/explanation/scale.md``).
 
 Failures. A worker that dies mid-task (a node lost, a process killed) is Ray's to handle: each
 task is retried up to ``max_retries`` times, and since a chunk's result depends only on its

@@ -5,7 +5,7 @@ pool, training's torch threads). A party that outgrows one machine sets ``[compu
 "ray"`` and points ``ray_address`` at a Ray cluster it already operates; nothing here starts or
 manages a cluster, and the product has no scheduler of its own. What runs there (PSI's hashing and
 blinding, ``vfl-score``'s batch scoring) and what crosses between the cluster's nodes is in
-``docs/scale.md``.
+``docs/explanation/scale.md``.
 
 Ray is an optional extra (``pip install vfl-service[ray]``), imported only when the engine is
 "ray": a party on the local engine never pays its import time or needs it installed.
@@ -46,7 +46,7 @@ ENGINES: Final = ("local", "ray")
 COMPUTE_KEYS: Final = ("device", "engine", "ray_address")
 #: What a user installs to get the Ray engine.
 RAY_EXTRA: Final = "pip install 'vfl-service[ray]'"
-#: What an unset ``ray_address`` means, in the words of ``docs/configuration.md``.
+#: What an unset ``ray_address`` means, in the words of ``docs/reference/configuration.md``.
 RAY_UNSET: Final = "Ray's own: `RAY_ADDRESS`, else this host's cluster"
 
 log = structlog.get_logger(__name__)

@@ -21,7 +21,7 @@ still be there if the daemon dies while it stops. Without ``--log-file`` the log
 ``faulthandler`` writes there directly.
 
 The trace holds file names, line numbers and function names, no variable's value: it cannot
-carry a tensor value, a sample ID or a feature value, as no log line may (docs/privacy.md#logs).
+carry a tensor value, a sample ID or a feature value, as no log line may (docs/explanation/privacy.md#logs).
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def arm_stop_deadline(seconds: float | None = None) -> None:
     crash trace goes (``enable_crash_traces``; stderr before that is called) and exit 1.
 
     Called when a stop signal arrives. A stop should take well under a second
-    (docs/operations.md, stopping); one that hangs (a thread blocked on a peer that is gone, a
+    (docs/how-to/systemd.md, stopping); one that hangs (a thread blocked on a peer that is gone, a
     native library's exit handler) otherwise ends only by SIGKILL, with nothing to say which
     thread held it. ``faulthandler``'s watchdog is a native thread: it needs neither the GIL nor
     any lock a hung thread could hold, and arming it from a signal handler takes no Python lock.

@@ -1,6 +1,6 @@
 """What both daemons share at their entry points: exit codes, log flags (and the log file) and signal handling.
 
-Exit codes (documented in the README):
+Exit codes (documented in docs/reference/cli.md, and tested against these constants):
 
     0    the job finished (or ``--check`` found nothing wrong)
     1    the job failed: a party went away, a peer reported an error, training diverged; or a
@@ -60,7 +60,7 @@ def add_log_file_flag(parser: argparse.ArgumentParser) -> None:
         type=Path,
         metavar="PATH",
         help="append the log lines (JSON) to this file instead of stderr, created with mode 0640; "
-        "SIGHUP reopens it, for logrotate (see docs/operations.md)",
+        "SIGHUP reopens it, for logrotate (see docs/how-to/systemd.md)",
     )
 
 

@@ -8,7 +8,7 @@ its copy and its truncate.
 
 Why mode 0640 for a file this creates: the log is worth reading by an administrator's group (a
 log shipper, ``adm``) without root, and it holds no secret. No log line carries a tensor value, a
-sample ID or a feature value (docs/privacy.md#logs), and keys are never logged. Nothing in it is
+sample ID or a feature value (docs/explanation/privacy.md#logs), and keys are never logged. Nothing in it is
 writable by anyone but the daemon's user. A file that exists already keeps its mode (logrotate's
 ``create`` sets it).
 

@@ -124,7 +124,7 @@ id_column = "id"
    sudo systemctl enable --now vfl-client@{party}
 5. journalctl -u vfl-client@{party} -f shows it connect and wait for jobs.
 
-docs/operations.md ("Installing on a host", "Three hosts from the archives") has the whole walk.
+docs/tutorials/separate-hosts.md ("Installing on a host", "Three hosts from the archives") has the whole walk.
 """
     members = (
         *_identity(certs, f"party-{party}", f"vfl-certs party {party}"),
@@ -157,7 +157,7 @@ enabled = true
 grpc_listen = "0.0.0.0:8001"
 rest_listen = "0.0.0.0:8000"
 
-# The operators' console, over mutual TLS with operator certificates (docs/operations.md).
+# The operators' console, over mutual TLS with operator certificates (docs/how-to/console.md).
 [console]
 enabled = false
 listen = "0.0.0.0:8443"
@@ -199,7 +199,7 @@ def operator_bundle(certs: Path, name: str, server_address: str, console: str | 
   vfl-jobs submit job.toml --watch
 
 The console (if the server enables it): https://{console or host + ":8443"}/ in a browser holding
-certs/{name}.pem and certs/{name}.key as its client certificate (see docs/operations.md).
+certs/{name}.pem and certs/{name}.key as its client certificate (see docs/how-to/console.md).
 """
     members = (*_identity(certs, name, f"vfl-certs operator {name}"), Member("README.txt", readme.encode()))
     return Bundle(f"vfl-operator-{name}", members)
@@ -213,7 +213,7 @@ def caller_bundle(certs: Path, name: str, endpoint: str) -> Bundle:
 
   curl --cacert certs/ca.pem --cert certs/{name}.pem --key certs/{name}.key https://{endpoint}/v2/health/ready
 
-The request format is KServe v2 (docs/inference.md); tritonclient works as it is.
+The request format is KServe v2 (docs/reference/inference.md); tritonclient works as it is.
 """
     members = (*_identity(certs, name, f"vfl-certs caller {name}"), Member("README.txt", readme.encode()))
     return Bundle(f"vfl-caller-{name}", members)

@@ -21,7 +21,7 @@ ADMM_STATE_PREFIX = "admm/"
 #: A party's own linear head W_k, (outputs, embedding_dim) float32, uploaded on FetchHead.
 HEAD = "head"
 
-# PSI exchanges (docs/psi.md), all in round 0. The chunked ones use the chunk's number as batch;
+# PSI exchanges (docs/explanation/psi.md), all in round 0. The chunked ones use the chunk's number as batch;
 # the others batch 0.
 PSI_CLIENT_BLINDED = "psi/client-blinded"  # passive -> active: p·H(x) of one chunk, (c, 32) uint8
 PSI_CLIENT_TAKEN = "psi/client-taken"  # active -> passive: it took that chunk (flow control), (0,) uint8

@@ -2,7 +2,7 @@
 
 Every tensor message is counted at the size protobuf gives it (``ByteSize``: payload plus key
 and header), as it is sent or received; TLS and HTTP/2 framing add a little on top (about
-0.2 % measured for PSI, docs/psi.md). Phases are named after what the tensor is for:
+0.2 % measured for PSI, docs/explanation/psi.md). Phases are named after what the tensor is for:
 ``psi``, ``train <epoch>``, ``eval <epoch>``, ``infer`` and ``head``, so "MB per round" of an algorithm
 is the ``train`` phases.
 """

@@ -6,7 +6,7 @@ two double-blinded lists tells the active party which of its IDs k holds: the ac
 every pairwise intersection (its own IDs ∩ each party's IDs), and that is all. It then intersects
 those, orders the common IDs by their bytes (an order every party can recompute from IDs it
 already holds), and tells each passive party which of its uploaded positions are in, in that
-order. See docs/psi.md.
+order. See docs/explanation/psi.md.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The active party's half of the chunked ECDH-PSI exchange with every passive party, resumable.
 
-Streams, all at once and all feeding one blinder (docs/psi.md):
+Streams, all at once and all feeding one blinder (docs/explanation/psi.md):
 
 - **own**: the active party's IDs, in its secret upload order, hashed and blinded chunk by chunk
   (``a·H(y)``); each chunk goes to every passive party that still needs it, and each party's

@@ -7,7 +7,7 @@ folder: the active party's whole model as ONNX, which predicts from its own feat
 the training run is needed, and no passive party. ``--model`` also takes a Triton model
 repository holding it (the same folder a stock Triton serves), or the legacy
 ``model.safetensors`` of runs made before ONNX (``vflserver.inference.onnx_model.load_servable``).
-TLS files and the ``[serving]`` table come from the server config (``docs/inference.md``); flags
+TLS files and the ``[serving]`` table come from the server config (``docs/reference/inference.md``); flags
 override it.
 """
 

@@ -69,7 +69,7 @@ class InferenceHandler:
         return True
 
     def ready(self) -> bool:
-        """At least one served model is ready, and every standalone model is (docs/inference.md, ServerReady).
+        """At least one served model is ready, and every standalone model is (docs/reference/inference.md, ServerReady).
 
         An endpoint with no model yet (training still running) is not ready: a load balancer
         should not send it inference traffic. A federated model that waits for a passive party

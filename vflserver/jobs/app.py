@@ -180,7 +180,7 @@ def _say_unclean_stop(last_run: LastRun, resuming: list[JobRecord]) -> None:
     """Log ``unclean_stop``: the last server on this store died (a crash, kill -9, power) rather than stopped.
 
     Names the jobs queued again to resume (job ids only), and says where a crash's trace went,
-    for the operator who reports it (docs/operations.md#reporting-a-crash).
+    for the operator who reports it (docs/how-to/systemd.md#reporting-a-crash).
     """
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(last_run.started_at)) if last_run.started_at else None
     log.warning(

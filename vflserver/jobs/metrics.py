@@ -4,7 +4,7 @@
 global one, so that tests and several servers in one process do not collide. Jobs by state and
 parties online are read from the job store and the connection table at scrape time; the rest are
 counters the runner bumps. ``interceptor()`` counts and times every RPC the gRPC server answers.
-The endpoint is off by default (``[metrics] enabled``); docs/metrics.md lists every metric.
+The endpoint is off by default (``[metrics] enabled``); docs/reference/metrics.md lists every metric.
 
 Labels carry names, states, party ids and status codes only: never sample ids or data.
 """
@@ -162,7 +162,7 @@ class _ServedModelGauges:
     """``vfl_served_models`` and ``vfl_served_models_missing_party``, read from the served models at each scrape.
 
     Counts, not one series per model: the standalone models of every finished job stay served,
-    and job ids stay out of the labels (docs/metrics.md).
+    and job ids stay out of the labels (docs/reference/metrics.md).
     """
 
     def __init__(self, served_models: Callable[[], Iterable[ModelState]]) -> None:

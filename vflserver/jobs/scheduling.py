@@ -1,6 +1,6 @@
 """The queue's rule: which job starts next, which wait and for whom, and when waiting ends in failure.
 
-The rule, as ``docs/operations.md`` ("The queue") states it for operators:
+The rule, as ``docs/reference/job-states.md`` ("The queue") states it for operators:
 
 - One job at a time holds the passive parties: it waits for them to join, aligns and trains.
   Each party's daemon takes part in one job at a time, so two jobs that share a party could not

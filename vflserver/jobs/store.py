@@ -181,7 +181,7 @@ class JobStore:
 
         SQLite's own checkpoint (every 1000 pages) copies the WAL but never shrinks the file, so
         without this the ``-wal`` file sits at about 4 MB for good. Each epoch adds about 19 KB to
-        it and 600 B to the main file (docs/operations.md). The store calls this when a job ends.
+        it and 600 B to the main file (docs/how-to/backups.md). The store calls this when a job ends.
         It does not wait for a reader (another process's ``sqlite3`` shell in a read transaction):
         it returns False at once, and the next job's end tries again.
         """

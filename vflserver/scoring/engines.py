@@ -11,7 +11,7 @@ every task that fails for a system reason (a lost worker or node, not an error t
 it reads its row group again and writes the same file again. The model's bytes travel to the
 workers with the tasks; the rows are read by the workers themselves from ``--input``, and their
 scores written to ``--output``, so on a cluster of several machines both must be storage that
-every node mounts at the same path (``docs/scale.md``). Nothing but a row count per unit comes
+every node mounts at the same path (``docs/explanation/scale.md``). Nothing but a row count per unit comes
 back to this process.
 """
 

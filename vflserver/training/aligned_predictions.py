@@ -87,7 +87,7 @@ class AlignedPredictor:
         """Inference by sample ID (see ``predict_rows``); KeyError if any ID is not among the aligned rows.
 
         The error says how many, never which: on the inference endpoint, naming them would tell a
-        caller which of its IDs are in the PSI intersection (``docs/security.md``).
+        caller which of its IDs are in the PSI intersection (``docs/explanation/security.md``).
         """
         rows, missing = self.rows_of(ids)
         if missing:

@@ -4,7 +4,7 @@ Production parties sit on different machines in different organisations; the res
 runs them side by side over loopback. Here every party (and the operator) gets a network
 namespace with its own address and host name on a switch the test owns, its own venv with the
 project installed from a wheel, and its own folder of data, certificates and config, as
-``docs/operations.md`` ("Installing on a host") tells an operator to set them up. The link
+``docs/tutorials/separate-hosts.md`` ("Installing on a host") tells an operator to set them up. The link
 between a host and the switch is a veth pair that a test can take down, bring up, or slow down
 with ``tc tbf``: faults happen in the kernel's network, not in a proxy.
 

@@ -1,6 +1,6 @@
 """The service deployed on separate hosts: one folder, one venv and one daemon per host.
 
-``Deployment`` follows ``docs/operations.md`` ("Installing on a host") for each host of a
+``Deployment`` follows ``docs/tutorials/separate-hosts.md`` ("Installing on a host") for each host of a
 ``Network``: a fresh venv with the project's wheel, the certificates that host needs and no
 other (issued on the operator's host, which keeps the CA, with ``vfl-certs init``, then
 ``vfl-certs server --dns`` for the server's host name, ``vfl-certs party`` for each party and

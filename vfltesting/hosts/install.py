@@ -1,4 +1,4 @@
-"""The per-host install of ``docs/operations.md``: a wheel of the project, and a fresh venv on each host.
+"""The per-host install of ``docs/tutorials/separate-hosts.md``: a wheel of the project, and a fresh venv on each host.
 
 ``build_wheel`` runs ``pip wheel --no-deps`` once for a test session, from a copy of the
 project's sources (a build in the checkout would leave ``build/`` in it), under a file lock so

@@ -2,7 +2,7 @@
 
 Each party runs on its own host (``vfltesting.hosts``): a network namespace with its own address
 and host name, a venv installed from the project's wheel, and a folder holding only its data,
-certificates and config, set up as ``docs/operations.md`` ("Installing on a host") says. The
+certificates and config, set up as ``docs/tutorials/separate-hosts.md`` ("Installing on a host") says. The
 parties dial the server by name; the operator's job and inference calls come from the operator's
 host. Faults are set on a host's veth link (down, or slowed with ``tc tbf``), not in a proxy.
 

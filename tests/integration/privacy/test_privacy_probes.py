@@ -222,7 +222,7 @@ DEFENCES: dict[str, tuple[PrivacySpec, tuple[str, ...]]] = {
 
 
 #: ``marvell_full`` at sum-KL 0.05 on this job: the strongest attack over the run, as documented in
-#: docs/privacy.md; each bound is the mean plus 3 standard deviations over seeds 0-2 (each job also
+#: docs/explanation/privacy.md; each bound is the mean plus 3 standard deviations over seeds 0-2 (each job also
 #: draws its noise from a fresh key, so a seed's figure varies too), measured 2026-11-29 with the
 #: job-level floor: 0.635, 0.592 and 0.619 (mean 0.615, sd 0.022). Marvell at the same sum-KL read
 #: 0.776, 0.667 and 0.733 (before the job-level floor).

@@ -67,7 +67,7 @@ DISTILL = {"epochs": 1}
 
 
 def _fits(text: str) -> bool:
-    """An ID the readers accept (docs/psi.md): 1-256 bytes of UTF-8, not blank, no control character."""
+    """An ID the readers accept (docs/explanation/psi.md): 1-256 bytes of UTF-8, not blank, no control character."""
     return 0 < len(text.encode()) <= MAX_ID_BYTES and bool(text.strip())
 
 

@@ -5,7 +5,7 @@ The server serves two finished jobs: an APFed-C model, which the active party an
 a SplitNN model, which needs parties 2 and 3 for every request. Party 3's daemon is killed with
 SIGKILL and started again. Meanwhile the SplitNN model is not ready and says why (``vfl-jobs
 show``, the metrics), the server stays ready because the APFed model still serves
-(``docs/inference.md``, ServerReady), and once party 3 has reconnected the SplitNN model answers
+(``docs/reference/inference.md``, ServerReady), and once party 3 has reconnected the SplitNN model answers
 again, with the predictions it gave before the kill. The server's own crash (kill -9) does not
 end a SplitNN model either: the next start rebuilds it from disk, both daemons reconnect and
 load their parts, and it answers with the same predictions.

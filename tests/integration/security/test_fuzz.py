@@ -21,7 +21,7 @@ from vfltesting.pki import issue_pki
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
 
 CASES = int(os.environ.get("FUZZ_CASES", "600"))
-#: Every surface the campaign reaches (docs/fuzzing.md).
+#: Every surface the campaign reaches (docs/explanation/fuzzing.md).
 SURFACES = {"federation", "psi", "control", "job tables", "files", "inference", "rest", "console", "ids"}
 SURFACES |= {"party config"}
 

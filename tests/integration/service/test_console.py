@@ -10,7 +10,7 @@ mTLS. The browser presents operator alice's certificate, as an operator's browse
 
 Every page is also scanned for the parties' IDs, feature values and anything printed like an
 array (``vfltesting.leaks``), as the logs are. Each step saves a screenshot in the test's folder
-(``tmp_path``; the console's page in the README is one of them).
+(``tmp_path``; the job page in docs/how-to/console.md is one of them).
 """
 
 from __future__ import annotations

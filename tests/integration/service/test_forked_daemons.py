@@ -31,7 +31,7 @@ def test_signals_reach_the_daemon_and_wait_times_out_while_it_runs(
     forked_daemons: Launcher, pki: Pki, digits_data: Path, tmp_path: Path
 ) -> None:
     """A party with no server retries forever: wait(timeout) expires, SIGTERM stops it (exit 0, as
-    docs/operations.md says of a daemon), kill -9 gives -9."""
+    docs/how-to/systemd.md says of a daemon), kill -9 gives -9."""
     run = ServiceRun(tmp_path, pki, digits_data, port=9)  # nothing listens on port 9: the daemons retry
     run.start_client(2)
     run.start_client(3)

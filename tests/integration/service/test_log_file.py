@@ -78,7 +78,7 @@ def _umask() -> int:
 
 @pytest.fixture
 def run(pki: Pki, digits_data: Path, tmp_path: Path) -> ServiceRun:
-    """Only for the configs, written as docs/operations.md documents them; the test starts the daemons."""
+    """Only for the configs, written as docs/how-to/systemd.md documents them; the test starts the daemons."""
     return ServiceRun(tmp_path, pki, digits_data, parties=(2, 3), serving=False)
 
 

@@ -67,7 +67,7 @@ class TestSignals:
         """A joined client exits 143 on SIGTERM; the server then logs it offline and still stops on its own signal.
 
         Both passive parties run: a job starts only once every party it names is connected
-        (docs/operations.md, the queue), so party 2 alone would never join.
+        (docs/reference/job-states.md, the queue), so party 2 alone would never join.
         """
         server, port = _server(pki, digits_data, tmp_path)
         clients = {party: _client(pki, digits_data, tmp_path, port, party) for party in (2, 3)}

@@ -1,6 +1,6 @@
 """The layout's rules, checked on the source: who may import whom, and no branching on algorithm names.
 
-The folders are the architecture (docs/architecture.md): ``vflcore`` at the bottom, the
+The folders are the architecture (docs/explanation/architecture.md): ``vflcore`` at the bottom, the
 algorithms above it, the two daemons on top and apart from each other, and ``vfltesting`` for
 tests, benches and examples only. Inside ``vflserver`` the folders are floors too, and no product
 module passes 500 lines. The tests mirror the product too: ``tests/unit/<package>/`` and

@@ -4,7 +4,7 @@ The demo's own job (Adam at 0.002, batch 32, embedding 16) once made VIMADMM div
 and VIMADMM-J end at 62 %. This is the small-size check the suite can afford: each algorithm's
 in-process reference (the equivalence tests tie it to the federated run) on 500 of the demo's
 rows for 10 epochs, every loss finite and held-out accuracy high and not falling away from its
-best. The 100-epoch run on the whole demo data is measured by hand (docs/algorithms.md).
+best. The 100-epoch run on the whole demo data is measured by hand (docs/explanation/algorithms.md).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """IDs a party's table may not hold: each refused with the file and its line (CSV) or row (Parquet).
 
-The rule (docs/ids.md): an ID is UTF-8 text of 1 to 256 bytes, not whitespace alone, with no
+The rule (docs/reference/ids.md): an ID is UTF-8 text of 1 to 256 bytes, not whitespace alone, with no
 control character. Every other ID is read as written: 256 bytes exactly, bytes stored in a
 Parquet column without the UTF8 annotation. And a long ID costs the reader no more than its
 own bytes: the NUL-padded copies it hashes and decodes are made a slice at a time.

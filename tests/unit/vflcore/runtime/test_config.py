@@ -219,7 +219,7 @@ def test_a_job_id_that_is_not_a_plain_name_is_refused(job_id: str) -> None:
         job_from_document({"job": {"job_id": job_id}})
 
 
-#: Every settings table, by the part of docs/configuration.md that documents it: (the class that
+#: Every settings table, by the part of docs/reference/configuration.md that documents it: (the class that
 #: declares its keys, the table; None: every table the class declares). A new table is a row here.
 DOCUMENTED: dict[str, tuple[tuple[type, str | None], ...]] = {
     "## `server.toml`": (
@@ -251,12 +251,12 @@ def test_a_party_id_below_2_names_where_it_came_from(tmp_path: Path, flag: int |
 
 
 class TestDocumentedSettings:
-    """``docs/configuration.md`` documents every table's settings as their classes declare them, and no other."""
+    """The configuration reference documents every table's settings as their classes declare them, and no other."""
 
     @staticmethod
     def documented(part: str) -> dict[str, dict[str, str]]:
         """A part's tables, from each ``### `[table]``` heading: table -> key -> default cell."""
-        text = (ROOT / "docs/configuration.md").read_text()
+        text = (ROOT / "docs/reference/configuration.md").read_text()
         start = text.index(part)
         end = text.find("\n## ", start + 1)
         tables: dict[str, dict[str, str]] = {}
@@ -300,7 +300,7 @@ class TestDocumentedSettings:
         for table, specs in self.declared(part).items():
             for spec in specs:
                 key = setting_key(spec)[1]
-                assert key in documented.get(table, {}), f"docs/configuration.md {part}: [{table}] {key} is missing"
+                assert key in documented.get(table, {}), f"configuration.md {part}: [{table}] {key} is missing"
                 if spec.default is MISSING and spec.default_factory is MISSING:
                     continue  # JobSpec.job_id: named by the server when left out, as its row says
                 cell = documented[table][key]
@@ -499,10 +499,10 @@ class TestTypos:
 
 
 def test_the_docs_state_the_rule_on_unknown_names_once() -> None:
-    """docs/configuration.md says once what the readers do with a typo (the tests above hold them to it)."""
-    docs = {path.name: path.read_text() for path in (ROOT / "docs").glob("*.md")}
+    """docs/reference/configuration.md says once what the readers do with a typo (the tests above hold them to it)."""
+    docs = {str(path.relative_to(ROOT / "docs")): path.read_text() for path in (ROOT / "docs").rglob("*.md")}
     rule = "**An unknown table or key is refused, in every file.**"
-    assert docs["configuration.md"].count(rule) == 1
+    assert docs["reference/configuration.md"].count(rule) == 1
     assert sum(text.count(rule) for text in docs.values()) == 1
     stale = re.compile(r"unknown (tables and )?keys are ignored|unlike most other tables", re.I)
     assert not [name for name, text in docs.items() if stale.search(text)]

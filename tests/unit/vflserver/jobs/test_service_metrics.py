@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 import time
 import urllib.error
@@ -21,7 +22,7 @@ from vflserver.jobs.metrics import ServiceMetrics, split_method
 from vfltesting.paths import REPO_ROOT
 
 PROBE = "test.Probe"
-#: Every metric the service exposes, as docs/metrics.md lists them.
+#: Every metric the service exposes, as docs/reference/metrics.md lists them.
 EVERY_METRIC = (
     "vfl_jobs",
     "vfl_party_online",
@@ -218,15 +219,18 @@ class TestCounters:
 
 
 class TestDocumentation:
-    def test_every_metric_is_in_docs_metrics_md(self) -> None:
-        """The scrape holds exactly the documented families, so a new metric cannot go undocumented."""
+    def test_every_metric_is_in_the_metrics_reference(self) -> None:
+        """The scrape holds exactly the documented families, of the documented types: no metric goes undocumented."""
         metrics = ServiceMetrics(jobs_by_state=lambda: {"queued": 1}, parties_online=lambda: {2: True})
         exposed = {family.name for family in text_string_to_metric_families(metrics.render())}
         # the parser names counters without _total; prometheus_client adds _created series of its own
         assert exposed == {name.removesuffix("_total") for name in EVERY_METRIC}
-        table = (REPO_ROOT / "docs" / "metrics.md").read_text()
-        for name in EVERY_METRIC:
-            assert f"| `{name}` |" in table, name
+        table = (REPO_ROOT / "docs" / "reference" / "metrics.md").read_text()
+        rows = dict(re.findall(r"^\| `(vfl_\w+)` \| (\w+) \|", table, flags=re.M))
+        assert set(rows) == set(EVERY_METRIC), "the reference's table lists other metrics than the scrape holds"
+        types = {family.name: family.type for family in text_string_to_metric_families(metrics.render())}
+        for name, kind in rows.items():
+            assert types[name.removesuffix("_total")] == kind, f"{name}: documented as {kind}"
 
 
 class TestSplitMethod:

@@ -153,8 +153,8 @@ class TestTrainingLabels:
 
 class TestDocumented:
     def test_every_privacy_key_is_documented_with_its_default(self) -> None:
-        """docs/configuration.md's ``[privacy]`` lists every ``PrivacySpec`` key with its default, and no other."""
-        text = (REPO_ROOT / "docs/configuration.md").read_text()
+        """The configuration reference's ``[privacy]`` lists every ``PrivacySpec`` key and its default, and no other."""
+        text = (REPO_ROOT / "docs/reference/configuration.md").read_text()
         section = text[text.index("### `[privacy]`") :]
         section = section[: section.index("\n### ", 1)]
         rows = dict(re.findall(r"^\| `(\w+)` \| [^|]* \| ([^|]*) \|", section, flags=re.M))
