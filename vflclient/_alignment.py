@@ -5,7 +5,7 @@ secret order (``vflcore.psi.order``), chunk by chunk; each chunk of the active p
 IDs blinded a second time, truncated. What it learns: which of its own IDs are in the
 intersection of every party's IDs, and their agreed order (the IDs sorted). It learns nothing
 about the other parties' IDs outside that intersection except how many the active party holds.
-See docs/psi.md.
+See docs/explanation/psi.md.
 
 Two streams run at once (``side_by_side``), each computing chunks ahead of what it sends
 (``ahead``): **up** sends this party's chunks, waiting before chunk c for the active party's word

@@ -44,7 +44,8 @@ _DESCRIPTION = (
 )
 _EPILOG = (
     "A daemon config: examples/configs/party2.toml (vfl-client --party 2 --config examples/configs/party2.toml), "
-    "beside the server's examples/configs/service.toml. Keys, systemd units and logs: docs/operations.md."
+    "beside the server's examples/configs/service.toml. Keys: docs/reference/configuration.md; "
+    "systemd units and logs: docs/how-to/systemd.md."
 )
 
 

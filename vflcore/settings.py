@@ -5,7 +5,7 @@ Every table a person writes is read this one way: a daemon's ``[server]``, ``[ps
 ``[model]``, ``[serving]``, ``[privacy]`` and ``[distill]``; a party's own ``[privacy]``. A field
 that a table sets carries ``setting(table, ...)`` in its metadata; ``read_settings`` walks the
 fields and reads each with its reader, or its type's. So the dataclass is the only list of a
-table's keys: ``tests/unit/vflcore/runtime/test_config.py`` checks ``docs/configuration.md`` against the same
+table's keys: ``tests/unit/vflcore/runtime/test_config.py`` checks ``docs/reference/configuration.md`` against the same
 declarations, and a typo in any table of a file is refused by name (``refuse_unknown_tables``).
 A field's ``check`` holds its rule, so an object built in code is refused as its file would be
 (``check_declared``, from each settings class's ``__post_init__``).
@@ -198,7 +198,7 @@ def setting(
     ``read`` defaults to the field type's reader; it reads the type, and ``check`` holds the rule on
     the value, so the rule runs for a value read from a file and for one given in code alike
     (``check_declared``). ``unset`` says what a default of None means, in the words of
-    ``docs/configuration.md``.
+    ``docs/reference/configuration.md``.
     """
     return {"table": table, "key": key, "read": read, "check": check, "unset": unset}
 

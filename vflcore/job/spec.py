@@ -206,7 +206,7 @@ class JobSpec:
 
     # The fields above are the only list of the job's settings. The wire (``vflcore.wire.serde``)
     # and the config file (``vflcore.runtime.config``) both walk them, so a new setting is a new
-    # field here, in ``JobSpec`` of ``federation.proto`` (same name) and in docs/configuration.md.
+    # field here, in ``JobSpec`` of ``federation.proto`` (same name) and in docs/reference/configuration.md.
 
     def __post_init__(self) -> None:
         check_declared(self)

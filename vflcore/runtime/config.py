@@ -153,7 +153,7 @@ class ServerSettings(PartySettings):
 
     ``server_settings_from`` reads every field from its table. The service, the job runner and
     each job's ``ActiveParty`` are handed this one object, and ``tests/unit/vflcore/runtime/test_config.py``
-    checks ``docs/configuration.md`` against these declarations (and ``PartySettings``').
+    checks ``docs/reference/configuration.md`` against these declarations (and ``PartySettings``').
     """
 
     own_table: ClassVar[str] = "server"
@@ -165,7 +165,7 @@ class ServerSettings(PartySettings):
     #: How long a job waits for every passive party to join; a job file may set its own.
     join_timeout_s: float = field(default=300.0, metadata=setting("server", check=positive))
     step_timeout_s: float = field(default=300.0, metadata=setting("server", check=positive))
-    #: How long a job waits for a lost party to come back before it fails (docs/operations.md).
+    #: How long a job waits for a lost party to come back before it fails (docs/how-to/party-failures.md).
     party_timeout_s: float = field(default=600.0, metadata=setting("server", check=positive))
     #: A party silent this long (no heartbeat) counts as lost, even if its TCP stream looks open.
     heartbeat_timeout_s: float = field(default=60.0, metadata=setting("server", check=positive))

@@ -19,7 +19,7 @@ dataset each party uses::
 
     [algorithm]                   # the algorithm's options
     [model]                       # top_hidden, top_dropout; the active party's own model factories:
-    top_factory = "mymodels:top"  # "module:function" per model the algorithm takes (docs/configuration.md)
+    top_factory = "mymodels:top"  # "module:function" per model the algorithm takes (docs/reference/configuration.md)
     [serving]                     # enabled (serve the model once trained; default true), degraded
     [privacy]                     # the defences each party applies (vflcore.job.privacy; all off by default)
     [distill]                     # also train a student the active party serves alone (settings: docs)
