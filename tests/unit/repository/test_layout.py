@@ -220,7 +220,7 @@ def test_a_job_is_declared_in_its_two_homes() -> None:
 
 
 #: The first folder under ``tests/unit/``: a package of this repository, or ``repository`` for the
-#: rules about the whole of it (this file, the pinned tools, the daemons' help).
+#: rules about the whole of it (this file, the pinned tools, the daemons' help, the docs' reference pages).
 UNIT_FOLDERS = {*PRODUCT, "vfltesting", "bench", "repository"}
 #: The folders under ``tests/integration/``: one per feature a user meets, each test file in one.
 INTEGRATION_FEATURES = {

@@ -1,21 +1,21 @@
 """The reference pages that code can check: exit codes, and the README as the site's front door.
 
-The settings tables are checked in ``test_config.py`` and ``test_label_protection_jobs.py``, the
-metrics table in ``test_service_metrics.py``; links and anchors by ``make docs`` (mkdocs
+The settings tables are checked in ``tests/unit/vflcore/runtime/test_config.py`` and
+``tests/unit/vflserver/training/test_label_protection_jobs.py``, the metrics table in
+``tests/unit/vflserver/jobs/test_service_metrics.py``; links and anchors by ``make docs`` (mkdocs
 ``--strict``). Reads files and imports modules only.
 """
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from types import ModuleType
 
 from vflclient import jobs_cli
 from vflcore.runtime import daemon
 from vflcore.runtime.config import DATA_KEYS, TLS_KEYS, client_tables, server_tables
+from vfltesting.paths import REPO_ROOT as ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 CLI = (ROOT / "docs" / "reference" / "cli.md").read_text(encoding="utf-8")
 CONFIGURATION = (ROOT / "docs" / "reference" / "configuration.md").read_text(encoding="utf-8")
 
