@@ -11,13 +11,14 @@ GRPC_TOOLS_VERSION := 1.81.1
 CERTS := certs
 DATA := examples/data
 
-.PHONY: help venv certs data demo test test-unit test-integration lint typecheck proto proto-check docs bench-overhead bench-psi bench-psi-10m bench-data bench-train-10m bench-score bench-comm bench-oracles bench-fedbcd bench-async bench-apfed bench-distill bench-adptvfedconv bench-inference bench-wan bench-service bench-recovery bench-privacy bench-fuzz fuzz clean
+.PHONY: help venv wheelhouse certs data demo test test-unit test-integration lint typecheck proto proto-check docs bench-overhead bench-psi bench-psi-10m bench-data bench-train-10m bench-score bench-comm bench-oracles bench-fedbcd bench-async bench-apfed bench-distill bench-adptvfedconv bench-inference bench-wan bench-service bench-recovery bench-privacy bench-fuzz fuzz clean
 
 help:
 	@echo "make demo            set up, then run server + 2 clients over mTLS: training and inference"
 	@echo "make test            set up, then lint, typecheck, proto drift check, the docs and the whole suite"
 	@echo "make docs            build the documentation site (mkdocs.yml) in strict mode: a broken link fails"
 	@echo "make proto           regenerate the committed gRPC code from proto/"
+	@echo "make wheelhouse      the wheel, CPU torch and every dependency in wheelhouse/, for hosts with no package index"
 	@echo "make bench-overhead  federation overhead ratio (SplitNN over mTLS vs in-process)"
 	@echo "make bench-comm      bytes to 95 % accuracy: VIMADMM vs VIMSGD vs SplitNN (digits, 4 clients)"
 	@echo "make bench-oracles   every row of shared/ORACLES.md §1 over mTLS, 3 seeds, against the authors' figures (about 25 min)"
@@ -50,6 +51,21 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PIP) install --quiet torch==$(TORCH_VERSION)
 	$(PIP) install --quiet -c $(CONSTRAINTS) -e '.[dev,ray]'
 	touch $(STAMP)
+
+# The offline install (docs/operations.md, "Installing on a host"): every wheel a host needs, so that
+# `pip install --no-index --find-links wheelhouse vfl-service` installs with no package index. torch
+# is the one `make venv` installs (TORCH_INDEX: pip options for an index with CPU wheels, where the
+# package index serves CUDA builds); the last line checks that nothing is missing.
+WHEELHOUSE := wheelhouse
+TORCH_INDEX ?=
+wheelhouse: venv
+	rm -rf $(WHEELHOUSE)
+	$(PIP) download --quiet --no-deps --dest $(WHEELHOUSE) torch==$(TORCH_VERSION) $(TORCH_INDEX)
+	$(PIP) wheel --quiet --no-deps --wheel-dir $(WHEELHOUSE) .
+	$(PIP) wheel --quiet --wheel-dir $(WHEELHOUSE) --find-links $(WHEELHOUSE) torch==$(TORCH_VERSION) \
+	  $$(ls $(WHEELHOUSE)/vfl_service-*.whl)
+	$(PIP) install --quiet --dry-run --ignore-installed --no-index --find-links $(WHEELHOUSE) vfl-service
+	@echo "$(WHEELHOUSE)/: $$(ls $(WHEELHOUSE) | wc -l) wheels, $$(du -sh $(WHEELHOUSE) | cut -f1)"
 
 $(CERTS)/ca.pem: | $(STAMP)
 	$(VENV)/bin/vfl-certs init --out $(CERTS) --parties 2 3

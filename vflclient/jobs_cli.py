@@ -51,6 +51,10 @@ EXIT_USAGE = daemon.EXIT_CONFIG
 EXIT_SERVER_STOPPED = daemon.EXIT_UNREACHABLE
 EXIT_INTERRUPTED = daemon.EXIT_SIGINT
 
+#: How the server's own stop begins its refusal of a Watch (vflserver.jobs.control); any other
+#: UNAVAILABLE under a watch is a lost connection.
+SHUTTING_DOWN = "the server is shutting down"
+
 DEFAULT_SERVER = "127.0.0.1:50051"
 DEFAULT_CA = "certs/ca.pem"
 NO_CERTIFICATE = (
@@ -222,8 +226,15 @@ def _follow(client: JobClient, job_id: str, out: TextIO, *, json_lines: bool = F
     except ServerUnavailable as exc:
         if not last:  # never reached it: the usual error, exit 1
             raise
-        # a job the stop does not interrupt (queued): "the server is shutting down; watch it again ..."
-        print(f"vfl-jobs: {exc}", file=sys.stderr)
+        if SHUTTING_DOWN in str(exc):  # a job the stop does not interrupt (queued): the server says so
+            print(f"vfl-jobs: {exc}", file=sys.stderr)
+        else:  # a crash, kill -9 or the network: gRPC says only "Stream removed (Socket closed)"
+            print(
+                f"vfl-jobs: lost the connection to the server while job {job_id} was not over (the server went "
+                "away: a crash, a kill or the network); the job stays in its store and resumes when the server is "
+                f"back: `vfl-jobs watch {job_id}` follows it then",
+                file=sys.stderr,
+            )
         return EXIT_SERVER_STOPPED
     if last and last[0].kind == "state" and last[0].state == "interrupted":
         print(

@@ -244,11 +244,15 @@ def main(argv: list[str] | None = None) -> int:
         service.stop()
         return daemon.EXIT_UNREACHABLE
     try:
-        return _run(service, config, job, args, once, stopped, signals)
+        code = _run(service, config, job, args, once, stopped, signals)
     finally:
         if console is not None:
             console.stop()
         service.stop()
+    # After a signal, os._exit: the console's and the metrics' callbacks hold the service in
+    # reference cycles that the start-up freeze (warm_up) keeps from being collected, so the gRPC
+    # server is still alive at exit and gRPC's native exit handler waited 2 s for it (strace).
+    return daemon.leave(code, signals)
 
 
 def _run(

@@ -14,13 +14,17 @@ So the CA's holder runs ``vfl-certs bundle`` once per host and sends each archiv
 
 Never in an archive: the CA's key, or any key but the host's own. Keys are stored with mode
 0600 (and the tar headers say so), the rest 0644. The configs use absolute paths under
-``prefix`` (default ``/etc/vfl``, where the systemd units look), so an archive unpacked there
-runs as it is; the data paths are placeholders the owner fills in.
+``prefix`` (default ``/etc/vfl``), and the unit's ``--config`` names the config there, so an
+archive unpacked there runs as it is; the data paths are placeholders the owner fills in. The
+run directory is ``/var/lib/vfl/runs`` under the default prefix and ``<prefix>/runs`` under
+another (an install kept in one folder), unless ``run_dir`` says; the config's ``run_dir`` and
+the unit's ``WorkingDirectory`` and ``ReadWritePaths`` follow it.
 """
 
 from __future__ import annotations
 
 import io
+import re
 import tarfile
 import time
 from dataclasses import dataclass
@@ -31,6 +35,8 @@ from vflcore.security.certs import CertsError
 
 #: Where an unpacked archive's files live on its host, and where the systemd units look for them.
 DEFAULT_PREFIX = PurePosixPath("/etc/vfl")
+#: The run directory under the default prefix; the systemd units' own paths are these two.
+DEFAULT_RUN_DIR = PurePosixPath("/var/lib/vfl/runs")
 DEFAULT_LISTEN = "0.0.0.0:50051"
 KEY_MODE, FILE_MODE = 0o600, 0o644
 
@@ -84,19 +90,53 @@ def _identity(certs: Path, stem: str, how: str) -> tuple[Member, ...]:
     )
 
 
-def _unit(name: str) -> Member:
-    return Member(name, resources.files("vflcore.deploy").joinpath(name).read_bytes())
+def run_dir_for(prefix: PurePosixPath, run_dir: PurePosixPath | None = None) -> PurePosixPath:
+    """``run_dir`` if given; else ``/var/lib/vfl/runs`` under the default prefix, ``<prefix>/runs`` under another."""
+    if run_dir is not None:
+        return run_dir
+    return DEFAULT_RUN_DIR if prefix == DEFAULT_PREFIX else prefix / "runs"
 
 
-def party_bundle(certs: Path, party: int, server_address: str, prefix: PurePosixPath = DEFAULT_PREFIX) -> Bundle:
-    certs_at = prefix / "certs"
+def _unit(name: str, prefix: PurePosixPath, run_dir: PurePosixPath) -> Member:
+    """The shipped unit with its config folder and its writable folder moved where the archive puts them.
+
+    The shipped unit writes in ``/var/lib/vfl``, the run directory's parent (the vfl user's home);
+    with another run directory it writes in that directory only.
+    """
+    text = resources.files("vflcore.deploy").joinpath(name).read_text()
+    home = DEFAULT_RUN_DIR.parent if run_dir == DEFAULT_RUN_DIR else run_dir
+    moved = {str(DEFAULT_RUN_DIR.parent): str(home), str(DEFAULT_PREFIX): str(prefix)}
+    text = re.sub("|".join(map(re.escape, moved)), lambda found: moved[found.group()], text)  # one pass
+    return Member(name, text.encode())
+
+
+#: Step 1 of every daemon host's README: from the wheelhouse, which needs no package index.
+INSTALL_STEP = """1. Install the product. Copy the wheelhouse here (made once with `make wheelhouse` on a machine
+   that reaches the package index: the wheel, CPU torch and every dependency), then, offline:
+     python3 -m venv /opt/vfl/venv
+     /opt/vfl/venv/bin/pip install --no-index --find-links wheelhouse vfl-service
+   (docs/tutorials/separate-hosts.md, "Installing on a host", has the same with a package index instead.)"""
+
+
+def _run_dir_step(run_dir: PurePosixPath) -> str:
+    return f"sudo install -d -o vfl -g vfl {run_dir}   (the run directory, the vfl user's to write)"
+
+
+def party_bundle(
+    certs: Path,
+    party: int,
+    server_address: str,
+    prefix: PurePosixPath = DEFAULT_PREFIX,
+    run_dir: PurePosixPath | None = None,
+) -> Bundle:
+    certs_at, runs = prefix / "certs", run_dir_for(prefix, run_dir)
     config = f"""# Passive party {party}'s daemon: vfl-client --party {party} --config {prefix}/party{party}.toml
 # Written by vfl-certs bundle. Fill in the data paths, then see README.txt.
 
 [client]
 server = "{server_address}"   # the active party's vfl-server
 party = {party}
-run_dir = "/var/lib/vfl/runs"
+run_dir = "{runs}"
 
 [tls]
 ca = "{certs_at}/ca.pem"
@@ -115,10 +155,11 @@ id_column = "id"
   party{party}.toml                      the daemon's config: it dials {server_address}
   vfl-client@.service             the systemd unit (instance = the party id)
 
-1. Install the product: python3 -m venv /opt/vfl/venv && /opt/vfl/venv/bin/pip install vfl_service-*.whl
+{INSTALL_STEP}
 2. sudo mkdir -p {prefix} && sudo tar -xzf vfl-party-{party}.tar.gz -C {prefix} --strip-components=1
    sudo chown -R root:vfl {prefix} && sudo chmod 0640 {prefix}/certs/party-{party}.key
    (the key stays unreadable to anyone but root and the vfl user the unit runs as)
+   {_run_dir_step(runs)}
 3. Edit {prefix}/party{party}.toml: the path of this party's table.
 4. sudo cp {prefix}/vfl-client@.service /etc/systemd/system/ && sudo systemctl daemon-reload
    sudo systemctl enable --now vfl-client@{party}
@@ -129,20 +170,25 @@ docs/tutorials/separate-hosts.md ("Installing on a host", "Three hosts from the 
     members = (
         *_identity(certs, f"party-{party}", f"vfl-certs party {party}"),
         Member(f"party{party}.toml", config.encode()),
-        _unit("vfl-client@.service"),
+        _unit("vfl-client@.service", prefix, runs),
         Member("README.txt", readme.encode()),
     )
     return Bundle(f"vfl-party-{party}", members)
 
 
-def server_bundle(certs: Path, listen: str = DEFAULT_LISTEN, prefix: PurePosixPath = DEFAULT_PREFIX) -> Bundle:
-    certs_at = prefix / "certs"
+def server_bundle(
+    certs: Path,
+    listen: str = DEFAULT_LISTEN,
+    prefix: PurePosixPath = DEFAULT_PREFIX,
+    run_dir: PurePosixPath | None = None,
+) -> Bundle:
+    certs_at, runs = prefix / "certs", run_dir_for(prefix, run_dir)
     config = f"""# The active party's service: vfl-server --config {prefix}/server.toml
 # Written by vfl-certs bundle. Fill in the datasets, then see README.txt.
 
 [server]
 listen = "{listen}"
-run_dir = "/var/lib/vfl/runs"
+run_dir = "{runs}"
 
 [tls]
 ca = "{certs_at}/ca.pem"
@@ -169,9 +215,10 @@ listen = "0.0.0.0:8443"
   server.toml                      the service's config: it listens on {listen}
   vfl-server.service               the systemd unit
 
-1. Install the product: python3 -m venv /opt/vfl/venv && /opt/vfl/venv/bin/pip install vfl_service-*.whl
+{INSTALL_STEP}
 2. sudo mkdir -p {prefix} && sudo tar -xzf vfl-server.tar.gz -C {prefix} --strip-components=1
    sudo chown -R root:vfl {prefix} && sudo chmod 0640 {prefix}/certs/server.key
+   {_run_dir_step(runs)}
 3. Edit {prefix}/server.toml: the labelled table(s) under [datasets]; [console] if operators use it.
 4. sudo cp {prefix}/vfl-server.service /etc/systemd/system/ && sudo systemctl daemon-reload
    sudo systemctl enable --now vfl-server
@@ -180,7 +227,7 @@ listen = "0.0.0.0:8443"
     members = (
         *_identity(certs, "server", "vfl-certs server --dns HOST"),
         Member("server.toml", config.encode()),
-        _unit("vfl-server.service"),
+        _unit("vfl-server.service", prefix, runs),
         Member("README.txt", readme.encode()),
     )
     return Bundle("vfl-server", members)
@@ -222,10 +269,13 @@ The request format is KServe v2 (docs/reference/inference.md); tritonclient work
 __all__ = [
     "DEFAULT_LISTEN",
     "DEFAULT_PREFIX",
+    "DEFAULT_RUN_DIR",
+    "INSTALL_STEP",
     "Bundle",
     "Member",
     "caller_bundle",
     "operator_bundle",
     "party_bundle",
+    "run_dir_for",
     "server_bundle",
 ]

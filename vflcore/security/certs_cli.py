@@ -26,6 +26,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID
 from vflcore.security.bundle import (
     DEFAULT_LISTEN,
     DEFAULT_PREFIX,
+    DEFAULT_RUN_DIR,
     caller_bundle,
     operator_bundle,
     party_bundle,
@@ -151,7 +152,13 @@ def _parser() -> argparse.ArgumentParser:
         "--prefix",
         type=PurePosixPath,
         default=DEFAULT_PREFIX,
-        help=f"the config's folder on the host ({DEFAULT_PREFIX})",
+        help=f"the config's folder on the host ({DEFAULT_PREFIX}); the unit's --config names it",
+    )
+    bundle.add_argument(
+        "--run-dir",
+        type=PurePosixPath,
+        help=f"the run directory on the host, in the config and the unit (default {DEFAULT_RUN_DIR} with the "
+        "default --prefix, PREFIX/runs with another)",
     )
     bundle.set_defaults(run=_bundle)
 
@@ -275,9 +282,9 @@ def _bundle(args: argparse.Namespace) -> None:
 
     if args.party is not None:
         address = needed(args.server_address, "--server-address", "--party")
-        made = party_bundle(args.out, args.party, address, args.prefix)
+        made = party_bundle(args.out, args.party, address, args.prefix, args.run_dir)
     elif args.server:
-        made = server_bundle(args.out, args.listen, args.prefix)
+        made = server_bundle(args.out, args.listen, args.prefix, args.run_dir)
     elif args.operator is not None:
         made = operator_bundle(args.out, args.operator, needed(args.server_address, "--server-address", "--operator"))
     else:

@@ -24,7 +24,7 @@ from typing import Any
 from vflserver.federation.board import JobBoard
 from vflserver.inference.model_state import model_state
 from vflserver.inference.registry import ModelRegistry
-from vflserver.jobs.store import EpochRecord, JobEvent, JobRecord, JobStore
+from vflserver.jobs.store import ENDED, EpochRecord, JobEvent, JobRecord, JobStore
 
 #: An absolute POSIX path in a message: what ``redact_paths`` shortens.
 _PATH = re.compile(r"(?<![\w.])/(?:[^\s'\"(),;:]+/)*[^\s'\"(),;:]*")
@@ -78,14 +78,18 @@ class JobFacts:
     events: list[JobEvent]
     epochs: list[EpochRecord]
     phases: list[Phase]
+    #: Why the job failed, was cancelled or interrupted (its record's error); empty otherwise.
     error: str
     privacy: dict[str, Any]
     #: Party -> {"PSI" | "training" | "evaluation" | "inference": bytes sent and received by the
     #: active party to and from it}, from its summary.json (once the job has ended).
     wire_bytes: dict[str, dict[str, int]]
     served: list[tuple[str, str]]  # (model name, readiness in words)
-    #: While the job is the open one: PSI's streams, chunks done of how many (empty otherwise).
+    #: While the job is the open one and has not ended: PSI's streams, chunks done of how many.
     psi_progress: dict[str, tuple[int, int]] = field(default_factory=dict)
+    #: What its latest state change said, when that is not an error: why it is queued or waiting
+    #: (a lost party, named), how far PSI got, how it finished.
+    status: str = ""
 
 
 @dataclass(frozen=True)
@@ -138,17 +142,19 @@ def job(sources: Sources, job_id: str) -> JobFacts:
         events=events,
         epochs=sources.store.epochs(job_id),
         phases=phases(events, record),
-        error=redact_paths(record.error or _waiting_for(record, events), sources.run_dir),
+        error=redact_paths(record.error, sources.run_dir),
         privacy=privacy,
         wire_bytes={str(p): _by_phase(d) for p, d in wire.items() if isinstance(d, dict)},
         served=_served(sources, job_id),
-        psi_progress=_psi_progress(sources, job_id),
+        psi_progress=_psi_progress(sources, record),
+        status=redact_paths(_status(record, events), sources.run_dir),
     )
 
 
-def _psi_progress(sources: Sources, job_id: str) -> dict[str, tuple[int, int]]:
+def _psi_progress(sources: Sources, record: JobRecord) -> dict[str, tuple[int, int]]:
+    """The open job's PSI streams while it runs: the board keeps the last job's figures after it ended."""
     current = sources.board.current()
-    if current is None or current.job.job_id != job_id:
+    if current is None or current.job.job_id != record.job_id or record.state in ENDED:
         return {}
     return dict(current.psi_progress)
 
@@ -172,11 +178,11 @@ def _by_phase(phases: Mapping[str, Any]) -> dict[str, int]:
     return found
 
 
-def _waiting_for(record: JobRecord, events: Sequence[JobEvent]) -> str:
-    """While a job waits for a lost party, the message that names it: the page's error until it is back."""
-    if record.state != "waiting":
+def _status(record: JobRecord, events: Sequence[JobEvent]) -> str:
+    """The latest state change's message, unless it is the job's error (shown as that)."""
+    if record.error:
         return ""
-    said = [e.message for e in events if e.kind == "state" and e.state == "waiting" and e.message]
+    said = [e.message for e in events if e.kind == "state"]
     return said[-1] if said else ""
 
 

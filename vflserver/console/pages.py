@@ -92,6 +92,7 @@ def job_page(facts: JobFacts) -> str:
     parts = [
         '<dl class="facts">',
         f"<dt>state</dt><dd>{_state(r.state)}</dd>",
+        f'<dt>message</dt><dd id="status">{escape(facts.status)}</dd>' if facts.status else "",
         f"<dt>algorithm</dt><dd>{escape(r.algorithm)}</dd>",
         f"<dt>submitter</dt><dd>{escape(r.submitter)}</dd>",
         f"<dt>submitted</dt><dd>{_when(r.submitted_at)}</dd>",

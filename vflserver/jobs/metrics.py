@@ -11,14 +11,17 @@ Labels carry names, states, party ids and status codes only: never sample ids or
 
 from __future__ import annotations
 
+import socket
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from socketserver import ThreadingMixIn
 from typing import Any
-from wsgiref.simple_server import WSGIServer
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import grpc
 import structlog
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, make_wsgi_app
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from vflserver.inference.config import split_listen
@@ -30,6 +33,9 @@ DIRECTIONS = ("sent", "received")
 #: From a 1 ms health check to a 60 s wait on the slowest party; longer RPCs (streams held open
 #: for a whole job) fall in +Inf.
 RPC_SECONDS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+#: How often the endpoint's accept loop looks for a stop: ``stop`` waits up to this long.
+#: prometheus_client's ``start_http_server`` polls every 0.5 s, which the server's stop paid.
+STOP_POLL_S = 0.02
 
 
 class ServiceMetrics:
@@ -94,8 +100,7 @@ class ServiceMetrics:
         if self._http is not None:
             raise RuntimeError("the metrics endpoint is already being served; stop() it first")
         host, port = split_listen(listen)
-        # prometheus_client >= 0.20 returns the server (and its thread), which is what makes stop() possible.
-        self._http, _thread = start_http_server(port, addr=host, registry=self.registry)
+        self._http = _serve_http(self.registry, host, port)
         bound = self._http.server_port
         log.info("metrics endpoint listening", address=f"http://{listen.rpartition(':')[0]}:{bound}/metrics")
         return bound
@@ -115,6 +120,28 @@ class ServiceMetrics:
     def _rpc_done(self, service: str, method: str, code: str, seconds: float) -> None:
         self._rpcs.labels(service=service, method=method, code=code).inc()
         self._rpc_seconds.labels(service=service, method=method).observe(seconds)
+
+
+class _QuietServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True  # a scrape in flight does not hold the process
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        """No access log on stderr: Prometheus scrapes every few seconds."""
+
+
+def _serve_http(registry: CollectorRegistry, host: str, port: int) -> WSGIServer:
+    """prometheus_client's ``start_http_server``, with an accept loop that notices a stop within ``STOP_POLL_S``."""
+
+    class Server(_QuietServer):
+        pass
+
+    family, _, _, _, sockaddr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    Server.address_family = family  # IPv6 too: WSGIServer binds AF_INET unless told
+    http = make_server(str(sockaddr[0]), port, make_wsgi_app(registry), Server, handler_class=_QuietHandler)
+    threading.Thread(target=http.serve_forever, args=(STOP_POLL_S,), name="metrics", daemon=True).start()
+    return http
 
 
 class _ScrapeTimeGauges:

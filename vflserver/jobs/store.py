@@ -226,6 +226,9 @@ class JobStore:
         """Mark every job that was aligning, training or waiting when the server stopped as interrupted.
 
         Call once, when the server starts and before it runs anything: nothing can still be running.
+        Such a job's server died (a clean stop interrupts its job itself), so the interruption is
+        dated at the job's last event, the last sign of life the store has: the time the server was
+        down is then time interrupted, not time in the job's state (the console's phases).
         """
         with self._write() as conn:
             rows = conn.execute(
@@ -234,7 +237,8 @@ class JobStore:
             for row in rows:
                 job = job_from_row(row)
                 message = f"the server stopped during {job.state} after {job.epochs_done} of {job.epochs} epochs"
-                _change_state(conn, job, "interrupted", message, None)
+                [last_seen] = conn.execute("SELECT MAX(at) FROM events WHERE job_id = ?", (job.job_id,)).fetchone()
+                _change_state(conn, job, "interrupted", message, None, at=last_seen)
             return [_fetch(conn, row["job_id"]) for row in rows]
 
     def requeue_interrupted(self) -> builtins.list[JobRecord]:
@@ -403,12 +407,19 @@ def _hold_lock(path: Path) -> IO[str]:
 
 
 def _change_state(
-    conn: sqlite3.Connection, job: JobRecord, state: str, message: str, final_metrics: Mapping[str, float] | None
+    conn: sqlite3.Connection,
+    job: JobRecord,
+    state: str,
+    message: str,
+    final_metrics: Mapping[str, float] | None,
+    *,
+    at: float | None = None,
 ) -> JobEvent:
+    """Move ``job`` to ``state`` with its event, now or (``at``) when it was known to happen."""
     if state not in NEXT_STATES[job.state]:
         allowed = ", ".join(sorted(NEXT_STATES[job.state])) or "nothing: it has ended"
         raise JobStateError(f"job {job.job_id!r} is {job.state} and cannot become {state}; it can become {allowed}")
-    now = time.time()
+    now = time.time() if at is None else at
     started_at = now if state == "aligning" and job.started_at is None else job.started_at
     ended_at = now if state in ENDED else None  # a job re-queued after an interruption has not ended
     error = message if state in WITH_ERROR else ""

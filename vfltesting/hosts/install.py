@@ -11,6 +11,11 @@ not installed again in every venv, which would take minutes and a download per h
 It is appended, after the venv's own ``site-packages``, and as a plain path its own ``.pth``
 files are not run, so the project's code comes from the wheel and only the third-party packages
 are shared; ``installed_from`` checks that.
+
+``install_from_wheelhouse`` is the hosts' README's offline install instead: ``pip install
+--no-index --find-links WHEELHOUSE vfl-service``, by name, with the dependencies resolved. Its
+shared packages are the test environment's less the project's own editable install, which pip
+would otherwise take for the project already installed.
 """
 
 from __future__ import annotations
@@ -66,6 +71,23 @@ def install_host(venv: Path, wheel: Path) -> Path:
     _run([*pip, str(wheel)], cwd=venv, env=CLEAN_ENV)
     site = Path(_output([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]))
     (site / "shared_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return venv / "bin"
+
+
+def install_from_wheelhouse(venv: Path, wheelhouse: Path) -> Path:
+    """A fresh venv at ``venv`` with the project installed by name from ``wheelhouse``, no index; its ``bin``."""
+    _run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
+    python = venv / "bin" / "python"
+    shared = venv / "shared-dependencies"
+    shared.mkdir()
+    ours = ("vfl_service-", "__editable__", "__editable___vfl_service")
+    for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
+        if not entry.name.startswith(ours):
+            (shared / entry.name).symlink_to(entry)
+    site = Path(_output([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]))
+    (site / "shared_dependencies.pth").write_text(f"{shared}\n")
+    pip = [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-index", "--quiet"]
+    _run([*pip, "--find-links", str(wheelhouse), "vfl-service"], cwd=venv, env=CLEAN_ENV)
     return venv / "bin"
 
 

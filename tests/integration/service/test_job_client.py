@@ -15,6 +15,7 @@ cannot name a dataset, so its document asks for "default" for every party.
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 import threading
@@ -33,6 +34,7 @@ from vflserver.jobs.app import Service
 from vflserver.jobs.store import EpochRecord
 from vfltesting.eventually import eventually
 from vfltesting.pki import Pki
+from vfltesting.proxy import CuttableProxy
 from vfltesting.service import job_document, toml_text
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
@@ -290,6 +292,31 @@ class TestCommandsOverTheWire:
         assert [line["seq"] for line in lines] == [1, 2, 3, 4, 5, 6]
         assert lines[3]["epoch"]["epoch"] == 0 and lines[3]["epochs"] == 2
         assert lines[-1]["state"] == "finished" and lines[-1]["final_metrics"] == {"accuracy": 0.9}
+
+    def test_watch_says_so_when_the_server_goes_away(
+        self, service: Service, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A connection that ends mid-watch without the server's stop (a crash, the network): said in words, exit 3."""
+        printed = threading.Event()
+
+        class Out(io.StringIO):
+            def write(self, text: str) -> int:
+                printed.set()
+                return super().write(text)
+
+        monkeypatch.setattr(sys, "stdout", Out())
+        codes: list[int] = []
+        with CuttableProxy(("127.0.0.1", service.port)) as proxy:
+            options = [*self.options, "--server", proxy.address]
+            watcher = threading.Thread(target=lambda: codes.append(jobs_cli.main([*options, "watch", "blocker"])))
+            watcher.start()
+            assert printed.wait(30), capsys.readouterr().err  # the watch has replayed the job's events
+            proxy.cut()  # what the operator's side of a server crash looks like: the socket closes
+            watcher.join(30)
+        err = capsys.readouterr().err
+        assert codes == [3], err
+        assert "lost the connection to the server while job blocker was not over" in err, err
+        assert "`vfl-jobs watch blocker` follows it then" in err and "UNAVAILABLE" not in err, err
 
     def test_watch_a_failed_job(self, capsys: pytest.CaptureFixture[str]) -> None:
         """watch exits 1 when the job failed; the last line says why."""

@@ -197,6 +197,25 @@ class TestServiceStop:
             warmed, said = _order(run.logs[name], "warmed_up", ready)
             assert 0 <= warmed < said, f"{name}: warmed_up must come before {ready}\n{run.tail()}"
 
+    def test_server_with_console_and_metrics_stops_cleanly(self, pki: Pki, digits_data: Path, tmp_path: Path) -> None:
+        """SIGTERM with ``[console]`` and ``[metrics]`` on: the service stops cleanly and the process exits 0.
+
+        Both hold the service in reference cycles the start-up freeze keeps alive, so the process
+        ends with ``os._exit`` once the service has stopped, not in gRPC's exit handler (2 s).
+        """
+        console = {"console": {"enabled": True, "listen": "127.0.0.1:0"}}
+        run = ServiceRun(tmp_path, pki, digits_data, serving=False, metrics=True, server_tables=console)
+        try:
+            run.start_server()
+            run.console_port()
+            server = run.procs["server"]
+            server.send_signal(signal.SIGTERM)
+            assert server.wait(timeout=60) == 0, run.tail()
+        finally:
+            run.close()
+        stopped, ended = _order(run.logs["server"], "service_stopped", "unclean_stop")
+        assert stopped >= 0 and ended == -1, run.tail()
+
     def test_a_client_counts_the_job_it_trained_and_still_serves(
         self, pki: Pki, digits_data: Path, tmp_path: Path
     ) -> None:

@@ -39,6 +39,16 @@ def _bundle(certs: Path, to: Path, *who: str, prefix: Path | None = None) -> tar
     return tarfile.open(archive)
 
 
+def _unit_settings_of(text: str) -> dict[str, str]:
+    """A systemd unit's ``Key=value`` lines (comments left out)."""
+    lines = [line.partition("=") for line in text.splitlines() if "=" in line and not line.startswith("#")]
+    return {key: value for key, _, value in lines}
+
+
+def _unit_settings(path: Path) -> dict[str, str]:
+    return _unit_settings_of(path.read_text())
+
+
 def _members(archive: tarfile.TarFile) -> dict[str, int]:
     return {m.name: m.mode for m in archive.getmembers()}
 
@@ -77,6 +87,37 @@ class TestPartyArchive:
         assert (config.tls.key.stat().st_mode & 0o777) == 0o600
         readme = (home / "vfl-party-3" / "README.txt").read_text()
         assert "systemctl enable --now vfl-client@3" in readme and ADDRESS in readme
+
+    def test_its_unit_and_run_dir_follow_the_prefix(self, certs: Path, tmp_path: Path) -> None:
+        """--prefix moves the unit's --config and, without --run-dir, the run directory to <prefix>/runs."""
+        prefix = tmp_path / "etc" / "vfl-party-3"  # holds "/etc/vfl" itself: moved once, not twice
+        archive = _bundle(certs, tmp_path / "out", "--party", "3", "--server-address", ADDRESS, prefix=prefix)
+        archive.extractall(tmp_path / "etc", filter="data")
+        unit = _unit_settings(prefix / "vfl-client@.service")
+        assert f"--config {prefix}/party%i.toml " in unit["ExecStart"], unit
+        assert unit["WorkingDirectory"] == unit["ReadWritePaths"] == str(prefix / "runs"), unit
+        config_path = prefix / "party3.toml"
+        config = client_config_from(load_toml(config_path), config_path)
+        assert config.run_dir == prefix / "runs"
+        assert f"install -d -o vfl -g vfl {prefix / 'runs'}" in (prefix / "README.txt").read_text()
+
+    def test_run_dir_puts_the_runs_where_it_says(self, certs: Path, tmp_path: Path) -> None:
+        """--run-dir sets the config's run_dir and the folder the unit starts in and may write."""
+        archive = _bundle(certs, tmp_path, "--server", "--run-dir", "/srv/vfl/runs")
+        member = archive.extractfile("vfl-server/vfl-server.service")
+        assert member is not None
+        unit = _unit_settings_of(member.read().decode())
+        assert "--config /etc/vfl/server.toml " in unit["ExecStart"], unit
+        assert unit["WorkingDirectory"] == unit["ReadWritePaths"] == "/srv/vfl/runs", unit
+        config = archive.extractfile("vfl-server/server.toml")
+        assert config is not None and tomllib.loads(config.read().decode())["server"]["run_dir"] == "/srv/vfl/runs"
+
+    def test_its_readme_installs_from_the_wheelhouse_offline(self, certs: Path, tmp_path: Path) -> None:
+        """Step 1 installs the wheel, CPU torch and every dependency from `make wheelhouse`, with no index."""
+        archive = _bundle(certs, tmp_path, "--party", "2", "--server-address", ADDRESS)
+        readme = archive.extractfile("vfl-party-2/README.txt")
+        assert readme is not None
+        assert "pip install --no-index --find-links wheelhouse vfl-service" in readme.read().decode()
 
 
 class TestOtherHosts:

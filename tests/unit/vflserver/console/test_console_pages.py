@@ -10,11 +10,12 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from vflserver.console import pages
+from vflserver.console import facts, pages
 from vflserver.console.charts import line_chart
 from vflserver.console.facts import JobFacts, PartyFacts, Phase, ServerFacts, phases, redact_paths
 from vflserver.console.server import SECURITY_HEADERS, refusal
-from vflserver.jobs.store import EpochRecord, JobEvent, JobRecord
+from vflserver.federation.board import JobBoard
+from vflserver.jobs.store import EpochRecord, JobEvent, JobRecord, JobStore
 from vfltesting.leaks import find_leaks
 from vfltesting.pki import issue_pki
 
@@ -69,6 +70,21 @@ def _facts(**changes: object) -> JobFacts:
     )
 
 
+def submit_job(store: JobStore, job_id: str, to: str) -> None:
+    """``job_id`` submitted to ``store`` and moved through aligning to ``to`` (training or waiting)."""
+    document = {"job": {"job_id": job_id, "passive_parties": [2, 3]}}
+    store.submit(job_id, document, algorithm="splitnn", epochs=3, submitter="alice")
+    store.set_state(job_id, "aligning", "waiting for parties [2, 3], then PSI")
+    store.set_state(job_id, "training", "600 common IDs (PSI)")
+    if to != "training":
+        store.set_state(job_id, to, "")
+
+
+def _sources(tmp_path: Path) -> facts.Sources:
+    store = JobStore(tmp_path / "jobs.sqlite")
+    return facts.Sources(store, JobBoard(), None, tmp_path, "0.1.0", 0.0, dict)
+
+
 class TestPages:
     def test_every_value_is_escaped(self) -> None:
         html = pages.job_page(_facts())
@@ -82,12 +98,49 @@ class TestPages:
         assert find_leaks(html.splitlines(), [], "job page") == []
         assert "polyline" in html
 
-    def test_the_waiting_message_is_the_error_shown(self) -> None:
+    def test_a_waiting_jobs_message_is_its_status_not_an_error(self) -> None:
+        """The latest state's message is shown beside the state; "Last error" is for a failed or stopped job."""
         html = pages.job_page(_facts(state="waiting", error=""))
-        assert 'id="error"' not in html  # no error of its own: the facts decide what is shown
+        assert 'id="error"' not in html and 'id="status"' not in html  # the facts decide what is shown
         facts = _facts()
-        shown = JobFacts(**{**facts.__dict__, "error": "waiting for party 3: its daemon stopped answering"})
-        assert 'id="error">waiting for party 3' in pages.job_page(shown)
+        waiting = JobFacts(**{**facts.__dict__, "status": "waiting for party 3: its daemon stopped answering"})
+        html = pages.job_page(waiting)
+        assert 'id="status">waiting for party 3' in html and "Last error" not in html
+        failed = JobFacts(**{**facts.__dict__, "error": "party 3 did not come back within 120 s"})
+        assert 'id="error">party 3 did not come back' in pages.job_page(failed)
+
+    def test_the_status_and_error_come_from_the_store(self, tmp_path: Path) -> None:
+        """A waiting job's message is its status; a failed job's is its error, and no status."""
+        sources = _sources(tmp_path)
+        try:
+            submit_job(sources.store, "w", "training")
+            sources.store.set_state("w", "waiting", "party 3 is offline; waiting up to 120 s for it")
+            waiting = facts.job(sources, "w")
+            assert (waiting.status, waiting.error) == ("party 3 is offline; waiting up to 120 s for it", "")
+            sources.store.set_state("w", "failed", "party 3 did not come back")
+            failed = facts.job(sources, "w")
+            assert (failed.status, failed.error) == ("", "party 3 did not come back")
+        finally:
+            sources.store.close()
+
+    def test_a_crash_outage_is_not_training_time(self, tmp_path: Path) -> None:
+        """Jobs a dead server left training are interrupted as of their last event: the outage is not training."""
+        path = tmp_path / "jobs.sqlite"
+        first = JobStore(path)
+        submit_job(first, "c", "training")
+        first.record_epoch("c", _epochs(1)[0])
+        first.close()  # the server dies: nothing more is written
+        second = JobStore(path)
+        try:
+            second.recover()
+            second.requeue_interrupted()
+            events = second.events("c")
+            spent = {p.state: p.seconds for p in phases(events, second.get("c"))}
+            [training] = [e for e in events if e.kind == "state" and e.state == "training"]
+            [epoch] = [e for e in events if e.kind == "epoch"]
+            assert spent["training"] == epoch.at - training.at  # not up to the restart
+        finally:
+            second.close()
 
     def test_parties_and_server_pages(self) -> None:
         rows = [PartyFacts(2, True, 0.4, "0.1.0", 364.6, ["j"]), PartyFacts(3, False, 125.0, "", None, [])]

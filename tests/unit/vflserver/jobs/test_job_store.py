@@ -422,6 +422,9 @@ class TestDurability:
             assert second.get("training").error == "the server stopped during training after 2 of 5 epochs"
             assert second.get("aligning").error == "the server stopped during aligning after 0 of 5 epochs"
             assert second.events("training")[-1].message == second.get("training").error
+            # dated at the last sign of life, the second epoch: the outage is not time in training
+            *before, interrupted = second.events("training")
+            assert interrupted.at == before[-1].at == second.get("training").ended_at
             assert (second.get("queued").state, second.get("finished").state) == ("queued", "finished")
             assert second.recover() == []
         finally:
