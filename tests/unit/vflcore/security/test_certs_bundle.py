@@ -98,7 +98,7 @@ class TestPartyArchive:
         assert unit["WorkingDirectory"] == unit["ReadWritePaths"] == str(prefix / "runs"), unit
         config_path = prefix / "party3.toml"
         config = client_config_from(load_toml(config_path), config_path)
-        assert config.run_dir == prefix / "runs"
+        assert config.settings.run_dir == prefix / "runs"
         assert f"install -d -o vfl -g vfl {prefix / 'runs'}" in (prefix / "README.txt").read_text()
 
     def test_run_dir_puts_the_runs_where_it_says(self, certs: Path, tmp_path: Path) -> None:
