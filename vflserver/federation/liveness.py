@@ -82,7 +82,8 @@ class Liveness:
     def leave(self, party: int, session: int) -> None:
         """The party's Subscribe stream ``session`` closed: it is offline until it subscribes again.
 
-        After the server sent it ``Finish`` that is the job's routine end (``party_left``, info);
+        After the server sent it ``Finish`` that is the job's routine end (``party_left``, info),
+        unless the job ended because of this party (it reported a failure, or was lost first);
         otherwise the party went away (``party_offline``, a warning).
         """
         member = self.members.member(party)
@@ -92,8 +93,8 @@ class Liveness:
             now = time.monotonic()
             member.online, member.offline_since = False, now
             member.silent_at_close = silent = now - member.last_seen
-            released = member.released
-        if released:
+            routine = member.released and member.failure is None and member.lost is None
+        if routine:
             log.info("party_left", peer=party)
         else:
             log.warning("party_offline", peer=party, silent_s=round(silent, 1))

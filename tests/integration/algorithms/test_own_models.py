@@ -74,7 +74,7 @@ def test_every_partys_onnx_export_matches_torch(run: Comparison) -> None:
     uploads: dict[int, np.ndarray] = {}
     for party, passive in sorted(run.running.passive.items()):
         assert passive.algorithm is not None and passive.table is not None
-        session = onnx_session(passive.run_dir / run.federated.job_id / f"party-{party}" / MODEL_FILE)
+        session = onnx_session(passive.settings.run_dir / run.federated.job_id / f"party-{party}" / MODEL_FILE)
         features = passive.table.features[rows].astype(np.float32)
         (exported,) = session.run(None, {"features": features})
         if run.algorithm.needs_parties_to_predict:

@@ -85,6 +85,14 @@ class TestSignals:
             # past the stop deadline (45 s) a hung client exits 1 with every thread's stack on stderr
             _, stopped = clients[2].communicate(timeout=60)
             assert clients[2].returncode == 143, stopped.decode()
+
+            def noticed() -> bool:
+                nonlocal joined
+                joined += _drain(server.stderr)
+                return b"party_offline" in joined
+
+            # before the server's own stop: its Finish would make any later close a routine party_left
+            eventually(noticed, "the server logging party 2 offline", 60, every=0.1)
         finally:
             server.send_signal(signal.SIGTERM)
             _, err = server.communicate(timeout=30)

@@ -168,6 +168,19 @@ class TestLiveness:
             ("party_left", "info", 3),
         ]
 
+    def test_a_party_that_ended_the_job_still_warns_after_finish(self) -> None:
+        """Finish after a party's own failure (a daemon stopped by a signal reports one) is no routine end for it."""
+        parties = _online()
+        with structlog.testing.capture_logs() as logs:
+            parties.liveness.report_failure(2, "stopped by signal")
+            parties.tasks.finish(False, "party 2 failed")
+            parties.liveness.leave(2, _session(parties, 2))
+            parties.liveness.leave(3, _session(parties, 3))
+        assert [(e["event"], e["peer"]) for e in logs if e["event"] != "party_failed"] == [
+            ("party_offline", 2),
+            ("party_left", 3),
+        ]
+
     def test_a_second_stream_is_refused_while_the_first_is_open(self) -> None:
         """One Subscribe stream per party: a second is JoinRejected; once the first closed, a new one is taken."""
         parties = _online()
