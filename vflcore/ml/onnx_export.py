@@ -23,16 +23,19 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
-import onnxruntime
 import torch
 from torch import nn
 
 from vflcore.data.checkpoints import atomic_write
 from vflcore.errors import ArtifactError
 from vflcore.job.spec import JobSpec
+
+if TYPE_CHECKING:  # imported where a session is made (``onnx_session`` says why)
+    import onnxruntime
 
 __all__ = ["MODEL_FILE", "OPSET", "PROBE_ROWS", "TOLERANCE", "OnnxPart", "export_onnx", "onnx_session", "part_metadata"]
 
@@ -96,7 +99,14 @@ def _as_tuple(output: torch.Tensor | tuple[torch.Tensor, ...]) -> tuple[torch.Te
 
 
 def onnx_session(model: bytes | str | Path, *, threads: int = 1) -> onnxruntime.InferenceSession:
-    """An onnxruntime CPU session with ``threads`` intra-op threads (one answers batch-1 fastest)."""
+    """An onnxruntime CPU session with ``threads`` intra-op threads (one answers batch-1 fastest).
+
+    onnxruntime is imported here, at the first session, not with this module: its import costs a
+    daemon about 0.2 s of CPU and starts a native thread at its start, and a daemon makes its
+    first session only when a job ends (the export's check) or a model is served.
+    """
+    import onnxruntime
+
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1

@@ -26,7 +26,6 @@ from typing import Any
 import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
-from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
 
 from vflcore.errors import ArtifactError
 from vflcore.ml.onnx_export import MODEL_FILE, onnx_session
@@ -50,18 +49,26 @@ FORMAT = "vfl-onnx/1"
 FORMAT_KEY = "vfl.format"
 INFO_KEY = "vfl.info"
 
-#: onnxruntime's errors at session creation: none derives from a standard exception class.
-_ORT_ERRORS = (
-    ort_state.Fail,
-    ort_state.InvalidArgument,
-    ort_state.InvalidGraph,
-    ort_state.InvalidProtobuf,
-    ort_state.NoSuchFile,
-    ort_state.NotImplemented,
-    ort_state.RuntimeException,
-)
 #: onnxruntime's names for the element types the contract uses, by KServe datatype.
 _ORT_TYPES = {"FP32": "tensor(float)", "INT64": "tensor(int64)"}
+
+
+def _ort_errors() -> tuple[type[Exception], ...]:
+    """onnxruntime's errors at session creation: none derives from a standard exception class.
+
+    Looked up when a load fails, not at import: ``onnx_session`` imports onnxruntime at the first session.
+    """
+    from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
+
+    return (
+        ort_state.Fail,
+        ort_state.InvalidArgument,
+        ort_state.InvalidGraph,
+        ort_state.InvalidProtobuf,
+        ort_state.NoSuchFile,
+        ort_state.NotImplemented,
+        ort_state.RuntimeException,
+    )
 
 
 def info_metadata(info: ArtifactInfo) -> dict[str, str]:
@@ -163,7 +170,7 @@ class OnnxServable:
         self.outputs = prediction_specs(self.info.task, self.info.num_outputs)
         try:
             self.session = onnx_session(data, threads=1)
-        except _ORT_ERRORS as exc:
+        except _ort_errors() as exc:
             raise ArtifactError(f"{path}: onnxruntime cannot load this model ({exc})") from None
         self._check_graph()
         self._output_names = [spec.name for spec in self.outputs]

@@ -1,4 +1,4 @@
-"""What the separate-hosts tests share: a deployment per test module, link outages, and their figures.
+"""What the separate-hosts tests share: the deployment, link outages, and their figures.
 
 ``deployed`` builds the network, installs every host and starts the daemons, and takes it all
 down on leaving, whatever happened. ``outage`` holds a host's link down for a given time: the
@@ -22,6 +22,7 @@ import pytest
 
 from vflcore.data.checkpoints import LATEST, load_checkpoint, party_dir
 from vfltesting.freeze import frozen_process
+from vfltesting.hosts.console import Console
 from vfltesting.hosts.deployment import HOST_NAMES, PASSIVE, Deployment
 from vfltesting.hosts.install import build_wheel
 from vfltesting.hosts.network import Network, cannot_make_namespaces
@@ -85,6 +86,15 @@ def deployed(root: Path, wheel_dir: Path, data: Path, **settings: Any) -> Iterat
             yield deployment
         finally:
             deployment.stop()
+
+
+def finish(deployment: Deployment, console: Console, job_id: str, timeout_s: float = 300) -> dict[str, Any]:
+    """Wait for ``job_id`` to end and return its record; fail, with every host's log tail, unless it finished."""
+    ended = ("finished", "failed", "cancelled")
+    deployment.wait_for(lambda: console.job(job_id)["state"] in ended, f"{job_id} to end", timeout_s)
+    record = console.job(job_id)
+    assert record["state"] == "finished", f"{record}\n{deployment.tail()}"
+    return record
 
 
 def hold(seconds: float) -> None:

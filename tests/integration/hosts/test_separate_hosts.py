@@ -16,11 +16,7 @@ from __future__ import annotations
 import csv
 import itertools
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 from vflcore.data.checkpoints import epoch_path, party_dir
 from vfltesting.hosts.console import Console
@@ -32,11 +28,10 @@ from vfltesting.hosts.faults import (
     MARKS,
     SHORT_OUTAGE_S,
     Figures,
-    deployed,
+    finish,
     frozen,
     hold,
     job_outcome,
-    wheel_folder,
     worst,
 )
 from vfltesting.hosts.install import installed_from
@@ -46,48 +41,9 @@ from vfltesting.service import job_document
 pytestmark = MARKS
 
 
-#: The server's wait for one party's tensor (``[server] step_timeout_s``): 15 s, not the separate-hosts
-#: 120 s. A federated inference request that the server handed to the parties just as their sessions
-#: died (a link down) waits this long for their answer, holding every later request by ID behind it
-#: (``AlignedPredictor``'s lock), although the parties rejoined within seconds: at 120 s the server's
-#: 5 s outage took 120.7 s to recover from, in every run (2026-11-28), party 3's now and then too, and
-#: that wait was most of this file's time; at 30 s, 30.2 and 30.7 s. Every step and PSI upload over
-#: the 2 Mbit/s link takes well under a second.
-STEP_TIMEOUT_S = 15
-
-
-@pytest.fixture(scope="module")
-def hosts(tmp_path_factory: pytest.TempPathFactory, digits_data: Path) -> Iterator[Deployment]:
-    root = tmp_path_factory.mktemp("hosts")
-    server = {"step_timeout_s": STEP_TIMEOUT_S}
-    with deployed(root, wheel_folder(tmp_path_factory.getbasetemp()), digits_data, server=server) as deployment:
-        yield deployment
-
-
-@pytest.fixture(scope="module")
-def console(hosts: Deployment) -> Iterator[Console]:
-    with hosts.console() as console:
-        yield console
-
-
-def _finish(hosts: Deployment, console: Console, job_id: str, timeout_s: float = 300) -> dict[str, Any]:
-    ended = ("finished", "failed", "cancelled")
-    hosts.wait_for(lambda: console.job(job_id)["state"] in ended, f"{job_id} to end", timeout_s)
-    record = console.job(job_id)
-    assert record["state"] == "finished", f"{record}\n{hosts.tail()}"
-    return record
-
-
 def _train(hosts: Deployment, console: Console, job_id: str, algorithm: str = "splitnn") -> dict[str, Any]:
     assert console.submit(job_document(job_id, algorithm, epochs=EPOCHS, **JOB)) == job_id
-    return _finish(hosts, console, job_id)
-
-
-@pytest.fixture(scope="module")
-def clean(hosts: Deployment, console: Console) -> JobOutcome:
-    """The fault-free SplitNN job: PSI and training across the hosts."""
-    _train(hosts, console, "clean")
-    return job_outcome(hosts, "clean")
+    return finish(hosts, console, job_id)
 
 
 def test_each_host_runs_its_own_install_and_reaches_the_others_only_over_the_switch(hosts: Deployment) -> None:
@@ -119,7 +75,7 @@ def test_a_job_resumes_from_its_checkpoints_after_the_server_host_crashes(
         assert seen < EPOCHS and not epoch_path(party_dir(hosts.runs("party3"), job_id, 3), seen).exists()
         hosts.kill("server")
     hosts.start_server()
-    _finish(hosts, console, job_id)
+    finish(hosts, console, job_id)
     resumed = hosts.events("server", "resumed")
     assert resumed and resumed[-1]["job"] == job_id, resumed
     assert_same_model(job_outcome(hosts, job_id), clean)

@@ -40,12 +40,11 @@ from vfltesting.hosts.faults import (
     MARKS,
     SHORT_OUTAGE_S,
     Figures,
-    deployed,
+    finish,
     first_event_after,
     frozen,
     hold,
     job_outcome,
-    wheel_folder,
     worst,
 )
 from vfltesting.recovery import JobOutcome, assert_same_model, weight_differences
@@ -55,35 +54,6 @@ pytestmark = MARKS
 
 #: Party 3 frozen at the moment of a fault, for as long as the block that cuts its link.
 Moment = Callable[[Deployment], AbstractContextManager[None]]
-
-
-@pytest.fixture(scope="module")
-def hosts(tmp_path_factory: pytest.TempPathFactory, digits_data: Path) -> Iterator[Deployment]:
-    root = tmp_path_factory.mktemp("hosts")
-    with deployed(root, wheel_folder(tmp_path_factory.getbasetemp()), digits_data, serving=False) as deployment:
-        yield deployment
-
-
-@pytest.fixture(scope="module")
-def console(hosts: Deployment) -> Iterator[Console]:
-    with hosts.console() as console:
-        yield console
-
-
-@pytest.fixture(scope="module")
-def clean(hosts: Deployment, console: Console) -> JobOutcome:
-    """The fault-free run of the job, on the same hosts."""
-    job_id = console.submit(job_document("clean", "splitnn", epochs=EPOCHS, **JOB))
-    _finish(hosts, console, job_id)
-    return job_outcome(hosts, job_id)
-
-
-def _finish(hosts: Deployment, console: Console, job_id: str, timeout_s: float = 300) -> dict[str, Any]:
-    hosts.wait_for(lambda: console.job(job_id)["state"] in ("finished", "failed", "cancelled"), f"{job_id} to end",
-                   timeout_s)  # fmt: skip
-    record = console.job(job_id)
-    assert record["state"] == "finished", f"{record}\n{hosts.tail()}"
-    return record
 
 
 def _party3(hosts: Deployment, job_id: str) -> Path:
@@ -170,7 +140,7 @@ def test_party_link_down_during_psi_and_an_epoch(
     psi_recovery = _recovered(hosts, "aligned", restored)
     restored = _inside_epoch(hosts, console, job_id, epoch_s)
     epoch_recovery = _recovered(hosts, "first_step", restored)
-    _finish(hosts, console, job_id)
+    finish(hosts, console, job_id)
     faulty = job_outcome(hosts, job_id)
     difference = worst(weight_differences(faulty, clean))
     figures.record(f"party 3 link down {psi_s} s during PSI", recover_s=psi_recovery, job=job_id)
