@@ -44,7 +44,7 @@ ALGORITHMS = ("splitnn", "vimadmm", "apfed_c")
 
 @pytest.fixture(scope="module")
 def clean(pki: Pki, digits_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, JobOutcome]]:
-    """The fault-free run of every algorithm's job, on one set of daemons."""
+    """The fault-free run of every algorithm's job, and of the micro-batched one ("micro"), on one set of daemons."""
     run = service_with_short_limits(tmp_path_factory.mktemp("clean"), pki, digits_data)
     try:
         outcomes = {}
@@ -54,6 +54,9 @@ def clean(pki: Pki, digits_data: Path, tmp_path_factory: pytest.TempPathFactory)
                 jobs.submit(fault_document(job_id, algorithm))
                 finish_job(jobs, run, job_id)
                 outcomes[algorithm] = run_outcome(run, job_id)
+            jobs.submit(_micro_batched_job())
+            finish_job(jobs, run, MICRO_ID)
+            outcomes["micro"] = run_outcome(run, MICRO_ID)
         yield outcomes
     finally:
         run.close()
@@ -64,7 +67,7 @@ class TestPassivePartyKilled:
     def test_killed_during_psi_mid_epoch_and_between_epochs(
         self, algorithm: str, clean: dict[str, JobOutcome], pki: Pki, digits_data: Path, tmp_path: Path
     ) -> None:
-        """kill -9 of party 3 during PSI, in the middle of epoch 2 and right after epoch 3: the same model."""
+        """kill -9 of party 3 during PSI, in the middle of epoch 2 and right after epoch 2: the same model."""
         run = service_with_short_limits(tmp_path, pki, digits_data)
         job_id = fault_job_id(algorithm, "fault")
         party3 = run.root / "runs" / job_id / "party-3"
@@ -84,9 +87,10 @@ class TestPassivePartyKilled:
                 # 2. Inside epoch 2 (index 1), or a later one on a slow machine: never after it.
                 killed_after = kill_inside_epoch(run, jobs, job_id, 1)
                 restart_after_kill(run, "party-3")
-                # 3. Between epochs: right after party 3 saved the next epoch's checkpoint (epoch 3's).
-                after = epoch_path(party3, killed_after + 1)
-                wait_until(after.exists, f"party 3's checkpoint of epoch {killed_after + 2}", run)
+                # 3. Between epochs: right after party 3 saved, resumed, the checkpoint of the epoch it
+                # was killed in (epoch 2's; frozen, it had not saved it), with an epoch left to train.
+                after = epoch_path(party3, killed_after)
+                wait_until(after.exists, f"party 3's checkpoint of epoch {killed_after + 1}", run)
                 run.kill("party-3")
                 restart_after_kill(run, "party-3")
                 lines = finish_job(jobs, run, job_id)
@@ -100,14 +104,14 @@ class TestServerKilled:
     def test_server_killed_mid_epoch_resumes_after_restart(
         self, clean: dict[str, JobOutcome], pki: Pki, digits_data: Path, tmp_path: Path
     ) -> None:
-        """kill -9 of vfl-server in the middle of epoch 3, then a restart: the job resumes by itself."""
+        """kill -9 of vfl-server in the middle of epoch 2, then a restart: the job resumes by itself."""
         run = service_with_short_limits(tmp_path, pki, digits_data)
         job_id = fault_job_id("splitnn", "fault")
         try:
             with operator_client(run, pki) as jobs:
                 jobs.submit(fault_document(job_id, "splitnn"))
-                # Party 3 frozen inside epoch 3 holds the training there while the server dies.
-                with frozen_inside_epoch(run, jobs, job_id, 2) as done:
+                # Party 3 frozen inside epoch 2 holds the training there while the server dies.
+                with frozen_inside_epoch(run, jobs, job_id, 1) as done:
                     run.kill("server")
             restart_after_kill(run, "server")
             with operator_client(run, pki) as jobs:
@@ -193,7 +197,7 @@ class TestWhatAResumedJobReports:
     ) -> None:
         """Party 3 killed in epoch 3 and its checkpoint of epoch 2 lost: epoch 2 is trained again.
 
-        Watch then shows each of the 4 epochs once (before: 5 epoch events); summary.json has the
+        Watch then shows each of the 3 epochs once (before: 4 epoch events); summary.json has the
         pairwise overlaps of the PSI run although the resumed job reused its alignment (before:
         {}); and the server's ``aligned`` line times the whole phase from ``psi_started``.
         """
@@ -239,9 +243,9 @@ def _logged_at(event: dict[str, Any]) -> float:
     return datetime.fromisoformat(event["timestamp"]).timestamp()
 
 
-#: Batches per epoch of these jobs: 936 training rows in batches of 16 (the last one of 8).
-BATCHES_PER_EPOCH = 59
-#: The step after which a party is killed in the checkpoint tests: 41 batches into epoch 2 (from 0: 1).
+#: Batches per epoch of these jobs: 936 training rows in batches of 32 (the last one of 8).
+BATCHES_PER_EPOCH = 30
+#: The step after which a party is killed in the checkpoint tests: 20 batches into epoch 2 (from 0: 1).
 KILL_STEP = 2 * EVERY_STEPS
 
 
@@ -251,30 +255,13 @@ def step_checkpoint(step: int) -> str:
     return f"epoch-{epoch:04d}-batch-{batch:05d}.pt"
 
 
-def _micro_batched_run(root: Path, pki: Pki, data: Path, *, kill: bool) -> JobOutcome:
-    """SplitNN, 3 epochs, every batch in 3 parts, checkpoints every 50 steps; with ``kill``, party 3 is
-    killed once step 100 (batch 41 of epoch 2) is saved on both ends, and the job must resume there."""
-    run = service_with_short_limits(root, pki, data)
-    job_id = fault_job_id("splitnn", "micro")
+MICRO_ID = fault_job_id("splitnn", "micro")
+
+
+def _micro_batched_job() -> dict[str, dict[str, Any]]:
+    """SplitNN, every batch in 3 parts, checkpoints every 25 steps."""
     job = {"checkpoint_every_steps": EVERY_STEPS, "algorithm_options": {"micro_batches": 3}}
-    folders = [run.root / "runs" / job_id / f"party-{p}" for p in (1, 3)]
-    try:
-        with operator_client(run, pki) as jobs:
-            jobs.submit(fault_document(job_id, "splitnn", epochs=3, **job))
-            if kill:
-                kill_at = step_checkpoint(KILL_STEP)
-                wait_until(lambda: all((f / kill_at).exists() for f in folders), f"step {KILL_STEP}", run)
-                time.sleep(0.05)
-                run.kill("party-3")
-                restart_after_kill(run, "party-3")
-            finish_job(jobs, run, job_id)
-        if kill:
-            events = [json.loads(line) for line in run.logs["server"].read_text().splitlines()]
-            [resumed] = [e for e in events if e["event"] == "resumed"]
-            assert (resumed["epoch"], resumed["batch"]) == divmod(KILL_STEP, BATCHES_PER_EPOCH) == (1, 41), resumed
-        return run_outcome(run, job_id)
-    finally:
-        run.close()
+    return fault_document(MICRO_ID, "splitnn", **job)
 
 
 class TestCheckpointsInsideEpochs:
@@ -282,14 +269,14 @@ class TestCheckpointsInsideEpochs:
     def test_resume_replays_at_most_one_interval(
         self, algorithm: str, clean: dict[str, JobOutcome], pki: Pki, digits_data: Path, tmp_path: Path
     ) -> None:
-        """checkpoint_every_steps = 50: a kill inside epoch 2 resumes inside it, at most 50 steps back; same model."""
+        """checkpoint_every_steps = 25: a kill inside epoch 2 resumes inside it, at most 25 steps back; same model."""
         run = service_with_short_limits(tmp_path, pki, digits_data)
         job_id = fault_job_id(algorithm, "fault")
         job = {"checkpoint_every_steps": EVERY_STEPS}
         try:
             with operator_client(run, pki) as jobs:
                 jobs.submit(fault_document(job_id, algorithm, **job))
-                # Step 100 is 41 batches into epoch 2: kill once both ends have saved it.
+                # Step 50 is 20 batches into epoch 2: kill once both ends have saved it.
                 folders = [run.root / "runs" / job_id / f"party-{p}" for p in (1, 3)]
                 kill_at = step_checkpoint(KILL_STEP)
                 wait_until(lambda: all((f / kill_at).exists() for f in folders), f"step {KILL_STEP}", run)
@@ -301,18 +288,34 @@ class TestCheckpointsInsideEpochs:
             [lost] = [e["steps_done"] for e in events if e["event"] == "job_waiting"]
             [resumed] = [e for e in events if e["event"] == "resumed"]
             at = resumed["epoch"] * BATCHES_PER_EPOCH + resumed["batch"]
-            assert (resumed["epoch"], resumed["batch"]) == (1, 41), resumed  # inside epoch 2, not at its start
+            assert (resumed["epoch"], resumed["batch"]) == (1, 20), resumed  # inside epoch 2, not at its start
             assert 0 <= lost - at < EVERY_STEPS, (lost, resumed)
             saved = sorted(p.name for p in (run.root / "runs" / job_id / "party-3").glob("epoch-*.pt"))
-            # The newest two: 200 steps (4 x 50) is 23 batches into epoch 4, then that epoch's end.
-            assert saved == ["epoch-0003-batch-00023.pt", "epoch-0003.pt"], saved
+            # The newest two: 75 steps (3 x 25) is 15 batches into epoch 3, then that epoch's end.
+            assert saved == ["epoch-0002-batch-00015.pt", "epoch-0002.pt"], saved
             assert_same_model(run_outcome(run, job_id), clean[algorithm])
         finally:
             run.close()
 
-    def test_micro_batches_resume_inside_an_epoch(self, pki: Pki, digits_data: Path, tmp_path: Path) -> None:
-        """SplitNN with every batch in 3 parts (``micro_batches``): a kill after step 100 resumes at batch 41 of
-        epoch 2, whose first part travels as wire index 123, and ends with the fault-free run's model."""
-        clean = _micro_batched_run(tmp_path / "clean", pki, digits_data, kill=False)
-        faulty = _micro_batched_run(tmp_path / "fault", pki, digits_data, kill=True)
-        assert_same_model(faulty, clean)
+    def test_micro_batches_resume_inside_an_epoch(
+        self, clean: dict[str, JobOutcome], pki: Pki, digits_data: Path, tmp_path: Path
+    ) -> None:
+        """SplitNN with every batch in 3 parts (``micro_batches``): a kill after step 50 resumes at batch 20 of
+        epoch 2, whose first part travels as wire index 60, and ends with the fault-free run's model."""
+        run = service_with_short_limits(tmp_path, pki, digits_data)
+        folders = [run.root / "runs" / MICRO_ID / f"party-{p}" for p in (1, 3)]
+        try:
+            with operator_client(run, pki) as jobs:
+                jobs.submit(_micro_batched_job())
+                kill_at = step_checkpoint(KILL_STEP)
+                wait_until(lambda: all((f / kill_at).exists() for f in folders), f"step {KILL_STEP}", run)
+                time.sleep(0.05)
+                run.kill("party-3")
+                restart_after_kill(run, "party-3")
+                finish_job(jobs, run, MICRO_ID)
+            events = [json.loads(line) for line in run.logs["server"].read_text().splitlines()]
+            [resumed] = [e for e in events if e["event"] == "resumed"]
+            assert (resumed["epoch"], resumed["batch"]) == divmod(KILL_STEP, BATCHES_PER_EPOCH) == (1, 20), resumed
+            assert_same_model(run_outcome(run, MICRO_ID), clean["micro"])
+        finally:
+            run.close()
