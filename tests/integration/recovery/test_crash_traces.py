@@ -21,6 +21,7 @@ import pytest
 
 from vflclient import InferenceClient, JobClient
 from vflserver.inference.federated import IDS
+from vfltesting.faults import CLIENT, EPOCHS, JOB, SERVER
 from vfltesting.freeze import frozen_inside_epoch
 from vfltesting.pki import Pki
 from vfltesting.recovery import assert_same_model, job_outcome
@@ -29,13 +30,6 @@ from vfltesting.service import ServiceRun, finish_job, job_document, log_events,
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 JOB_ID = "crash-splitnn"
-EPOCHS = 3
-#: Batches of 16 (59 an epoch): ``frozen_inside_epoch`` finds the middle of an epoch by events, not
-#: by time, so it need not be long; at 8, each of the two jobs cost twice the training.
-JOB = {"batch_size": 16, "join_timeout_s": 60}
-#: Short limits, so that the lost server and party are noticed in seconds.
-SERVER = {"party_timeout_s": 60, "heartbeat_timeout_s": 3}
-CLIENT = {"heartbeat_s": 0.3}
 
 
 def _service(root: Path, pki: Pki, data: Path, *, serving: bool) -> ServiceRun:
