@@ -57,6 +57,7 @@ LOCAL_STEPS = {"vimadmm": 2, "vimadmm_j": 2}
 #: at an epoch's end.
 EVERY_STEPS = 25
 
+
 def fault_job_id(algorithm: str, tag: str) -> str:
     """``tag``-``algorithm``, with dashes: a job id per algorithm and per test."""
     return f"{tag}-{algorithm.replace('_', '-')}"
