@@ -7,8 +7,8 @@ per-step training loss and every party's final weights must agree within 1e-6.
 
 The fault-free runs and most faulty ones share one set of daemons (``service``), each job under
 its own id: a job id changes neither the aligned rows (ordered by the IDs' bytes) nor any seed,
-and a killed daemon is started again by the test that killed it. Three daemon starts a test were
-a third of this file's CPU (measured 2026-11-29). The proxy test and the ``party_timeout_s`` test
+and a killed daemon is started again by the test that killed it. Three daemon starts a test
+fewer took this file from 115 to 101 CPU-s (measured 2026-11-29). The proxy test and the ``party_timeout_s`` test
 start their own, as they need another party 3 route or another server limit.
 """
 

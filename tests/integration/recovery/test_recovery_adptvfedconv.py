@@ -29,8 +29,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 #: no kill lands in it (phase 1 runs on the server alone, and again after the phase-2 kill, which
 #: nothing saved before). One fine-tuning epoch, not 2: the phase-2 kill freezes party 3 inside
 #: it (``frozen_when``), so it needs no long window. 4 channels, not 8: nothing here depends on
-#: the width. Fine-tuning on three parties at once was most of a job's CPU; the file's CPU went
-#: from 83 to 41 CPU-s with the two epochs below (measured 2026-11-29).
+#: the width. Fine-tuning on three parties at once is the longest part of a job.
 CONV_OPTIONS = {"pretrain_epochs": 1, "finetune_epochs": 1, "channels": 4}
 #: Two epochs of phase 3: the phase-3 kill after the first and the checkpoint kill inside the
 #: second each leave training to resume into; a third epoch checked nothing more.
@@ -43,7 +42,7 @@ CONV_JOB = {"batch_size": 16, "join_timeout_s": 60, "passive_parties": [2, 3, 4]
 @pytest.fixture(scope="module")
 def shared(pki: Pki, digits_quadrants: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceRun]:
     """One server and the three passive daemons for the module's jobs, each under its own job id (an id
-    changes no seed or row order): four daemon starts a job were a fifth of this file's CPU (2026-11-29).
+    changes no seed or row order): eight daemon starts fewer than a service a job.
     Every checkpoint is kept (the step checkpoints' test looks at them); the others read only the newest."""
     keeping = {"keep_checkpoints": 100}
     root = tmp_path_factory.mktemp("adptvfedconv")

@@ -130,7 +130,7 @@ def test_a_server_killed_mid_job_resumes_to_the_same_best_epoch(pki: Pki, digits
     job = {"epochs": 14, "batch_size": 64, "learning_rate": 0.05, "validation_fraction": 0.2, "patience": 3}
     outcomes, summaries = [], []
     # Both runs on one set of daemons, each job under its own id (an id changes no seed or row
-    # order): three daemon starts fewer than a service each (measured 2026-11-29).
+    # order): three daemon starts fewer than a service each.
     run = ServiceRun(tmp_path, pki, digits_data, serving=False, server_settings={"keep_checkpoints": 1})
     try:
         run.start_server()
