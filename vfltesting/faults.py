@@ -34,13 +34,17 @@ __all__ = [
     "service_with_short_limits",
 ]
 
-#: Four epochs: every fault lands in epoch 2 or 3 and leaves an epoch after it to resume into.
-EPOCHS = 4
-#: Batches of 16: 59 steps an epoch, enough to be frozen and killed inside one (``frozen_inside_epoch``
-#: and the checkpoint waits find the moment by events, not by time, so a short epoch is as
-#: good as a long one). At batch 8 (117 steps) every job cost twice the training CPU: the recovery
-#: files were a quarter of the suite's CPU on 2 cores (measured 2026-11-28).
-JOB = {"batch_size": 16, "join_timeout_s": 60}
+#: Three epochs: every fault lands in epoch 2 (or, on a slow machine, 3) and leaves training after
+#: it to resume into; the passive-party test kills between epochs 2 and 3. A fourth epoch added
+#: steps before and after each fault and checked nothing more.
+EPOCHS = 3
+#: Batches of 32: 30 steps an epoch (936 training rows, the last batch of 8), enough to be frozen
+#: and killed inside one (``frozen_inside_epoch`` and the checkpoint waits find the moment by
+#: events, not by time, so a short epoch is as good as a long one). Each step is a round of gRPC
+#: calls over TLS on every party, so the job's CPU goes with its steps. The recovery files were a
+#: quarter of the suite's CPU on 2 cores; 3 epochs at 32 (90 steps) instead of 4 at 16 (236) took
+#: test_recovery.py from 164 to 115 CPU-s (user+sys, pytest -n 0, measured 2026-11-29).
+JOB = {"batch_size": 32, "join_timeout_s": 60}
 #: Short limits, so that a frozen party is noticed in seconds, not minutes.
 SERVER = {"party_timeout_s": 60, "heartbeat_timeout_s": 3}
 CLIENT = {"heartbeat_s": 0.3}
@@ -48,8 +52,10 @@ CLIENT = {"heartbeat_s": 0.3}
 #: checked here is the resume, which τ does not change (2 is still several steps on one answer);
 #: at 10 a VIMADMM job cost 21 CPU-s against SplitNN's 3.4 (5 epochs, measured 2026-11-28).
 LOCAL_STEPS = {"vimadmm": 2, "vimadmm_j": 2}
-#: Checkpoints inside epochs, every 50 steps, in the tests that kill between two of them.
-EVERY_STEPS = 50
+#: Checkpoints inside epochs, every 25 steps, in the tests that kill between two of them: with
+#: 30 steps an epoch, steps 25, 50 and 75 are 25, 20 and 15 batches into epochs 1, 2 and 3, none
+#: at an epoch's end.
+EVERY_STEPS = 25
 
 
 def fault_job_id(algorithm: str, tag: str) -> str:

@@ -6,8 +6,7 @@ The helpers are in ``vfltesting.faults``.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,60 +15,95 @@ import pytest
 from vflclient import JobClient
 from vflcore.data.checkpoints import checkpoint_positions
 from vflcore.job.schedule import Position
-from vfltesting.faults import EVERY_STEPS, epochs_done, operator_client, restart_after_kill, service_with_short_limits
+from vfltesting.faults import epochs_done, operator_client, restart_after_kill, service_with_short_limits
+from vfltesting.freeze import frozen_when
 from vfltesting.pki import Pki
 from vfltesting.recovery import JobOutcome, assert_same_model, job_outcome
-from vfltesting.service import ServiceRun, finish_job, job_document, wait_until
+from vfltesting.service import ServiceRun, finish_job, job_document, log_events, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 
 #: AdptVFedConv on digits quadrants, one per party (003): its passive parties work only in epoch 1.
-#: Batches of 16 (90 an epoch), as ``test_recovery``'s jobs: the kills wait for events, not time.
-CONV_OPTIONS = {"pretrain_epochs": 3, "finetune_epochs": 2, "channels": 8}
+#: Batches of 16 (90 an epoch): the kills wait for events, not time. One pre-training epoch, not 3:
+#: no kill lands in it (phase 1 runs on the server alone, and again after the phase-2 kill, which
+#: nothing saved before). One fine-tuning epoch, not 2: the phase-2 kill freezes party 3 inside
+#: it (``frozen_when``), so it needs no long window. 4 channels, not 8: nothing here depends on
+#: the width. Fine-tuning on three parties at once is the longest part of a job.
+CONV_OPTIONS = {"pretrain_epochs": 1, "finetune_epochs": 1, "channels": 4}
+#: Two epochs of phase 3: the phase-3 kill after the first and the checkpoint kill inside the
+#: second each leave training to resume into; a third epoch checked nothing more.
+CONV_EPOCHS = 2
+#: Checkpoints inside phase 3's epochs every 50 steps (steps 100 and 150 are inside epoch 2).
+CONV_EVERY_STEPS = 50
 CONV_JOB = {"batch_size": 16, "join_timeout_s": 60, "passive_parties": [2, 3, 4], "seed": 3, "learning_rate": 0.003}
 
 
-def _adptvfedconv(
-    root: Path,
-    pki: Pki,
-    data: Path,
-    kill: Callable[[ServiceRun, JobClient, str], None] | None = None,
-    keep: int = 2,
-    **job: Any,
-) -> JobOutcome:
-    """One AdptVFedConv job on digits quadrants; ``kill`` interrupts it (and restarts what it killed)."""
-    keeping = {"keep_checkpoints": keep}
-    run = service_with_short_limits(root, pki, data, parties=(2, 3, 4), server=keeping, client=keeping)
-    job_id = "fault-adptvfedconv"
-    document = job_document(job_id, "adptvfedconv", epochs=3, algorithm_options=CONV_OPTIONS, **CONV_JOB, **job)
+@pytest.fixture(scope="module")
+def shared(pki: Pki, digits_quadrants: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceRun]:
+    """One server and the three passive daemons for the module's jobs, each under its own job id (an id
+    changes no seed or row order): eight daemon starts fewer than a service a job.
+    Every checkpoint is kept (the step checkpoints' test looks at them); the others read only the newest."""
+    keeping = {"keep_checkpoints": 100}
+    root = tmp_path_factory.mktemp("adptvfedconv")
+    run = service_with_short_limits(root, pki, digits_quadrants, parties=(2, 3, 4), server=keeping, client=keeping)
     try:
-        with operator_client(run, pki) as jobs:
-            jobs.submit(document)
-            if kill is not None:
-                kill(run, jobs, job_id)
-            finish_job(jobs, run, job_id)
-        return job_outcome(run.root / "runs", job_id, parties=(1, 2, 3, 4))
+        yield run
     finally:
         run.close()
 
 
+@pytest.fixture
+def service(shared: ServiceRun) -> ServiceRun:
+    """The shared daemons, every one running: one a failed test left killed is started again."""
+    for name, alive in shared.alive().items():
+        if not alive:
+            restart_after_kill(shared, name)
+    return shared
+
+
+def _adptvfedconv(
+    run: ServiceRun,
+    pki: Pki,
+    job_id: str,
+    kill: Callable[[ServiceRun, JobClient, str], None] | None = None,
+    **job: Any,
+) -> JobOutcome:
+    """One AdptVFedConv job on digits quadrants; ``kill`` interrupts it (and restarts what it killed)."""
+    options = {"epochs": CONV_EPOCHS, "algorithm_options": CONV_OPTIONS}
+    document = job_document(job_id, "adptvfedconv", **options, **CONV_JOB, **job)
+    with operator_client(run, pki) as jobs:
+        jobs.submit(document)
+        if kill is not None:
+            kill(run, jobs, job_id)
+        finish_job(jobs, run, job_id)
+    return job_outcome(run.root / "runs", job_id, parties=(1, 2, 3, 4))
+
+
+def _job_logged(log: Path, job_id: str, name: str) -> bool:
+    """Whether a daemon's log has an event ``name`` of job ``job_id`` (the daemons run other jobs too)."""
+    return any(e.get("job") == job_id for e in log_events(log, name))
+
+
 @pytest.fixture(scope="module")
-def clean_adptvfedconv(pki: Pki, digits_quadrants: Path, tmp_path_factory: pytest.TempPathFactory) -> JobOutcome:
-    return _adptvfedconv(tmp_path_factory.mktemp("clean-adptvfedconv"), pki, digits_quadrants)
+def clean_adptvfedconv(shared: ServiceRun, pki: Pki) -> JobOutcome:
+    return _adptvfedconv(shared, pki, "clean-adptvfedconv")
 
 
 class TestAdptVFedConv:
-    def test_killed_in_phase_2_and_phase_3(
-        self, clean_adptvfedconv: JobOutcome, pki: Pki, digits_quadrants: Path, tmp_path: Path
-    ) -> None:
+    def test_killed_in_phase_2_and_phase_3(self, clean_adptvfedconv: JobOutcome, service: ServiceRun, pki: Pki) -> None:
         """kill -9 of party 3 while it fine-tunes (phase 2) and while the server trains alone (phase 3): same model."""
 
         def kill_twice(run: ServiceRun, jobs: JobClient, job_id: str) -> None:
-            # Phase 2: party 3 has the extractor and is fine-tuning; nothing is saved yet.
+            # Phase 2: party 3 has the extractor and is fine-tuning (its one epoch not done); nothing is saved yet.
             log3 = run.root / "party-3.log"
-            wait_until(lambda: '"extractor_received"' in log3.read_text(errors="replace"), "phase 2", run)
-            run.kill("party-3")
+            with frozen_when(
+                run.procs["party-3"],
+                lambda: _job_logged(log3, job_id, "extractor_received"),
+                lambda: _job_logged(log3, job_id, "autoencoder_epoch"),
+                "phase 2: party 3 fine-tuning",
+            ):
+                run.kill("party-3")
             restart_after_kill(run, "party-3")
             # Phase 3: the server trains its classifier alone (an epoch is a fraction of the
             # first, which held phases 1 and 2), so kill at once; the loss shows at its evaluation.
@@ -79,11 +113,11 @@ class TestAdptVFedConv:
             lines = finish_job(jobs, run, job_id)
             assert sum("waiting for party 3" in line for line in lines) == 2, lines
 
-        faulty = _adptvfedconv(tmp_path, pki, digits_quadrants, kill_twice)
+        faulty = _adptvfedconv(service, pki, "kills-adptvfedconv", kill_twice)
         assert_same_model(faulty, clean_adptvfedconv)
 
     def test_checkpoints_inside_phase_3_epochs(
-        self, clean_adptvfedconv: JobOutcome, pki: Pki, digits_quadrants: Path, tmp_path: Path
+        self, clean_adptvfedconv: JobOutcome, service: ServiceRun, pki: Pki
     ) -> None:
         """checkpoint_every_steps = 50: the server tells the idle parties when to save; a kill resumes in epoch 2."""
 
@@ -96,12 +130,11 @@ class TestAdptVFedConv:
             newest = checkpoint_positions(folder)[-1]
             restart_after_kill(run, "party-3")
             finish_job(jobs, run, job_id)
-            events = [json.loads(line) for line in run.logs["server"].read_text().splitlines()]
-            [resumed] = [e for e in events if e["event"] == "resumed"]
+            [resumed] = [e for e in log_events(run.logs["server"], "resumed") if e.get("job") == job_id]
             assert Position(resumed["epoch"], resumed["batch"]) == newest, (resumed, newest)
             assert newest.batch > 0, newest
 
         faulty = _adptvfedconv(
-            tmp_path, pki, digits_quadrants, kill_inside_epoch_2, keep=100, checkpoint_every_steps=EVERY_STEPS
+            service, pki, "steps-adptvfedconv", kill_inside_epoch_2, checkpoint_every_steps=CONV_EVERY_STEPS
         )
         assert_same_model(faulty, clean_adptvfedconv)
