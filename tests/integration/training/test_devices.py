@@ -49,7 +49,7 @@ def _start(command: str, config: Path, launcher: Launcher | None = None) -> tupl
 
     Each refusal is checked once exec'd, as a user starts the command; its other cases are forked
     (``vfltesting.forked``: the same ``main`` in its own process, without the interpreter's start and
-    imports), about 1 CPU-s a start rather than 6: 15 CPU-s of this module's 33.
+    imports), about 1 CPU-s a start rather than 6: MEASURE.
     """
     argv = [str(BIN / command), "--config", str(config)]
     if launcher is None:
@@ -99,7 +99,9 @@ def test_splitnn_with_a_gpu_party_and_cpu_parties_trains_like_the_cpu_run(
     server: str, clients: str, pki: Pki, digits_data: Path, tmp_path: Path, one_torch_thread: None
 ) -> None:
     """Mixed devices train together: per-step losses near the all-CPU run's, accuracy within 2 points."""
-    job = replace(REFERENCE_JOB, job_id=f"devices-{server}-{clients}")
+    # 12 epochs, as when its 2-point margin was set: REFERENCE_JOB's 4 end short of convergence, where
+    # other kernels' rounding may move the accuracy more. It runs only on a GPU host (no CPU cost in CI).
+    job = replace(REFERENCE_JOB, job_id=f"devices-{server}-{clients}", epochs=12)
     on_cpu = run_whole_job(pki, digits_data, tmp_path / "cpu", replace(job, job_id="devices-cpu"))
     mixed = run_whole_job(pki, digits_data, tmp_path / "mixed", job, device=server, passive_device=clients)
     cpu_losses = np.array(on_cpu.active.algorithm.step_losses)
