@@ -27,7 +27,9 @@ from vfltesting.pki import Pki
 
 # Per-step losses may differ only by float32 rounding: the wire carries the exact float32 bytes.
 LOSS_TOLERANCE = 1e-5
-MIN_STEPS = 100
+#: The fewest steps a comparison holds equal: 60, four epochs of the digits job (it was 100, seven);
+#: a run that performs other float operations than its reference parts from it within a few steps.
+MIN_STEPS = 60
 TOP_HIDDEN = (64,)
 
 

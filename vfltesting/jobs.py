@@ -31,7 +31,10 @@ DIGITS_JOB = JobSpec(
 SMALL_JOB = replace(DIGITS_JOB, job_id="test-job", embedding_dim=8, bottom_hidden=(32,))
 
 # The example digits give each party 85-90 % of the 1797 samples; PSI finds the ~1170 they share.
-# 20 % held out: 936 training rows = 15 batches of 64 per epoch, 180 steps in 12 epochs (12 rather
-# than fewer so that the accuracy bar is met with a margin: 0.97 on the 234 held-out digits).
+# 20 % held out: 936 training rows = 15 batches of 64 per epoch, 60 steps in 4 epochs. 4 rather than
+# the 12 it had: every step's loss equal to the reference's is shown as well by 60 steps as by 180
+# (``equivalence.MIN_STEPS``), and the accuracy bars only say that the model learns (each test states
+# the figure its bar was set from). It cut the CPU of the modules that train it by 38-58 %
+# (test_apfed 13.7 to 5.8 CPU-s).
 #: The job the equivalence tests train twice (federated and by the reference), and others derive from.
-REFERENCE_JOB = replace(DIGITS_JOB, job_id="reference-digits", seed=7, epochs=12)
+REFERENCE_JOB = replace(DIGITS_JOB, job_id="reference-digits", seed=7, epochs=4)

@@ -38,11 +38,14 @@ JOB = replace(
     job_id="adptvfedconv-digits",
     algorithm="adptvfedconv",
     seed=3,
-    epochs=12,
+    epochs=4,
     passive_parties=(2, 3, 4),
-    algorithm_options={"pretrain_epochs": 10, "finetune_epochs": 5, "channels": 16},
+    algorithm_options={"pretrain_epochs": 5, "finetune_epochs": 3, "channels": 16},
 )
-# On the 360 held-out digits; this job measured 0.975 (a centralised MLP reaches about 0.97).
+# On the 360 held-out digits; this job measured 0.967 (a centralised MLP reaches about 0.97). Its
+# phases are short (5 pre-training, 3 autoencoder and 4 classifier epochs, 92 classifier steps; they
+# were 10, 5 and 12, which reached 0.975): every step is held to the reference however many there are,
+# and this cut the module's CPU from 21.5 to 11.9 CPU-s.
 ACCURACY_BAR = 0.93
 
 

@@ -26,41 +26,37 @@ from vfltesting.pki import Pki
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_torch_thread")]
 
 # Each job is the SplitNN reference test's digits job (seed 7, batches of 64, 15 an epoch, Adam at
-# 0.003, the active party with features of its own) with another algorithm, and fewer epochs than
-# its 12: every round's loss equal to the reference's is shown as well by a short run as by a long
-# one (``equivalence.MIN_STEPS``: 100), and the bars below only say that the model learns.
-#: 7 epochs: 105 rounds.
-EPOCHS = 7
-FEDBCD_JOB = replace(
-    REFERENCE_JOB, job_id="fedbcd-digits", algorithm="fedbcd", epochs=EPOCHS, algorithm_options={"local_steps": 3}
-)
-#: FedBCD with Q = 1 against SplitNN: 4 epochs (60 steps) of the job, not 12. The test holds the two
-#: runs' losses equal bit for bit, which a short run shows as well as a long one; it has no accuracy bar.
-Q1_EPOCHS = 4
+# 0.003, the active party with features of its own, 4 epochs) with another algorithm: every round's
+# loss equal to the reference's is shown as well by a short run as by a long one
+# (``equivalence.MIN_STEPS``: 60), and the bars below only say that the model learns (chance is 0.1).
+# 7 epochs before: 4 (and the Q = 1 test without references) cut the module's CPU from 43.7 to 29.7
+# CPU-s (one process, user+sys).
+FEDBCD_JOB = replace(REFERENCE_JOB, job_id="fedbcd-digits", algorithm="fedbcd", algorithm_options={"local_steps": 3})
+#: FedBCD with Q = 1 against SplitNN: 2 epochs (30 steps, an epoch's turn inside). The test holds the
+#: two federated runs' losses equal bit for bit, which a short run shows as well as a long one; it
+#: has no accuracy bar, and needs no reference (both runs are federated).
+Q1_EPOCHS = 2
 FEDBCD_Q1_JOB = replace(
     REFERENCE_JOB, job_id="fedbcd1-digits", algorithm="fedbcd", epochs=Q1_EPOCHS, algorithm_options={"local_steps": 1}
 )
-VIMSGD_JOB = replace(REFERENCE_JOB, job_id="vimsgd-digits", algorithm="vimsgd", epochs=EPOCHS)
-# Each of the 105 rounds with an exact z solve and τ = 10 local steps on every party.
+VIMSGD_JOB = replace(REFERENCE_JOB, job_id="vimsgd-digits", algorithm="vimsgd")
+# Each of the 60 rounds with an exact z solve and τ = 10 local steps on every party.
 VIMADMM_JOB = replace(
-    REFERENCE_JOB,
-    job_id="vimadmm-digits",
-    algorithm="vimadmm",
-    epochs=EPOCHS,
-    algorithm_options={"local_steps": 10, "rho": 1.0},
+    REFERENCE_JOB, job_id="vimadmm-digits", algorithm="vimadmm", algorithm_options={"local_steps": 10, "rho": 1.0}
 )
 # VIMADMM-J with τ = 5, not 10: its local steps were most of its time (21.8 s against 15.0 s, one
 # process), and every one of its losses is held to the reference's whatever τ is. (VIMADMM keeps 10:
-# its time did not change with τ, and its bar's margin did, 0.987 to 0.962.)
+# at 7 epochs its time did not change with τ, and its bar's margin did, 0.987 to 0.962.)
 VIMADMM_J_JOB = replace(
     VIMADMM_JOB, job_id="vimadmm-j-digits", algorithm="vimadmm_j", algorithm_options={"local_steps": 5, "rho": 1.0}
 )
-# Bars on the 234 held-out digits; at these 7 epochs the runs reached 0.936 (FedBCD), 0.940 (VIMSGD),
-# 0.987 (VIMADMM, which was at 0.949 after its first epoch) and 0.979 (VIMADMM-J, 0.974 with τ = 10).
-FEDBCD_ACCURACY_BAR = 0.92
-VIMSGD_ACCURACY_BAR = 0.92
-VIMADMM_ACCURACY_BAR = 0.95
-VIMADMM_J_ACCURACY_BAR = 0.95
+# Bars on the 234 held-out digits. At these 4 epochs the runs reached 0.893 (FedBCD), 0.893 (VIMSGD),
+# 0.970 (VIMADMM) and 0.966 (VIMADMM-J); at 7 epochs 0.936, 0.940, 0.987 and 0.979 (bars 0.92, 0.92,
+# 0.95, 0.95). Each bar sits about 0.04 below its run's figure.
+FEDBCD_ACCURACY_BAR = 0.85
+VIMSGD_ACCURACY_BAR = 0.85
+VIMADMM_ACCURACY_BAR = 0.93
+VIMADMM_J_ACCURACY_BAR = 0.93
 
 
 def _run(job: JobSpec, pki: Pki, data: Path, tmp: pytest.TempPathFactory) -> Comparison:
@@ -84,7 +80,7 @@ def vimsgd(pki: Pki, digits_data: Path, tmp_path_factory: pytest.TempPathFactory
 
 class TestFedBCD:
     def test_every_round_loss_matches_the_reference(self, fedbcd: Comparison) -> None:
-        """Q = 3 steps of every bottom model a round, one of the top: each of 105 round losses agrees within 1e-5."""
+        """Q = 3 steps of every bottom model a round, one of the top: each of 60 round losses agrees within 1e-5."""
         assert_same_steps(fedbcd)
 
     def test_federated_model_reaches_the_accuracy_bar(self, fedbcd: Comparison) -> None:
@@ -94,11 +90,14 @@ class TestFedBCD:
         self, pki: Pki, digits_data: Path, tmp_path_factory: pytest.TempPathFactory
     ) -> None:
         """FedBCD with Q = 1 gives SplitNN's losses, step for step, bit for bit."""
-        run = _run(FEDBCD_Q1_JOB, pki, digits_data, tmp_path_factory)
         splitnn_job = replace(REFERENCE_JOB, job_id="splitnn-for-q1", epochs=Q1_EPOCHS)
-        splitnn = _run(splitnn_job, pki, digits_data, tmp_path_factory)
-        assert len(run.federated_losses) == 15 * Q1_EPOCHS
-        assert np.array_equal(np.array(run.federated_losses), np.array(splitnn.federated_losses))
+        runs = [
+            run_whole_job(pki, digits_data, tmp_path_factory.mktemp(job.job_id), job, top_hidden=TOP_HIDDEN)
+            for job in (FEDBCD_Q1_JOB, splitnn_job)
+        ]
+        fedbcd_losses, splitnn_losses = (np.array(run.active.algorithm.step_losses) for run in runs)
+        assert len(fedbcd_losses) == 15 * Q1_EPOCHS
+        assert np.array_equal(fedbcd_losses, splitnn_losses)
 
     def test_local_steps_lower_the_loss_per_communication_round(self, fedbcd: Comparison, digits_data: Path) -> None:
         """The point of Q > 1: over the first two epochs (30 rounds), the mean training loss per
@@ -114,7 +113,7 @@ class TestFedBCD:
 
 class TestVIMSGD:
     def test_every_round_loss_matches_the_reference(self, vimsgd: Comparison) -> None:
-        """Linear heads updated before the embeddings' gradients: each of 105 losses agrees within 1e-5."""
+        """Linear heads updated before the embeddings' gradients: each of 60 losses agrees within 1e-5."""
         assert_same_steps(vimsgd)
 
     def test_federated_model_reaches_the_accuracy_bar(self, vimsgd: Comparison) -> None:
@@ -123,14 +122,14 @@ class TestVIMSGD:
 
 class TestVIMADMM:
     def test_every_round_loss_matches_the_reference(self, vimadmm: Comparison) -> None:
-        """z, λ, heads on the server, λ/s/W over PushADMMState, τ local steps: 105 losses agree within 1e-5."""
+        """z, λ, heads on the server, λ/s/W over PushADMMState, τ local steps: 60 losses agree within 1e-5."""
         assert_same_steps(vimadmm)
 
     def test_federated_model_reaches_the_accuracy_bar(self, vimadmm: Comparison) -> None:
         assert vimadmm.federated.final_metrics["accuracy"] >= VIMADMM_ACCURACY_BAR
 
     def test_duals_match_the_reference(self, vimadmm: Comparison) -> None:
-        """The server's λ for every training row is the reference's, after its 7 epochs."""
+        """The server's λ for every training row is the reference's, after its 4 epochs."""
         assert isinstance(vimadmm.algorithm, VIMADMMServer)
         assert torch.allclose(vimadmm.algorithm.duals, vimadmm.reference.duals, atol=1e-4)
 
@@ -142,7 +141,7 @@ def joint(pki: Pki, digits_data: Path, tmp_path_factory: pytest.TempPathFactory)
 
 class TestVIMADMMJ:
     def test_every_round_loss_matches_the_reference(self, joint: Comparison) -> None:
-        """Logits up, λ and s^k back by PushADMMState, head then bottom τ times: 105 losses within 1e-5."""
+        """Logits up, λ and s^k back by PushADMMState, head then bottom τ times: 60 losses within 1e-5."""
         assert_same_steps(joint)
 
     def test_federated_model_reaches_the_accuracy_bar(self, joint: Comparison) -> None:

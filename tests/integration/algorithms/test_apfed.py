@@ -28,14 +28,13 @@ from vfltesting.pki import Pki
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_torch_thread")]
 
-# The reference test's digits job (seed 7, 12 epochs of 15 batches of 64, Adam 0.003). The active
+# The reference test's digits job (seed 7, 4 epochs of 15 batches of 64, Adam 0.003). The active
 # party predicts from its own top three image rows only (row 0 is nearly blank), so the bar is
-# far below the all-party models': in-process, APFed-R reached 0.688, APFed-C 0.701 and the
-# active party alone (SingleVL, λ = 0) 0.679 on the 234 held-out digits. With the customer-like
-# IDs of issue 36 the held-out rows are others: APFed-R 0.6496 (152 of 234), APFed-C 0.6795. The
-# bar is a check that the model learned from the active party's rows (chance is 0.1), not a
-# benchmark (that is `make bench-apfed`), so it sits below both, as it did before.
-APFED_ACCURACY_BAR = 0.62
+# far below the all-party models': after 12 epochs APFed-R reached 0.6496 and APFed-C 0.6795 on the
+# 234 held-out digits (bar 0.62); after these 4, 0.530 and 0.526. The bar is a check that the model
+# learned from the active party's rows (chance is 0.1), not a benchmark (that is `make bench-apfed`),
+# so it sits below both. 4 epochs, not 12, cut the module's CPU from 13.7 to 5.8 CPU-s.
+APFED_ACCURACY_BAR = 0.45
 
 
 @pytest.fixture(scope="module", params=["apfed_r", "apfed_c"])
@@ -47,7 +46,7 @@ def run(
 
 
 def test_every_step_matches_the_reference(run: Comparison) -> None:
-    """L_A of each of the 180 steps agrees with the in-process APFed within 1e-5."""
+    """L_A of each of the 60 steps agrees with the in-process APFed within 1e-5."""
     assert_same_steps(run)
 
 

@@ -22,7 +22,7 @@ from vfltesting.pki import Pki
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_torch_thread")]
 
 MAX_STALENESS = 3
-ASYNC_JOB = replace(REFERENCE_JOB, job_id="async-digits", algorithm="async", epochs=12)
+ASYNC_JOB = replace(REFERENCE_JOB, job_id="async-digits", algorithm="async", epochs=4)
 DELAYED_JOB = replace(
     REFERENCE_JOB,
     job_id="async-delayed",
@@ -30,8 +30,9 @@ DELAYED_JOB = replace(
     epochs=2,
     algorithm_options={"max_staleness": MAX_STALENESS, "delay": "round_robin", "delay_s": 0.04, "delayed_parties": [3]},
 )
-# Seen: 0.966 after 12 epochs; the margin allows for the arrival order, which varies run to run.
-ACCURACY_BAR = 0.90
+# Seen: 0.833 after 4 epochs (0.966 after 12, with a bar of 0.90; 4 cut the module's CPU from 6.5 to 4.2 CPU-s);
+# the margin allows for the arrival order, which varies run to run.
+ACCURACY_BAR = 0.70
 
 
 def _run(job: JobSpec, pki: Pki, data: Path, tmp: Path) -> tuple[RunSummary, ServerAlgorithm]:
@@ -40,10 +41,10 @@ def _run(job: JobSpec, pki: Pki, data: Path, tmp: Path) -> tuple[RunSummary, Ser
 
 
 def test_async_trains_to_the_accuracy_bar(pki: Pki, digits_data: Path, tmp_path: Path) -> None:
-    """Every party's batch trained on arrival with the others' cached embeddings; accuracy >= 0.90."""
+    """Every party's batch trained on arrival with the others' cached embeddings; accuracy >= 0.70."""
     summary, algorithm = _run(ASYNC_JOB, pki, digits_data, tmp_path)
     assert isinstance(algorithm, AsyncServer)
-    assert len(algorithm.step_losses) == 2 * 12 * 15  # one server update per party and batch
+    assert len(algorithm.step_losses) == 2 * 4 * 15  # one server update per party and batch
     assert summary.final_metrics["accuracy"] >= ACCURACY_BAR
 
 

@@ -24,8 +24,10 @@ from vfltesting.pki import Pki
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_torch_thread")]
 
 NOISY_PARTY = 3
+# 2 epochs (4 before): the noisy party's head norm was already the smallest by far, 1.62 against
+# 1.98 and 2.07 (VIMADMM), 1.77 against 3.01 and 3.22 (VIMADMM-J); it cut the module's CPU from 17.8 to 10.8 CPU-s.
 JOB = replace(
-    REFERENCE_JOB, job_id="denoising", algorithm="vimadmm", epochs=4, algorithm_options={"local_steps": 10, "rho": 1.0}
+    REFERENCE_JOB, job_id="denoising", algorithm="vimadmm", epochs=2, algorithm_options={"local_steps": 10, "rho": 1.0}
 )
 
 

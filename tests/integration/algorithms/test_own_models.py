@@ -120,7 +120,7 @@ CONV_JOB = "own-conv-apfed"
 @pytest.fixture(scope="module")
 def conv_job(daemons: ServiceRun, pki: Pki) -> Path:
     """APFed-C with the active party's own Conv1d encoder and LayerNorm head, trained once; its runs folder."""
-    document = job_document(CONV_JOB, "apfed_c", epochs=3)
+    document = job_document(CONV_JOB, "apfed_c", epochs=1)
     document["model"].update(
         encoder_factory="vfltesting.models:conv_encoder", head_factory="vfltesting.models:layernorm_head"
     )

@@ -23,14 +23,17 @@ from vfltesting.pki import Pki
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_torch_thread")]
 
-ACCURACY_BAR = 0.93
+#: After the digits job's 4 epochs the federated model reached 0.816 on the 234 held-out digits (0.93
+#: was the bar after 12, where it reached 0.970); chance is 0.1.
+ACCURACY_BAR = 0.75
 
-# 442 diabetes rows, 20 % held out: 354 training rows = 12 batches of 32 per epoch, 108 steps in 9.
+# 442 diabetes rows, 20 % held out: 354 training rows = 12 batches of 32 per epoch, 60 steps in 5
+# (9 before, 108 steps: ``equivalence.MIN_STEPS`` is 60).
 DIABETES_JOB = JobSpec(
     job_id="reference-diabetes",
     task="regression",
     seed=11,
-    epochs=9,
+    epochs=5,
     batch_size=32,
     embedding_dim=16,
     bottom_hidden=(32,),
@@ -41,9 +44,9 @@ DIABETES_JOB = JobSpec(
 )
 
 # The regularisers: an L2 penalty on every party's optimizer and dropout in the server's top.
-# 7 epochs of SGD = 105 steps; the dropout masks come from the job's seed on both sides.
+# 4 epochs of SGD = 60 steps (7 before); the dropout masks come from the job's seed on both sides.
 REGULARISED_JOB = replace(
-    REFERENCE_JOB, job_id="reference-regularised", epochs=7, optimizer="sgd", learning_rate=0.05, weight_decay=1e-3
+    REFERENCE_JOB, job_id="reference-regularised", optimizer="sgd", learning_rate=0.05, weight_decay=1e-3
 )
 TOP_DROPOUT = 0.3
 
@@ -79,7 +82,7 @@ class TestRegularised:
 
 class TestClassification:
     def test_every_step_loss_matches_the_reference(self, digits: Comparison) -> None:
-        """Each of the 180 per-step training losses on digits agrees with the reference within 1e-5."""
+        """Each of the 60 per-step training losses on digits agrees with the reference within 1e-5."""
         assert_same_steps(digits)
 
     def test_model_matches_the_reference_on_held_out_rows(self, digits: Comparison) -> None:
@@ -89,13 +92,13 @@ class TestClassification:
         assert digits.federated.epochs[-1].test_loss == pytest.approx(reference_loss, abs=LOSS_TOLERANCE)
 
     def test_federated_model_reaches_the_accuracy_bar(self, digits: Comparison) -> None:
-        """After 12 epochs, federated inference on the 234 held-out digits reaches accuracy >= 0.93."""
+        """After 4 epochs, federated inference on the 234 held-out digits reaches accuracy >= 0.75."""
         assert digits.federated.final_metrics["accuracy"] >= ACCURACY_BAR
 
 
 class TestRegression:
     def test_every_step_loss_matches_the_reference(self, diabetes: Comparison) -> None:
-        """Each of the 108 per-step MSE losses on diabetes (SGD with momentum) agrees within 1e-5."""
+        """Each of the 60 per-step MSE losses on diabetes (SGD with momentum) agrees within 1e-5."""
         assert_same_steps(diabetes)
 
     def test_run_reports_regression_metrics(self, diabetes: Comparison) -> None:
@@ -108,4 +111,4 @@ class TestRegression:
         expected = task_metrics("regression", truth, diabetes.reference.predict(rows).numpy())
         assert final["mse"] == pytest.approx(expected["mse"], abs=1e-5)
         assert final["r2"] == pytest.approx(expected["r2"], abs=1e-5)
-        assert final["r2"] > 0, "the model should explain some of the variance after 9 epochs"
+        assert final["r2"] > 0, "the model should explain some of the variance after 5 epochs"

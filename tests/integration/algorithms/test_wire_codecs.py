@@ -28,7 +28,8 @@ CODECS = ("fp32", "bf16", "int8")
 def runs(
     pki: Pki, digits_data: Path, tmp_path_factory: pytest.TempPathFactory, one_torch_thread: None
 ) -> dict[str, RunSummary]:
-    """The reference test's digits job (12 epochs of SplitNN), once per codec."""
+    """The reference test's digits job (4 epochs of SplitNN, 12 before: at 4 fp32 reached 0.8162, bf16 0.8205 and
+    int8 0.8162; at 12, 0.97 each), once per codec."""
     out = {}
     for codec in CODECS:
         job = replace(REFERENCE_JOB, job_id=f"codec-{codec}", wire_codec=codec)
@@ -39,7 +40,7 @@ def runs(
 @pytest.mark.parametrize("codec", ["bf16", "int8"])
 def test_a_lossy_codec_reaches_fp32_accuracy_within_half_a_point(runs: dict[str, RunSummary], codec: str) -> None:
     reached, exact = runs[codec].final_metrics["accuracy"], runs["fp32"].final_metrics["accuracy"]
-    print(f"SplitNN digits, 12 epochs: {codec} accuracy {reached:.4f}, fp32 {exact:.4f}")
+    print(f"SplitNN digits, {REFERENCE_JOB.epochs} epochs: {codec} accuracy {reached:.4f}, fp32 {exact:.4f}")
     assert reached >= exact - ACCURACY_GAP
 
 
