@@ -32,8 +32,11 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_torch_thread
 #: (at 12 epochs, bar 0.93, SplitNN 0.970). 4 epochs, not 12, and the pipeline run
 #: without its unused reference, cut the module's CPU from 38.4 to 17.5 CPU-s (one process, user+sys).
 ACCURACY_BAR = 0.75
-#: The pipeline's own: it reached 0.705 at 4 epochs, where staleness costs more than at 12 (0.93 held).
-PIPELINE_ACCURACY_BAR = 0.60
+#: The pipeline's job keeps the plain job's 12 epochs and its bar then, 0.93: staleness of two batches
+#: costs little once trained that long (it reached 0.705 at 4 epochs, against the plain job's 0.816).
+#: One in-process run and its exact reference, about 3 CPU-s more than at 4 epochs.
+PIPELINE_EPOCHS = 12
+PIPELINE_ACCURACY_BAR = 0.93
 
 PARTS = 5
 SPLITNN_JOB = replace(REFERENCE_JOB, job_id="micro-splitnn", algorithm_options={"micro_batches": PARTS})
@@ -90,7 +93,12 @@ class TestMicroBatches:
 
 
 #: Two batches sent ahead of the gradient awaited, with the parts: the staleness option.
-PIPELINED_JOB = replace(REFERENCE_JOB, job_id="pipelined", algorithm_options={"pipeline_depth": 2, "micro_batches": 2})
+PIPELINED_JOB = replace(
+    REFERENCE_JOB,
+    job_id="pipelined",
+    epochs=PIPELINE_EPOCHS,
+    algorithm_options={"pipeline_depth": 2, "micro_batches": 2},
+)
 
 
 @pytest.fixture(scope="module")
@@ -102,8 +110,8 @@ def pipelined(pki: Pki, digits_data: Path, tmp_path_factory: pytest.TempPathFact
 class TestPipeline:
     """``pipeline_depth`` changes the maths on purpose; it must still train and must not pass for exact."""
 
-    def test_it_reaches_its_accuracy_bar(self, pipelined: RunningJob) -> None:
-        """Staleness of two batches still trains: 0.705 after 4 epochs against the plain job's 0.816."""
+    def test_it_reaches_the_plain_jobs_accuracy_bar(self, pipelined: RunningJob) -> None:
+        """Staleness of two batches costs little here: the plain job's 12-epoch bar holds (it reached 0.970)."""
         assert pipelined.summary().final_metrics["accuracy"] >= PIPELINE_ACCURACY_BAR
 
     def test_its_losses_are_not_the_exact_ones(self, pipelined: RunningJob, digits_data: Path) -> None:
