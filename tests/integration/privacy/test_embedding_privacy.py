@@ -186,8 +186,8 @@ ROUND_UPLOADS = {
 
 
 #: VIMADMM's local steps per batch (τ), 2 rather than the default 10: the embedding goes up once a batch
-#: whatever τ (the local steps update the bottom model after it is sent); at 10 each VIMADMM job here
-#: took 8 s of wall time against 3 for the others (2026-11-29).
+#: whatever τ (the local steps update the bottom model after it is sent); the two VIMADMM jobs here took
+#: 23.6 CPU-s at 10 and 19.2 at 2, pytest's start (~15) included (2026-11-29).
 LOCAL_STEPS = {"vimadmm": {"local_steps": 2}, "vimadmm_j": {"local_steps": 2}}
 
 
