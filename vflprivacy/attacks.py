@@ -28,13 +28,38 @@ from dataclasses import dataclass
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression, RidgeCV
-from sklearn.metrics import r2_score, roc_auc_score
+from sklearn.metrics import r2_score
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from threadpoolctl import threadpool_limits
 
 #: Ridge penalties the inversion decoder chooses from by cross-validation on the auxiliary rows alone.
 _DECODER_ALPHAS = (1e-6, 1e-4, 1e-2, 1e-1, 1.0, 10.0, 100.0)
+
+
+def roc_auc(positive: np.ndarray, scores: np.ndarray) -> float:
+    """Plain ROC AUC of ``scores`` for the rows where ``positive`` holds: scikit-learn's ``roc_auc_score``'s value.
+
+    Computed as the Mann-Whitney statistic (the chance that a positive row outscores a negative
+    one, a tie counting half), which equals the area under the ROC curve that ``roc_auc_score``
+    integrates. Here because ``roc_auc_score`` spent 95 % of its 7 ms a call on 455 rows validating
+    its input, and a probe makes about 100 calls: the same figure in 0.4 ms. Refuses NaN or
+    infinite scores, as ``roc_auc_score`` does, and needs both classes.
+    """
+    positive = np.asarray(positive, dtype=bool).reshape(-1)
+    scores = np.asarray(scores, dtype=np.float64).reshape(-1)
+    if len(scores) != len(positive):
+        raise ValueError(f"{len(scores)} scores for {len(positive)} labels")
+    if not np.isfinite(scores).all():
+        raise ValueError("Input contains NaN or infinity")
+    n_positive = int(positive.sum())
+    n_negative = len(positive) - n_positive
+    if n_positive == 0 or n_negative == 0:
+        raise ValueError("ROC AUC needs rows of both classes")
+    _, where, counts = np.unique(scores, return_inverse=True, return_counts=True)
+    ends = np.cumsum(counts)
+    ranks = (ends - (counts - 1) / 2.0)[where]  # 1-based, tied scores sharing their mean rank
+    return float((ranks[positive].sum() - n_positive * (n_positive + 1) / 2.0) / (n_positive * n_negative))
 
 
 def leak_auc(scores: np.ndarray, positive: np.ndarray) -> float:
@@ -47,7 +72,7 @@ def leak_auc(scores: np.ndarray, positive: np.ndarray) -> float:
     positive = np.asarray(positive, dtype=bool)
     if positive.all() or not positive.any():
         return math.nan
-    auc = float(roc_auc_score(positive, np.asarray(scores, dtype=np.float64)))
+    auc = roc_auc(positive, scores)
     return max(auc, 1.0 - auc)
 
 
@@ -127,9 +152,7 @@ def direction_attack(gradients: np.ndarray, labels: np.ndarray, known_per_class:
     truth = labels[unknown]
     if len(classes) == 2:
         return leak_auc(per_class[:, 1] - per_class[:, 0], truth == classes[1])
-    aucs = [
-        roc_auc_score(truth == c, per_class[:, i]) for i, c in enumerate(classes) if 0 < (truth == c).sum() < len(truth)
-    ]
+    aucs = [roc_auc(truth == c, per_class[:, i]) for i, c in enumerate(classes) if 0 < (truth == c).sum() < len(truth)]
     return float(np.mean(aucs))
 
 
@@ -225,7 +248,7 @@ def probe_attack(values: np.ndarray, labels: np.ndarray, known: np.ndarray) -> f
     if probabilities.shape[1] == 2 and len(_classes(labels)) == 2:
         return leak_auc(probabilities[:, 1], truth == head.classes_[1])
     aucs = [
-        roc_auc_score(truth == c, probabilities[:, i])
+        roc_auc(truth == c, probabilities[:, i])
         for i, c in enumerate(head.classes_)
         if 0 < (truth == c).sum() < len(truth)
     ]
@@ -341,7 +364,7 @@ def _head_score(inputs: np.ndarray, labels: np.ndarray, known: np.ndarray, other
     if len(classes) == 2:
         if len(np.unique(labels[others])) < 2:
             return math.nan
-        return float(roc_auc_score(labels[others] == classes[1], head.predict_proba(scaled)[:, 1]))
+        return roc_auc(labels[others] == classes[1], head.predict_proba(scaled)[:, 1])
     return float(np.mean(head.predict(scaled) == labels[others]))
 
 
@@ -444,5 +467,6 @@ __all__ = [
     "norm_attack",
     "probe_attack",
     "relative_norm_attack",
+    "roc_auc",
     "strongest_of",
 ]

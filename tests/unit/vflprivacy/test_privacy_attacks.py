@@ -8,13 +8,22 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from sklearn.metrics import roc_auc_score
 
 from vflalgorithms.splitnn.overlap import part_bounds
 from vflcore.errors import VflError
 from vflcore.job.spec import JobSpec
 from vflcore.wire.links import TensorExchange, TrainingLink
 from vflcore.wire.tensors import TensorKey
-from vflprivacy.attacks import direction_attack, inversion, leak_auc, minority, model_completion, norm_attack
+from vflprivacy.attacks import (
+    direction_attack,
+    inversion,
+    leak_auc,
+    minority,
+    model_completion,
+    norm_attack,
+    roc_auc,
+)
 from vflprivacy.recording import RECEIVED, SENT, LinkRecorder, Recording, RecordingLink
 from vfltesting.privacy_probe import per_epoch_rows
 
@@ -42,6 +51,21 @@ class TestLeakAuc:
     def test_one_class_is_nan(self) -> None:
         """With one class there is nothing to rank: NaN, not a number that looks like a result."""
         assert math.isnan(leak_auc(np.arange(3.0), np.ones(3, dtype=bool)))
+
+    @pytest.mark.parametrize("seed", range(5))
+    def test_it_is_scikit_learns_roc_auc(self, seed: int) -> None:
+        """The rank statistic gives ``roc_auc_score``'s figure, tied scores included (a third of them rounded)."""
+        rng = np.random.default_rng(seed)
+        positive = rng.random(455) < 0.1 + 0.2 * seed
+        scores = rng.normal(size=455) + positive * rng.uniform(0, 2)
+        scores[: 150 + seed] = np.round(scores[: 150 + seed], 1)
+        assert roc_auc(positive, scores) == pytest.approx(roc_auc_score(positive, scores), abs=1e-12)
+        assert leak_auc(-scores, positive) == pytest.approx(leak_auc(scores, positive), abs=1e-12)
+
+    def test_nan_scores_are_refused(self) -> None:
+        """As ``roc_auc_score`` does: a NaN score is an error upstream, not a figure."""
+        with pytest.raises(ValueError, match="NaN"):
+            roc_auc(np.array([True, False]), np.array([np.nan, 1.0]))
 
     def test_minority_is_the_rarer_class(self) -> None:
         """The minority rows are those of the rarer label, whichever number it has."""
