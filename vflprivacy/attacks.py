@@ -26,6 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.stats import rankdata
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression, RidgeCV
 from sklearn.metrics import r2_score
@@ -40,11 +41,12 @@ _DECODER_ALPHAS = (1e-6, 1e-4, 1e-2, 1e-1, 1.0, 10.0, 100.0)
 def roc_auc(positive: np.ndarray, scores: np.ndarray) -> float:
     """Plain ROC AUC of ``scores`` for the rows where ``positive`` holds: scikit-learn's ``roc_auc_score``'s value.
 
-    Computed as the Mann-Whitney statistic (the chance that a positive row outscores a negative
-    one, a tie counting half), which equals the area under the ROC curve that ``roc_auc_score``
-    integrates. Here because ``roc_auc_score`` spent 95 % of its 7 ms a call on 455 rows validating
-    its input, and a probe makes about 100 calls: the same figure in 0.4 ms. Refuses NaN or
-    infinite scores, as ``roc_auc_score`` does, and needs both classes.
+    Computed as the Mann-Whitney statistic from SciPy's ``rankdata`` (tied scores share their
+    mean rank): the chance that a positive row outscores a negative one, a tie counting half,
+    which equals the area under the ROC curve that ``roc_auc_score`` integrates. Here because
+    ``roc_auc_score`` spent 95 % of its 7 ms a call on 455 rows validating its input, and a probe
+    makes about 100 calls. Refuses NaN or infinite scores, as ``roc_auc_score`` does, and needs
+    both classes.
     """
     positive = np.asarray(positive, dtype=bool).reshape(-1)
     scores = np.asarray(scores, dtype=np.float64).reshape(-1)
@@ -56,9 +58,7 @@ def roc_auc(positive: np.ndarray, scores: np.ndarray) -> float:
     n_negative = len(positive) - n_positive
     if n_positive == 0 or n_negative == 0:
         raise ValueError("ROC AUC needs rows of both classes")
-    _, where, counts = np.unique(scores, return_inverse=True, return_counts=True)
-    ends = np.cumsum(counts)
-    ranks = (ends - (counts - 1) / 2.0)[where]  # 1-based, tied scores sharing their mean rank
+    ranks = rankdata(scores)  # 1-based, "average" for ties
     return float((ranks[positive].sum() - n_positive * (n_positive + 1) / 2.0) / (n_positive * n_negative))
 
 
