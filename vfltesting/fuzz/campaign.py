@@ -47,8 +47,8 @@ KNOWN_IDS = 20
 class HonestJobs:
     """Copies of the reference job, submitted one behind the other so that one always trains."""
 
-    def __init__(self, jobs: JobClient, document: dict[str, Any], limit: int | None = None) -> None:
-        self.jobs, self.document, self.limit = jobs, document, limit
+    def __init__(self, jobs: JobClient, document: dict[str, Any]) -> None:
+        self.jobs, self.document = jobs, document
         self.submitted: list[str] = []
 
     def submit_next(self) -> None:
@@ -59,9 +59,7 @@ class HonestJobs:
         self.submitted.append(job_id)
 
     def top_up(self) -> None:
-        """Keep one honest job queued behind the one that trains (the runner takes the oldest first), to ``limit``."""
-        if self.limit is not None and len(self.submitted) >= self.limit:
-            return
+        """Keep one honest job queued behind the one that trains (the runner takes the oldest first)."""
         live = [j for j in self.submitted[-2:] if self.jobs.get(j).state in LIVE_STATES]
         if len(live) < 2:
             self.submit_next()
@@ -99,14 +97,12 @@ def run_campaign(
     epochs: int = 5,
     only: str | None = None,
     stop_at: int | None = None,
-    honest_jobs: int | None = None,
     log: Callable[[str], None] = print,
 ) -> Report:
     """Start the service, train the reference job, fuzz every surface while honest jobs train; the report.
 
     ``only`` drives one target alone (a replay: ``report.replay_command``), sending its cases up
-    to index ``stop_at``. ``honest_jobs``: submit at most this many honest jobs (None: one after
-    another until the cases end); the cases after the last one has ended run beside none.
+    to index ``stop_at``.
     """
     report = Report()
     tables = root / "fuzz-tables"
@@ -130,7 +126,7 @@ def run_campaign(
             jobs.submit(document)
             _finish(jobs, REFERENCE)
             log(f"reference job {REFERENCE!r}: {epochs} epochs in {time.monotonic() - started:.1f} s")
-            honest = HonestJobs(jobs, {**document, "serving": {"enabled": False}}, honest_jobs)
+            honest = HonestJobs(jobs, {**document, "serving": {"enabled": False}})
             honest.submit_next()
             eventually(honest.training_now, "the first honest job to start training", every=0.05)
             inference = run.serving_ports()

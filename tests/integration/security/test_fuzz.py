@@ -24,8 +24,6 @@ CASES = int(os.environ.get("FUZZ_CASES", "600"))
 #: Every surface the campaign reaches (docs/explanation/fuzzing.md).
 SURFACES = {"federation", "psi", "control", "job tables", "files", "inference", "rest", "console", "ids"}
 SURFACES |= {"party config"}
-#: Honest jobs beside the cases (see the test).
-HONEST_JOBS = 2
 
 
 def test_no_crash_no_internal_error_and_the_honest_jobs_are_undisturbed(tmp_path: Path) -> None:
@@ -36,18 +34,11 @@ def test_no_crash_no_internal_error_and_the_honest_jobs_are_undisturbed(tmp_path
     # Jobs of 2 epochs: the reference job and the last honest job's end are waited for outside the cases,
     # and an honest copy is compared step by step with the reference whatever its length (at 3 epochs
     # the test took 8 % longer, side by side on the 2-core machine, 2026-11-29).
-    # Two honest jobs (the second queued behind the first, so the cases meet a queued job and a training
-    # one), not one after another for the whole campaign: 600 cases took 27 s beside 5 honest jobs of
-    # ~4.5 CPU-s each (2026-11-29); the later targets' cases then run beside none. ``make fuzz`` and
-    # ``make bench-fuzz`` keep them training to the end.
-    report = run_campaign(
-        tmp_path / "service", pki, data, cases=CASES, epochs=2, honest_jobs=HONEST_JOBS, log=lambda _: None
-    )
+    report = run_campaign(tmp_path / "service", pki, data, cases=CASES, epochs=2, log=lambda _: None)
     assert report.total >= CASES, report.lines()
     assert failed(report) == [], "\n".join(report.lines() + failed(report))
     # Every target and surface was reached, and each honest job was compared step by step.
     assert all(count > 0 for count in report.cases.values()) and len(report.cases) >= 40, report.lines()
     assert set(report.per_surface()) == SURFACES, report.lines()
-    assert 1 <= report.honest_jobs <= HONEST_JOBS
-    assert report.loss_difference <= 1e-6 and report.weight_difference <= 1e-6
+    assert report.honest_jobs >= 1 and report.loss_difference <= 1e-6 and report.weight_difference <= 1e-6
     assert report.predictions_unchanged is True
