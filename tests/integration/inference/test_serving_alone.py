@@ -25,11 +25,12 @@ from vflcore.ml.onnx_export import MODEL_FILE
 from vflserver.inference.artifact import FEATURES, LABEL, PROBABILITIES
 from vflserver.inference.onnx_model import OnnxServable, load_servable
 from vflserver.training.export import MODEL_REPOSITORY
-from vfltesting.localrun import stop_all, wait_for_port
+from vfltesting.forked import Launcher
+from vfltesting.localrun import Daemon, stop_all, wait_for_port
 from vfltesting.paths import REPO_ROOT as ROOT
 from vfltesting.pki import Pki
 from vfltesting.servables import triton_grpc_client
-from vfltesting.service import announced_ports
+from vfltesting.service import announced_ports, service_env
 
 pytestmark = pytest.mark.integration
 
@@ -49,14 +50,18 @@ def _config(tmp: Path, pki: Pki, data: Path) -> Path:
     return path
 
 
-def test_endpoint_answers_with_every_passive_party_gone(pki: Pki, digits_data: Path, tmp_path: Path) -> None:
+def test_endpoint_answers_with_every_passive_party_gone(
+    pki: Pki, digits_data: Path, tmp_path: Path, forked_daemons: Launcher
+) -> None:
+    """The server and party 2 are the console scripts exec'd (``--once``: their own exits after the job);
+    party 3 is forked (``vfltesting.forked``: ~1 CPU-s a start, not ~6), its exit the same ``main``'s."""
     runs, port_file, serving_ports = tmp_path / "runs", tmp_path / "port", tmp_path / "serving-ports"
     server_files = pki.server_files()
     common = ["--run-dir", str(runs), "--ca", str(pki.ca), "--log-format", "json"]
-    procs: dict[str, subprocess.Popen[bytes]] = {}
-    logs = {name: (tmp_path / f"{name}.log").open("wb") for name in ("server", "party-2", "party-3")}
+    procs: dict[str, Daemon] = {}
+    logs = {name: (tmp_path / f"{name}.log").open("wb") for name in ("server", "party-2")}
     try:
-        procs["server"] = subprocess.Popen(
+        procs["server"] = server = subprocess.Popen(
             [str(BIN / "vfl-server"), "--once", "--config", str(_config(tmp_path, pki, digits_data)), "--serve"]
             + ["--listen", "127.0.0.1:0", "--port-file", str(port_file), "--serving-port-file", str(serving_ports)]
             + ["--data", str(digits_data / "party1.csv"), "--cert", str(server_files.cert)]
@@ -67,12 +72,16 @@ def test_endpoint_answers_with_every_passive_party_gone(pki: Pki, digits_data: P
         port = wait_for_port(port_file, procs["server"], timeout_s=120)
         for party in (2, 3):
             files = pki.party_files(party)
-            procs[f"party-{party}"] = subprocess.Popen(
-                [str(BIN / "vfl-client"), "--once", "--party", str(party), "--server", f"127.0.0.1:{port}"]
-                + ["--data", str(digits_data / f"party{party}.csv"), "--cert", str(files.cert)]
-                + ["--key", str(files.key), *common],
-                stderr=logs[f"party-{party}"],
-            )
+            command = [str(BIN / "vfl-client"), "--once", "--party", str(party), "--server", f"127.0.0.1:{port}"]
+            command += ["--data", str(digits_data / f"party{party}.csv"), "--cert", str(files.cert)]
+            command += ["--key", str(files.key), *common]
+            if party == 2:
+                procs["party-2"] = subprocess.Popen(command, stderr=logs["party-2"])
+            else:
+                log = tmp_path / f"party-{party}.log"
+                procs[f"party-{party}"] = forked_daemons.start(
+                    command, stderr=log, append=False, env=service_env(), cwd=tmp_path
+                )
         grpc_port, rest_port = announced_ports(serving_ports, 120, server=procs["server"])
         for party in (2, 3):  # training is over: every passive party has left
             assert procs[f"party-{party}"].wait(timeout=60) == 0
@@ -112,9 +121,9 @@ def test_endpoint_answers_with_every_passive_party_gone(pki: Pki, digits_data: P
         http_client.close()
         grpc_client.close()
 
-        procs["server"].send_signal(signal.SIGTERM)
-        out, _ = procs["server"].communicate(timeout=30)
-        assert procs["server"].returncode == 0, (tmp_path / "server.log").read_text()[-3000:]
+        server.send_signal(signal.SIGTERM)
+        out, _ = server.communicate(timeout=30)
+        assert server.returncode == 0, (tmp_path / "server.log").read_text()[-3000:]
         assert b"standalone model" in out and b"stopped serving" in out
     finally:
         stop_all(procs)
