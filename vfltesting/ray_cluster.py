@@ -44,7 +44,8 @@ def two_node_cluster() -> Iterator[str]:
     import ray
     from ray.cluster_utils import Cluster
 
-    head = {"num_cpus": NODE_CPUS, "object_store_memory": NODE_OBJECT_STORE_BYTES}
+    # No dashboard (its web UI and its polling of every node): nothing here reads it.
+    head = {"num_cpus": NODE_CPUS, "object_store_memory": NODE_OBJECT_STORE_BYTES, "include_dashboard": False}
     cluster = Cluster(initialize_head=True, head_node_args=head)
     try:
         cluster.add_node(num_cpus=NODE_CPUS, object_store_memory=NODE_OBJECT_STORE_BYTES)
