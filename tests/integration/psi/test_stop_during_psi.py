@@ -4,7 +4,7 @@
 that each party blinds on a pool of worker processes (``ParallelBlinder``). Party 2 is the
 console script exec'd, whose own signal handling and exit this is about; the server is forked
 (``vfltesting.forked``). The job names party 2 alone: a party 3 would only blind its own 60,000
-IDs meanwhile (about 7 CPU-s with its start, measured 2026-11-29). Once
+IDs meanwhile. (Three exec'd daemons cost the file 26 CPU-s; these two, 8; 2026-11-29.) Once
 the server has stored a chunk from party 2 (its streams are running), party 2's worker
 processes are frozen (SIGSTOP): a chunk they were blinding can never finish. SIGTERM must still
 end party 2 with its documented stop (exit 0 for the daemon), not at the stop deadline with a
