@@ -129,9 +129,17 @@ class Launcher:
         return self._proc is not None and self._proc.poll() is None
 
     def start(
-        self, command: Sequence[str], *, stderr: Path, append: bool, env: Mapping[str, str], cwd: Path
+        self,
+        command: Sequence[str],
+        *,
+        stderr: Path,
+        append: bool,
+        env: Mapping[str, str],
+        cwd: Path,
+        stdout: Path | None = None,
     ) -> ForkedDaemon:
-        """Fork ``command`` (vfl-server or vfl-client and its arguments); stdout to /dev/null, stderr to a file."""
+        """Fork ``command`` (vfl-server or vfl-client and its arguments); stderr to a file, stdout to
+        ``stdout`` (a new file: for a test that reads what the daemon prints) or else to /dev/null."""
         name = Path(command[0]).name
         if name not in ENTRY_POINTS:
             raise ValueError(f"the launcher starts {sorted(ENTRY_POINTS)}, not {command[0]!r}")
@@ -139,6 +147,7 @@ class Launcher:
             "entry": name,
             "argv": [str(a) for a in command],
             "stderr": str(stderr),
+            "stdout": None if stdout is None else str(stdout),
             "append": append,
             "env": dict(env),
             "cwd": str(cwd),
@@ -268,7 +277,12 @@ def _become(request: dict[str, Any]) -> None:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         null = os.open(os.devnull, os.O_RDWR)
         os.dup2(null, 0)
-        os.dup2(null, 1)
+        if request.get("stdout"):
+            out = os.open(request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.dup2(out, 1)
+            os.close(out)
+        else:
+            os.dup2(null, 1)
         flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if request["append"] else os.O_TRUNC)
         log = os.open(request["stderr"], flags, 0o644)
         os.dup2(log, 2)

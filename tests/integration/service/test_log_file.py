@@ -20,7 +20,8 @@ import pytest
 
 from vflclient import JobClient
 from vfltesting.eventually import eventually
-from vfltesting.localrun import wait_for_port
+from vfltesting.forked import Launcher
+from vfltesting.localrun import Daemon, wait_for_port
 from vfltesting.pki import Pki
 from vfltesting.service import BIN, ServiceRun, job_document, service_env
 
@@ -41,7 +42,7 @@ def _json_lines(path: Path) -> list[str]:
     return [line for line in path.read_text().splitlines() if line.startswith("{")]
 
 
-def _wait_for_event(path: Path, event: str, proc: subprocess.Popen[bytes], stderr: Path) -> None:
+def _wait_for_event(path: Path, event: str, proc: Daemon, stderr: Path) -> None:
     def logged() -> bool:
         assert proc.poll() is None, f"the daemon exited with {proc.returncode}: {stderr.read_text()}"
         return event in _events(path)
@@ -55,7 +56,7 @@ def _wait_for_event(path: Path, event: str, proc: subprocess.Popen[bytes], stder
     )
 
 
-def _rotate(path: Path, proc: subprocess.Popen[bytes]) -> Path:
+def _rotate(path: Path, proc: Daemon) -> Path:
     """What logrotate does without copytruncate: rename the file, then SIGHUP the daemon."""
     rotated = path.with_name(path.name + ".1")
     path.rename(rotated)
@@ -83,8 +84,8 @@ def run(pki: Pki, digits_data: Path, tmp_path: Path) -> ServiceRun:
 
 
 @pytest.fixture
-def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
-    started: list[subprocess.Popen[bytes]] = []
+def procs() -> Iterator[list[Daemon]]:
+    started: list[Daemon] = []
     yield started
     for proc in started:
         if proc.poll() is None:
@@ -92,18 +93,26 @@ def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
         proc.wait()
 
 
-def _start(cmd: list[str], root: Path, stderr: Path, procs: list[subprocess.Popen[bytes]]) -> subprocess.Popen[bytes]:
-    with stderr.open("wb") as sink:
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=sink, env=service_env(), cwd=root)
+def _start(cmd: list[str], root: Path, stderr: Path, procs: list[Daemon], launcher: Launcher | None = None) -> Daemon:
+    """``cmd`` exec'd, or forked by ``launcher``; stdout to /dev/null, stderr to ``stderr``."""
+    proc: Daemon
+    if launcher is not None:
+        proc = launcher.start(cmd, stderr=stderr, append=False, env=service_env(), cwd=root)
+    else:
+        with stderr.open("wb") as sink:
+            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=sink, env=service_env(), cwd=root)
     procs.append(proc)
     return proc
 
 
 class TestLogFile:
     def test_server_reopens_its_log_file_on_sighup(
-        self, run: ServiceRun, pki: Pki, tmp_path: Path, procs: list[subprocess.Popen[bytes]]
+        self, run: ServiceRun, pki: Pki, tmp_path: Path, procs: list[Daemon]
     ) -> None:
-        """vfl-server --log-file: JSON lines in the file; after a rename and SIGHUP, new lines in a fresh file."""
+        """vfl-server --log-file: JSON lines in the file; after a rename and SIGHUP, new lines in a fresh file.
+
+        The console script exec'd: its own start (the log file's mode) and signal handling.
+        """
         log, stderr = tmp_path / "server.log", tmp_path / "server.stderr"
         config = run.server_config("127.0.0.1:0")
         cmd = [str(BIN / "vfl-server"), "--config", str(config), "--log-file", str(log)]
@@ -127,13 +136,17 @@ class TestLogFile:
         assert _json_lines(stderr) == []  # no log line went to stderr
 
     def test_client_reopens_its_log_file_on_sighup(
-        self, run: ServiceRun, tmp_path: Path, procs: list[subprocess.Popen[bytes]]
+        self, run: ServiceRun, tmp_path: Path, procs: list[Daemon], forked_daemons: Launcher
     ) -> None:
-        """vfl-client --log-file: a daemon retrying an absent server goes on logging in a fresh file after SIGHUP."""
+        """vfl-client --log-file: a daemon retrying an absent server goes on logging in a fresh file after SIGHUP.
+
+        Forked (``vfltesting.forked``, ~1 CPU-s a start, not ~6): it runs the console script's ``main``, whose
+        SIGHUP handler is the one under test; the exec'd start and SIGHUP are the server's test above.
+        """
         log, stderr = tmp_path / "party-2.log", tmp_path / "party-2.stderr"
         config = run.client_config(2, f"127.0.0.1:{_free_port()}")  # nobody listens: it logs each retry
         cmd = [str(BIN / "vfl-client"), "--party", "2", "--config", str(config), "--log-file", str(log)]
-        client = _start(cmd, tmp_path, stderr, procs)
+        client = _start(cmd, tmp_path, stderr, procs, forked_daemons)
         _wait_for_event(log, "server_unreachable", client, stderr)
 
         rotated = _rotate(log, client)

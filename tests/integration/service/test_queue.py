@@ -24,6 +24,10 @@ SERVER = {"party_timeout_s": 400, "heartbeat_timeout_s": 5}
 CLIENT = {"heartbeat_s": 0.5}
 #: Small batches make the first job's epoch long enough (117 steps) to be killed inside it.
 TRAINS = {"batch_size": 8}
+#: The held jobs only have to wait and then run: PSI only takes them through the queue, Join and
+#: PSI to "finished" without a training the first job already shows (1.4 CPU-s a job, not 2.2,
+#: measured 2026-11-29).
+HELD: dict[str, object] = {"psi_only": True}
 
 
 def test_a_lost_party_holds_only_the_jobs_that_need_it(pki: Pki, digits_data: Path, tmp_path: Path) -> None:
@@ -39,8 +43,8 @@ def test_a_lost_party_holds_only_the_jobs_that_need_it(pki: Pki, digits_data: Pa
         with JobClient(run.address, tls=pki.operator_files("alice")) as jobs:
             jobs.submit(job_document("trains", "splitnn", epochs=2, **TRAINS))
             wait_until(lambda: jobs.get("trains").state == "training", "the first job to train", run, every_s=0.05)
-            jobs.submit(job_document("needs-3", "splitnn"))
-            jobs.submit(job_document("only-2", "splitnn", passive_parties=[2]))
+            jobs.submit(job_document("needs-3", "splitnn", **HELD))
+            jobs.submit(job_document("only-2", "splitnn", passive_parties=[2], **HELD))
             run.kill("party-3")
             # A "did not hang" guard only: before the rule, this waited for party_timeout_s.
             wait_until(

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
 
 import pytest
 
@@ -22,6 +19,8 @@ from vflserver.federation.board import JobBoard
 from vflserver.federation.server import build_server
 from vflserver.jobs.store import JobStore
 from vfltesting.eventually import eventually
+from vfltesting.forked import Launcher
+from vfltesting.localrun import Daemon, stop_all, wait_for_port
 from vfltesting.pki import Pki
 from vfltesting.service import ServiceRun, finish_job, job_document, log_events, service_env, wait_until
 
@@ -39,91 +38,125 @@ def _wait_for(path: Path, proc: subprocess.Popen[bytes], timeout: float = 60) ->
 
 
 def _server(pki: Pki, data: Path, tmp_path: Path) -> tuple[subprocess.Popen[bytes], int]:
-    files = pki.server_files()
-    port_file = tmp_path / "port"
-    proc = subprocess.Popen(
-        [str(BIN / "vfl-server"), "--once", "--listen", "127.0.0.1:0", "--port-file", str(port_file)]
-        + ["--data", str(data / "party1.csv"), "--ca", str(files.ca), "--cert", str(files.cert)]
-        + ["--key", str(files.key), "--run-dir", str(tmp_path / "runs"), "--log-format", "json"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    return proc, int(_wait_for(port_file, proc))
+    """``vfl-server --once``, exec'd, its output piped; and its port."""
+    proc = subprocess.Popen(_server_command(pki, data, tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return proc, int(_wait_for(tmp_path / "port", proc))
 
 
 class TestSignals:
-    @pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+    @pytest.mark.parametrize(
+        ("signum", "code", "exec_"), [(signal.SIGTERM, 143, True), (signal.SIGINT, 130, False)], ids=["TERM", "INT"]
+    )
     def test_server_waiting_for_parties_stops_cleanly(
-        self, pki: Pki, digits_data: Path, tmp_path: Path, signum: int, code: int
+        self,
+        pki: Pki,
+        digits_data: Path,
+        tmp_path: Path,
+        forked_daemons: Launcher,
+        signum: int,
+        code: int,
+        exec_: bool,
     ) -> None:
-        """A server still waiting for its parties exits with 143 on SIGTERM and 130 on SIGINT."""
-        proc, _ = _server(pki, digits_data, tmp_path)
-        proc.send_signal(signum)
-        _, err = proc.communicate(timeout=30)
-        assert proc.returncode == code, err.decode()
+        """A server still waiting for its parties exits with 143 on SIGTERM and 130 on SIGINT.
+
+        SIGTERM to the console script exec'd; SIGINT to a forked one (``vfltesting.forked``, ~1 CPU-s
+        a start, not ~6): ``main`` installs the one handler for both before it listens, whichever way
+        the process started, and the handler alone picks the code.
+        """
+        if exec_:
+            proc, _ = _server(pki, digits_data, tmp_path)
+            proc.send_signal(signum)
+            _, err = proc.communicate(timeout=30)
+            assert proc.returncode == code, err.decode()
+        else:
+            log = tmp_path / "server.log"
+            command = _server_command(pki, digits_data, tmp_path)
+            forked = forked_daemons.start(command, stderr=log, append=False, env=service_env(), cwd=tmp_path)
+            try:
+                wait_for_port(tmp_path / "port", forked, timeout_s=120)
+                forked.send_signal(signum)
+                assert forked.wait(timeout=30) == code, log.read_text()
+            finally:
+                stop_all({"server": forked})
+            err = log.read_bytes()
         assert b"stopped by signal" in err
 
-    def test_client_stops_cleanly_and_server_notices(self, pki: Pki, digits_data: Path, tmp_path: Path) -> None:
+    def test_client_stops_cleanly_and_server_notices(
+        self, pki: Pki, digits_data: Path, tmp_path: Path, forked_daemons: Launcher
+    ) -> None:
         """A joined client exits 143 on SIGTERM; the server then logs it offline and still stops on its own signal.
 
         Both passive parties run: a job starts only once every party it names is connected
-        (docs/reference/job-states.md, the queue), so party 2 alone would never join.
+        (docs/reference/job-states.md, the queue), so party 2 alone would never join. Party 2,
+        the one signalled, is the console script exec'd; the server and party 3 are forked
+        (``vfltesting.forked``: ~1 CPU-s a start, not ~6), the server's own exit on SIGTERM
+        being exec'd in ``test_server_waiting_for_parties_stops_cleanly``.
         """
-        server, port = _server(pki, digits_data, tmp_path)
-        clients = {party: _client(pki, digits_data, tmp_path, port, party) for party in (2, 3)}
+        log = tmp_path / "server.log"
+        server = forked_daemons.start(
+            _server_command(pki, digits_data, tmp_path), stderr=log, append=False, env=service_env(), cwd=tmp_path
+        )
+        clients: dict[str, Daemon] = {}
         try:
-            deadline = time.monotonic() + 60
-            joined = b""
-            while b"party_online" not in joined and time.monotonic() < deadline:
-                time.sleep(0.1)
-                if any(client.poll() is not None for client in clients.values()):
-                    break
-                # the server logs party_online on stderr; read what is there without blocking
-                joined += _drain(server.stderr)
-            assert b"party_online" in joined, joined.decode()
-            clients[2].send_signal(signal.SIGTERM)
+            port = wait_for_port(tmp_path / "port", server, timeout_s=120)
+            party2 = clients["party-2"] = _client(pki, digits_data, tmp_path, port, 2)
+            clients["party-3"] = forked_daemons.start(
+                _client_command(pki, digits_data, tmp_path, port, 3),
+                stderr=tmp_path / "party-3.log",
+                append=False,
+                env=service_env(),
+                cwd=tmp_path,
+            )
+
+            def party_2(event: str) -> bool:
+                return any(e.get("peer") == 2 for e in log_events(log, event))
+
+            def online() -> bool:
+                assert all(client.poll() is None for client in clients.values()), log.read_text()
+                return party_2("party_online")
+
+            # party 2 itself: forked party 3 is online well before it. A "did not hang" guard: an
+            # exec'd start took over 60 s on a loaded 2-core host.
+            eventually(online, "the server logging party 2 online", 180, every=0.1)
+            party2.send_signal(signal.SIGTERM)
             # past the stop deadline (45 s) a hung client exits 1 with every thread's stack on stderr
-            _, stopped = clients[2].communicate(timeout=60)
-            assert clients[2].returncode == 143, stopped.decode()
-
-            def noticed() -> bool:
-                nonlocal joined
-                joined += _drain(server.stderr)
-                return b"party_offline" in joined
-
+            _, stopped = party2.communicate(timeout=60)
+            assert party2.returncode == 143, stopped.decode()
             # before the server's own stop: its Finish would make any later close a routine party_left
-            eventually(noticed, "the server logging party 2 offline", 60, every=0.1)
+            eventually(lambda: party_2("party_offline"), "the server logging party 2 offline", 60, every=0.1)
         finally:
             server.send_signal(signal.SIGTERM)
-            _, err = server.communicate(timeout=30)
-            for client in clients.values():
-                if client.poll() is None:
-                    client.terminate()
-                client.communicate(timeout=60)
-        assert server.returncode == 143
-        assert b"party_offline" in joined + err
+            code = server.wait(timeout=30)
+            stop_all(clients)
+        assert code == 143, log.read_text()
+        assert 2 in [e.get("peer") for e in log_events(log, "party_offline")], log.read_text()
 
 
-def _client(pki: Pki, data: Path, tmp_path: Path, port: int, party: int) -> subprocess.Popen[bytes]:
-    """``vfl-client --once`` for ``party``, its output piped."""
-    files = pki.party_files(party)
-    return subprocess.Popen(
-        [str(BIN / "vfl-client"), "--once", "--party", str(party), "--server", f"127.0.0.1:{port}"]
-        + ["--data", str(data / f"party{party}.csv"), "--ca", str(files.ca), "--cert", str(files.cert)]
-        + ["--key", str(files.key), "--run-dir", str(tmp_path / f"runs-{party}"), "--log-format", "json"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+def _server_command(pki: Pki, data: Path, tmp_path: Path) -> list[str]:
+    """``vfl-server --once`` waiting for parties 2 and 3 on ``data``, its port written to ``tmp_path / "port"``."""
+    files = pki.server_files()
+    return (
+        [str(BIN / "vfl-server"), "--once", "--listen", "127.0.0.1:0", "--port-file", str(tmp_path / "port")]
+        + ["--data", str(data / "party1.csv"), "--ca", str(files.ca), "--cert", str(files.cert)]
+        + ["--key", str(files.key), "--run-dir", str(tmp_path / "runs"), "--log-format", "json"]
     )
 
 
-def _drain(stream: IO[bytes] | None) -> bytes:
-    assert stream is not None
-    fd = stream.fileno()
-    os.set_blocking(fd, False)
-    try:
-        return os.read(fd, 1 << 16) or b""
-    except BlockingIOError:
-        return b""
+def _client_command(pki: Pki, data: Path, tmp_path: Path, port: int, party: int) -> list[str]:
+    """``vfl-client --once`` for ``party``."""
+    files = pki.party_files(party)
+    return (
+        [str(BIN / "vfl-client"), "--once", "--party", str(party), "--server", f"127.0.0.1:{port}"]
+        + ["--data", str(data / f"party{party}.csv"), "--ca", str(files.ca), "--cert", str(files.cert)]
+        + ["--key", str(files.key), "--run-dir", str(tmp_path / f"runs-{party}"), "--log-format", "json"]
+    )
+
+
+def _client(pki: Pki, data: Path, tmp_path: Path, port: int, party: int) -> subprocess.Popen[bytes]:
+    """``vfl-client --once`` for ``party``, exec'd, its output piped."""
+    return subprocess.Popen(
+        _client_command(pki, data, tmp_path, port, party), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
 
 
 def _order(log: Path, *names: str) -> list[int]:
@@ -144,8 +177,14 @@ def _vfl_jobs_watch(run: ServiceRun, pki: Pki, job_id: str) -> subprocess.Popen[
     return proc
 
 
-@pytest.mark.usefixtures("exec_daemons")  # the console scripts' own start and exit, not forked ones
 class TestServiceStop:
+    """The daemons in service mode, stopped by SIGTERM.
+
+    After a stop signal a daemon ends with ``os._exit`` (``vflcore.runtime.daemon.leave``), a forked
+    one (``vfltesting.forked``) as an exec'd one: each test execs only the console script whose own
+    start and exit it is about, once per behaviour, and forks the rest (~1 CPU-s a start, not ~6).
+    """
+
     def test_server_sigterm_with_a_job_running(self, pki: Pki, digits_data: Path, tmp_path: Path) -> None:
         """SIGTERM while a job trains: it is interrupted with its epochs kept, a queued one stays queued, exit 0.
 
@@ -210,9 +249,12 @@ class TestServiceStop:
 
         Both hold the service in reference cycles the start-up freeze keeps alive, so the process
         ends with ``os._exit`` once the service has stopped, not in gRPC's exit handler (2 s).
+        The console script exec'd: a service-mode server's own stop and exit code.
         """
         console = {"console": {"enabled": True, "listen": "127.0.0.1:0"}}
-        run = ServiceRun(tmp_path, pki, digits_data, serving=False, metrics=True, server_tables=console)
+        run = ServiceRun(
+            tmp_path, pki, digits_data, serving=False, metrics=True, server_tables=console, exec_names=("server",)
+        )
         try:
             run.start_server()
             run.console_port()
@@ -230,10 +272,11 @@ class TestServiceStop:
         """SIGTERM to a daemon serving the federated model of the job it trained: "after 1 job(s)", not 0.
 
         The job's ``run`` never returned (the model was served until the stop), which is how the
-        count missed it.
+        count missed it. Party 2 is the console script exec'd: a service-mode client's own stop and exit code.
         """
         run = ServiceRun(tmp_path, pki, digits_data, parties=(3,))  # party 2 started here, its stdout read
-        with run.started(), JobClient(run.address, tls=pki.operator_files("alice")) as jobs, _party_2(run) as party2:
+        party_2 = _party_2(run, launcher=None)
+        with run.started(), JobClient(run.address, tls=pki.operator_files("alice")) as jobs, party_2 as party2:
             finish_job(jobs, run, jobs.submit(job_document("trained-served", "splitnn")).id)
             wait_until(
                 lambda: jobs.get("trained-served").serving == "serving", "the model to be served", run, every_s=0.05
@@ -241,10 +284,13 @@ class TestServiceStop:
             out = _stop(party2, run)
         assert "vfl-client party 2: stopped by signal after 1 job(s)" in out, out
 
-    def test_a_client_stopped_mid_job_names_the_job(self, pki: Pki, digits_data: Path, tmp_path: Path) -> None:
+    def test_a_client_stopped_mid_job_names_the_job(
+        self, pki: Pki, digits_data: Path, tmp_path: Path, forked_daemons: Launcher
+    ) -> None:
         """SIGTERM to a daemon while its job trains: it says it stopped during that job, not "after 0 job(s)"."""
         run = ServiceRun(tmp_path, pki, digits_data, parties=(3,))
-        with run.started(), JobClient(run.address, tls=pki.operator_files("alice")) as jobs, _party_2(run) as party2:
+        party_2 = _party_2(run, launcher=forked_daemons)
+        with run.started(), JobClient(run.address, tls=pki.operator_files("alice")) as jobs, party_2 as party2:
             # it trains until the stop; a loaded host may take a minute to start both daemons
             job = jobs.submit(job_document("cut-short", "splitnn", epochs=10_000, join_timeout_s=600)).id
             wait_until(lambda: jobs.get(job).state == "training", "the job to train", run, 600, every_s=0.05)
@@ -253,33 +299,31 @@ class TestServiceStop:
 
 
 @contextlib.contextmanager
-def _party_2(run: ServiceRun) -> Iterator[subprocess.Popen[str]]:
-    """``vfl-client --party 2`` on ``run``'s config, stdout piped, log in ``party-2-own.log``; killed at exit."""
-    stderr = run.root / "party-2-own.log"
-    with stderr.open("wb") as sink:
-        party2 = subprocess.Popen(
-            [str(BIN / "vfl-client"), "--party", "2", "--config", str(run.client_config(2, run.address))]
-            + ["--log-format", "json"],
-            stdout=subprocess.PIPE,
-            stderr=sink,
-            env=service_env(),
-            cwd=run.root,
-            text=True,
-        )
+def _party_2(run: ServiceRun, launcher: Launcher | None) -> Iterator[Daemon]:
+    """``vfl-client --party 2`` on ``run``'s config, forked by ``launcher`` (None: exec'd); stdout in
+    ``party-2.out``, log in ``party-2-own.log``; killed at exit."""
+    command = [str(BIN / "vfl-client"), "--party", "2", "--config", str(run.client_config(2, run.address))]
+    command += ["--log-format", "json"]
+    stdout, stderr = run.root / "party-2.out", run.root / "party-2-own.log"
+    party2: Daemon
+    if launcher is not None:
+        party2 = launcher.start(command, stderr=stderr, stdout=stdout, append=False, env=service_env(), cwd=run.root)
+    else:
+        with stdout.open("wb") as out, stderr.open("wb") as sink:  # the child keeps its own descriptors
+            party2 = subprocess.Popen(command, stdout=out, stderr=sink, env=service_env(), cwd=run.root)
     try:
         yield party2
     finally:
         if party2.poll() is None:
             party2.kill()
-            party2.communicate()
+            party2.wait()
 
 
-def _stop(party: subprocess.Popen[str], run: ServiceRun) -> str:
+def _stop(party: Daemon, run: ServiceRun) -> str:
     """SIGTERM to ``_party_2``'s daemon; it must exit 0. Returns its stdout."""
     party.send_signal(signal.SIGTERM)
-    out, _ = party.communicate(timeout=60)
-    assert party.returncode == 0, (run.root / "party-2-own.log").read_text()
-    return out
+    assert party.wait(timeout=60) == 0, (run.root / "party-2-own.log").read_text()
+    return (run.root / "party-2.out").read_text()
 
 
 class TestClosedUnderIt:
