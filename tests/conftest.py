@@ -40,9 +40,9 @@ SLOWEST_FIRST = (
 )
 
 #: Files that xdist hands to one worker as one unit, by the unit's name. The separate-hosts files
-#: spend most of their 250 s of wall time (one deployment, 2026-11-29) waiting out link outages: each on a worker of its own,
-#: two of the three workers idled at once while one worker's daemons had the two cores to
-#: themselves; together they leave two workers, one per core, for the CPU-bound files.
+#: spend most of their 250 s of wall time (one deployment for both, 2026-11-29) waiting out link
+#: outages: each on a worker of its own, two of the three workers idled at once while one worker's
+#: daemons had the two cores to themselves; together they leave two workers, one per core, for the CPU-bound files.
 SAME_WORKER = {
     "test_separate_hosts_training_faults.py": "separate hosts",
     "test_separate_hosts.py": "separate hosts",
