@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -46,25 +45,6 @@ from vfltesting.service import ServiceRun, finish_job, log_events, wait_until
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 ALGORITHMS = ("splitnn", "vimadmm", "apfed_c")
-
-
-@pytest.fixture(scope="module")
-def shared(pki: Pki, digits_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceRun]:
-    """One server and both passive daemons for the module's jobs (each under its own job id)."""
-    run = service_with_short_limits(tmp_path_factory.mktemp("shared"), pki, digits_data)
-    try:
-        yield run
-    finally:
-        run.close()
-
-
-@pytest.fixture
-def service(shared: ServiceRun) -> ServiceRun:
-    """The shared daemons, every one running: one a failed test left killed is started again."""
-    for name, alive in shared.alive().items():
-        if not alive:
-            restart_after_kill(shared, name)
-    return shared
 
 
 @pytest.fixture(scope="module")

@@ -53,15 +53,6 @@ def shared(pki: Pki, digits_quadrants: Path, tmp_path_factory: pytest.TempPathFa
         run.close()
 
 
-@pytest.fixture
-def service(shared: ServiceRun) -> ServiceRun:
-    """The shared daemons, every one running: one a failed test left killed is started again."""
-    for name, alive in shared.alive().items():
-        if not alive:
-            restart_after_kill(shared, name)
-    return shared
-
-
 def _adptvfedconv(
     run: ServiceRun,
     pki: Pki,

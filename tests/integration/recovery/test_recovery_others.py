@@ -8,8 +8,6 @@ Every job here runs on one set of daemons (``service``), each under its own id, 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,7 +19,6 @@ from vfltesting.faults import (
     operator_client,
     restart_after_kill,
     run_outcome,
-    service_with_short_limits,
 )
 from vfltesting.freeze import frozen_when
 from vfltesting.pki import Pki
@@ -66,25 +63,6 @@ def _settings_for(algorithm: str) -> dict[str, int]:
     if algorithm == "async":
         return {"epochs": ASYNC_EPOCHS, "batch_size": ASYNC_BATCH}
     return {"epochs": OTHER_EPOCHS}
-
-
-@pytest.fixture(scope="module")
-def shared(pki: Pki, digits_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceRun]:
-    """One server and both passive daemons for the module's jobs (each under its own job id)."""
-    run = service_with_short_limits(tmp_path_factory.mktemp("shared-others"), pki, digits_data)
-    try:
-        yield run
-    finally:
-        run.close()
-
-
-@pytest.fixture
-def service(shared: ServiceRun) -> ServiceRun:
-    """The shared daemons, every one running: one a failed test left killed is started again."""
-    for name, alive in shared.alive().items():
-        if not alive:
-            restart_after_kill(shared, name)
-    return shared
 
 
 @pytest.fixture(scope="module")
