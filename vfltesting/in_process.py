@@ -36,6 +36,7 @@ __all__ = [
     "run_whole_job",
     "start_job",
     "start_service",
+    "stop_job",
 ]
 
 
@@ -102,6 +103,18 @@ def start_job(
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return RunningJob(active, server, port, thread, outcome)
+
+
+def stop_job(running: RunningJob) -> None:
+    """Stop ``running``'s job, parties and server, and wait for its threads (a test's teardown).
+
+    The joins return as soon as each thread ends; their 60 s limit only guards against a hang.
+    """
+    running.active.stop_event.set()
+    running.active.parties.abort(RuntimeError("test over"))
+    running.server.stop(grace=None)
+    for thread in [running.thread, *running.party_threads]:
+        thread.join(60)
 
 
 def run_party_in_thread(

@@ -16,7 +16,7 @@ import torch
 from vflcore.job.spec import JobSpec
 from vflserver.jobs.app import Service
 from vfltesting.forked import Launcher
-from vfltesting.in_process import RunningJob, start_job, start_service
+from vfltesting.in_process import RunningJob, start_job, start_service, stop_job
 from vfltesting.jobs import SMALL_JOB
 from vfltesting.pki import Pki
 from vfltesting.service import daemons_forked_by, service_env
@@ -49,12 +49,7 @@ def job_factory(pki: Pki, digits_data: Path, tmp_path: Path) -> Iterator[Callabl
 
     yield make
     for running in started:
-        running.active.stop_event.set()
-        running.active.parties.abort(RuntimeError("test over"))
-        running.server.stop(grace=None)
-        # Generous: each join returns as soon as the thread ends; the limit only guards against a hang.
-        for thread in [running.thread, *running.party_threads]:
-            thread.join(60)
+        stop_job(running)
 
 
 @pytest.fixture(scope="module")

@@ -33,7 +33,7 @@ from vflcore.wire.codecs import parse_codec
 from vflcore.wire.names import EVAL_EMBEDDING, infer_embedding_name
 from vflcore.wire.tensors import TensorKey
 from vflcore.work_items import Align, Evaluate, Finish, Infer, Restore, Task, TrainEpoch
-from vfltesting.in_process import RunningJob, run_party_in_thread, start_job
+from vfltesting.in_process import RunningJob, run_party_in_thread, start_job, stop_job
 from vfltesting.jobs import SMALL_JOB
 from vfltesting.pki import Pki
 
@@ -120,11 +120,7 @@ def _shared(pki: Pki, digits_data: Path, tmp: Path, job: JobSpec) -> Iterator[Se
         yield from _session(make, pki, digits_data, tmp, job, 600.0)
     finally:
         for running in started:
-            running.active.stop_event.set()
-            running.active.parties.abort(RuntimeError("test over"))
-            running.server.stop(grace=None)
-            for thread in [running.thread, *running.party_threads]:
-                thread.join(60)
+            stop_job(running)
 
 
 def _session(
