@@ -74,6 +74,13 @@ class TestBackoff:
 
 
 class TestConnectAttempt:
+    # gRPC's own connectivity-polling thread (grpc._channel._poll_connectivity, started by the
+    # attempt's subscribe) can still be inside check_connectivity_state when the failed attempt
+    # closes the channel; it then ends with "ValueError: Cannot invoke RPC: Channel closed!" in
+    # that thread, after the attempt has already returned. Seen once, in a fresh-clone CI run
+    # (2026-11-29, 2 cores); nothing of ours runs in that thread, and the attempt's outcome is
+    # what this test checks.
+    @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
     def test_refused_attempt_ends_at_once(self, monkeypatch: pytest.MonkeyPatch) -> None:
         """A refused connection ends the attempt when gRPC reports it, not at the wait's next look at ``stop``."""
         monkeypatch.setattr(vflclient._connection, "_STOP_POLL_S", 60.0)
