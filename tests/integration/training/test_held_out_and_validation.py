@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -124,31 +125,39 @@ def test_scores_by_the_round_change_nothing_in_training(pki: Pki, digits_data: P
     assert without["epochs"][0]["rounds"] == []
 
 
-def test_a_server_killed_mid_job_resumes_to_the_same_best_epoch(pki: Pki, digits_data: Path, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def daemons(pki: Pki, digits_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceRun]:
+    """``vfl-server`` (``keep_checkpoints = 1``) and two ``vfl-client`` daemons with a ``[models] runaway``, for
+    the module's two tests on processes: each runs its jobs under their own ids (an id changes no seed or
+    row order). One set of daemons for both, not one each: three daemon starts fewer (about 3 CPU-s)."""
+    models = {"models": {"runaway": "vfltesting.models:runaway_bottom"}}
+    root = tmp_path_factory.mktemp("daemons")
+    run = ServiceRun(
+        root, pki, digits_data, serving=False, server_settings={"keep_checkpoints": 1}, client_tables=models
+    )
+    with run.started():
+        yield run
+
+
+def test_a_server_killed_mid_job_resumes_to_the_same_best_epoch(daemons: ServiceRun, pki: Pki) -> None:
     """kill -9 of vfl-server after epoch 3's checkpoint, then a restart: the epochs it had scored come back
     from its checkpoint, the pinned best survives, and the job stops and serves exactly as an uninterrupted run."""
     job = {"epochs": 14, "batch_size": 64, "learning_rate": 0.05, "validation_fraction": 0.2, "patience": 3}
     outcomes, summaries = [], []
-    # Both runs on one set of daemons, each job under its own id (an id changes no seed or row
-    # order): three daemon starts fewer than a service each.
-    run = ServiceRun(tmp_path, pki, digits_data, serving=False, server_settings={"keep_checkpoints": 1})
-    try:
-        run.start_server()
-        run.start_clients()
-        for job_id in ("best-clean", "best-resumed"):
-            with JobClient(run.address, tls=pki.operator_files("alice")) as jobs:
-                jobs.submit(job_document(job_id, "splitnn", **job))
-                if job_id == "best-resumed":
-                    saved = epoch_path(party_dir(run.root / "runs", job_id, 1), 2)
-                    wait_until(saved.exists, "the server's checkpoint of epoch 3", run)
-                    run.kill("server")
-                    run.start_server(f"127.0.0.1:{run.port}")
-            with JobClient(run.address, tls=pki.operator_files("alice")) as jobs:
-                lines = finish_job(jobs, run, job_id)
-            outcomes.append(job_outcome(run.root / "runs", job_id))
-            summaries.append(json.loads((party_dir(run.root / "runs", job_id, 1) / "summary.json").read_text()))
-    finally:
-        run.close()
+    # Both runs on one set of daemons, each job under its own id.
+    run = daemons
+    for job_id in ("best-clean", "best-resumed"):
+        with JobClient(run.address, tls=pki.operator_files("alice")) as jobs:
+            jobs.submit(job_document(job_id, "splitnn", **job))
+            if job_id == "best-resumed":
+                saved = epoch_path(party_dir(run.root / "runs", job_id, 1), 2)
+                wait_until(saved.exists, "the server's checkpoint of epoch 3", run)
+                run.kill("server")
+                run.start_server(f"127.0.0.1:{run.port}")
+        with JobClient(run.address, tls=pki.operator_files("alice")) as jobs:
+            lines = finish_job(jobs, run, job_id)
+        outcomes.append(job_outcome(run.root / "runs", job_id))
+        summaries.append(json.loads((party_dir(run.root / "runs", job_id, 1) / "summary.json").read_text()))
     assert any("resuming after" in line for line in lines), lines
     clean, killed = summaries
     assert killed["best_epoch"] == clean["best_epoch"] and killed["stopped_early"] == clean["stopped_early"]
@@ -157,20 +166,18 @@ def test_a_server_killed_mid_job_resumes_to_the_same_best_epoch(pki: Pki, digits
     assert_same_model(outcomes[1], outcomes[0])
 
 
-def test_a_job_that_runs_away_after_its_best_epoch_serves_that_epoch(
-    pki: Pki, digits_data: Path, tmp_path: Path
-) -> None:
+def test_a_job_that_runs_away_after_its_best_epoch_serves_that_epoch(daemons: ServiceRun, pki: Pki) -> None:
     """Party 3's own model turns NaN at its 51st step (``vfltesting.models:runaway_bottom``): party 3 reports the
     divergence, party 2 is stopped in its step, and both come back to load and serve the best epoch."""
-    models = {"models": {"runaway": "vfltesting.models:runaway_bottom"}}
     job = {"epochs": 8, "batch_size": 64, "learning_rate": 0.05, "validation_fraction": 0.2, "models": {"3": "runaway"}}
-    with ServiceRun(tmp_path, pki, digits_data, serving=False, client_tables=models).started() as run:
-        with JobClient(run.address, tls=pki.operator_files("alice")) as jobs:
-            jobs.submit(job_document("runs-away", "splitnn", **job))
-            lines = finish_job(jobs, run, "runs-away")
-            record = jobs.get("runs-away")
-        after = jobs_after(run, pki)
-    summary = json.loads((party_dir(tmp_path / "runs", "runs-away", 1) / "summary.json").read_text())
+    run = daemons
+    with JobClient(run.address, tls=pki.operator_files("alice")) as jobs:
+        jobs.submit(job_document("runs-away", "splitnn", **job))
+        lines = finish_job(jobs, run, "runs-away")
+        record = jobs.get("runs-away")
+    after = jobs_after(run, pki)
+    runs = run.root / "runs"
+    summary = json.loads((party_dir(runs, "runs-away", 1) / "summary.json").read_text())
     epochs = summary["epochs"]
     per_epoch = -(-summary["split"]["train_rows"] // 64)
     epoch, batch = divmod(50, per_epoch)  # 50 good steps; the 51st is NaN
@@ -185,7 +192,7 @@ def test_a_job_that_runs_away_after_its_best_epoch_serves_that_epoch(
     # The served model is the best epoch's: scored again on the test rows, it gives that epoch's metrics.
     assert summary["final_metrics"] == pytest.approx(epochs[best]["metrics"], rel=1e-6)
     for party in (1, 2, 3):
-        folder = party_dir(tmp_path / "runs", "runs-away", party)
+        folder = party_dir(runs, "runs-away", party)
         assert pinned(folder) == Position.after_epoch(best), party
         assert (folder / "model.onnx").is_file(), party
     assert after == "finished"
