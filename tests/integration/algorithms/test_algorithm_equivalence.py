@@ -40,22 +40,26 @@ FEDBCD_Q1_JOB = replace(
     REFERENCE_JOB, job_id="fedbcd1-digits", algorithm="fedbcd", epochs=Q1_EPOCHS, algorithm_options={"local_steps": 1}
 )
 VIMSGD_JOB = replace(REFERENCE_JOB, job_id="vimsgd-digits", algorithm="vimsgd")
-# Each of the 60 rounds with an exact z solve and τ = 10 local steps on every party.
+#: τ = 10, the default, for the labels-only test below (at τ = 5 its 2 epochs reached 0.902).
+TEN_LOCAL_STEPS = {"local_steps": 10, "rho": 1.0}
+# Each of the 60 rounds with an exact z solve and τ = 5 local steps on every party, as VIMADMM-J:
+# every loss is held to the reference's whatever τ is. τ = 10 before: at these 4 epochs the
+# comparison cost 8.95 CPU-s at τ = 10 and 5.68 at τ = 5 (measured in one process), and the run
+# reached 0.970 and 0.944 (its bar, 0.93, is now 0.90).
 VIMADMM_JOB = replace(
-    REFERENCE_JOB, job_id="vimadmm-digits", algorithm="vimadmm", algorithm_options={"local_steps": 10, "rho": 1.0}
+    REFERENCE_JOB, job_id="vimadmm-digits", algorithm="vimadmm", algorithm_options={"local_steps": 5, "rho": 1.0}
 )
 # VIMADMM-J with τ = 5, not 10: its local steps were most of its time (21.8 s against 15.0 s, one
-# process), and every one of its losses is held to the reference's whatever τ is. (VIMADMM keeps 10:
-# at 7 epochs its time did not change with τ, and its bar's margin did, 0.987 to 0.962.)
+# process), and every one of its losses is held to the reference's whatever τ is.
 VIMADMM_J_JOB = replace(
     VIMADMM_JOB, job_id="vimadmm-j-digits", algorithm="vimadmm_j", algorithm_options={"local_steps": 5, "rho": 1.0}
 )
 # Bars on the 234 held-out digits. At these 4 epochs the runs reached 0.893 (FedBCD), 0.893 (VIMSGD),
-# 0.970 (VIMADMM) and 0.966 (VIMADMM-J); at 7 epochs 0.936, 0.940, 0.987 and 0.979 (bars 0.92, 0.92,
-# 0.95, 0.95). Each bar sits about 0.04 below its run's figure.
+# 0.944 (VIMADMM, τ = 5; 0.970 at τ = 10) and 0.966 (VIMADMM-J); at 7 epochs 0.936, 0.940, 0.987 and
+# 0.979 (bars 0.92, 0.92, 0.95, 0.95). Each bar sits about 0.04 below its run's figure.
 FEDBCD_ACCURACY_BAR = 0.85
 VIMSGD_ACCURACY_BAR = 0.85
-VIMADMM_ACCURACY_BAR = 0.93
+VIMADMM_ACCURACY_BAR = 0.90
 VIMADMM_J_ACCURACY_BAR = 0.93
 
 
@@ -161,8 +165,7 @@ def test_vimadmm_j_with_a_labels_only_active_party(pki: Pki, digits_data: Path, 
     for party in (2, 3):
         (data / f"party{party}.csv").write_text((digits_data / f"party{party}.csv").read_text())
     # τ = 10 here: at τ = 5 the 2 epochs reached 0.902, too near the bar
-    options = VIMADMM_JOB.algorithm_options
-    job = replace(VIMADMM_J_JOB, job_id="vimadmm-j-labels-only", epochs=2, algorithm_options=options)
+    job = replace(VIMADMM_J_JOB, job_id="vimadmm-j-labels-only", epochs=2, algorithm_options=TEN_LOCAL_STEPS)
     running = run_whole_job(pki, data, tmp_path, job)
     assert running.active.table.features.shape[1] == 0
     assert running.summary().final_metrics["accuracy"] >= 0.88  # seen: 0.936 (rows 3-7 of each digit, 2 epochs)
