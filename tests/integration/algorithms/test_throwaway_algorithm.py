@@ -26,7 +26,10 @@ from vfltesting.throwaway.spec import NAME, SPEC
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_torch_thread")]
 
-JOB = replace(REFERENCE_JOB, job_id="throwaway-digits", algorithm=NAME, epochs=10, algorithm_options={})
+#: 7 epochs, not 10: by then the loss is already below half its first epoch's (0.94 against 2.24,
+#: mean per epoch) and the accuracy 0.808; at 10 they were 0.61 and 0.842 (about 1 CPU-s saved).
+EPOCHS = 7
+JOB = replace(REFERENCE_JOB, job_id="throwaway-digits", algorithm=NAME, epochs=EPOCHS, algorithm_options={})
 
 
 class TestThrowawayAlgorithm:
@@ -50,6 +53,6 @@ class TestThrowawayAlgorithm:
         running = run_whole_job(pki, digits_data, tmp_path, JOB)
         summary = running.summary()
         losses = np.array(running.active.algorithm.step_losses)
-        assert len(losses) == 10 * 15
-        assert losses[-15:].mean() < 0.5 * losses[:15].mean()  # seen: 2.23 in epoch 1, 0.62 in epoch 10
-        assert summary.final_metrics["accuracy"] >= 0.6  # seen: 0.833; 10 classes, chance is 0.1
+        assert len(losses) == EPOCHS * 15
+        assert losses[-15:].mean() < 0.5 * losses[:15].mean()  # seen: 2.24 in epoch 1, 0.94 in epoch 7
+        assert summary.final_metrics["accuracy"] >= 0.6  # seen: 0.808; 10 classes, chance is 0.1
