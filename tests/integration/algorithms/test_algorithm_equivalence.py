@@ -164,8 +164,9 @@ def test_vimadmm_j_with_a_labels_only_active_party(pki: Pki, digits_data: Path, 
     (data / "party1.csv").write_text("\n".join(",".join(line.split(",")[i] for i in keep) for line in lines) + "\n")
     for party in (2, 3):
         (data / f"party{party}.csv").write_text((digits_data / f"party{party}.csv").read_text())
-    # τ = 10 here: at τ = 5 the 2 epochs reached 0.902, too near the bar
-    job = replace(VIMADMM_J_JOB, job_id="vimadmm-j-labels-only", epochs=2, algorithm_options=TEN_LOCAL_STEPS)
+    # τ = 10 here: at τ = 5 the 2 epochs reached 0.902, too near the bar. 1 epoch, not 2: it reached
+    # 0.919 (0.936 after 2), and the job cost 2.1 CPU-s rather than 4.0 (measured in one process).
+    job = replace(VIMADMM_J_JOB, job_id="vimadmm-j-labels-only", epochs=1, algorithm_options=TEN_LOCAL_STEPS)
     running = run_whole_job(pki, data, tmp_path, job)
     assert running.active.table.features.shape[1] == 0
-    assert running.summary().final_metrics["accuracy"] >= 0.88  # seen: 0.936 (rows 3-7 of each digit, 2 epochs)
+    assert running.summary().final_metrics["accuracy"] >= 0.88  # seen: 0.919 (rows 3-7 of each digit, 1 epoch)
