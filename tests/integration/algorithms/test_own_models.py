@@ -121,7 +121,8 @@ CONV_JOB = "own-conv-apfed"
 @pytest.fixture(scope="module")
 def conv_job(daemons: ServiceRun, pki: Pki) -> Path:
     """APFed-C with the active party's own Conv1d encoder and LayerNorm head, trained once; its runs folder."""
-    document = job_document(CONV_JOB, "apfed_c", epochs=1)
+    # Batches of 64, not job_document's 32: 15 steps, not 30 (nothing here depends on how well it learnt).
+    document = job_document(CONV_JOB, "apfed_c", epochs=1, batch_size=64)
     document["model"].update(
         encoder_factory="vfltesting.models:conv_encoder", head_factory="vfltesting.models:layernorm_head"
     )
@@ -239,7 +240,7 @@ def test_a_bad_factory_is_refused_at_submission(
 def test_a_passive_party_builds_the_model_the_job_names(daemons: ServiceRun, pki: Pki) -> None:
     """``[job] model = "wide"``: each party builds its own ``[models] wide`` (128 hidden units) and keeps it."""
     with JobClient(daemons.address, tls=pki.operator_files("alice")) as jobs:
-        _finished(jobs, job_document("own-wide", "splitnn", model="wide"), daemons)
+        _finished(jobs, job_document("own-wide", "splitnn", model="wide", batch_size=64), daemons)  # 15 steps
     for party in (2, 3):
         graph = onnx.load(str(daemons.root / "runs" / "own-wide" / f"party-{party}" / MODEL_FILE)).graph
         widths = {tuple(t.dims) for t in graph.initializer}
