@@ -44,6 +44,9 @@ from vfltesting.service import ServiceRun, finish_job, job_document, log_events
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 EPOCHS = 3
+#: Batches of 64, not job_document's 32: the teacher's 3 epochs are 45 steps, not 90, in each of the
+#: module's two runs (31.7 to 30.3 CPU-s for the module, one process).
+BATCH = 64
 #: The student's epochs: enough that a kill lands between two of its checkpoints.
 STUDENT_EPOCHS = 12
 DISTILL = {"epochs": STUDENT_EPOCHS, "temperature": 2.0, "label_weight": 0.5}
@@ -56,7 +59,7 @@ CLIENT = {"heartbeat_s": 0.3}
 
 
 def _document(job_id: str) -> dict[str, Any]:
-    document = job_document(job_id, "splitnn", epochs=EPOCHS, checkpoint_every_steps=20)
+    document = job_document(job_id, "splitnn", epochs=EPOCHS, batch_size=BATCH, checkpoint_every_steps=20)
     document["model"]["top_dropout"] = TOP_DROPOUT
     document["distill"] = dict(DISTILL)
     return document
@@ -138,6 +141,7 @@ def test_the_student_serves_with_every_passive_party_gone(distilled: ServiceRun,
     assert stat.S_IMODE(os.stat(folder / TEACHER_FILE).st_mode) == 0o600  # the teacher's outputs: the owner alone
     summary = json.loads((folder.parent / "summary.json").read_text())
     assert summary["student"]["name"] == "distil-student" and summary["student"]["epochs"] == STUDENT_EPOCHS
+    # seen at batches of 64: 0.697 (the teacher 0.774)
     assert summary["student"]["final_metrics"]["accuracy"] > 0.5, summary["student"]
 
     codes = distilled.stop(["party-2", "party-3"])
