@@ -72,6 +72,7 @@ def main() -> int:
     try:
         service.start_server()
         service.start_clients()
+        service.wait_connected(timeout_s=args.timeout)
         print(f"   daemons started once: server on port {service.port}, parties 2 and 3 connected", flush=True)
         operator = TlsFiles(ca=certs / "ca.pem", cert=certs / f"{OPERATOR}.pem", key=certs / f"{OPERATOR}.key")
         with JobClient(service.address, tls=operator) as jobs:

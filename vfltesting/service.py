@@ -8,6 +8,7 @@ restart on the same address) and announces its ports in files.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import subprocess
@@ -112,6 +113,8 @@ class ServiceRun:
     logs: dict[str, Path] = field(default_factory=dict)
     log_files_by_name: dict[str, Path] = field(default_factory=dict)
     _restarts: int = 0
+    #: Where each passive daemon's latest start begins in its (appended) log, by name.
+    _log_starts: dict[str, int] = field(default_factory=dict)
 
     @property
     def address(self) -> str:
@@ -203,7 +206,27 @@ class ServiceRun:
         cmd = [str(BIN / "vfl-client"), "--party", str(party), "--config", str(config), "--log-format", "json"]
         cmd += ["--log-level", self.log_level, *self._log_file(f"party-{party}", log)]
         name = f"party-{party}"
+        self._log_starts[name] = log.stat().st_size if log.exists() else 0  # this start's lines come after
         self.procs[name] = start_daemon(cmd, log, append=True, cwd=self.root, exec_=name in self.exec_names)
+
+    def wait_connected(self, parties: Iterable[int] | None = None, timeout_s: float = 120) -> None:
+        """Wait until each passive daemon (every party by default) has connected to the server since its last start.
+
+        ``start_clients`` returns as soon as the processes exist; a job submitted before a party connects
+        waits for it only ``join_timeout_s``, and a daemon's start (imports, warm-up) took 60 s on a
+        machine loaded 24 deep (2026-11-29). What counts is the daemon's own ``connected`` log event.
+        """
+        for party in self.parties if parties is None else parties:
+            connected = functools.partial(self._logged_since_start, f"party-{party}", "connected")
+            wait_until(connected, f"party {party} to connect", self, timeout_s)
+
+    def _logged_since_start(self, name: str, event: str) -> bool:
+        log = self.logs[name]
+        if not log.exists():
+            return False
+        with log.open("rb") as handle:
+            handle.seek(self._log_starts.get(name, 0))
+            return any(f'"event": "{event}"'.encode() in line for line in handle)
 
     def _log_file(self, name: str, stderr: Path) -> list[str]:
         """``--log-file`` beside the daemon's stderr file (``server-2.log.jsonl``), if ``log_files``."""
