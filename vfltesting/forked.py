@@ -8,7 +8,8 @@ the suite, spent importing the same modules again and again.
 
 How: ``Launcher`` starts one process (``python -m vfltesting.forked``) that imports those modules
 and waits. Each daemon is an ``os.fork()`` of it that sets its own stdio, directory and environment
-and then runs the console script's ``main`` with the daemon's arguments, as ``vfl-server`` would.
+and then runs the console script's ``main`` with the daemon's arguments, as ``vfl-server`` would
+(or, for ``python -m <module>``, that module's ``main``: the privacy bench's recording party).
 It is a real process with its own PID: kill -9, SIGSTOP, SIGTERM and its exit code work as for an
 exec'd one. ``ForkedDaemon`` gives the test the part of ``subprocess.Popen`` it uses; the launcher
 reaps its children and writes each exit code to a file, because only a parent can wait for a child.
@@ -138,14 +139,13 @@ class Launcher:
         cwd: Path,
         stdout: Path | None = None,
     ) -> ForkedDaemon:
-        """Fork ``command`` (vfl-server or vfl-client and its arguments); stderr to a file, stdout to
-        ``stdout`` (a new file: for a test that reads what the daemon prints) or else to /dev/null."""
-        name = Path(command[0]).name
-        if name not in ENTRY_POINTS:
-            raise ValueError(f"the launcher starts {sorted(ENTRY_POINTS)}, not {command[0]!r}")
+        """Fork ``command`` (vfl-server, vfl-client or ``python -m <module>``, and its arguments); stderr to a
+        file, stdout to ``stdout`` (a new file: for a test that reads what the daemon prints) or else to /dev/null."""
+        module, argv = _main_of([str(a) for a in command])
+        name = Path(argv[0]).name
         request = {
-            "entry": name,
-            "argv": [str(a) for a in command],
+            "module": module,
+            "argv": argv,
             "stderr": str(stderr),
             "stdout": None if stdout is None else str(stdout),
             "append": append,
@@ -198,6 +198,18 @@ class Launcher:
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> None:
         self.close()
+
+
+def _main_of(command: list[str]) -> tuple[str, list[str]]:
+    """The module whose ``main`` runs ``command``, and the ``sys.argv`` it gets: a console script of
+    ``ENTRY_POINTS``, or ``python -m <module> ...`` (a daemon of the benches, such as
+    ``bench.privacy.party``, whose ``main(argv)`` takes its arguments as the console scripts' does)."""
+    name = Path(command[0]).name
+    if name in ENTRY_POINTS:
+        return ENTRY_POINTS[name], command
+    if len(command) > 2 and command[1] == "-m":
+        return command[2], command[2:]
+    raise ValueError(f"the launcher starts {sorted(ENTRY_POINTS)} or python -m <module>, not {command[0]!r}")
 
 
 # --- the launcher process -------------------------------------------------------------------------
@@ -291,7 +303,7 @@ def _become(request: dict[str, Any]) -> None:
         os.environ.clear()
         os.environ.update(request["env"])
         sys.argv = list(request["argv"])
-        main: Callable[[list[str]], int] = __import__(ENTRY_POINTS[request["entry"]], fromlist=["main"]).main
+        main: Callable[[list[str]], int] = __import__(request["module"], fromlist=["main"]).main
         code = main(sys.argv[1:])
     except SystemExit as exc:
         code = exc.code

@@ -19,7 +19,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -31,7 +30,7 @@ from vflclient import JobClient, VflError
 from vflcore.data.checkpoints import party_dir
 from vflcore.job.document import job_from_document
 from vfltesting.privacy_probe import STRONGER_KEYS, probe
-from vfltesting.service import ServiceRun, service_env
+from vfltesting.service import ServiceRun, start_daemon
 
 #: The probe's figures, in the order the table prints them.
 ATTACKS = (
@@ -75,14 +74,9 @@ class PrivacyService(ServiceRun):
         self.logs[f"party-{party}"] = log
         config = self.client_config(party, server or self.via.get(party) or self.address)
         command = [sys.executable, "-m", "bench.privacy.party", "--config", str(config), "--party", str(party)]
-        with log.open("ab") as sink:
-            self.procs[f"party-{party}"] = subprocess.Popen(
-                [*command, "--record", str(self.record), "--log-format", "json"],
-                stdout=subprocess.DEVNULL,
-                stderr=sink,
-                env=service_env(),
-                cwd=self.root,
-            )
+        command += ["--record", str(self.record), "--log-format", "json"]
+        # exec'd, as vfl-server is, unless the caller forks the daemons (the suite's smoke test: ``daemons_forked_by``)
+        self.procs[f"party-{party}"] = start_daemon(command, log, append=True, cwd=self.root)
 
 
 @dataclass(frozen=True)
