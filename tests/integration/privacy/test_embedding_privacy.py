@@ -217,13 +217,17 @@ def test_every_algorithm_trains_behind_the_noise(pki: Pki, digits_data: Path, tm
         assert report["epsilon"] == pytest.approx(embedding_epsilon(0.5, len(report["ledger"]), NOISY.dp_delta))
 
 
-#: The daemons' job: small batches make an epoch long enough (117 steps) to be killed in its middle, and a
-#: checkpoint every 10 steps marks the middle without timing: the kill lands once party 3 has saved one.
-DAEMON_JOB = {"batch_size": 8, "join_timeout_s": 60, "checkpoint_every_steps": 10}
+#: The daemons' job: batches of 16 make an epoch of 59 steps, and a checkpoint every 10 steps marks the middle of
+#: epoch 2 without timing (steps 60-110 are batches 1-51 of it): the kill lands once party 3 has saved one there,
+#: 48 steps or more before the epoch's end. Batches of 8 (117 steps an epoch) cost about 5 CPU-s more a job.
+DAEMON_JOB = {"batch_size": 16, "join_timeout_s": 60, "checkpoint_every_steps": 10}
 #: Two epochs: the kill lands inside the second, and the resumed job must still finish it.
 DAEMON_EPOCHS = 2
 #: Both daemons' own config: ``[privacy]`` of partyN.toml.
 DAEMON_PRIVACY = {"privacy": {"min_embedding_noise_multiplier": 0.5}}
+#: The noisy job twice on the same daemons, under two ids: uninterrupted, then with party 3 killed inside epoch 2.
+#: The id feeds neither the seeds nor the noise (each party's key is fixed, ``_daemon_job``), so the two must agree.
+CLEAN, KILLED = "noisy-clean", "noisy-killed"
 
 
 def _daemon_job(run_dir: Path, job_id: str, **privacy: float) -> dict[str, dict[str, Any]]:
@@ -239,37 +243,40 @@ def _daemon_job(run_dir: Path, job_id: str, **privacy: float) -> dict[str, dict[
     return document
 
 
-def _daemons_run(pki: Pki, data: Path, root: Path, *, refuse_first: bool, kill: bool) -> tuple[Any, dict[str, Any]]:
-    """vfl-server and two vfl-client daemons that require noise; the noisy job's outcome and party 3's privacy.json.
+def _daemons_run(pki: Pki, data: Path, root: Path) -> tuple[Any, Any, dict[str, Any], dict[str, Any]]:
+    """vfl-server and two vfl-client daemons that require noise, one job after another: a job without noise, which
+    must fail naming the key; the noisy job (``CLEAN``); the noisy job again (``KILLED``), with a kill -9 of party 3
+    once it has saved a checkpoint inside epoch 2, then a restart. Both noisy jobs' outcomes and party 3's privacy.json.
 
-    ``refuse_first``: a job without noise comes first, and must fail naming the key. ``kill``: kill -9 of
-    party 3 once it has saved a checkpoint inside epoch 2, then a restart.
+    One service for the three jobs (it was one for the refusal and the clean job and one for the killed job: three
+    forked daemon starts more, about 3 CPU-s).
     """
-    job_id = "noisy-resume"
     run = service_with_short_limits(root, pki, data, client_tables=DAEMON_PRIVACY)
     runs = run.root / "runs"
-    party3 = runs / job_id / "party-3"
+    party3 = runs / KILLED / "party-3"
+    noisy = {"embedding_clip": 1.0, "embedding_noise_multiplier": 0.5}
     try:
         with operator_client(run, pki) as jobs:
-            if refuse_first:
-                jobs.submit(_daemon_job(runs, "no-noise"))
-                events = [str(event) for event in jobs.watch("no-noise")]
-                refused = jobs.get("no-noise")
-                assert refused.state == "failed", events
-                assert "min_embedding_noise_multiplier" in refused.error, refused.error
-                assert "embedding_noise_multiplier is 0" in refused.error, refused.error
-            jobs.submit(_daemon_job(runs, job_id, embedding_clip=1.0, embedding_noise_multiplier=0.5))
-            if kill:
-                wait_until(lambda: any(party3.glob("epoch-0001-batch-*.pt")), "a checkpoint inside epoch 2", run)
-                with frozen(run, "party-3"):  # checked while frozen: what it sees holds at the kill
-                    assert not epoch_path(party3, 1).exists(), "the kill missed the middle of epoch 2"
-                    run.kill("party-3")
-                restart_after_kill(run, "party-3")
-            finish_job(jobs, run, job_id)
+            jobs.submit(_daemon_job(runs, "no-noise"))
+            events = [str(event) for event in jobs.watch("no-noise")]
+            refused = jobs.get("no-noise")
+            assert refused.state == "failed", events
+            assert "min_embedding_noise_multiplier" in refused.error, refused.error
+            assert "embedding_noise_multiplier is 0" in refused.error, refused.error
+            jobs.submit(_daemon_job(runs, CLEAN, **noisy))
+            finish_job(jobs, run, CLEAN)
+            jobs.submit(_daemon_job(runs, KILLED, **noisy))
+            wait_until(lambda: any(party3.glob("epoch-0001-batch-*.pt")), "a checkpoint inside epoch 2", run)
+            with frozen(run, "party-3"):  # checked while frozen: what it sees holds at the kill
+                assert not epoch_path(party3, 1).exists(), "the kill missed the middle of epoch 2"
+                run.kill("party-3")
+            restart_after_kill(run, "party-3")
+            finish_job(jobs, run, KILLED)
         assert all(run.alive().values()), run.tail()
     finally:
         run.stop()  # SIGTERM, then up to 60 s: a loaded 2-core machine took 14 s to stop vfl-server
-    return run_outcome(run, job_id), json.loads((party3 / REPORT_FILE).read_text())
+    reports = [json.loads((runs / job_id / "party-3" / REPORT_FILE).read_text()) for job_id in (CLEAN, KILLED)]
+    return run_outcome(run, CLEAN), run_outcome(run, KILLED), *reports
 
 
 @pytest.mark.timeout(600)
@@ -279,8 +286,7 @@ class TestDaemons:
     ) -> None:
         """vfl-client daemons whose configs require noise: a job without it fails naming the key, the daemons take
         the next job; kill -9 of party 3 inside epoch 2 and a restart end with the uninterrupted noisy run's losses."""
-        clean_outcome, clean = _daemons_run(pki, digits_data, tmp_path / "clean", refuse_first=True, kill=False)
-        killed_outcome, killed = _daemons_run(pki, digits_data, tmp_path / "killed", refuse_first=False, kill=True)
+        clean_outcome, killed_outcome, clean, killed = _daemons_run(pki, digits_data, tmp_path)
         assert_same_model(killed_outcome, clean_outcome)
         print(f"party 3 after a kill: {killed['releases']} releases, epsilon {killed['epsilon']:.2f}")
         # The steps sent twice (before the kill, and again after it) count once; inference ids differ per run.
