@@ -86,9 +86,10 @@ def codec_session(
     yield from _session(job_factory, pki, digits_data, tmp_path, job, 60.0)
 
 
-@pytest.fixture(scope="class")
+@pytest.fixture(scope="module")
 def shared_session(pki: Pki, digits_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
-    """``party2_session`` shared by a class's refusal cases.
+    """``party2_session`` shared by the module's refusal cases (those of ``TestMalformedTensors``, the 1 GiB
+    chunk, a ReturnGradients count too large, a second Subscribe).
 
     Each case is refused and must change nothing, so the next case finds the job as the first did,
     and a case that did change something fails the cases after it too. One session instead of one
@@ -116,7 +117,7 @@ def _shared(pki: Pki, digits_data: Path, tmp: Path, job: JobSpec) -> Iterator[Se
         return running
 
     try:
-        # A generous step timeout: the cases of a class all run inside the job's wait for batch 0.
+        # A generous step timeout: the cases all run inside the job's wait for batch 0.
         yield from _session(make, pki, digits_data, tmp, job, 600.0)
     finally:
         for running in started:
@@ -221,13 +222,13 @@ class TestMalformedTensors:
         after = _model_snapshot(running)
         assert all(torch.equal(before[k], after[k]) for k in before)
 
-    def test_a_chunk_announcing_one_gib_is_refused_before_anything_is_allocated(self, party2_session) -> None:
+    def test_a_chunk_announcing_one_gib_is_refused_before_anything_is_allocated(self, shared_session: Session) -> None:
         """The announced shape is checked against the expected one first: the server allocates nothing for it.
 
         The server runs in this process, so tracemalloc sees every Python allocation of the call:
         its peak stays far below the 1 GiB the chunk announced (it was 1 GiB, zero-filled, before).
         """
-        _, stub, key, rows = party2_session[:4]
+        _, stub, key, rows = shared_session[:4]
         good = np.zeros((rows, WIDTH), np.float32)
         tracemalloc.start()
         try:
@@ -308,8 +309,8 @@ class TestEpochStreams:
             exchange.receive(0)
         assert running.active.algorithm.step_losses == []
 
-    def test_too_many_tensors_asked_for_is_refused(self, party2_session) -> None:
-        _, stub, key, _ = party2_session[:4]
+    def test_too_many_tensors_asked_for_is_refused(self, shared_session: Session) -> None:
+        _, stub, key, _ = shared_session[:4]
         request = pb.TensorRequest(key=wire.key_to_proto(key.with_name("gradient")), count=(1 << 20) + 1)
         with pytest.raises(grpc.RpcError) as caught:
             list(stub.ReturnGradients(request, timeout=10))
@@ -318,8 +319,8 @@ class TestEpochStreams:
 
 
 class TestCallLimits:
-    def test_a_second_subscribe_stream_is_refused(self, party2_session) -> None:
-        _, stub, _, _ = party2_session[:4]
+    def test_a_second_subscribe_stream_is_refused(self, shared_session: Session) -> None:
+        _, stub, _, _ = shared_session[:4]
         with pytest.raises(grpc.RpcError) as caught:
             next(iter(stub.Subscribe(pb.SubscribeRequest(job_id="test-job"), timeout=10)))
         assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
