@@ -11,6 +11,7 @@ a document decays; these tests keep it.
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,8 +36,21 @@ def _modules(package: str) -> Iterator[Path]:
     yield from sorted((ROOT / package).rglob("*.py"))
 
 
+@functools.cache
+def _nodes(path: Path) -> tuple[ast.AST, ...]:
+    """The nodes of a module the rules below look at (imports, comparisons, ``setting(...)`` calls), parsed
+    and walked once a session: they read the product six times and tests/ twice. Only these are kept,
+    not the whole tree: every tree cached cost the process about 120 MB."""
+    return tuple(
+        node
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, ast.Import | ast.ImportFrom | ast.Compare | ast.MatchValue)
+        or (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setting")
+    )
+
+
 def _imports(path: Path) -> Iterator[tuple[int, str]]:
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in _nodes(path):
         if isinstance(node, ast.Import):
             yield from ((node.lineno, alias.name) for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
@@ -57,7 +71,7 @@ def test_imports_follow_the_layers(package: str) -> None:
 
 def _branches_on(path: Path, names: set[str]) -> Iterator[str]:
     """Comparisons and match cases against an algorithm's name: what a new algorithm would have to edit."""
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in _nodes(path):
         operands: list[ast.expr] = []
         if isinstance(node, ast.Compare):
             operands = [node.left, *node.comparators]
@@ -178,7 +192,7 @@ def test_no_private_name_crosses_a_package() -> None:
     for folder in _ALL_CODE:
         for path in sorted((ROOT / folder).rglob("*.py")):
             importer = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1])
-            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            for node in _nodes(path):
                 if not isinstance(node, ast.ImportFrom) or node.level or node.module is None:
                     continue
                 if node.module.split(".")[0] not in ours:
@@ -209,7 +223,7 @@ def test_a_job_is_declared_in_its_two_homes() -> None:
     for package in PRODUCT:
         for path in _modules(package):
             where = path.relative_to(ROOT).as_posix()
-            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            for node in _nodes(path):
                 if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setting"):
                     continue
                 table = node.args[0] if node.args else None
@@ -247,7 +261,7 @@ def test_no_test_module_imports_another() -> None:
     """No module under tests/ imports from ``tests``: what two tests share lives in vfltesting or a fixture."""
     found = []
     for path in sorted((ROOT / "tests").rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in _nodes(path):
             if isinstance(node, ast.ImportFrom) and node.level:
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno} imports relatively (from {'.' * node.level})")
             for line, name in _imports_of(node):
