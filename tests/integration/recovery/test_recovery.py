@@ -15,7 +15,6 @@ start their own, as they need another party 3 route or another server limit.
 from __future__ import annotations
 
 import json
-import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from typing import Any
 import pytest
 
 from vflcore.data.checkpoints import epoch_path
+from vflcore.job.schedule import Position
 from vfltesting.faults import (
     CLIENT,
     EPOCHS,
@@ -30,6 +30,7 @@ from vfltesting.faults import (
     SERVER,
     fault_document,
     fault_job_id,
+    kill_after_step,
     kill_inside_epoch,
     operator_client,
     restart_after_kill,
@@ -239,12 +240,8 @@ def _logged_at(event: dict[str, Any]) -> float:
 BATCHES_PER_EPOCH = 30
 #: The step after which a party is killed in the checkpoint tests: 20 batches into epoch 2 (from 0: 1).
 KILL_STEP = 2 * EVERY_STEPS
-
-
-def step_checkpoint(step: int) -> str:
-    """The file name of the checkpoint saved after ``step`` steps, e.g. ``epoch-0001-batch-00041.pt``."""
-    epoch, batch = divmod(step, BATCHES_PER_EPOCH)
-    return f"epoch-{epoch:04d}-batch-{batch:05d}.pt"
+#: ...the position its checkpoint resumes at.
+KILL_AT = Position(*divmod(KILL_STEP, BATCHES_PER_EPOCH))
 
 
 MICRO_ID, CLEAN_MICRO_ID = fault_job_id("splitnn", "micro"), fault_job_id("splitnn", "clean-micro")
@@ -267,13 +264,8 @@ class TestCheckpointsInsideEpochs:
         job = {"checkpoint_every_steps": EVERY_STEPS}
         with operator_client(run, pki) as jobs:
             jobs.submit(fault_document(job_id, algorithm, **job))
-            # Step 50 is 20 batches into epoch 2: kill once both ends have saved it.
-            folders = [run.root / "runs" / job_id / f"party-{p}" for p in (1, 3)]
-            kill_at = step_checkpoint(KILL_STEP)
-            wait_until(lambda: all((f / kill_at).exists() for f in folders), f"step {KILL_STEP}", run)
-            time.sleep(0.05)
-            run.kill("party-3")
-            restart_after_kill(run, "party-3")
+            # Step 50 is 20 batches into epoch 2: kill once every party has saved it.
+            kill_after_step(run, job_id, KILL_AT)
             finish_job(jobs, run, job_id)
         [lost] = [e["steps_done"] for e in _job_events(run, job_id, "job_waiting")]
         [resumed] = _job_events(run, job_id, "resumed")
@@ -291,14 +283,9 @@ class TestCheckpointsInsideEpochs:
         """SplitNN with every batch in 3 parts (``micro_batches``): a kill after step 50 resumes at batch 20 of
         epoch 2, whose first part travels as wire index 60, and ends with the fault-free run's model."""
         run = service
-        folders = [run.root / "runs" / MICRO_ID / f"party-{p}" for p in (1, 3)]
         with operator_client(run, pki) as jobs:
             jobs.submit(_micro_batched_job())
-            kill_at = step_checkpoint(KILL_STEP)
-            wait_until(lambda: all((f / kill_at).exists() for f in folders), f"step {KILL_STEP}", run)
-            time.sleep(0.05)
-            run.kill("party-3")
-            restart_after_kill(run, "party-3")
+            kill_after_step(run, MICRO_ID, KILL_AT)
             finish_job(jobs, run, MICRO_ID)
         [resumed] = _job_events(run, MICRO_ID, "resumed")
         assert (resumed["epoch"], resumed["batch"]) == divmod(KILL_STEP, BATCHES_PER_EPOCH) == (1, 20), resumed

@@ -38,8 +38,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 OTHERS = ("fedbcd", "vimsgd", "vimadmm_j")
 OTHER_EPOCHS = 3
 #: Async is compared by accuracy, not step by step: enough epochs that the accuracy has settled
-#: (at 3 epochs two fault-free async runs differed by 1.7 points).
-ASYNC_EPOCHS = 10
+#: (at 3 epochs two fault-free async runs differed by 1.7 points). At 5 it has: four fault-free
+#: runs gave 0.957-0.966, the band of ten epochs (0.953-0.962), for 10 CPU-s a job instead of 19
+#: (three daemons, measured 2026-11-29); epochs 4 and 5 follow the second kill.
+ASYNC_EPOCHS = 5
 #: ...and in batches of 8 (117 an epoch: step 150 is batch 33 of epoch 2), not the other jobs' 32
 #: (``vfltesting.faults.JOB``): the band below was measured at 8. At 16, ten epochs are half the steps
 #: and the accuracy has not settled: eight fault-free runs on a quiet machine spanned 0.927-0.944,
@@ -47,8 +49,9 @@ ASYNC_EPOCHS = 10
 ASYNC_BATCH = 8
 #: Async's arrival order decides its steps, so no run equals another, with or without a fault:
 #: its resumed runs are held to an accuracy floor, and what proves the resume is the step count
-#: (the checkpoints' names and the server's ``resumed`` line). Fault-free runs on a quiet machine
-#: spanned 0.953-0.962 (six runs, 2 of 234 test rows); sound resumes, in the whole suite on 2
+#: (the checkpoints' names and the server's ``resumed`` line). Fault-free runs of ten epochs on a
+#: quiet machine spanned 0.953-0.962 (six runs, 2 of 234 test rows), of five epochs 0.957-0.966
+#: (four runs, a loaded machine, 2026-11-29); sound resumes of ten, in the whole suite on 2
 #: cores, 0.949-0.970. A resume that lost or repeated work shows as a lower accuracy. The floor
 #: was once the lowest of three fault-free runs less 2 points: those runs were a third of this
 #: file's time and the floor they gave moved with them.
@@ -110,7 +113,7 @@ class TestAsync:
         decides its steps, so the model is held to ``ASYNC_FLOOR``; the resumes by the server's lines.
 
         One job for what were two (a kill inside epoch 2 with epoch checkpoints only, and this step
-        checkpoint's), each ten epochs of async in batches of 8: the slowest jobs of the recovery files.
+        checkpoint's), of async in batches of 8: the slowest jobs of the recovery files.
         """
         run = service
         job_id = fault_job_id("async", "other")
@@ -141,7 +144,7 @@ class TestAsync:
         ]
         assert resumed == [(1, 33), (3, 0)], resumed
         assert sum("waiting for party 3" in line for line in lines) == 2, lines
-        for folder in folders:  # 1150 steps (23 x 50) is 97 batches into epoch 10
+        for folder in folders:  # 550 steps (11 x 50) is 82 batches into epoch 5 (4 x 117 = 468 before it)
             saved = sorted(p.name for p in folder.glob("epoch-*.pt"))
-            assert saved == ["epoch-0009-batch-00097.pt", "epoch-0009.pt"], (folder.name, saved)
+            assert saved == ["epoch-0004-batch-00082.pt", "epoch-0004.pt"], (folder.name, saved)
         assert accuracy >= ASYNC_FLOOR, accuracy
