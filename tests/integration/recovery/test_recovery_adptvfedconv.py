@@ -82,10 +82,19 @@ def clean_adptvfedconv(shared: ServiceRun, pki: Pki) -> JobOutcome:
 
 
 class TestAdptVFedConv:
-    def test_killed_in_phase_2_and_phase_3(self, clean_adptvfedconv: JobOutcome, service: ServiceRun, pki: Pki) -> None:
-        """kill -9 of party 3 while it fine-tunes (phase 2) and while the server trains alone (phase 3): same model."""
+    def test_killed_in_phase_2_in_phase_3_and_after_a_checkpoint_inside_a_phase_3_epoch(
+        self, clean_adptvfedconv: JobOutcome, service: ServiceRun, pki: Pki
+    ) -> None:
+        """kill -9 of party 3 while it fine-tunes (phase 2), while the server trains alone (phase 3), and after
+        a checkpoint inside phase 3's epoch 2 (checkpoint_every_steps = 50: the server tells the idle parties
+        when to save), where it resumes: the same model.
 
-        def kill_twice(run: ServiceRun, jobs: JobClient, job_id: str) -> None:
+        One job for what were two tests (the kills in phases 2 and 3; the checkpoints inside phase 3
+        epochs), each a job of its own: the checkpoints inside epochs change no step, so the kills of
+        both run in the job that saves them, and the module runs one AdptVFedConv job fewer.
+        """
+
+        def kill_three_times(run: ServiceRun, jobs: JobClient, job_id: str) -> None:
             # Phase 2: party 3 has the extractor and is fine-tuning (its one epoch not done); nothing is saved yet.
             log3 = run.root / "party-3.log"
             with frozen_when(
@@ -101,31 +110,32 @@ class TestAdptVFedConv:
             wait_until(lambda: epochs_done(jobs, job_id) >= 1, "epoch 1", run)
             run.kill("party-3")
             restart_after_kill(run, "party-3")
-            lines = finish_job(jobs, run, job_id)
-            assert sum("waiting for party 3" in line for line in lines) == 2, lines
-
-        faulty = _adptvfedconv(service, pki, "kills-adptvfedconv", kill_twice)
-        assert_same_model(faulty, clean_adptvfedconv)
-
-    def test_checkpoints_inside_phase_3_epochs(
-        self, clean_adptvfedconv: JobOutcome, service: ServiceRun, pki: Pki
-    ) -> None:
-        """checkpoint_every_steps = 50: the server tells the idle parties when to save; a kill resumes in epoch 2."""
-
-        def kill_inside_epoch_2(run: ServiceRun, jobs: JobClient, job_id: str) -> None:
-            # Its epochs are quick (the server trains alone), so every checkpoint is kept, and
-            # party 3 dies as soon as it has saved one inside epoch 2: there it resumes.
+            # Inside epoch 2, once resumed: its epochs are quick, so every checkpoint is kept, and
+            # party 3 dies as soon as it has saved one inside epoch 2 after that resume: there it resumes.
             folder = run.root / "runs" / job_id / "party-3"
-            wait_until(lambda: any(folder.glob("epoch-0001-batch-*.pt")), "a checkpoint inside epoch 2", run)
+            wait_until(lambda: len(_resumed(run, job_id)) == 2, "the resume after the phase-3 kill", run)
+            again = _resumed(run, job_id)[-1]
+
+            def inside_epoch_2() -> bool:
+                return any(p.epoch == 1 and p.batch > 0 and p > again for p in checkpoint_positions(folder))
+
+            wait_until(inside_epoch_2, "a checkpoint inside epoch 2", run)
             run.kill("party-3")
             newest = checkpoint_positions(folder)[-1]
             restart_after_kill(run, "party-3")
-            finish_job(jobs, run, job_id)
-            [resumed] = [e for e in log_events(run.logs["server"], "resumed") if e.get("job") == job_id]
-            assert Position(resumed["epoch"], resumed["batch"]) == newest, (resumed, newest)
+            lines = finish_job(jobs, run, job_id)
+            assert sum("waiting for party 3" in line for line in lines) == 3, lines
+            assert _resumed(run, job_id)[-1] == newest, (_resumed(run, job_id), newest)
             assert newest.batch > 0, newest
 
         faulty = _adptvfedconv(
-            service, pki, "steps-adptvfedconv", kill_inside_epoch_2, checkpoint_every_steps=CONV_EVERY_STEPS
+            service, pki, "kills-adptvfedconv", kill_three_times, checkpoint_every_steps=CONV_EVERY_STEPS
         )
         assert_same_model(faulty, clean_adptvfedconv)
+
+
+def _resumed(run: ServiceRun, job_id: str) -> list[Position]:
+    """Where the server resumed job ``job_id``, each time, in order."""
+    return [
+        Position(e["epoch"], e["batch"]) for e in log_events(run.logs["server"], "resumed") if e.get("job") == job_id
+    ]
