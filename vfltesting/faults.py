@@ -41,13 +41,15 @@ __all__ = [
 #: it to resume into; the passive-party test kills between epochs 2 and 3. A fourth epoch added
 #: steps before and after each fault and checked nothing more.
 EPOCHS = 3
-#: Batches of 32: 30 steps an epoch (936 training rows, the last batch of 8), enough to be frozen
+#: Batches of 64: 15 steps an epoch (936 training rows, the last batch of 40), enough to be frozen
 #: and killed inside one (``frozen_inside_epoch`` and the checkpoint waits find the moment by
 #: events, not by time, so a short epoch is as good as a long one). Each step is a round of gRPC
 #: calls over TLS on every party, so the job's CPU goes with its steps. The recovery files were a
 #: quarter of the suite's CPU on 2 cores; 3 epochs at 32 (90 steps) instead of 4 at 16 (236) took
-#: test_recovery.py from 164 to 115 CPU-s (user+sys, pytest -n 0, measured 2026-11-29).
-JOB = {"batch_size": 32, "join_timeout_s": 60}
+#: test_recovery.py from 164 to 115 CPU-s (user+sys, pytest -n 0, measured 2026-11-29). Batches
+#: of 64 (45 steps) instead of 32: a SplitNN job 2.1 CPU-s instead of 2.6, VIMADMM's 3.2 instead
+#: of 4.9 (three daemons, measured 2026-11-29); what is left is mostly PSI and the export.
+JOB = {"batch_size": 64, "join_timeout_s": 60}
 #: Short limits, so that a frozen party is noticed in seconds, not minutes.
 SERVER = {"party_timeout_s": 60, "heartbeat_timeout_s": 3}
 CLIENT = {"heartbeat_s": 0.3}
@@ -57,10 +59,10 @@ CLIENT = {"heartbeat_s": 0.3}
 #: FedBCD's Q likewise, 2 instead of its default 5: 2.3 CPU-s a job instead of 3.7 (three daemons,
 #: measured 2026-11-29), and still more than one update on one stale gradient.
 LOCAL_STEPS = {"vimadmm": 2, "vimadmm_j": 2, "fedbcd": 2}
-#: Checkpoints inside epochs, every 25 steps, in the tests that kill between two of them: with
-#: 30 steps an epoch, steps 25, 50 and 75 are 25, 20 and 15 batches into epochs 1, 2 and 3, none
+#: Checkpoints inside epochs, every 12 steps, in the tests that kill between two of them: with
+#: 15 steps an epoch, steps 12, 24 and 36 are 12, 9 and 6 batches into epochs 1, 2 and 3, none
 #: at an epoch's end.
-EVERY_STEPS = 25
+EVERY_STEPS = 12
 
 
 def fault_job_id(algorithm: str, tag: str) -> str:

@@ -57,7 +57,7 @@ ASYNC_BATCH = 8
 #: file's time and the floor they gave moved with them.
 ASYNC_FLOOR = 0.93
 #: Async's checkpoints: every 50 steps, the interval its checkpoint names below were counted for
-#: (the other jobs' ``vfltesting.faults.EVERY_STEPS`` is 25, for their 30 batches an epoch).
+#: (the other jobs' ``vfltesting.faults.EVERY_STEPS`` is 12, for their 15 batches an epoch).
 ASYNC_EVERY_STEPS = 50
 
 
