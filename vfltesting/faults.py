@@ -48,7 +48,8 @@ EPOCHS = 3
 #: quarter of the suite's CPU on 2 cores; 3 epochs at 32 (90 steps) instead of 4 at 16 (236) took
 #: test_recovery.py from 164 to 115 CPU-s (user+sys, pytest -n 0, measured 2026-11-29). Batches
 #: of 64 (45 steps) instead of 32: a SplitNN job 2.1 CPU-s instead of 2.6, VIMADMM's 3.2 instead
-#: of 4.9 (three daemons, measured 2026-11-29); what is left is mostly PSI and the export.
+#: of 4.9 (three daemons); test_recovery.py 93 -> 74 CPU-s (measured 2026-11-29). What is left of
+#: a job is mostly its fixed part: PSI, the ONNX export, the first job's imports in a restarted daemon.
 JOB = {"batch_size": 64, "join_timeout_s": 60}
 #: Short limits, so that a frozen party is noticed in seconds, not minutes.
 SERVER = {"party_timeout_s": 60, "heartbeat_timeout_s": 3}
