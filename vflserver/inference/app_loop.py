@@ -19,6 +19,11 @@ from aiohttp import web
 from vflcore.runtime.daemon import run_compute_loop
 from vflserver.inference.rest_listener import ConnectionGate, bind
 
+#: How long, at most, a connection answered before its body was read (a refusal) goes on reading
+#: and dropping that body before it closes: aiohttp's own default (``lingering_time``). Closing
+#: with unread bytes would reset the connection, and the caller might not read the answer.
+LINGERING_S = 10.0
+
 
 class AppOnItsLoop:
     """Serve ``application()`` on ``address`` (HTTPS with ``tls``; HTTP when it is None) from ``start`` to ``stop``."""
@@ -32,10 +37,12 @@ class AppOnItsLoop:
         max_connections: int,
         handshake_timeout_s: float,
         keepalive_timeout_s: float,
+        lingering_s: float = LINGERING_S,
     ) -> None:
         self._sock = bind(address)
         self._tls = tls
         self._limits = (max_connections, handshake_timeout_s, keepalive_timeout_s)
+        self._lingering_s = lingering_s
         #: The connections, once started: the cap and the handshake deadline.
         self.gate: ConnectionGate | None = None
         self._loop = asyncio.new_event_loop()
@@ -78,7 +85,11 @@ class AppOnItsLoop:
     async def _start(self) -> None:
         max_connections, handshake_timeout_s, keepalive_timeout_s = self._limits
         runner = web.AppRunner(
-            self.application(), handle_signals=False, access_log=None, keepalive_timeout=keepalive_timeout_s
+            self.application(),
+            handle_signals=False,
+            access_log=None,
+            keepalive_timeout=keepalive_timeout_s,
+            lingering_time=self._lingering_s,
         )
         await runner.setup()
         assert runner.server is not None
@@ -98,4 +109,4 @@ class AppOnItsLoop:
             await self._runner.cleanup()
 
 
-__all__ = ["AppOnItsLoop"]
+__all__ = ["LINGERING_S", "AppOnItsLoop"]

@@ -18,6 +18,11 @@ The limits, each a ``[serving]`` key (``RestLimits``):
 - ``body_timeout_s``: the body must arrive within this long of the head (408 otherwise).
 - ``max_body_bytes``: a larger Content-Length gets 413 before a byte of the body is read.
 
+A body the answer did not read (a 408, a 413, a refusal) is read and dropped for at most
+``body_timeout_s`` more before the connection closes (aiohttp's lingering close, 10 s by
+default), so that the caller can read the answer: a caller that sends no body holds its
+connection no longer than the deadline it was given.
+
 Chunked bodies get 411 and compressed ones 415. Routes, status codes and bodies follow the
 KServe v2 REST API, with Triton's binary tensor extension; errors are ``{"error": "..."}``.
 Inference runs on the loop only for a model whose ``predict`` just computes, with a small
@@ -43,7 +48,7 @@ from vflcore.security.identity import party_from_der
 from vflcore.status import http_status
 from vflcore.wire.oip import InferRequest, ProtocolError
 from vflserver.inference.access import refusal
-from vflserver.inference.app_loop import AppOnItsLoop
+from vflserver.inference.app_loop import LINGERING_S, AppOnItsLoop
 from vflserver.inference.config import RestLimits
 from vflserver.inference.handler import InferenceHandler, failure
 from vflserver.inference.json_wire import (
@@ -89,6 +94,7 @@ class RestServer(AppOnItsLoop):
             max_connections=self.limits.max_connections,
             handshake_timeout_s=self.limits.handshake_timeout_s,
             keepalive_timeout_s=self.limits.header_timeout_s,
+            lingering_s=min(LINGERING_S, self.limits.body_timeout_s),
         )
 
     def application(self) -> web.Application:
