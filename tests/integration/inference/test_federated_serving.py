@@ -53,17 +53,20 @@ def _cut(running: RunningJob, party: CuttableParty, number: int) -> None:
     )
 
 
-def test_predicts_by_id_with_every_party_and_is_unavailable_naming_a_missing_one(
+def test_predicts_by_id_with_every_party_is_unavailable_naming_a_missing_one_or_degrades_if_told(
     pki: Pki, serving: tuple[RunningJob, dict[int, CuttableParty]]
 ) -> None:
     """With every party online, the servable and the KServe v2 gRPC endpoint (SDK client, mTLS) predict by ID;
     with party 3 cut off, the servable is not ready and raises PartyUnavailable naming party 3, and the
-    endpoint answers UNAVAILABLE naming it.
+    endpoint answers UNAVAILABLE naming it; a degraded mode stands in for party 3 instead: zeros (TVFL-0)
+    or the training mean (TVFL-A), with a warning on every request.
 
-    One trained job for what were three tests (by ID, unavailable, through the endpoint): each
-    trained its own (~2 CPU-s a job, measured 2026-11-29), and the cut is the last step of each.
+    One trained job for what were five tests (by ID, unavailable, through the endpoint, each degraded
+    mode): each trained its own (~2 CPU-s a job, measured 2026-11-29), and the cut is the last step of each.
     """
     running, parties = serving
+    # TVFL-A's mean is taken while all are online
+    degraded = {mode: FederatedServable(running.active, degraded=mode) for mode in ("zeros", "mean")}
     ids = [str(i) for i in running.active.table.ids[:6]]
     servable = FederatedServable(running.active)
     assert servable.ready()
@@ -91,24 +94,14 @@ def test_predicts_by_id_with_every_party_and_is_unavailable_naming_a_missing_one
             servable.predict({IDS: np.array([known], dtype=object)})
         with pytest.raises(ServerUnavailable, match="party 3"):
             client.infer(running.active.job.job_id, {IDS: np.array([ids[0].encode()], dtype=object)})
-
-
-def test_degraded_mode_stands_in_and_warns(serving: tuple[RunningJob, dict[int, CuttableParty]]) -> None:
-    """Zeros (TVFL-0) and the training mean (TVFL-A) stand in for party 3 once it is cut off, with a
-    warning on every request. Both modes on one trained job (they were one job each, ~2 CPU-s)."""
-    running, parties = serving
-    # TVFL-A's mean is taken while all are online
-    servables = {mode: FederatedServable(running.active, degraded=mode) for mode in ("zeros", "mean")}
-    ids = [str(i) for i in running.active.table.ids[:4]]
-    _cut(running, parties[3], 3)
-    for mode, servable in servables.items():
+    for mode, stands_in in degraded.items():
         with structlog.testing.capture_logs() as logs:
-            out = servable.predict({IDS: np.array(ids, dtype=object)})
-            servable.predict({IDS: np.array(ids, dtype=object)})
+            out = stands_in.predict({IDS: np.array(ids[:4], dtype=object)})
+            stands_in.predict({IDS: np.array(ids[:4], dtype=object)})
         assert out[PROBABILITIES].shape == (4, running.active.job.num_outputs), mode
         warnings = [e for e in logs if e["event"] == "degraded_inference"]
         assert len(warnings) == 2 and warnings[0]["offline_parties"] == [3] and warnings[0]["mode"] == mode
-        stand_in = servable._substitutes[3]
+        stand_in = stands_in._substitutes[3]
         if mode == "zeros":
             assert not stand_in.any()
         else:

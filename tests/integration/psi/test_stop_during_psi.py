@@ -1,7 +1,9 @@
 """A passive daemon stopped in the middle of PSI leaves at once, without waiting for its PSI workers.
 
-``vfl-server`` and party 2's ``vfl-client`` daemon run over mTLS, on 60,000 IDs a party, so
-that each party blinds on a pool of worker processes (``ParallelBlinder``). Party 2 is the
+``vfl-server`` and party 2's ``vfl-client`` daemon run over mTLS. Party 2 holds 60,000 IDs, so
+that it blinds on a pool of worker processes (``ParallelBlinder``); the server holds 2,000 of
+them, which it blinds in-process: its own pool is not what this is about (on 60,000 IDs the
+file cost 2 CPU-s more, its pool's workers counted; measured 2026-11-29). Party 2 is the
 console script exec'd, whose own signal handling and exit this is about; the server is forked
 (``vfltesting.forked``). The job names party 2 alone: a party 3 would only blind its own 60,000
 IDs meanwhile. (Three exec'd daemons cost the file 26 CPU-s; these two, 8; 2026-11-29.) Once
@@ -32,7 +34,9 @@ from vfltesting.service import ServiceRun, job_document, log_events, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
-ROWS = 60_000  # over SERIAL_BELOW (50,000): the parties blind on process pools
+ROWS = 60_000  # over SERIAL_BELOW (50,000): party 2 blinds on a process pool
+#: The server's rows (the first of party 1's table): under SERIAL_BELOW, blinded in-process.
+SERVER_ROWS = 2_000
 CHUNK = 4096
 
 
@@ -60,7 +64,9 @@ def _stored(psi_folder: Path, party: int) -> int:
 def test_sigterm_in_psi_does_not_wait_for_the_workers(pki: Pki, tmp_path: Path) -> None:
     data = tmp_path / "data"
     data.mkdir()
-    write_synthetic_split(data, rows=ROWS, features_per_party=[2, 2, 2], seed=0)
+    write_synthetic_split(data, rows=ROWS, features_per_party=[2, 2], seed=0)
+    party1 = data / "party1.csv"
+    party1.write_text("".join(party1.read_text().splitlines(keepends=True)[: 1 + SERVER_ROWS]))
     run = ServiceRun(
         tmp_path / "service",
         pki,
