@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-import torch
 
 from vflcore.errors import CheckpointError
 from vflcore.job.schedule import Position
@@ -74,6 +73,8 @@ def save_position(directory: Path, position: Position, state: dict[str, Any], *,
     if keep < 1:
         raise ValueError(f"keep must be at least 1 (the newest checkpoint), got {keep}")
     directory.mkdir(parents=True, exist_ok=True)
+    import torch  # here, not at the top: ``atomic_write`` serves processes that never train (``vfl-score``)
+
     buffer = io.BytesIO()
     # "position" names what the file holds; "epoch" (the last epoch begun) is for a human reader.
     torch.save({"position": tuple(position), "epoch": position.epoch - (position.batch == 0), **state}, buffer)
@@ -86,6 +87,8 @@ def save_position(directory: Path, position: Position, state: dict[str, Any], *,
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
     """Read a checkpoint without unpickling arbitrary objects."""
+    import torch
+
     state: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=True)
     return state
 

@@ -33,14 +33,13 @@ from torch import nn
 from vflcore.data.checkpoints import atomic_write
 from vflcore.errors import ArtifactError
 from vflcore.job.spec import JobSpec
+from vflcore.ml.onnx_runtime import MODEL_FILE, onnx_session
 
 if TYPE_CHECKING:  # imported where a session is made (``onnx_session`` says why)
     import onnxruntime
 
 __all__ = ["MODEL_FILE", "OPSET", "PROBE_ROWS", "TOLERANCE", "OnnxPart", "export_onnx", "onnx_session", "part_metadata"]
 
-#: The file name every party's export has, in its run folder.
-MODEL_FILE = "model.onnx"
 #: ONNX opset 17: LayerNorm is a single operator from 17 on, and Triton 23.x+ reads it.
 OPSET = 17
 #: Rows of a party's aligned training data that its export is checked on.
@@ -96,23 +95,6 @@ class _Traced(nn.Module):
 
 def _as_tuple(output: torch.Tensor | tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
     return output if isinstance(output, tuple) else (output,)
-
-
-def onnx_session(model: bytes | str | Path, *, threads: int = 1) -> onnxruntime.InferenceSession:
-    """An onnxruntime CPU session with ``threads`` intra-op threads (one answers batch-1 fastest).
-
-    onnxruntime is imported here, at the first session, not with this module: its import costs a
-    daemon about 0.2 s of CPU and starts a native thread at its start, and a daemon makes its
-    first session only when a job ends (the export's check) or a model is served.
-    """
-    import onnxruntime
-
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.log_severity_level = 3  # errors only: its warnings are about graph optimisations
-    source = model if isinstance(model, bytes) else str(model)
-    return onnxruntime.InferenceSession(source, options, providers=["CPUExecutionProvider"])
 
 
 def _export_bytes(part: OnnxPart) -> bytes:

@@ -21,13 +21,9 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_file, save_file
-from torch import nn
 
 from vflcore.errors import ArtifactError
 from vflserver.inference.servable import (
@@ -39,6 +35,12 @@ from vflserver.inference.servable import (
     prediction_outputs,
     prediction_specs,
 )
+
+if TYPE_CHECKING:  # imported where a legacy artifact is written or read: serving and scoring
+    # import this module for its names and ``ArtifactInfo``, and most never meet such a file
+    # (torch costs a process about 1.1 s of CPU to import: each Ray worker of a scoring job paid it)
+    import torch
+    from torch import nn
 
 __all__ = [
     "FEATURES",
@@ -56,7 +58,12 @@ FORMAT = "vfl-model/1"
 #: The file name of the legacy artifact in the active party's run folder (runs before ONNX).
 LEGACY_FILE = "model.safetensors"
 FEATURES = "features"
-_ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid, "gelu": nn.GELU}
+
+
+def _activations() -> dict[str, type[nn.Module]]:
+    from torch import nn
+
+    return {"relu": nn.ReLU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid, "gelu": nn.GELU}
 
 
 @dataclass(frozen=True)
@@ -72,12 +79,17 @@ class ArtifactInfo:
 
 
 def _flatten(module: nn.Module) -> list[nn.Module]:
+    from torch import nn
+
     if isinstance(module, nn.Sequential):
         return [leaf for child in module for leaf in _flatten(child)]
     return [module]
 
 
 def _describe(layers: Sequence[nn.Module]) -> list[dict[str, Any]]:
+    from torch import nn
+
+    activations = _activations()
     described: list[dict[str, Any]] = []
     for index, layer in enumerate(layers):
         if isinstance(layer, nn.Linear):
@@ -85,11 +97,11 @@ def _describe(layers: Sequence[nn.Module]) -> list[dict[str, Any]]:
         elif isinstance(layer, nn.Dropout | nn.Identity):
             continue  # nothing to do at inference time
         else:
-            name = next((n for n, cls in _ACTIVATIONS.items() if type(layer) is cls), None)
+            name = next((n for n, cls in activations.items() if type(layer) is cls), None)
             if name is None:
                 raise ArtifactError(
                     f"layer {index} ({type(layer).__name__}) cannot go into a standalone artifact; "
-                    f"supported: Linear, Dropout, Identity and {', '.join(sorted(_ACTIVATIONS))}"
+                    f"supported: Linear, Dropout, Identity and {', '.join(sorted(activations))}"
                 )
             described.append({"type": name})
     return described
@@ -101,6 +113,10 @@ def save_artifact(path: Path, model: nn.Module, info: ArtifactInfo) -> Path:
     Legacy: new runs export ONNX (``vflcore.ml.onnx_export``). Kept for the tests of old runs'
     artifacts, and for whoever must write a file an older ``vfl-serve`` reads.
     """
+    import torch
+    from safetensors.torch import save_file
+    from torch import nn
+
     layers = _flatten(model)
     spec = _describe(layers)
     linears = [layer for layer in layers if isinstance(layer, nn.Linear)]
@@ -126,6 +142,9 @@ def save_artifact(path: Path, model: nn.Module, info: ArtifactInfo) -> Path:
 
 def load_artifact(path: Path) -> tuple[nn.Module, ArtifactInfo]:
     """Rebuild the model and its info from ``path``; refuses anything that is not a vfl-model/1 file."""
+    from safetensors import SafetensorError, safe_open
+    from safetensors.torch import load_file
+
     try:
         tensors = load_file(str(path))
         with safe_open(str(path), framework="pt") as handle:
@@ -148,6 +167,10 @@ def load_artifact(path: Path) -> tuple[nn.Module, ArtifactInfo]:
 
 
 def _build(spec: Sequence[Mapping[str, Any]], tensors: Mapping[str, torch.Tensor]) -> nn.Module:
+    import torch
+    from torch import nn
+
+    activations = _activations()
     layers: list[nn.Module] = []
     linear = 0
     for entry in spec:
@@ -159,7 +182,7 @@ def _build(spec: Sequence[Mapping[str, Any]], tensors: Mapping[str, torch.Tensor
             layers.append(layer)
             linear += 1
         else:
-            layers.append(_ACTIVATIONS[entry["type"]]())
+            layers.append(activations[entry["type"]]())
     if linear != len(tensors) // 2:
         raise ValueError(f"{len(tensors)} tensors for {linear} linear layers")
     return nn.Sequential(*layers)
@@ -184,6 +207,8 @@ class ArtifactServable:
         return True
 
     def predict(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        import torch
+
         features = finite_float32(inputs, FEATURES)
         with torch.inference_mode():
             output = self.model(torch.from_numpy(features)).numpy()

@@ -28,7 +28,7 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from vflcore.errors import ArtifactError
-from vflcore.ml.onnx_export import MODEL_FILE, onnx_session
+from vflcore.ml.onnx_runtime import MODEL_FILE, onnx_session
 from vflserver.inference.artifact import FEATURES, LEGACY_FILE, ArtifactInfo, ArtifactServable
 from vflserver.inference.servable import Servable, TensorSpec, finite_float32, prediction_specs
 from vflserver.inference.triton_repository import CONFIG_FILE

@@ -40,7 +40,7 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from vflcore.errors import ArtifactError
-from vflcore.ml.onnx_export import MODEL_FILE
+from vflcore.ml.onnx_runtime import MODEL_FILE
 
 __all__ = ["CONFIG_FILE", "PLATFORM", "VERSION", "check_model_name", "triton_config", "write_triton_repository"]
 

@@ -24,7 +24,7 @@ import numpy as np
 import onnxruntime
 
 from vflcore.errors import ArtifactError
-from vflcore.ml.onnx_export import onnx_session
+from vflcore.ml.onnx_runtime import onnx_session
 from vflserver.inference.artifact import FEATURES, LABEL, PROBABILITIES
 from vflserver.inference.onnx_model import OnnxServable, load_servable
 
