@@ -107,16 +107,19 @@ def _start(cmd: list[str], root: Path, stderr: Path, procs: list[Daemon], launch
 
 class TestLogFile:
     def test_server_reopens_its_log_file_on_sighup(
-        self, run: ServiceRun, pki: Pki, tmp_path: Path, procs: list[Daemon]
+        self, run: ServiceRun, pki: Pki, tmp_path: Path, procs: list[Daemon], forked_daemons: Launcher
     ) -> None:
         """vfl-server --log-file: JSON lines in the file; after a rename and SIGHUP, new lines in a fresh file.
 
-        The console script exec'd: its own start (the log file's mode) and signal handling.
+        Forked (``vfltesting.forked``, ~1 CPU-s a start, not ~6), as the client below: the log
+        file's mode and the SIGHUP handler are ``main``'s, which the fork runs; a service-mode
+        server's exec'd start, SIGTERM and exit 0 are ``test_signals``' (console and metrics on)
+        and the demo's.
         """
         log, stderr = tmp_path / "server.log", tmp_path / "server.stderr"
         config = run.server_config("127.0.0.1:0")
         cmd = [str(BIN / "vfl-server"), "--config", str(config), "--log-file", str(log)]
-        server = _start(cmd, tmp_path, stderr, procs)
+        server = _start(cmd, tmp_path, stderr, procs, forked_daemons)
         port = wait_for_port(tmp_path / "port", server, timeout_s=_PATIENCE_S)
         _wait_for_event(log, "service_started", server, stderr)
         assert stat.S_IMODE(log.stat().st_mode) == 0o640 & ~_umask()
@@ -141,7 +144,7 @@ class TestLogFile:
         """vfl-client --log-file: a daemon retrying an absent server goes on logging in a fresh file after SIGHUP.
 
         Forked (``vfltesting.forked``, ~1 CPU-s a start, not ~6): it runs the console script's ``main``, whose
-        SIGHUP handler is the one under test; the exec'd start and SIGHUP are the server's test above.
+        SIGHUP handler is the one under test.
         """
         log, stderr = tmp_path / "party-2.log", tmp_path / "party-2.stderr"
         config = run.client_config(2, f"127.0.0.1:{_free_port()}")  # nobody listens: it logs each retry

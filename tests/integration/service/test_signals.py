@@ -29,56 +29,29 @@ pytestmark = pytest.mark.integration
 BIN = Path(sys.executable).parent
 
 
-def _wait_for(path: Path, proc: subprocess.Popen[bytes], timeout: float = 60) -> str:
-    def written() -> str:
-        assert proc.poll() is None, proc.communicate()
-        return path.read_text().strip() if path.exists() else ""
-
-    return eventually(written, f"{path} to be written", timeout, every=0.05)
-
-
-def _server(pki: Pki, data: Path, tmp_path: Path) -> tuple[subprocess.Popen[bytes], int]:
-    """``vfl-server --once``, exec'd, its output piped; and its port."""
-    proc = subprocess.Popen(_server_command(pki, data, tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    return proc, int(_wait_for(tmp_path / "port", proc))
-
-
 class TestSignals:
-    @pytest.mark.parametrize(
-        ("signum", "code", "exec_"), [(signal.SIGTERM, 143, True), (signal.SIGINT, 130, False)], ids=["TERM", "INT"]
-    )
+    @pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["TERM", "INT"])
     def test_server_waiting_for_parties_stops_cleanly(
-        self,
-        pki: Pki,
-        digits_data: Path,
-        tmp_path: Path,
-        forked_daemons: Launcher,
-        signum: int,
-        code: int,
-        exec_: bool,
+        self, pki: Pki, digits_data: Path, tmp_path: Path, forked_daemons: Launcher, signum: int, code: int
     ) -> None:
         """A server still waiting for its parties exits with 143 on SIGTERM and 130 on SIGINT.
 
-        SIGTERM to the console script exec'd; SIGINT to a forked one (``vfltesting.forked``, ~1 CPU-s
-        a start, not ~6): ``main`` installs the one handler for both before it listens, whichever way
-        the process started, and the handler alone picks the code.
+        Forked (``vfltesting.forked``, ~1 CPU-s a start, not ~6; the exec'd SIGTERM cost 5.9 CPU-s,
+        measured 2026-11-29): ``main`` installs the one handler for both before it listens, the
+        handler alone picks the code, and the process ends in ``daemon.leave``'s ``os._exit``
+        whichever way it started. The console script exec'd, signalled and exiting is
+        ``TestServiceStop.test_server_with_console_and_metrics_stops_cleanly``'s (and the demo's).
         """
-        if exec_:
-            proc, _ = _server(pki, digits_data, tmp_path)
-            proc.send_signal(signum)
-            _, err = proc.communicate(timeout=30)
-            assert proc.returncode == code, err.decode()
-        else:
-            log = tmp_path / "server.log"
-            command = _server_command(pki, digits_data, tmp_path)
-            forked = forked_daemons.start(command, stderr=log, append=False, env=service_env(), cwd=tmp_path)
-            try:
-                wait_for_port(tmp_path / "port", forked, timeout_s=120)
-                forked.send_signal(signum)
-                assert forked.wait(timeout=30) == code, log.read_text()
-            finally:
-                stop_all({"server": forked})
-            err = log.read_bytes()
+        log = tmp_path / "server.log"
+        command = _server_command(pki, digits_data, tmp_path)
+        forked = forked_daemons.start(command, stderr=log, append=False, env=service_env(), cwd=tmp_path)
+        try:
+            wait_for_port(tmp_path / "port", forked, timeout_s=120)
+            forked.send_signal(signum)
+            assert forked.wait(timeout=30) == code, log.read_text()
+        finally:
+            stop_all({"server": forked})
+        err = log.read_bytes()
         assert b"stopped by signal" in err
 
     def test_client_stops_cleanly_and_server_notices(
@@ -87,10 +60,12 @@ class TestSignals:
         """A joined client exits 143 on SIGTERM; the server then logs it offline and still stops on its own signal.
 
         Both passive parties run: a job starts only once every party it names is connected
-        (docs/reference/job-states.md, the queue), so party 2 alone would never join. Party 2,
-        the one signalled, is the console script exec'd; the server and party 3 are forked
-        (``vfltesting.forked``: ~1 CPU-s a start, not ~6), the server's own exit on SIGTERM
-        being exec'd in ``test_server_waiting_for_parties_stops_cleanly``.
+        (docs/reference/job-states.md, the queue), so party 2 alone would never join. All three
+        are forked (``vfltesting.forked``: ~1 CPU-s a start, not ~6; party 2 exec'd cost 5.7 CPU-s,
+        measured 2026-11-29): the handler and the code are ``main``'s, and the end is
+        ``daemon.leave``'s ``os._exit`` whichever way the process started. A client console script
+        exec'd, signalled and exiting is ``test_stop_during_psi``'s (and the demo's); one exec'd
+        with ``--once`` and ending on its own, ``test_serving_alone``'s.
         """
         log = tmp_path / "server.log"
         server = forked_daemons.start(
@@ -99,14 +74,15 @@ class TestSignals:
         clients: dict[str, Daemon] = {}
         try:
             port = wait_for_port(tmp_path / "port", server, timeout_s=120)
-            party2 = clients["party-2"] = _client(pki, digits_data, tmp_path, port, 2)
-            clients["party-3"] = forked_daemons.start(
-                _client_command(pki, digits_data, tmp_path, port, 3),
-                stderr=tmp_path / "party-3.log",
-                append=False,
-                env=service_env(),
-                cwd=tmp_path,
-            )
+            for party in (2, 3):
+                clients[f"party-{party}"] = forked_daemons.start(
+                    _client_command(pki, digits_data, tmp_path, port, party),
+                    stderr=tmp_path / f"party-{party}.log",
+                    append=False,
+                    env=service_env(),
+                    cwd=tmp_path,
+                )
+            party2 = clients["party-2"]
 
             def party_2(event: str) -> bool:
                 return any(e.get("peer") == 2 for e in log_events(log, event))
@@ -115,13 +91,11 @@ class TestSignals:
                 assert all(client.poll() is None for client in clients.values()), log.read_text()
                 return party_2("party_online")
 
-            # party 2 itself: forked party 3 is online well before it. A "did not hang" guard: an
-            # exec'd start took over 60 s on a loaded 2-core host.
+            # A "did not hang" guard: a daemon's start took over 60 s on a loaded 2-core host.
             eventually(online, "the server logging party 2 online", 180, every=0.1)
             party2.send_signal(signal.SIGTERM)
             # past the stop deadline (45 s) a hung client exits 1 with every thread's stack on stderr
-            _, stopped = party2.communicate(timeout=60)
-            assert party2.returncode == 143, stopped.decode()
+            assert party2.wait(timeout=60) == 143, (tmp_path / "party-2.log").read_text()
             # before the server's own stop: its Finish would make any later close a routine party_left
             eventually(lambda: party_2("party_offline"), "the server logging party 2 offline", 60, every=0.1)
         finally:
@@ -149,13 +123,6 @@ def _client_command(pki: Pki, data: Path, tmp_path: Path, port: int, party: int)
         [str(BIN / "vfl-client"), "--once", "--party", str(party), "--server", f"127.0.0.1:{port}"]
         + ["--data", str(data / f"party{party}.csv"), "--ca", str(files.ca), "--cert", str(files.cert)]
         + ["--key", str(files.key), "--run-dir", str(tmp_path / f"runs-{party}"), "--log-format", "json"]
-    )
-
-
-def _client(pki: Pki, data: Path, tmp_path: Path, port: int, party: int) -> subprocess.Popen[bytes]:
-    """``vfl-client --once`` for ``party``, exec'd, its output piped."""
-    return subprocess.Popen(
-        _client_command(pki, data, tmp_path, port, party), stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
 
 
@@ -267,15 +234,17 @@ class TestServiceStop:
         assert stopped >= 0 and ended == -1, run.tail()
 
     def test_a_client_counts_the_job_it_trained_and_still_serves(
-        self, pki: Pki, digits_data: Path, tmp_path: Path
+        self, pki: Pki, digits_data: Path, tmp_path: Path, forked_daemons: Launcher
     ) -> None:
         """SIGTERM to a daemon serving the federated model of the job it trained: "after 1 job(s)", not 0.
 
         The job's ``run`` never returned (the model was served until the stop), which is how the
-        count missed it. Party 2 is the console script exec'd: a service-mode client's own stop and exit code.
+        count missed it. Party 2 is forked (``vfltesting.forked``, ~1 CPU-s a start, not ~6): the
+        count and the line are ``main``'s; a service-mode client's own exec'd stop and exit code are
+        ``test_stop_during_psi``'s and the demo's (``test_demo_processes``: every daemon exits 0).
         """
         run = ServiceRun(tmp_path, pki, digits_data, parties=(3,))  # party 2 started here, its stdout read
-        party_2 = _party_2(run, launcher=None)
+        party_2 = _party_2(run, launcher=forked_daemons)
         with run.started(), JobClient(run.address, tls=pki.operator_files("alice")) as jobs, party_2 as party2:
             finish_job(jobs, run, jobs.submit(job_document("trained-served", "splitnn")).id)
             wait_until(
@@ -299,18 +268,13 @@ class TestServiceStop:
 
 
 @contextlib.contextmanager
-def _party_2(run: ServiceRun, launcher: Launcher | None) -> Iterator[Daemon]:
-    """``vfl-client --party 2`` on ``run``'s config, forked by ``launcher`` (None: exec'd); stdout in
-    ``party-2.out``, log in ``party-2-own.log``; killed at exit."""
+def _party_2(run: ServiceRun, launcher: Launcher) -> Iterator[Daemon]:
+    """``vfl-client --party 2`` on ``run``'s config, forked by ``launcher``; stdout in ``party-2.out``,
+    log in ``party-2-own.log``; killed at exit."""
     command = [str(BIN / "vfl-client"), "--party", "2", "--config", str(run.client_config(2, run.address))]
     command += ["--log-format", "json"]
     stdout, stderr = run.root / "party-2.out", run.root / "party-2-own.log"
-    party2: Daemon
-    if launcher is not None:
-        party2 = launcher.start(command, stderr=stderr, stdout=stdout, append=False, env=service_env(), cwd=run.root)
-    else:
-        with stdout.open("wb") as out, stderr.open("wb") as sink:  # the child keeps its own descriptors
-            party2 = subprocess.Popen(command, stdout=out, stderr=sink, env=service_env(), cwd=run.root)
+    party2 = launcher.start(command, stderr=stderr, stdout=stdout, append=False, env=service_env(), cwd=run.root)
     try:
         yield party2
     finally:
