@@ -90,6 +90,7 @@ def run_plan(runs: Sequence[Run], job: dict[str, Any], root: Path) -> list[Outco
     try:
         service.start_server()
         service.start_clients()
+        service.wait_connected()  # a job submitted before a party connects waits only its join timeout
         print(header(), flush=True)
         with JobClient(service.address, tls=pki.operator_files("alice")) as jobs:
             for run in runs:
