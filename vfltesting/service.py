@@ -217,16 +217,9 @@ class ServiceRun:
         machine loaded 24 deep (2026-11-29). What counts is the daemon's own ``connected`` log event.
         """
         for party in self.parties if parties is None else parties:
-            connected = functools.partial(self._logged_since_start, f"party-{party}", "connected")
+            name = f"party-{party}"
+            connected = functools.partial(log_events, self.logs[name], "connected", since=self._log_starts.get(name, 0))
             wait_until(connected, f"party {party} to connect", self, timeout_s)
-
-    def _logged_since_start(self, name: str, event: str) -> bool:
-        log = self.logs[name]
-        if not log.exists():
-            return False
-        with log.open("rb") as handle:
-            handle.seek(self._log_starts.get(name, 0))
-            return any(f'"event": "{event}"'.encode() in line for line in handle)
 
     def _log_file(self, name: str, stderr: Path) -> list[str]:
         """``--log-file`` beside the daemon's stderr file (``server-2.log.jsonl``), if ``log_files``."""
@@ -353,10 +346,16 @@ def job_document(job_id: str, algorithm: str, *, epochs: int = 1, **job: Any) ->
     return document
 
 
-def log_events(log: Path, name: str | None = None) -> list[dict[str, Any]]:
-    """A daemon's JSON log events (``--log-format json``), in order; only those called ``name`` if given."""
+def log_events(log: Path, name: str | None = None, *, since: int = 0) -> list[dict[str, Any]]:
+    """A daemon's JSON log events (``--log-format json``), in order; only those called ``name`` if given,
+    and only those written from byte ``since`` on (an appended log: one start's lines)."""
+    text = ""
+    if log.exists():
+        with log.open("rb") as handle:
+            handle.seek(since)
+            text = handle.read().decode(errors="replace")
     found = []
-    for line in log.read_text(errors="replace").splitlines() if log.exists() else []:
+    for line in text.splitlines():
         if not line.startswith("{") or (name is not None and f'"{name}"' not in line):
             continue
         with contextlib.suppress(ValueError):
@@ -372,7 +371,7 @@ def event_time(event: Mapping[str, Any]) -> float:
 
 
 def wait_until(
-    condition: Callable[[], bool], what: str, run: ServiceRun, timeout_s: float = 120, *, every_s: float = 0.01
+    condition: Callable[[], object], what: str, run: ServiceRun, timeout_s: float = 120, *, every_s: float = 0.01
 ) -> None:
     """``eventually``, failing with the daemons' log tails: poll ``condition`` every ``every_s`` up to ``timeout_s``."""
     eventually(condition, what, timeout_s, every=every_s, explain=run.tail)
