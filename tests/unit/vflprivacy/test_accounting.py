@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from opacus.accountants import RDPAccountant
 
 from vflprivacy.accounting import (
     REPORT_FILE,
@@ -23,6 +22,8 @@ from vflprivacy.accounting import (
 class TestEpsilon:
     def test_it_is_the_accountants_at_half_the_multiplier(self) -> None:
         """Replace-one moves a clipped row by 2C: the mechanism's multiplier is z / 2, sample rate 1."""
+        from opacus.accountants import RDPAccountant  # here, as in the module: 2 CPU-s to import, per test process
+
         accountant = RDPAccountant()
         for _ in range(7):
             accountant.step(noise_multiplier=1.2 / SENSITIVITY_IN_CLIPS, sample_rate=1.0)
