@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import structlog
 
-from vfltesting.datasets import write_cancer_split, write_diabetes_split, write_digits_quadrants, write_digits_split
+from vfltesting.forked import SHARED_ENV, Launcher
 from vfltesting.pki import Pki, issue_pki
 
 #: The test files that take longest (``--durations``, 2 cores), slowest first. xdist hands out
@@ -56,6 +56,38 @@ SAME_WORKER = {
 #: fixed in 3.11.8). It did, in test_layout's own ``ast.parse``, in a fresh-clone CI run
 #: (2026-11-28). At INFO the poller's records are never made, so nothing is formatted.
 logging.getLogger("ray.data._internal.usage").setLevel(logging.INFO)
+
+
+#: The daemon launcher an xdist run's controller starts for its workers (``pytest_sessionstart``).
+SHARED_LAUNCHER = pytest.StashKey[Launcher]()
+UNIT_TESTS = Path(__file__).parent / "unit"
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """In an xdist run's controller, before its workers start: one daemon launcher for all of them.
+
+    Each worker attaches to it (``forked_daemons`` in tests/integration/conftest.py) instead of
+    starting its own, which cost about 7 CPU-s of imports a worker (``vfltesting.forked``). Not for a
+    run of unit tests only, which forks no daemon.
+    """
+    config = session.config
+    if not config.pluginmanager.has_plugin("dsession"):
+        return  # one process (-n 0), or an xdist worker: the fixture starts or finds one
+    paths = [Path(arg.split("::")[0]).resolve() for arg in config.args]
+    if all(path.is_relative_to(UNIT_TESTS) for path in paths):
+        return
+    from vfltesting.service import service_env  # imports the client SDK: not for a unit-only run
+
+    launcher = config.stash[SHARED_LAUNCHER] = Launcher.shared(service_env())
+    os.environ[SHARED_ENV] = launcher.address  # the workers, started after this, inherit it
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The controller's shared launcher ends after every worker has: any daemon left is killed."""
+    launcher = config.stash.get(SHARED_LAUNCHER, None)
+    if launcher is not None:
+        launcher.close()
+        os.environ.pop(SHARED_ENV, None)
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
@@ -112,9 +144,13 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     return issue_pki(tmp_path_factory.mktemp("pki"), (2, 3, 4), callers=("test-caller",))
 
 
+# The data fixtures import ``vfltesting.datasets`` when first used: scikit-learn takes about 3 CPU-s
+# to import, and an xdist run's controller process, which loads this file too, uses none of them.
 @pytest.fixture(scope="session")
 def digits_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """party1.csv (labels + image rows 0-2), party2.csv (rows 3-5), party3.csv (rows 6-7)."""
+    from vfltesting.datasets import write_digits_split
+
     out = tmp_path_factory.mktemp("digits")
     write_digits_split(out, seed=0)
     return out
@@ -123,6 +159,8 @@ def digits_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def cancer_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Breast cancer, standardised: party1.csv (labels + features 0-9), party2.csv (10-19), party3.csv (20-29)."""
+    from vfltesting.datasets import write_cancer_split
+
     out = tmp_path_factory.mktemp("cancer")
     write_cancer_split(out, seed=0)
     return out
@@ -131,6 +169,8 @@ def cancer_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def digits_quadrants(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """party1.csv (labels + the top-left 4x4 quadrant) and party2-4.csv (the other quadrants), every sample."""
+    from vfltesting.datasets import write_digits_quadrants
+
     out = tmp_path_factory.mktemp("quadrants")
     write_digits_quadrants(out, seed=0)
     return out
@@ -139,6 +179,8 @@ def digits_quadrants(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def diabetes_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A regression task split over three parties (party1.csv holds the target)."""
+    from vfltesting.datasets import write_diabetes_split
+
     out = tmp_path_factory.mktemp("diabetes")
     write_diabetes_split(out, seed=0)
     return out

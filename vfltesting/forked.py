@@ -14,6 +14,11 @@ It is a real process with its own PID: kill -9, SIGSTOP, SIGTERM and its exit co
 exec'd one. ``ForkedDaemon`` gives the test the part of ``subprocess.Popen`` it uses; the launcher
 reaps its children and writes each exit code to a file, because only a parent can wait for a child.
 
+One launcher serves a whole pytest-xdist run: the controller starts it (``Launcher.shared``) before
+its workers, and each worker's ``Launcher.attached`` sends its requests over a Unix socket instead
+of starting its own. Each launcher's start is about 7 CPU-s of imports (measured 2026-11-29), and
+the suite's three workers each paid it. The launcher still ends with the process that started it.
+
 What it skips is the interpreter's start and the imports, nothing else: configuration, warm-up,
 TLS, the servers and the job all run in the child. The exec path stays covered by the tests that
 start the commands themselves (``test_signals``, ``test_demo_processes``, ``test_serving_alone``,
@@ -39,6 +44,7 @@ import json
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -72,6 +78,13 @@ PRELOAD = (
 
 #: The console scripts a launcher can start, as ``pyproject.toml`` names them.
 ENTRY_POINTS = {"vfl-server": "vflserver.cli", "vfl-client": "vflclient.cli"}
+
+#: Where a test process finds the run's shared launcher (``Launcher.attached``): its socket's path.
+SHARED_ENV = "VFL_TEST_LAUNCHER"
+#: The shared launcher's socket, in its status folder (whose other files are named by PID).
+SOCKET_NAME = "launcher.sock"
+#: How long ``Launcher.attached`` waits for the shared launcher to listen: it may still be importing torch.
+ATTACH_TIMEOUT_S = 120.0
 
 #: How often a test process looks for a forked daemon's exit code (``ForkedDaemon.wait``).
 REAP_EVERY_S = 0.01
@@ -118,15 +131,58 @@ class ForkedDaemon:
 
 
 class Launcher:
-    """One pre-imported process per test process, started at the first ``start``; ``close`` ends it and its children."""
+    """One pre-imported process, started at the first ``start``; ``close`` ends it and its children.
 
-    def __init__(self, env: Mapping[str, str]) -> None:
+    ``Launcher.shared`` makes one that also listens on a Unix socket, for the test processes of a
+    pytest-xdist run (``Launcher.attached``); those send their requests there and do not close it.
+    """
+
+    def __init__(self, env: Mapping[str, str], *, listen: bool = False) -> None:
         self._env = dict(env)
         self._proc: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
         self._statuses = Path(tempfile.mkdtemp(prefix="vfl-forked-"))
+        self._listen = listen
+        #: A connection to another process's shared launcher (``attached``), instead of ``_proc``.
+        self._peer: socket.socket | None = None
+        self._peer_replies: IO[bytes] | None = None
+
+    @classmethod
+    def shared(cls, env: Mapping[str, str]) -> Launcher:
+        """Start a launcher now that other test processes can use; its socket's path is ``address``."""
+        launcher = cls(env, listen=True)
+        launcher._ensure_started()
+        return launcher
+
+    @classmethod
+    def attached(cls, address: str) -> Launcher:
+        """Use the shared launcher listening at ``address`` (its ``address``); ``close`` only disconnects."""
+        launcher = cls({})
+        launcher._statuses.rmdir()
+        launcher._statuses = Path(address).parent
+        peer = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        deadline = time.monotonic() + ATTACH_TIMEOUT_S
+        while True:
+            try:
+                peer.connect(address)
+                break
+            except (FileNotFoundError, ConnectionRefusedError):
+                if time.monotonic() > deadline:
+                    peer.close()
+                    raise RuntimeError(f"no daemon launcher listens at {address} ({SHARED_ENV})") from None
+                time.sleep(0.05)
+        launcher._peer, launcher._peer_replies = peer, peer.makefile("rb")
+        return launcher
+
+    @property
+    def address(self) -> str:
+        """The socket a shared launcher listens on (``Launcher.attached``)."""
+        return str(self._statuses / SOCKET_NAME)
 
     def running(self) -> bool:
+        if self._peer is not None:  # the launcher never writes unasked: readable means it has gone
+            readable, _, _ = select.select([self._peer], [], [], 0)
+            return not readable or self._peer.recv(1, socket.MSG_PEEK) != b""
         return self._proc is not None and self._proc.poll() is None
 
     def start(
@@ -152,21 +208,27 @@ class Launcher:
             "env": dict(env),
             "cwd": str(cwd),
         }
+        line = json.dumps(request).encode() + b"\n"
         with self._lock:
-            proc = self._ensure_started()
-            assert proc.stdin is not None and proc.stdout is not None
-            proc.stdin.write(json.dumps(request).encode() + b"\n")
-            proc.stdin.flush()
-            reply = proc.stdout.readline()
+            if self._peer is not None and self._peer_replies is not None:
+                self._peer.sendall(line)
+                reply = self._peer_replies.readline()
+            else:
+                proc = self._ensure_started()
+                assert proc.stdin is not None and proc.stdout is not None
+                proc.stdin.write(line)
+                proc.stdin.flush()
+                reply = proc.stdout.readline()
         if not reply:
-            raise RuntimeError(f"the daemon launcher exited (code {proc.wait()}) instead of starting {name}")
+            raise RuntimeError(f"the daemon launcher exited instead of starting {name}")
         pid = int(json.loads(reply)["pid"])
         return ForkedDaemon(pid, command, self._statuses / str(pid), self)
 
     def _ensure_started(self) -> subprocess.Popen[bytes]:
         if self._proc is None:
+            socket_path = [self.address] if self._listen else []
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "vfltesting.forked", str(self._statuses)],
+                [sys.executable, "-m", "vfltesting.forked", str(self._statuses), *socket_path],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 env=self._env,
@@ -174,7 +236,14 @@ class Launcher:
         return self._proc
 
     def close(self) -> None:
-        """End the launcher: it kills any daemon still running (a test's own teardown stops them first)."""
+        """End the launcher: it kills any daemon still running (a test's own teardown stops them first).
+        An attached one only disconnects: the shared launcher ends with the process that started it."""
+        if self._peer is not None:
+            if self._peer_replies is not None:
+                self._peer_replies.close()
+            self._peer.close()
+            self._peer = self._peer_replies = None
+            return
         if self._proc is not None:
             assert self._proc.stdin is not None and self._proc.stdout is not None
             with contextlib.suppress(BrokenPipeError):
@@ -215,14 +284,15 @@ def _main_of(command: list[str]) -> tuple[str, list[str]]:
 # --- the launcher process -------------------------------------------------------------------------
 
 
-def serve(statuses: Path, requests: int = 0, replies: IO[bytes] | None = None) -> None:
-    """Read one JSON request a line from fd ``requests``, fork it, reply with the PID; reap children.
+def serve(statuses: Path, requests: int = 0, replies: IO[bytes] | None = None, listen: str | None = None) -> None:
+    """Read one JSON request a line from fd ``requests`` (and from each connection to the Unix socket
+    ``listen``, if given), fork it, reply with the PID on the same channel; reap children.
 
-    Ends at end of input (the test process closed the pipe or died), killing children still running.
+    Ends at end of ``requests`` (the test process that started it closed the pipe or died), killing
+    children still running. A connection's end closes only that connection.
     """
     replies = replies or sys.stdout.buffer
     children: set[int] = set()
-    pending = b""
     # A child's end writes a byte to ``ended`` (a Python SIGCHLD handler and the wakeup fd): the
     # select below returns for it as for a request. Each daemon undoes both first (``_become``).
     ended, ended_w = _WAKE[:] = os.pipe()
@@ -230,26 +300,53 @@ def serve(statuses: Path, requests: int = 0, replies: IO[bytes] | None = None) -
     os.set_blocking(ended_w, False)
     signal.set_wakeup_fd(ended_w)
     signal.signal(signal.SIGCHLD, _child_ended)
+    listener = None
+    if listen is not None:
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(listen)
+        listener.listen()
+        _WAKE.append(listener.fileno())
+    #: Each channel's unfinished line and how to answer it, by the fd requests come in on.
+    pending: dict[int, bytes] = {requests: b""}
+    answer: dict[int, Callable[[bytes], object]] = {requests: lambda data: (replies.write(data), replies.flush())}
+    peers: dict[int, socket.socket] = {}
     while True:
-        readable, _, _ = select.select([requests, ended], [], [], LAUNCHER_WAKE_S)
+        watched = [*pending, ended, *([listener] if listener is not None else [])]
+        readable, _, _ = select.select(watched, [], [], LAUNCHER_WAKE_S)
         if ended in readable:
             with contextlib.suppress(BlockingIOError):
                 os.read(ended, 4096)
         _reap(children, statuses)
-        if requests not in readable:
-            continue
-        chunk = os.read(requests, 65536)
-        if not chunk:
+        if listener is not None and listener in readable:
+            peer, _ = listener.accept()
+            peers[peer.fileno()] = peer
+            pending[peer.fileno()] = b""
+            answer[peer.fileno()] = peer.sendall
+            _WAKE.append(peer.fileno())
+        for fd in [fd for fd in pending if fd in readable]:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                if fd == requests:
+                    pending.clear()
+                    break
+                del pending[fd], answer[fd]
+                _WAKE.remove(fd)
+                peers.pop(fd).close()
+                continue
+            pending[fd] += chunk
+            while b"\n" in pending[fd]:
+                line, pending[fd] = pending[fd].split(b"\n", 1)
+                pid = os.fork()
+                if pid == 0:
+                    _become(json.loads(line))  # never returns
+                children.add(pid)
+                answer[fd](json.dumps({"pid": pid}).encode() + b"\n")
+        if requests not in pending:
             break
-        pending += chunk
-        while b"\n" in pending:
-            line, pending = pending.split(b"\n", 1)
-            pid = os.fork()
-            if pid == 0:
-                _become(json.loads(line))  # never returns
-            children.add(pid)
-            replies.write(json.dumps({"pid": pid}).encode() + b"\n")
-            replies.flush()
+    if listener is not None and listen is not None:
+        listener.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(listen)
     for pid in children:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
@@ -258,7 +355,7 @@ def serve(statuses: Path, requests: int = 0, replies: IO[bytes] | None = None) -
         time.sleep(REAP_EVERY_S)
 
 
-#: The launcher's SIGCHLD pipe (read end, write end), which a forked daemon closes.
+#: The launcher's SIGCHLD pipe (read end, write end), then its socket and connections: fds a forked daemon closes.
 _WAKE: list[int] = []
 
 
@@ -341,4 +438,4 @@ if __name__ == "__main__":
     # fell from 0.56 to 0.36 CPU-s, a vfl-server's from 0.75 to 0.54; the suite forks about 240.
     gc.collect()
     gc.freeze()
-    serve(Path(sys.argv[1]))
+    serve(Path(sys.argv[1]), listen=sys.argv[2] if len(sys.argv) > 2 else None)

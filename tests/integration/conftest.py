@@ -6,6 +6,7 @@ in a thread; the whole service); each fixture stops what it started at teardown.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ import torch
 
 from vflcore.job.spec import JobSpec
 from vflserver.jobs.app import Service
-from vfltesting.forked import Launcher
+from vfltesting.forked import SHARED_ENV, Launcher
 from vfltesting.in_process import RunningJob, start_job, start_service, stop_job
 from vfltesting.jobs import SMALL_JOB
 from vfltesting.pki import Pki
@@ -24,9 +25,14 @@ from vfltesting.service import daemons_forked_by, service_env
 
 @pytest.fixture(scope="session", autouse=True)
 def forked_daemons() -> Iterator[Launcher]:
-    """``ServiceRun``'s daemons are forked from one pre-imported launcher per test process
-    (``vfltesting.forked``): each start then costs tenths of a second of CPU, not 2.3 s."""
-    with Launcher(service_env()) as launcher, daemons_forked_by(launcher):
+    """``ServiceRun``'s daemons are forked from a pre-imported launcher (``vfltesting.forked``): each
+    start then costs tenths of a second of CPU, not 2.3 s. Under xdist, the one the controller
+    started for every worker (tests/conftest.py); in one process, this process's own."""
+    address = os.environ.get(SHARED_ENV)
+    with (
+        Launcher.attached(address) if address else Launcher(service_env()) as launcher,
+        daemons_forked_by(launcher),
+    ):
         yield launcher
 
 
