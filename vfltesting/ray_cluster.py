@@ -32,6 +32,14 @@ T = TypeVar("T")
 #: Per node: one CPU and a small object store (Ray's minimum is 75 MiB).
 NODE_CPUS = 1
 NODE_OBJECT_STORE_BYTES = 80 * 1024 * 1024
+#: Head-node processes no test reads, each a Python process of about 1.2 CPU-s (measured 2026-11-29):
+#: the log monitor (drivers connect with ``log_to_driver=False``: it copies logs to nobody) and the
+#: autoscaler's monitor (the nodes are fixed). The GCS, raylets, agents and workers are as before.
+HEAD_WITHOUT = {"include_log_monitor": False, "no_monitor": True}
+#: Ray's usage statistics off, for the cluster's processes (started from this environment) and the
+#: driver: without it Ray Data's first dataset starts a usage-collection actor, a worker process of
+#: 2 CPU-s (measured 2026-11-29) that records what nobody sends anywhere from a test.
+QUIET_ENV = {"RAY_USAGE_STATS_ENABLED": "0"}
 
 
 @contextmanager
@@ -44,7 +52,9 @@ def two_node_cluster() -> Iterator[str]:
     import ray
     from ray.cluster_utils import Cluster
 
-    head = {"num_cpus": NODE_CPUS, "object_store_memory": NODE_OBJECT_STORE_BYTES}
+    head = {"num_cpus": NODE_CPUS, "object_store_memory": NODE_OBJECT_STORE_BYTES, **HEAD_WITHOUT}
+    before = {name: os.environ.get(name) for name in QUIET_ENV}
+    os.environ.update(QUIET_ENV)
     cluster = Cluster(initialize_head=True, head_node_args=head)
     try:
         cluster.add_node(num_cpus=NODE_CPUS, object_store_memory=NODE_OBJECT_STORE_BYTES)
@@ -53,6 +63,11 @@ def two_node_cluster() -> Iterator[str]:
     finally:
         ray.shutdown()
         cluster.shutdown()  # type: ignore[no-untyped-call]  # ray leaves it unannotated
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def dies_once(marker: Path, function: Callable[..., T]) -> Callable[..., T]:
