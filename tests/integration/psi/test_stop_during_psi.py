@@ -3,10 +3,14 @@
 ``vfl-server`` and party 2's ``vfl-client`` daemon run over mTLS. Party 2 holds 60,000 IDs, so
 that it blinds on a pool of worker processes (``ParallelBlinder``); the server holds 2,000 of
 them, which it blinds in-process: its own pool is not what this is about (on 60,000 IDs the
-file cost 2 CPU-s more, its pool's workers counted; measured 2026-11-29). Party 2 is the
-console script exec'd, whose own signal handling and exit this is about; the server is forked
-(``vfltesting.forked``). The job names party 2 alone: a party 3 would only blind its own 60,000
-IDs meanwhile. (Three exec'd daemons cost the file 26 CPU-s; these two, 8; 2026-11-29.) Once
+file cost 2 CPU-s more, its pool's workers counted; measured 2026-11-29). Both daemons are
+forked (``vfltesting.forked``): the stop under test is ``main``'s (its handler, the stop that
+abandons the pool, ``daemon.leave``'s ``os._exit``), the same in a forked daemon as in an exec'd
+one, and its pool's forkserver and workers are party 2's children and grandchildren either way.
+An exec'd service-mode ``vfl-client`` stopped by SIGTERM with exit 0 is the demo's
+(``test_demo_processes``: both passive daemons stopped, exit 0); party 2 exec'd here cost 5-6
+CPU-s more (measured 2026-11-29). The job names party 2 alone: a party 3 would only blind its
+own 60,000 IDs meanwhile. (Three exec'd daemons cost the file 26 CPU-s; 2026-11-29.) Once
 the server has stored a chunk from party 2 (its streams are running), party 2's worker
 processes are frozen (SIGSTOP): a chunk they were blinding can never finish. SIGTERM must still
 end party 2 with its documented stop (exit 0 for the daemon), not at the stop deadline with a
@@ -73,7 +77,6 @@ def test_sigterm_in_psi_does_not_wait_for_the_workers(pki: Pki, tmp_path: Path) 
         data,
         parties=(2,),
         serving=False,
-        exec_names=("party-2",),  # the console script's own signal handling and exit
         client_tables={"psi": {"workers": 2}},
         server_tables={"psi": {"chunk_ids": CHUNK}},
     )
