@@ -39,8 +39,8 @@ class TestSignals:
         Forked (``vfltesting.forked``, ~1 CPU-s a start, not ~6; the exec'd SIGTERM cost 5.9 CPU-s,
         measured 2026-11-29): ``main`` installs the one handler for both before it listens, the
         handler alone picks the code, and the process ends in ``daemon.leave``'s ``os._exit``
-        whichever way it started. The console script exec'd, signalled and exiting is
-        ``TestServiceStop.test_server_with_console_and_metrics_stops_cleanly``'s (and the demo's).
+        whichever way it started. The console script exec'd, signalled and exiting 0 is the demo's
+        (``test_demo_processes``: the server stopped on SIGTERM, every daemon exited 0).
         """
         log = tmp_path / "server.log"
         command = _server_command(pki, digits_data, tmp_path)
@@ -64,8 +64,8 @@ class TestSignals:
         are forked (``vfltesting.forked``: ~1 CPU-s a start, not ~6; party 2 exec'd cost 5.7 CPU-s,
         measured 2026-11-29): the handler and the code are ``main``'s, and the end is
         ``daemon.leave``'s ``os._exit`` whichever way the process started. A client console script
-        exec'd, signalled and exiting is ``test_stop_during_psi``'s (and the demo's); one exec'd
-        with ``--once`` and ending on its own, ``test_serving_alone``'s.
+        exec'd, signalled and exiting is the demo's (``test_demo_processes``); one exec'd with
+        ``--once`` and ending on its own, ``test_serving_alone``'s.
         """
         log = tmp_path / "server.log"
         server = forked_daemons.start(
@@ -148,8 +148,9 @@ class TestServiceStop:
     """The daemons in service mode, stopped by SIGTERM.
 
     After a stop signal a daemon ends with ``os._exit`` (``vflcore.runtime.daemon.leave``), a forked
-    one (``vfltesting.forked``) as an exec'd one: each test execs only the console script whose own
-    start and exit it is about, once per behaviour, and forks the rest (~1 CPU-s a start, not ~6).
+    one (``vfltesting.forked``) as an exec'd one: every daemon here is forked (~1 CPU-s a start, not
+    ~6), and the console scripts exec'd, stopped by SIGTERM and exiting 0 in service mode are the
+    demo's (``test_demo_processes``, which runs ``examples/run_demo.py`` as ``make demo`` does).
     """
 
     def test_server_sigterm_with_a_job_running(self, pki: Pki, digits_data: Path, tmp_path: Path) -> None:
@@ -173,7 +174,9 @@ class TestServiceStop:
 
         with run.started(), JobClient(run.address, tls=pki.operator_files("alice")) as jobs:
             # party 2 only: party 3 stays in its NextJob long poll; the second job queues behind the first
-            jobs.submit(job_document("stop-running", "splitnn", epochs=50, batch_size=8, passive_parties=[2]))
+            # 200 epochs at the default batch of 32, not 50 at 8: as long a job (~6,000 steps against
+            # ~5,900), its first epoch, which the test waits for, a quarter of the steps (30, not 117).
+            jobs.submit(job_document("stop-running", "splitnn", epochs=200, passive_parties=[2]))
             jobs.submit(job_document("stop-queued", "splitnn", epochs=1, passive_parties=[2]))
             wait_until(lambda: jobs.get("stop-running").epochs_done >= 1, "the first epoch", run, every_s=0.05)
             watchers = [threading.Thread(target=watch, args=(jobs, job_id)) for job_id in seen]
@@ -216,12 +219,12 @@ class TestServiceStop:
 
         Both hold the service in reference cycles the start-up freeze keeps alive, so the process
         ends with ``os._exit`` once the service has stopped, not in gRPC's exit handler (2 s).
-        The console script exec'd: a service-mode server's own stop and exit code.
+        Forked (``vfltesting.forked``): the stop, the cycles and ``daemon.leave`` are ``main``'s, the
+        same in a forked process; exec'd, this test cost 5-6 CPU-s more (measured 2026-11-29). The
+        console script exec'd, stopped by SIGTERM and exiting 0 in service mode is the demo's.
         """
         console = {"console": {"enabled": True, "listen": "127.0.0.1:0"}}
-        run = ServiceRun(
-            tmp_path, pki, digits_data, serving=False, metrics=True, server_tables=console, exec_names=("server",)
-        )
+        run = ServiceRun(tmp_path, pki, digits_data, serving=False, metrics=True, server_tables=console)
         try:
             run.start_server()
             run.console_port()
@@ -234,18 +237,18 @@ class TestServiceStop:
         assert stopped >= 0 and ended == -1, run.tail()
 
     def test_a_client_counts_the_job_it_trained_and_still_serves(
-        self, pki: Pki, digits_data: Path, tmp_path: Path, forked_daemons: Launcher
+        self, server_and_party_3: ServiceRun, pki: Pki, forked_daemons: Launcher
     ) -> None:
         """SIGTERM to a daemon serving the federated model of the job it trained: "after 1 job(s)", not 0.
 
         The job's ``run`` never returned (the model was served until the stop), which is how the
         count missed it. Party 2 is forked (``vfltesting.forked``, ~1 CPU-s a start, not ~6): the
         count and the line are ``main``'s; a service-mode client's own exec'd stop and exit code are
-        ``test_stop_during_psi``'s and the demo's (``test_demo_processes``: every daemon exits 0).
+        the demo's (``test_demo_processes``: every daemon exits 0).
         """
-        run = ServiceRun(tmp_path, pki, digits_data, parties=(3,))  # party 2 started here, its stdout read
+        run = server_and_party_3
         party_2 = _party_2(run, launcher=forked_daemons)
-        with run.started(), JobClient(run.address, tls=pki.operator_files("alice")) as jobs, party_2 as party2:
+        with JobClient(run.address, tls=pki.operator_files("alice")) as jobs, party_2 as party2:
             finish_job(jobs, run, jobs.submit(job_document("trained-served", "splitnn")).id)
             wait_until(
                 lambda: jobs.get("trained-served").serving == "serving", "the model to be served", run, every_s=0.05
@@ -254,17 +257,30 @@ class TestServiceStop:
         assert "vfl-client party 2: stopped by signal after 1 job(s)" in out, out
 
     def test_a_client_stopped_mid_job_names_the_job(
-        self, pki: Pki, digits_data: Path, tmp_path: Path, forked_daemons: Launcher
+        self, server_and_party_3: ServiceRun, pki: Pki, forked_daemons: Launcher
     ) -> None:
         """SIGTERM to a daemon while its job trains: it says it stopped during that job, not "after 0 job(s)"."""
-        run = ServiceRun(tmp_path, pki, digits_data, parties=(3,))
+        run = server_and_party_3
         party_2 = _party_2(run, launcher=forked_daemons)
-        with run.started(), JobClient(run.address, tls=pki.operator_files("alice")) as jobs, party_2 as party2:
+        with JobClient(run.address, tls=pki.operator_files("alice")) as jobs, party_2 as party2:
             # it trains until the stop; a loaded host may take a minute to start both daemons
             job = jobs.submit(job_document("cut-short", "splitnn", epochs=10_000, join_timeout_s=600)).id
             wait_until(lambda: jobs.get(job).state == "training", "the job to train", run, 600, every_s=0.05)
             out = _stop(party2, run)
+            jobs.cancel(job)  # the server is shared: no job of this test may wait there for a party 2
         assert "vfl-client party 2: stopped by signal during job cut-short after 0 finished job(s)" in out, out
+
+
+@pytest.fixture(scope="module")
+def server_and_party_3(pki: Pki, digits_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceRun]:
+    """The server and party 3, started once for the two tests that stop a party 2 of their own (``_party_2``).
+
+    Neither test is about the server or party 3, which each started afresh before (2 CPU-s more,
+    measured 2026-11-29); each test starts, reads and stops its own party 2.
+    """
+    run = ServiceRun(tmp_path_factory.mktemp("stop-counts"), pki, digits_data, parties=(3,))
+    with run.started():
+        yield run
 
 
 @contextlib.contextmanager
