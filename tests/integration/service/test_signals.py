@@ -275,8 +275,9 @@ class TestServiceStop:
 def server_and_party_3(pki: Pki, digits_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceRun]:
     """The server and party 3, started once for the two tests that stop a party 2 of their own (``_party_2``).
 
-    Neither test is about the server or party 3, which each started afresh before (2 CPU-s more,
-    measured 2026-11-29); each test starts, reads and stops its own party 2.
+    Neither test is about the server or party 3, which each test started afresh before (two forked
+    starts more, ~1 CPU-s each); each test starts, reads and stops its own party 2, and the second
+    cancels its job, so either runs alone or after the other.
     """
     run = ServiceRun(tmp_path_factory.mktemp("stop-counts"), pki, digits_data, parties=(3,))
     with run.started():
