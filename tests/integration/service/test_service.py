@@ -160,41 +160,31 @@ def _retries(run: ServiceRun, name: str) -> int:
     return len(_unreachable_lines(run, name))
 
 
-@pytest.fixture(scope="class")
-def reconnecting(pki: Pki, digits_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceRun]:
-    """A server (no inference endpoint) and parties 2 and 3 for both tests below, started by the first.
-
-    The first starts the clients before the server; the second goes on with the same daemons (or
-    starts a set, run alone or after a failure). One set, not two: three daemon starts fewer.
-    """
-    run = ServiceRun(tmp_path_factory.mktemp("reconnect"), pki, digits_data, serving=False)
-    try:
-        yield run
-    finally:
-        run.stop()  # SIGTERM, then up to 60 s each: the restarted server's exit may take longer than close() waits
-        run.close()
-
-
 class TestReconnect:
-    def test_a_client_started_before_the_server_joins_once_it_appears(self, reconnecting: ServiceRun, pki: Pki) -> None:
+    def test_a_client_started_before_the_server_joins_once_it_appears(
+        self, pki: Pki, digits_data: Path, tmp_path: Path
+    ) -> None:
         """Both daemons start first, retry with backoff (logged), and take the first job once the server is up."""
-        run = reconnecting
-        port = _free_port()
-        run.start_clients(server=f"127.0.0.1:{port}")
-        # Until each has failed twice: the daemons warm up before they dial out, so a fixed sleep
-        # could end before their first attempt (then nothing to retry, and nothing logged).
-        for name in ("party-2", "party-3"):
-            wait_until(lambda name=name: _retries(run, name) >= 2, f"{name}'s second failed attempt", run)
-        assert all(run.alive().values())
-        run.start_server(f"127.0.0.1:{port}")
-        with _jobs(run, pki) as jobs:
-            state, lines = _run_to_end(jobs, job_document("late-server", "splitnn", **NEXT))
-        assert state == "finished", "\n".join(lines) + run.tail()
-        retries = [json.loads(line) for line in _unreachable_lines(run, "party-2")]
-        assert retries and all(r["retry_in_s"] <= 2.0 for r in retries)  # the configured cap
+        run = ServiceRun(tmp_path, pki, digits_data, serving=False)
+        try:
+            port = _free_port()
+            run.start_clients(server=f"127.0.0.1:{port}")
+            # Until each has failed twice: the daemons warm up before they dial out, so a fixed sleep
+            # could end before their first attempt (then nothing to retry, and nothing logged).
+            for name in ("party-2", "party-3"):
+                wait_until(lambda name=name: _retries(run, name) >= 2, f"{name}'s second failed attempt", run)
+            assert all(run.alive().values())
+            run.start_server(f"127.0.0.1:{port}")
+            with _jobs(run, pki) as jobs:
+                state, lines = _run_to_end(jobs, job_document("late-server", "splitnn", **NEXT))
+            assert state == "finished", "\n".join(lines) + run.tail()
+            retries = [json.loads(line) for line in _unreachable_lines(run, "party-2")]
+            assert retries and all(r["retry_in_s"] <= 2.0 for r in retries)  # the configured cap
+        finally:
+            run.close()
 
     def test_a_server_restart_keeps_history_and_queue_and_the_clients_come_back(
-        self, reconnecting: ServiceRun, pki: Pki
+        self, pki: Pki, digits_data: Path, tmp_path: Path
     ) -> None:
         """1 finished, 1 training, 2 queued behind it, 1 held for a party that never comes; restart; the queue runs.
 
@@ -202,48 +192,50 @@ class TestReconnect:
         cancelling it lets the two queued jobs run on the same, reconnected client daemons. The
         held job waits for party 4 before and after the restart, and holds up none of them.
         """
-        run = reconnecting
-        if set(run.procs) != {"server", "party-2", "party-3"} or not all(run.alive().values()):
-            run.close()  # run alone, or the test above failed: a set of daemons of its own
+        run = ServiceRun(tmp_path, pki, digits_data, serving=False)
+        try:
             run.start_server()
             run.start_clients()
-        with _jobs(run, pki) as jobs:
-            state, lines = _run_to_end(jobs, job_document("before-restart", "splitnn", **NEXT))
-            assert state == "finished", lines
-            jobs.submit(job_document("held", "splitnn", passive_parties=[2, 3, 4], join_timeout_s=600))
-            jobs.submit(job_document("long", "splitnn", epochs=50, batch_size=8))
-            for job_id in ("queued-1", "queued-2"):
-                jobs.submit(job_document(job_id, "splitnn", **NEXT))
-            watch_until(jobs, "long", lambda event: event.state == "training", "the state training")
-            assert [j.id for j in jobs.list(states=["queued"])] == ["queued-2", "queued-1", "held"]
-        assert run.stop(["server"]) == {"server": 0}
-        run.start_server(run.address)
-        with _jobs(run, pki) as jobs:
-            history = {job.id: job for job in jobs.list()}
-            assert history["before-restart"].state == "finished"
-            assert history["long"].state in ("queued", "aligning", "training"), history["long"]
-            # Cancel once the runner has taken the job up again: cancelled while still queued, it
-            # would end without resuming (a race the CI run of 2026-11-25 lost once). One watch,
-            # begun before the cancel, reads it all: a watch begun after the job ended stops at
-            # its first ended state, the "interrupted" before the restart.
-            watch = jobs.watch("long")
-            events = []
-            for event in watch:
-                events.append(str(event))
-                if "then resume from the newest checkpoint" in events[-1]:
-                    break
-            jobs.cancel("long")
-            events += [str(event) for event in watch]
-            assert any("interrupted" in line and "during training" in line for line in events), events
-            assert any("resuming after" in line for line in events), events
-            assert jobs.get("long").state == "cancelled"
-            for job_id in ("queued-1", "queued-2"):
-                assert jobs.wait(job_id).state == "finished", run.tail()
-            assert jobs.get("held").state == "queued"
-            watch_until(
-                jobs,
-                "held",
-                lambda event: "party 4 is not connected" in str(event),
-                "an event saying party 4 is not connected",
-            )
-        assert all(run.alive().values())  # the same client daemons, reconnected by themselves
+            with _jobs(run, pki) as jobs:
+                state, lines = _run_to_end(jobs, job_document("before-restart", "splitnn", **NEXT))
+                assert state == "finished", lines
+                jobs.submit(job_document("held", "splitnn", passive_parties=[2, 3, 4], join_timeout_s=600))
+                jobs.submit(job_document("long", "splitnn", epochs=50, batch_size=8))
+                for job_id in ("queued-1", "queued-2"):
+                    jobs.submit(job_document(job_id, "splitnn", **NEXT))
+                watch_until(jobs, "long", lambda event: event.state == "training", "the state training")
+                assert [j.id for j in jobs.list(states=["queued"])] == ["queued-2", "queued-1", "held"]
+            assert run.stop(["server"]) == {"server": 0}
+            run.start_server(run.address)
+            with _jobs(run, pki) as jobs:
+                history = {job.id: job for job in jobs.list()}
+                assert history["before-restart"].state == "finished"
+                assert history["long"].state in ("queued", "aligning", "training"), history["long"]
+                # Cancel once the runner has taken the job up again: cancelled while still queued, it
+                # would end without resuming (a race the CI run of 2026-11-25 lost once). One watch,
+                # begun before the cancel, reads it all: a watch begun after the job ended stops at
+                # its first ended state, the "interrupted" before the restart.
+                watch = jobs.watch("long")
+                events = []
+                for event in watch:
+                    events.append(str(event))
+                    if "then resume from the newest checkpoint" in events[-1]:
+                        break
+                jobs.cancel("long")
+                events += [str(event) for event in watch]
+                assert any("interrupted" in line and "during training" in line for line in events), events
+                assert any("resuming after" in line for line in events), events
+                assert jobs.get("long").state == "cancelled"
+                for job_id in ("queued-1", "queued-2"):
+                    assert jobs.wait(job_id).state == "finished", run.tail()
+                assert jobs.get("held").state == "queued"
+                watch_until(
+                    jobs,
+                    "held",
+                    lambda event: "party 4 is not connected" in str(event),
+                    "an event saying party 4 is not connected",
+                )
+            assert all(run.alive().values())  # the same client daemons, reconnected by themselves
+        finally:
+            run.stop()
+            run.close()
