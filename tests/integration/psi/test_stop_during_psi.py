@@ -10,9 +10,10 @@ one, and its pool's forkserver and workers are party 2's children and grandchild
 An exec'd service-mode ``vfl-client`` stopped by SIGTERM with exit 0 is the demo's
 (``test_demo_processes``: both passive daemons stopped, exit 0); party 2 exec'd here cost the
 file 5.7 CPU-s more (24.4 against 18.6, paired runs, 2026-11-29). The job names party 2 alone:
-a party 3 would only blind its own 60,000 IDs meanwhile. (Three exec'd daemons cost the file 26 CPU-s; 2026-11-29.) Once
-the server has stored a chunk from party 2 (its streams are running), party 2's worker
-processes are frozen (SIGSTOP): a chunk they were blinding can never finish. SIGTERM must still
+a party 3 would only blind its own 60,000 IDs meanwhile. (Three exec'd daemons cost the file
+26 CPU-s; 2026-11-29.) Once the server has stored a chunk from party 2 (its streams are
+running), party 2's worker processes are frozen (SIGSTOP): a chunk they were blinding can never
+finish. SIGTERM must still
 end party 2 with its documented stop (exit 0 for the daemon), not at the stop deadline with a
 stack dump (exit 1, ``vflcore.runtime.crash_trace.arm_stop_deadline``).
 
