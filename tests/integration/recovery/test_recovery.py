@@ -8,8 +8,8 @@ per-step training loss and every party's final weights must agree within 1e-6.
 The fault-free runs and most faulty ones share one set of daemons (``service``), each job under
 its own id: a job id changes neither the aligned rows (ordered by the IDs' bytes) nor any seed,
 and a killed daemon is started again by the test that killed it. Three daemon starts a test
-fewer took this file from 115 to 101 CPU-s (measured 2026-11-29). The proxy test and the ``party_timeout_s`` test
-start their own, as they need another party 3 route or another server limit.
+fewer took this file from 115 to 101 CPU-s (measured 2026-11-29). The proxy test starts party 3 again to dial
+through its proxy; the ``party_timeout_s`` test starts daemons of its own, as it needs another server limit.
 """
 
 from __future__ import annotations
@@ -24,10 +24,8 @@ import pytest
 from vflcore.data.checkpoints import epoch_path
 from vflcore.job.schedule import Position
 from vfltesting.faults import (
-    CLIENT,
     EPOCHS,
     EVERY_STEPS,
-    SERVER,
     fault_document,
     fault_job_id,
     kill_after_step,
@@ -126,28 +124,30 @@ class TestServerKilled:
 
 
 class TestNetwork:
-    def test_connection_cut_twice_by_a_proxy(
-        self, clean: dict[str, JobOutcome], pki: Pki, digits_data: Path, tmp_path: Path
-    ) -> None:
-        """A TCP proxy between party 3 and the server drops every connection twice during training."""
-        run = ServiceRun(
-            tmp_path, pki, digits_data, serving=False, server_settings=dict(SERVER), client_settings=dict(CLIENT)
-        )
+    def test_connection_cut_twice_by_a_proxy(self, clean: dict[str, JobOutcome], service: ServiceRun, pki: Pki) -> None:
+        """A TCP proxy between party 3 and the server drops every connection twice during training.
+
+        On the shared daemons, party 3 started again to dial through the proxy, and once more without it
+        after: two party starts instead of a service of its own (three daemons, and the first job's
+        one-time costs in each)."""
+        run = service
         job_id = fault_job_id("splitnn", "fault")
-        try:
-            run.start_server()
-            with CuttableProxy(("127.0.0.1", run.port)) as proxy:
-                run.via[3] = proxy.address
-                run.start_clients()
+        with CuttableProxy(("127.0.0.1", run.port)) as proxy:
+            assert run.stop(["party-3"]) == {"party-3": 0}
+            run.via[3] = proxy.address
+            try:
+                run.start_client(3)
                 with operator_client(run, pki) as jobs:
                     jobs.submit(fault_document(job_id, "splitnn"))
                     for after in (1, 2):  # party 3 held inside the epoch while its link is cut
                         with frozen_inside_epoch(run, jobs, job_id, after):
                             assert proxy.cut() > 0
                     finish_job(jobs, run, job_id)
-            assert_same_model(run_outcome(run, job_id), clean["splitnn"])
-        finally:
-            run.close()
+            finally:
+                del run.via[3]
+                run.stop(["party-3"])
+                run.start_client(3)
+        assert_same_model(run_outcome(run, job_id), clean["splitnn"])
 
     def test_frozen_party_pauses_the_job_until_it_thaws(
         self, clean: dict[str, JobOutcome], service: ServiceRun, pki: Pki
