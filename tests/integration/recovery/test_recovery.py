@@ -9,14 +9,13 @@ The fault-free runs and most faulty ones share one set of daemons (``service``),
 its own id: a job id changes neither the aligned rows (ordered by the IDs' bytes) nor any seed,
 and a killed daemon is started again by the test that killed it. Three daemon starts a test
 fewer took this file from 115 to 101 CPU-s (measured 2026-11-29). The proxy test starts party 3 again to dial
-through its proxy; the ``party_timeout_s`` test starts daemons of its own, as it needs another server limit.
+through its proxy, and the ``party_timeout_s`` test the server with a shorter limit, each then as before.
 """
 
 from __future__ import annotations
 
 import json
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,6 +25,7 @@ from vflcore.job.schedule import Position
 from vfltesting.faults import (
     EPOCHS,
     EVERY_STEPS,
+    SERVER,
     fault_document,
     fault_job_id,
     kill_after_step,
@@ -33,7 +33,6 @@ from vfltesting.faults import (
     operator_client,
     restart_after_kill,
     run_outcome,
-    service_with_short_limits,
 )
 from vfltesting.freeze import frozen_inside_epoch, frozen_when
 from vfltesting.pki import Pki
@@ -170,10 +169,14 @@ class TestNetwork:
         assert waits and "heartbeat" in waits[0], lines
         assert_same_model(run_outcome(run, job_id), clean["splitnn"])
 
-    def test_party_away_too_long_fails_the_job_naming_it(self, pki: Pki, digits_data: Path, tmp_path: Path) -> None:
-        """A party away longer than party_timeout_s fails the job; the message names it and the last checkpoint."""
-        run = service_with_short_limits(tmp_path, pki, digits_data, server={"party_timeout_s": 3})
+    def test_party_away_too_long_fails_the_job_naming_it(self, service: ServiceRun, pki: Pki) -> None:
+        """A party away longer than party_timeout_s fails the job; the message names it and the last checkpoint.
+
+        On the shared daemons, their server started again with ``party_timeout_s = 3`` for this job, and
+        with the module's limit after it: two server starts instead of three daemons of its own."""
+        run = service
         job_id = fault_job_id("splitnn", "away")
+        _server_started_again(run, party_timeout_s=3)
         try:
             with operator_client(run, pki) as jobs:
                 jobs.submit(fault_document(job_id, "splitnn"))
@@ -185,7 +188,16 @@ class TestNetwork:
             assert "the last checkpoint saved is at the end of epoch" in record.error, record.error
             assert run.alive()["party-2"], "the other daemon must stay up"
         finally:
-            run.close()
+            _server_started_again(run, party_timeout_s=SERVER["party_timeout_s"])
+            if not run.alive()["party-3"]:
+                restart_after_kill(run, "party-3")
+
+
+def _server_started_again(run: ServiceRun, **settings: float) -> None:
+    """Stop ``run``'s server (SIGTERM) and start it again on its address with ``settings`` added to its own."""
+    assert run.stop(["server"]) == {"server": 0}, run.tail()
+    run.server_settings.update(settings)
+    run.start_server(f"127.0.0.1:{run.port}")
 
 
 class TestWhatAResumedJobReports:
