@@ -43,12 +43,10 @@ def daemons_forked_by(launcher: Launcher | None) -> Iterator[None]:
         _launcher = before
 
 
-def start_daemon(command: list[str], log: Path, *, append: bool, cwd: Path, exec_: bool = False) -> Daemon:
-    """Start ``command`` (vfl-server or vfl-client) with stdout discarded and stderr to ``log``.
-
-    ``exec_``: exec the console script even inside ``daemons_forked_by`` (a test about its own start or stop).
-    """
-    if _launcher is not None and not exec_:
+def start_daemon(command: list[str], log: Path, *, append: bool, cwd: Path) -> Daemon:
+    """Start ``command`` (vfl-server or vfl-client) with stdout discarded and stderr to ``log``: forked
+    inside ``daemons_forked_by`` (the suite), else exec'd (the demo, the benches)."""
+    if _launcher is not None:
         return _launcher.start(command, stderr=log, append=append, env=service_env(), cwd=cwd)
     with log.open("ab" if append else "wb") as sink:  # the child keeps its own descriptor
         return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=sink, env=service_env(), cwd=cwd)
@@ -105,9 +103,6 @@ class ServiceRun:
     log_level: str = "info"
     #: Give every daemon ``--log-file`` (its JSON lines there, in ``log_files_by_name``); stderr stays in ``logs``.
     log_files: bool = False
-    #: Daemons ("server", "party-N") exec'd even when the suite forks the others: the one a test
-    #: signals to check the console script's own stop and exit (each exec'd start costs ~6 CPU-s, a fork ~1).
-    exec_names: tuple[str, ...] = ()
     procs: dict[str, Daemon] = field(default_factory=dict)
     port: int = 0
     logs: dict[str, Path] = field(default_factory=dict)
@@ -188,7 +183,7 @@ class ServiceRun:
         cmd += ["--log-level", self.log_level, *self._log_file("server", log)]
         if self.serving:
             cmd += ["--serving-port-file", str(ports)]
-        self.procs["server"] = start_daemon(cmd, log, append=False, cwd=self.root, exec_="server" in self.exec_names)
+        self.procs["server"] = start_daemon(cmd, log, append=False, cwd=self.root)
         if wait:
             self.port = wait_for_port(self.root / "port", self.procs["server"], timeout_s=120)
         return self.port
@@ -207,7 +202,7 @@ class ServiceRun:
         cmd += ["--log-level", self.log_level, *self._log_file(f"party-{party}", log)]
         name = f"party-{party}"
         self._log_starts[name] = log.stat().st_size if log.exists() else 0  # this start's lines come after
-        self.procs[name] = start_daemon(cmd, log, append=True, cwd=self.root, exec_=name in self.exec_names)
+        self.procs[name] = start_daemon(cmd, log, append=True, cwd=self.root)
 
     def wait_connected(self, parties: Iterable[int] | None = None, timeout_s: float = 120) -> None:
         """Wait until each passive daemon (every party by default) has connected to the server since its last start.

@@ -37,13 +37,6 @@ def forked_daemons() -> Iterator[Launcher]:
 
 
 @pytest.fixture
-def exec_daemons() -> Iterator[None]:
-    """For a test about the commands themselves (signals, start-up): ``ServiceRun`` execs its daemons."""
-    with daemons_forked_by(None):
-        yield
-
-
-@pytest.fixture
 def job_factory(pki: Pki, digits_data: Path, tmp_path: Path) -> Iterator[Callable[..., RunningJob]]:
     """Start active parties on the digits data; every server is stopped at teardown."""
     started: list[RunningJob] = []
