@@ -320,13 +320,13 @@ def serve(statuses: Path, requests: int = 0, replies: IO[bytes] | None = None, l
     answer: dict[int, Callable[[bytes], object]] = {requests: lambda data: (replies.write(data), replies.flush())}
     peers: dict[int, socket.socket] = {}
     while True:
-        watched = [*pending, ended, *([listener] if listener is not None else [])]
+        watched = [*pending, ended, *([listener.fileno()] if listener is not None else [])]
         readable, _, _ = select.select(watched, [], [], LAUNCHER_WAKE_S)
         if ended in readable:
             with contextlib.suppress(BlockingIOError):
                 os.read(ended, 4096)
         _reap(children, statuses)
-        if listener is not None and listener in readable:
+        if listener is not None and listener.fileno() in readable:
             peer, _ = listener.accept()
             peers[peer.fileno()] = peer
             pending[peer.fileno()] = b""
