@@ -42,25 +42,22 @@ FEDBCD_Q1_JOB = replace(
 VIMSGD_JOB = replace(REFERENCE_JOB, job_id="vimsgd-digits", algorithm="vimsgd")
 #: τ = 10, the default, for the labels-only test below (at τ = 5 its 2 epochs reached 0.902).
 TEN_LOCAL_STEPS = {"local_steps": 10, "rho": 1.0}
-# Each of the 60 rounds with an exact z solve and τ = 5 local steps on every party, as VIMADMM-J:
-# every loss is held to the reference's whatever τ is. τ = 10 before: at these 4 epochs the
-# comparison cost 8.95 CPU-s at τ = 10 and 5.68 at τ = 5 (measured in one process), and the run
-# reached 0.970 and 0.944 (its bar, 0.93, is now 0.90).
-VIMADMM_JOB = replace(
-    REFERENCE_JOB, job_id="vimadmm-digits", algorithm="vimadmm", algorithm_options={"local_steps": 5, "rho": 1.0}
-)
-# VIMADMM-J with τ = 5, not 10: its local steps were most of its time (21.8 s against 15.0 s, one
-# process), and every one of its losses is held to the reference's whatever τ is.
-VIMADMM_J_JOB = replace(
-    VIMADMM_JOB, job_id="vimadmm-j-digits", algorithm="vimadmm_j", algorithm_options={"local_steps": 5, "rho": 1.0}
-)
+#: τ = 2 local steps on every party in each of the 60 rounds (with an exact z solve), for VIMADMM and
+#: VIMADMM-J: every loss is held to the reference's whatever τ is, and τ = 2 still runs a local step
+#: past the first (the one that recomputes the embedding). τ = 10, then 5, before: at these 4 epochs
+#: the VIMADMM comparison cost 8.95 CPU-s at τ = 10 and 5.68 at τ = 5; 5 to 2 cut each comparison by
+#: about 3 CPU-s (VIMADMM-J 8.0 to 5.0, one process, 2026-11-29).
+ADMM_OPTIONS = {"local_steps": 2, "rho": 1.0}
+VIMADMM_JOB = replace(REFERENCE_JOB, job_id="vimadmm-digits", algorithm="vimadmm", algorithm_options=ADMM_OPTIONS)
+VIMADMM_J_JOB = replace(VIMADMM_JOB, job_id="vimadmm-j-digits", algorithm="vimadmm_j")
 # Bars on the 234 held-out digits. At these 4 epochs the runs reached 0.893 (FedBCD), 0.893 (VIMSGD),
-# 0.944 (VIMADMM, τ = 5; 0.970 at τ = 10) and 0.966 (VIMADMM-J); at 7 epochs 0.936, 0.940, 0.987 and
-# 0.979 (bars 0.92, 0.92, 0.95, 0.95). Each bar sits about 0.04 below its run's figure.
+# 0.927 (VIMADMM, τ = 2; 0.944 at τ = 5, 0.970 at τ = 10) and 0.927 (VIMADMM-J, τ = 2; 0.966 at τ = 5);
+# at 7 epochs 0.936, 0.940, 0.987 and 0.979 (bars 0.92, 0.92, 0.95, 0.95). Each bar sits about 0.04
+# below its run's figure (VIMADMM's 0.90 and VIMADMM-J's 0.93 were set at τ = 5).
 FEDBCD_ACCURACY_BAR = 0.85
 VIMSGD_ACCURACY_BAR = 0.85
-VIMADMM_ACCURACY_BAR = 0.90
-VIMADMM_J_ACCURACY_BAR = 0.93
+VIMADMM_ACCURACY_BAR = 0.89
+VIMADMM_J_ACCURACY_BAR = 0.89
 
 
 def _run(job: JobSpec, pki: Pki, data: Path, tmp: pytest.TempPathFactory) -> Comparison:
