@@ -37,6 +37,8 @@ ACCURACY_BAR = 0.75
 #: One in-process run and its exact reference, about 3 CPU-s more than at 4 epochs.
 PIPELINE_EPOCHS = 12
 PIPELINE_ACCURACY_BAR = 0.93
+#: The epochs of the exact reference the pipeline's losses are held apart from (its first 15 steps).
+EXACT_EPOCHS = 1
 
 PARTS = 5
 SPLITNN_JOB = replace(REFERENCE_JOB, job_id="micro-splitnn", algorithm_options={"micro_batches": PARTS})
@@ -117,8 +119,14 @@ class TestPipeline:
         assert pipelined.summary().final_metrics["accuracy"] >= PIPELINE_ACCURACY_BAR
 
     def test_its_losses_are_not_the_exact_ones(self, pipelined: RunningJob, digits_data: Path) -> None:
-        """Later steps part from the exact reference by far more than float rounding."""
-        exact = whole_batch_losses(PIPELINED_JOB, digits_data)
-        gaps = [abs(a - b) for a, b in zip(pipelined.active.algorithm.step_losses, exact, strict=True)]
-        assert len(gaps) == len(exact)
+        """Later steps part from the exact reference by far more than float rounding.
+
+        The exact reference trains the first epoch only: the runs part there already (seen: by 0.031,
+        from the second step on), and the 11 epochs more of the reference cost about 1.2 CPU-s.
+        """
+        losses = pipelined.active.algorithm.step_losses
+        assert len(losses) == 15 * PIPELINE_EPOCHS
+        exact = whole_batch_losses(replace(PIPELINED_JOB, epochs=EXACT_EPOCHS), digits_data)
+        assert len(exact) == 15 * EXACT_EPOCHS
+        gaps = [abs(a - b) for a, b in zip(losses[: len(exact)], exact, strict=True)]
         assert max(gaps) > 1e-3
