@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from vflserver.training.importance import JSON_NAME, PNG_NAME
+from vfltesting.equivalence import Comparison
 from vfltesting.in_process import run_whole_job
 from vfltesting.jobs import REFERENCE_JOB
 from vfltesting.pki import Pki
@@ -64,9 +65,13 @@ def test_noise_party_gets_the_smallest_head(pki: Pki, digits_data: Path, tmp_pat
     assert (summary.run_dir / PNG_NAME).read_bytes().startswith(b"\x89PNG")
 
 
-def test_splitnn_reports_no_importance(pki: Pki, digits_data: Path, tmp_path: Path) -> None:
-    """Only the VIM family has per-party heads; SplitNN writes no importance report."""
-    job = replace(REFERENCE_JOB, job_id="no-importance", epochs=1)
-    summary = run_whole_job(pki, digits_data, tmp_path, job).summary()
+def test_splitnn_reports_no_importance(splitnn_digits: Comparison) -> None:
+    """Only the VIM family has per-party heads; SplitNN writes no importance report.
+
+    The SplitNN run is the digits job test_reference_equivalence checks (``conftest.splitnn_digits``),
+    not a job of its own (1.7 CPU-s).
+    """
+    summary = splitnn_digits.federated
+    assert splitnn_digits.reference.job.algorithm == "splitnn"
     assert summary.client_importance is None
     assert summary.run_dir is not None and not (summary.run_dir / JSON_NAME).exists()

@@ -52,8 +52,9 @@ TOP_DROPOUT = 0.3
 
 
 @pytest.fixture(scope="module")
-def digits(pki: Pki, digits_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Comparison:
-    return compare(REFERENCE_JOB, digits_data, pki, tmp_path_factory.mktemp("digits-run"))
+def digits(splitnn_digits: Comparison) -> Comparison:
+    """The digits job, trained once for this module, test_wire_codecs and test_client_importance (``conftest``)."""
+    return splitnn_digits
 
 
 @pytest.fixture(scope="module")
