@@ -35,7 +35,7 @@ def runs(
 ) -> dict[str, RunSummary]:
     """The reference test's digits job (4 epochs of SplitNN, 12 before: at 4 fp32 reached 0.8162, bf16 0.8205 and
     int8 0.8162; at 12, 0.97 each), once per codec. fp32 is the job's default codec: its run is the one
-    test_reference_equivalence holds to the reference (``conftest.splitnn_digits``), not a fourth job."""
+    test_reference_equivalence holds to the reference (``conftest.splitnn_digits``), not a job of its own."""
     assert splitnn_digits.reference.job.wire_codec == "fp32"
     out = {"fp32": splitnn_digits.federated}
     for codec in LOSSY:
