@@ -47,7 +47,7 @@ SAME_WORKER = {
     "test_separate_hosts_training_faults.py": "separate hosts",
     "test_separate_hosts.py": "separate hosts",
     # One SplitNN digits job (tests/integration/algorithms/conftest.py, ``splitnn_digits``) serves
-    # all three: on one worker it runs once, not three times (about 7 CPU-s less, 2026-11-29).
+    # all three: on one worker it runs once, where two more jobs ran before (about 4 CPU-s less, 2026-11-29).
     "test_reference_equivalence.py": "splitnn digits",
     "test_wire_codecs.py": "splitnn digits",
     "test_client_importance.py": "splitnn digits",
