@@ -42,13 +42,13 @@ OPERATOR = "demo-operator"
 CALLER = "demo-app"
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--certs", type=Path, default=Path("certs"))
     parser.add_argument("--data", type=Path, default=Path("examples/data"))
     parser.add_argument("--run-dir", type=Path, default=Path("runs/demo"))
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds before the demo gives up")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     run_dir = args.run_dir.resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
