@@ -21,8 +21,8 @@ the suite's three workers each paid it. The launcher still ends with the process
 
 What it skips is the interpreter's start and the imports, nothing else: configuration, warm-up,
 TLS, the servers and the job all run in the child. The exec path stays covered by the tests that
-start the commands themselves (``test_signals``, ``test_demo_processes``, ``test_serving_alone``,
-``test_log_file``, ``test_own_models``) and by ``make demo`` and the benches.
+start the commands themselves (``test_serving_alone``, ``test_devices``, ``test_own_models``, the
+separate-hosts tests) and by ``make demo`` (in CI) and the benches.
 
 Fork safety: the launcher has no Python thread and runs no torch operation before it forks (torch
 starts its OpenMP and MKL threads at the first parallel operation, in the child). onnxruntime is

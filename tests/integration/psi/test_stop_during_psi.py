@@ -7,8 +7,8 @@ file cost 2 CPU-s more, its pool's workers counted; measured 2026-11-29). Both d
 forked (``vfltesting.forked``): the stop under test is ``main``'s (its handler, the stop that
 abandons the pool, ``daemon.leave``'s ``os._exit``), the same in a forked daemon as in an exec'd
 one, and its pool's forkserver and workers are party 2's children and grandchildren either way.
-An exec'd service-mode ``vfl-client`` stopped by SIGTERM with exit 0 is the demo's
-(``test_demo_processes``: both passive daemons stopped, exit 0); party 2 exec'd here cost the
+An exec'd service-mode ``vfl-client`` stopped by SIGTERM with exit 0 is ``make demo``'s
+(run in CI after ``make test``: both passive daemons stopped, exit 0); party 2 exec'd here cost the
 file 5.7 CPU-s more (24.4 against 18.6, paired runs, 2026-11-29). The job names party 2 alone:
 a party 3 would only blind its own 60,000 IDs meanwhile. (Three exec'd daemons cost the file
 26 CPU-s; 2026-11-29.) Once the server has stored a chunk from party 2 (its streams are

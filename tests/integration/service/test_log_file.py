@@ -113,7 +113,7 @@ class TestLogFile:
 
         Forked (``vfltesting.forked``, ~1 CPU-s a start, not ~6), as the client below: the log
         file's mode and the SIGHUP handler are ``main``'s, which the fork runs; a service-mode
-        server's exec'd start, SIGTERM and exit 0 are the demo's (``test_demo_processes``).
+        server's exec'd start, SIGTERM and exit 0 are ``make demo``'s (CI).
         """
         log, stderr = tmp_path / "server.log", tmp_path / "server.stderr"
         config = run.server_config("127.0.0.1:0")

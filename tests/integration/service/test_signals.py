@@ -39,8 +39,8 @@ class TestSignals:
         Forked (``vfltesting.forked``, ~1 CPU-s a start, not ~6; the exec'd SIGTERM cost 5.9 CPU-s,
         measured 2026-11-29): ``main`` installs the one handler for both before it listens, the
         handler alone picks the code, and the process ends in ``daemon.leave``'s ``os._exit``
-        whichever way it started. The console script exec'd, signalled and exiting 0 is the demo's
-        (``test_demo_processes``: the server stopped on SIGTERM, every daemon exited 0).
+        whichever way it started. The console script exec'd, signalled and exiting 0 is ``make demo``'s
+        (CI, after ``make test``: the server stopped on SIGTERM, every daemon exited 0).
         """
         log = tmp_path / "server.log"
         command = _server_command(pki, digits_data, tmp_path)
@@ -64,7 +64,7 @@ class TestSignals:
         are forked (``vfltesting.forked``: ~1 CPU-s a start, not ~6; party 2 exec'd cost 5.7 CPU-s,
         measured 2026-11-29): the handler and the code are ``main``'s, and the end is
         ``daemon.leave``'s ``os._exit`` whichever way the process started. A client console script
-        exec'd, signalled and exiting is the demo's (``test_demo_processes``); one exec'd with
+        exec'd, signalled and exiting is ``make demo``'s (CI); one exec'd with
         ``--once`` and ending on its own, ``test_serving_alone``'s.
         """
         log = tmp_path / "server.log"
@@ -150,7 +150,7 @@ class TestServiceStop:
     After a stop signal a daemon ends with ``os._exit`` (``vflcore.runtime.daemon.leave``), a forked
     one (``vfltesting.forked``) as an exec'd one: every daemon here is forked (~1 CPU-s a start, not
     ~6), and the console scripts exec'd, stopped by SIGTERM and exiting 0 in service mode are the
-    demo's (``test_demo_processes``, which runs ``examples/run_demo.py`` as ``make demo`` does).
+    ``make demo``'s (``examples/run_demo.py``, which CI runs after ``make test``).
     """
 
     def test_server_sigterm_with_a_job_running(self, pki: Pki, digits_data: Path, tmp_path: Path) -> None:
@@ -222,7 +222,7 @@ class TestServiceStop:
         Forked (``vfltesting.forked``): the stop, the cycles and ``daemon.leave`` are ``main``'s, the
         same in a forked process; an exec'd start costs ~6 CPU-s, a fork ~1 (the file: 39.6 -> 29.0 CPU-s
         with this, the shared server below and the batch of 32 above, paired runs, 2026-11-29). The
-        console script exec'd, stopped by SIGTERM and exiting 0 in service mode is the demo's.
+        console script exec'd, stopped by SIGTERM and exiting 0 in service mode is ``make demo``'s (CI).
         """
         console = {"console": {"enabled": True, "listen": "127.0.0.1:0"}}
         run = ServiceRun(tmp_path, pki, digits_data, serving=False, metrics=True, server_tables=console)
@@ -245,7 +245,7 @@ class TestServiceStop:
         The job's ``run`` never returned (the model was served until the stop), which is how the
         count missed it. Party 2 is forked (``vfltesting.forked``, ~1 CPU-s a start, not ~6): the
         count and the line are ``main``'s; a service-mode client's own exec'd stop and exit code are
-        the demo's (``test_demo_processes``: every daemon exits 0).
+        ``make demo``'s (CI: every daemon exits 0).
         """
         run = server_and_party_3
         party_2 = _party_2(run, launcher=forked_daemons)
