@@ -14,8 +14,8 @@ Each direction of each connection is a lane modelled as a store-and-forward link
   own flow control pushes back on it, as a router's buffer would.
 
 The two directions are independent (full duplex), each at the full rate. The proxy's own test
-(``tests/integration/hosts/test_wan_link.py``) measures the RTT and the throughput through it and holds
-them within 10 % of the settings. A test and bench tool only: the product never runs it.
+(``tests/integration/hosts/test_wan_link.py``) holds the delays it schedules to the settings, and the
+RTT and the throughput measured through it within 10 % of them. A test and bench tool only: the product never runs it.
 """
 
 from __future__ import annotations
@@ -30,6 +30,9 @@ from dataclasses import dataclass
 from vfltesting.proxy import CuttableProxy
 
 __all__ = ["LINKS", "LinkProfile", "WanProxy"]
+
+#: How many scheduled delays each lane keeps (``_Lane.scheduled``).
+_SCHEDULE_KEPT = 4096
 
 #: Bytes read from a sender at once: small enough that a chunk's serialisation time (5 ms at
 #: 100 Mbit/s) does not swamp the RTT of a small message.
@@ -80,6 +83,9 @@ class _Lane:
         self.link_free_at = 0.0  # when the last queued chunk has finished leaving
         self.last_delivery = 0.0
         self.closed = False
+        #: Each chunk's one-way delay as scheduled (from its read to its delivery time), the latest
+        #: ``_SCHEDULE_KEPT``: what the link was set to do, apart from how late the host's threads ran.
+        self.scheduled: collections.deque[float] = collections.deque(maxlen=_SCHEDULE_KEPT)
 
     def put(self, chunk: bytes) -> None:
         """Queue ``chunk`` (blocking while the router's buffer is full); it will arrive at its delivery time."""
@@ -94,6 +100,7 @@ class _Lane:
             # A link delivers in order: jitter may delay a chunk, never let it overtake the last one.
             delivery = max(departed + max(0.0, profile.one_way_s + jitter), self.last_delivery)
             self.last_delivery = delivery
+            self.scheduled.append(delivery - now)
             self.queue.append((delivery, chunk))
             self.queued += len(chunk)
             self.changed.notify_all()
@@ -129,11 +136,15 @@ class WanProxy(CuttableProxy):
         self._rng = random.Random(seed)
         #: Bytes delivered across the link, both directions, every connection.
         self.delivered = 0
+        #: Every lane made, in order (two per connection: client to server, then server to client).
+        self.lanes: list[_Lane] = []
         super().__init__(target)
 
     def _pump(self, source: socket.socket, sink: socket.socket) -> None:
         """Read from ``source`` into a lane; a second thread delivers the lane to ``sink`` on time."""
         lane = _Lane(self.profile, random.Random(self._rng.random()))
+        with self._lock:
+            self.lanes.append(lane)
         deliverer = threading.Thread(target=self._deliver, args=(lane, source, sink), name="wan-deliver", daemon=True)
         deliverer.start()
         try:

@@ -60,6 +60,12 @@ def _connect(proxy: WanProxy) -> socket.socket:
 
 
 def test_round_trip_time(link: LinkProfile) -> None:
+    """Every delay the link schedules is its one-way setting; pings through it take the RTT, never less.
+
+    The measured round trip is held by its fastest ping, not its median: a busy host's scheduling
+    delays only ever add, and in a fresh-clone suite run on 2 cores (2026-11-29) the median of 25
+    pings was 23.2 ms on the 20 ms link, although every delay the link scheduled was 10 ms a way.
+    """
     listener, _ = _serve("echo")
     with listener, WanProxy(listener.getsockname()[:2], link) as proxy, _connect(proxy) as sock:
         times = []
@@ -68,9 +74,13 @@ def test_round_trip_time(link: LinkProfile) -> None:
             sock.sendall(b"x")
             assert sock.recv(1) == b"x"
             times.append((time.monotonic() - started) * 1000)
+    scheduled = [delay for lane in proxy.lanes for delay in lane.scheduled]
     rtt = statistics.median(times)
     print(f"{link}: median RTT {rtt:.2f} ms over {PINGS} pings (min {min(times):.2f}, max {max(times):.2f})")
-    assert abs(rtt - link.rtt_ms) <= TOLERANCE * link.rtt_ms
+    assert len(scheduled) == 2 * PINGS  # one chunk each way a ping
+    assert all(abs(delay - link.one_way_s) < 1e-3 for delay in scheduled)  # 1 byte serialises in under 1 µs
+    assert min(times) >= link.rtt_ms  # never faster than the link
+    assert min(times) <= (1 + TOLERANCE) * link.rtt_ms
 
 
 def test_throughput(link: LinkProfile) -> None:
@@ -88,6 +98,12 @@ def test_throughput(link: LinkProfile) -> None:
 
 
 def test_jitter_varies_the_delay_but_keeps_the_median_and_the_order() -> None:
+    """The delays the link schedules vary about the set one-way delay, their median on it; no ping overtakes.
+
+    Held on the schedule, which the seed decides: the pings' measured median also carries the host's
+    scheduling delays, which only ever add (22.1 ms once in the whole suite on 2 cores, 22.1 again
+    in a fresh clone's, 2026-11-29, on a 20 ms link).
+    """
     jittery = LinkProfile(rtt_ms=20, mbit_s=100, jitter_ms=4)
     listener, _ = _serve("echo")
     with listener, WanProxy(listener.getsockname()[:2], jittery, seed=1) as proxy, _connect(proxy) as sock:
@@ -97,11 +113,12 @@ def test_jitter_varies_the_delay_but_keeps_the_median_and_the_order() -> None:
             sock.sendall(bytes([n]))
             assert sock.recv(1) == bytes([n])  # in order: a later ping never overtakes
             times.append((time.monotonic() - started) * 1000)
-    # The median, as for the round trip: a busy host's scheduling delays only ever add, and the
-    # mean took every one of them (22.1 ms once, in the whole suite on 2 cores). The jitter is
-    # symmetric about the set delay, so its median is the set delay too.
-    assert abs(statistics.median(times) - 20) <= TOLERANCE * 20
-    assert statistics.pstdev(times) > 1.0
+    scheduled = [delay * 1000 for lane in proxy.lanes for delay in lane.scheduled]
+    assert len(scheduled) == 4 * PINGS
+    assert abs(statistics.median(scheduled) - 10) <= TOLERANCE * 10  # one way: half the RTT
+    assert statistics.pstdev(scheduled) > 1.0
+    assert min(scheduled) >= 10 - 4 - 1e-6  # the jitter is at most its setting
+    assert min(times) >= 2 * (10 - 4)  # never faster than the link's fastest way there and back
 
 
 def test_a_job_trains_over_mtls_through_the_link(pki: Pki, digits_data: Path, tmp_path: Path) -> None:
