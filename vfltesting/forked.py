@@ -141,11 +141,12 @@ class Launcher:
     pytest-xdist run (``Launcher.attached``); those send their requests there and do not close it.
     """
 
-    def __init__(self, env: Mapping[str, str], *, listen: bool = False) -> None:
+    def __init__(self, env: Mapping[str, str], *, listen: bool = False, statuses: Path | None = None) -> None:
+        """``statuses``: the folder a launcher writes exit codes to; a new one unless attaching to another's."""
         self._env = dict(env)
         self._proc: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
-        self._statuses = Path(tempfile.mkdtemp(prefix="vfl-forked-"))
+        self._statuses = statuses or Path(tempfile.mkdtemp(prefix="vfl-forked-"))
         self._listen = listen
         #: A connection to another process's shared launcher (``attached``), instead of ``_proc``.
         self._peer: socket.socket | None = None
@@ -161,9 +162,7 @@ class Launcher:
     @classmethod
     def attached(cls, address: str) -> Launcher:
         """Use the shared launcher listening at ``address`` (its ``address``); ``close`` only disconnects."""
-        launcher = cls({})
-        launcher._statuses.rmdir()
-        launcher._statuses = Path(address).parent
+        launcher = cls({}, statuses=Path(address).parent)
         peer = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         deadline = time.monotonic() + ATTACH_TIMEOUT_S
         while True:
